@@ -1,0 +1,44 @@
+# The two commands of the README's quick start. Both start from a fresh clone: nothing is
+# installed by hand, everything goes into .venv.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+# torch is pinned for the local run and tests: 2.13.0 is the CPU wheel this project's machines
+# hold on disk; any other spec downloads a multi-GB CUDA build.
+TORCH  := torch==2.13.0
+STAMP_RUN  := $(VENV)/.stamp-run
+STAMP_TEST := $(VENV)/.stamp-test
+
+.PHONY: run test lint typecheck unit clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+
+$(STAMP_RUN): pyproject.toml | $(PY)
+	$(PIP) install -q $(TORCH)
+	$(PIP) install -q -e '.[engine,k8s,metrics]'
+	touch $@
+
+$(STAMP_TEST): pyproject.toml $(STAMP_RUN)
+	$(PIP) install -q -e '.[engine,k8s,metrics,report,dev]'
+	touch $@
+
+run: $(STAMP_RUN)
+	$(VENV)/bin/nccl-k8s run -b 8 -e 1M -f 4
+
+lint: $(STAMP_TEST)
+	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/ruff format --check src tests bench
+
+typecheck: $(STAMP_TEST)
+	$(VENV)/bin/mypy
+
+unit: $(STAMP_TEST)
+	$(PY) -m pytest -q
+
+test: lint typecheck unit
+
+clean:
+	rm -rf $(VENV) build dist src/*.egg-info
