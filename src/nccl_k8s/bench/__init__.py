@@ -1,0 +1,11 @@
+"""The measuring engine: nccl-tests' collectives, sizes, formulas and table, over torch.distributed.
+
+Imports only the standard library and torch (lazily), because this package is what runs inside
+pods: the deployer ships it to stock PyTorch images as a zipapp. `python -m nccl_k8s.bench`
+is the per-rank entry point; it works under plain torchrun.
+"""
+
+from nccl_k8s.bench.config import ALL_OPS, BenchConfig, ConfigError, parse_args, parse_size
+from nccl_k8s.bench.report import RESULT_PREFIX
+
+__all__ = ["ALL_OPS", "RESULT_PREFIX", "BenchConfig", "ConfigError", "parse_args", "parse_size"]

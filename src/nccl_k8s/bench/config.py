@@ -1,0 +1,360 @@
+"""The engine's flags: nccl-tests' letters and meanings, parsed and validated once.
+
+This module is the one definition of the engine's command line. The per-rank entry point
+(`python -m nccl_k8s.bench`), `nccl-k8s run` and the deployer all parse engine flags here, so a
+flag means the same everywhere. Standard library only: it travels inside pods as a zipapp.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import re
+from collections.abc import Callable, Sequence
+from typing import NoReturn
+
+#: Collectives the engine knows, in the order `--ops all` runs them.
+ALL_OPS: tuple[str, ...] = (
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "broadcast",
+    "reduce",
+    "alltoall",
+    "sendrecv",
+    "gather",
+    "scatter",
+)
+
+#: nccl-tests' type names (its `-d` values) -> bytes per element.
+DTYPES: dict[str, int] = {
+    "int8": 1,
+    "uint8": 1,
+    "int32": 4,
+    "int64": 8,
+    "half": 2,
+    "float": 4,
+    "double": 8,
+    "bfloat16": 2,
+    "f8e4m3": 1,
+    "f8e5m2": 1,
+}
+#: Aliases nccl-tests users type, mapped to nccl-tests' canonical names.
+DTYPE_ALIASES: dict[str, str] = {
+    "float32": "float",
+    "fp32": "float",
+    "float16": "half",
+    "fp16": "half",
+    "bf16": "bfloat16",
+    "float64": "double",
+    "fp64": "double",
+    "char": "int8",
+    "int": "int32",
+}
+REDOPS: tuple[str, ...] = ("sum", "prod", "max", "min", "avg")
+BACKENDS: tuple[str, ...] = ("auto", "nccl", "gloo")
+AVERAGE_MODES = {0: "rank 0", 1: "average", 2: "minimum", 3: "maximum"}
+
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kKmMgG]?)[bB]?\s*$")
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+
+
+class ConfigError(ValueError):
+    """An engine flag has a value the engine cannot use. The message is one line."""
+
+
+def parse_size(text: str, *, flag: str = "size") -> int:
+    """Parse a byte size as nccl-tests does: a number with an optional binary K/M/G suffix."""
+    match = _SIZE_RE.match(text)
+    if not match:
+        raise ConfigError(f"{flag} {text!r}: expected a byte size such as 8, 64K, 1M, 8G")
+    number, unit = match.groups()
+    return int(float(number) * _UNITS[unit.lower()])
+
+
+def format_size(nbytes: int) -> str:
+    """The shortest exact K/M/G spelling of a byte count (for messages and headers)."""
+    for suffix, unit in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if nbytes >= unit and nbytes % unit == 0:
+            return f"{nbytes // unit}{suffix}"
+    return str(nbytes)
+
+
+@dataclasses.dataclass(frozen=True)
+class BenchConfig:
+    """One engine run. Field names follow nccl-tests; units are in the names where they matter."""
+
+    minbytes: int = 32 << 20
+    """-b: smallest message size in bytes (nccl-tests' default 32M)."""
+    maxbytes: int = 32 << 20
+    """-e: largest message size in bytes."""
+    stepbytes: int = 1 << 20
+    """-i: additive step between sizes, used when stepfactor is 1."""
+    stepfactor: int = 1
+    """-f: multiplicative step between sizes; > 1 wins over stepbytes."""
+    iters: int = 20
+    """-n: timed operations per size and placement."""
+    warmup: int = 1
+    """-w: untimed operations at the largest and smallest size before the sweep (nccl-tests: 1)."""
+    check: int = 1
+    """-c: checked operations per size after timing; 0 turns checking off."""
+    dtype: str = "float"
+    """-d: element type, nccl-tests' name."""
+    redop: str = "sum"
+    """-o: reduction for the reducing collectives."""
+    root: int = 0
+    """-r: root rank for rooted collectives; -1 sweeps every root."""
+    blocking: int = 0
+    """-z: 1 waits for completion and barriers after every op (changes what time means)."""
+    average: int = 1
+    """-a: how per-rank times combine: 0 rank 0, 1 average, 2 minimum, 3 maximum."""
+    graph: int = 0
+    """-G: capture the timed ops in a CUDA graph and launch it this many times (NCCL only)."""
+    timeout_s: int = 0
+    """-T: seconds before a stuck collective aborts the run; 0 keeps torch's default."""
+    ops: tuple[str, ...] = ("all_reduce",)
+    """--ops: collectives to run, in order."""
+    backend: str = "auto"
+    """--backend: nccl, gloo, or auto (NCCL when CUDA devices exist)."""
+    json_path: str | None = None
+    """--json: also write results in nccl-tests' -J layout to this path (rank 0)."""
+    min_busbw: float | None = None
+    """--min-busbw: fail the run when an op's average bus bandwidth (GB/s) is lower."""
+    duration_s: float = 0.0
+    """--duration: soak mode: repeat each op at each size for this many seconds."""
+    report_interval_s: float = 10.0
+    """--report-interval: soak mode: seconds between bus-bandwidth reports."""
+    result_lines: bool = True
+    """Print machine-readable result lines (prefix NCCL_K8S_RESULT) after the table."""
+
+    @property
+    def rooted_ops(self) -> tuple[str, ...]:
+        return tuple(op for op in self.ops if op in ROOTED_OPS)
+
+    def sizes(self) -> list[int]:
+        """The size column's inputs, exactly as nccl-tests walks them."""
+        sizes: list[int] = []
+        size = self.minbytes
+        while size <= self.maxbytes:
+            sizes.append(size)
+            if self.stepfactor > 1:
+                size *= self.stepfactor
+            else:
+                size += self.stepbytes
+            if len(sizes) > 100_000:  # a 0-size start with factor steps never grows
+                break
+        return sizes
+
+    def with_maxbytes(self, maxbytes: int) -> BenchConfig:
+        return dataclasses.replace(self, maxbytes=maxbytes)
+
+
+ROOTED_OPS = frozenset({"broadcast", "reduce", "gather", "scatter"})
+REDUCING_OPS = frozenset({"all_reduce", "reduce_scatter", "reduce"})
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that fails with one line and exit code 2, the way our CLI fails."""
+
+    def error(self, message: str) -> NoReturn:
+        # Our converters already name the flag and the expected form; argparse's own
+        # "argument -b/--minbytes: " prefix would only repeat it.
+        if ": -" in message or ": --" in message:
+            message = re.sub(r"^argument [^:]+: ", "", message)
+        raise ConfigError(message)
+
+
+def _int(flag: str, *, minimum: int | None = None) -> Callable[[str], int]:
+    def convert(text: str) -> int:
+        try:
+            value = int(text, 0)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} {text!r}: expected an integer") from None
+        if minimum is not None and value < minimum:
+            raise argparse.ArgumentTypeError(f"{flag} {text!r}: expected an integer >= {minimum}")
+        return value
+
+    return convert
+
+
+def _float(flag: str, *, minimum: float = 0.0) -> Callable[[str], float]:
+    def convert(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} {text!r}: expected a number") from None
+        if not math.isfinite(value) or value < minimum:
+            raise argparse.ArgumentTypeError(f"{flag} {text!r}: expected a number >= {minimum:g}")
+        return value
+
+    return convert
+
+
+def build_parser(prog: str = "python -m nccl_k8s.bench") -> argparse.ArgumentParser:
+    """The engine's flags; `nccl-k8s run` adds its own on top of these."""
+    p = _Parser(
+        prog=prog,
+        description="Benchmark NCCL/gloo collectives with nccl-tests' flags, formulas and table.",
+        allow_abbrev=False,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add = p.add_argument
+    add("-b", "--minbytes", default="32M", metavar="SIZE", help="smallest size (8, 64K, 1M, 8G)")
+    add("-e", "--maxbytes", default="32M", metavar="SIZE", help="largest size")
+    add("-i", "--stepbytes", default="1M", metavar="SIZE", help="additive step when -f is 1")
+    add("-f", "--stepfactor", type=_int("-f", minimum=1), default=1, help="multiplicative step")
+    add("-n", "--iters", type=_int("-n", minimum=1), default=20, help="timed ops per size")
+    add("-w", "--warmup_iters", type=_int("-w", minimum=0), default=1, help="warm-up ops")
+    add("-c", "--check", type=_int("-c", minimum=0), default=1, help="checked ops per size")
+    add("-d", "--datatype", default="float", metavar="TYPE", help=", ".join(DTYPES))
+    add("-o", "--op", default="sum", metavar="REDOP", help=", ".join(REDOPS))
+    add("-r", "--root", type=_int("-r", minimum=-1), default=0, help="root rank, -1 = all")
+    add("-z", "--blocking", type=_int("-z", minimum=0), default=0, help="1: sync after each op")
+    add("-a", "--average", type=_int("-a", minimum=0), default=1, help="0 rank0 1 avg 2 min 3 max")
+    add("-G", "--cudagraph", type=_int("-G", minimum=0), default=0, help="CUDA graph launches")
+    add("-T", "--timeout", type=_int("-T", minimum=0), default=0, help="seconds, 0 = default")
+    add(
+        "--ops",
+        default="all_reduce",
+        help="comma-separated collectives, or 'all': " + ",".join(ALL_OPS),
+    )
+    add("--backend", default="auto", help="nccl, gloo or auto")
+    add("--json", dest="json_path", default=None, metavar="PATH", help="nccl-tests -J style JSON")
+    add(
+        "--min-busbw",
+        type=_float("--min-busbw"),
+        default=None,
+        metavar="GBPS",
+        help="fail when an op's average busbw is lower",
+    )
+    add(
+        "--duration",
+        type=_float("--duration"),
+        default=0.0,
+        metavar="SECONDS",
+        help="soak mode: repeat each op and size for this long",
+    )
+    add(
+        "--report-interval",
+        type=_float("--report-interval", minimum=0.1),
+        default=10.0,
+        metavar="SECONDS",
+        help="soak mode: seconds between busbw reports",
+    )
+    add("--no-result-lines", action="store_true", help="omit the NCCL_K8S_RESULT lines")
+    return p
+
+
+def config_from_namespace(ns: argparse.Namespace) -> BenchConfig:
+    """Validate parsed flags into a BenchConfig; every error names the value and the form."""
+    minbytes = parse_size(ns.minbytes, flag="-b")
+    maxbytes = parse_size(ns.maxbytes, flag="-e")
+    stepbytes = parse_size(ns.stepbytes, flag="-i")
+    if maxbytes < minbytes:
+        raise ConfigError(
+            f"-e {ns.maxbytes!r} is smaller than -b {ns.minbytes!r}: expected -b <= -e"
+        )
+    if ns.stepfactor == 1 and stepbytes == 0:
+        raise ConfigError("-i 0 with -f 1: expected a step size > 0 or a factor > 1")
+    if ns.stepfactor > 1 and minbytes == 0:
+        raise ConfigError("-b 0 with -f > 1: a factor never grows 0, expected -b >= 1")
+
+    dtype = DTYPE_ALIASES.get(ns.datatype, ns.datatype)
+    if dtype not in DTYPES:
+        raise ConfigError(f"-d {ns.datatype!r}: expected one of {', '.join(DTYPES)}")
+    if ns.op not in REDOPS:
+        raise ConfigError(f"-o {ns.op!r}: expected one of {', '.join(REDOPS)}")
+    if ns.average not in AVERAGE_MODES:
+        raise ConfigError(f"-a {ns.average}: expected 0 (rank 0), 1 (avg), 2 (min) or 3 (max)")
+    if ns.backend not in BACKENDS:
+        raise ConfigError(f"--backend {ns.backend!r}: expected one of {', '.join(BACKENDS)}")
+
+    ops = _parse_ops(ns.ops)
+    return BenchConfig(
+        minbytes=minbytes,
+        maxbytes=maxbytes,
+        stepbytes=stepbytes,
+        stepfactor=ns.stepfactor,
+        iters=ns.iters,
+        warmup=ns.warmup_iters,
+        check=ns.check,
+        dtype=dtype,
+        redop=ns.op,
+        root=ns.root,
+        blocking=ns.blocking,
+        average=ns.average,
+        graph=ns.cudagraph,
+        timeout_s=ns.timeout,
+        ops=ops,
+        backend=ns.backend,
+        json_path=ns.json_path,
+        min_busbw=ns.min_busbw,
+        duration_s=ns.duration,
+        report_interval_s=ns.report_interval,
+        result_lines=not ns.no_result_lines,
+    )
+
+
+def _parse_ops(text: str) -> tuple[str, ...]:
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    if not names:
+        raise ConfigError(f"--ops {text!r}: expected a collective name or 'all'")
+    if names == ["all"]:
+        return ALL_OPS
+    ops: list[str] = []
+    for name in names:
+        canonical = name.removesuffix("_perf")
+        if canonical not in ALL_OPS:
+            raise ConfigError(
+                f"--ops {name!r}: unknown collective, expected 'all' or {', '.join(ALL_OPS)}"
+            )
+        if canonical not in ops:
+            ops.append(canonical)
+    return tuple(ops)
+
+
+def parse_args(argv: Sequence[str]) -> BenchConfig:
+    """Parse and validate engine flags; raises ConfigError with one line."""
+    ns = build_parser().parse_args(list(argv))
+    return config_from_namespace(ns)
+
+
+def check_backend(config: BenchConfig, backend: str, *, world_size: int) -> None:
+    """Refuse what the resolved backend cannot do, before any rank starts."""
+    if config.graph and backend != "nccl":
+        raise ConfigError(
+            f"-G {config.graph}: CUDA graphs need the NCCL backend, this run uses {backend}"
+        )
+    if backend == "gloo":
+        if config.dtype.startswith("f8"):
+            raise ConfigError(
+                f"-d {config.dtype!r}: gloo has no 8-bit floats; use the NCCL backend"
+            )
+        if config.redop == "avg" and config.dtype in ("int8", "uint8", "int32", "int64"):
+            needs = [op for op in config.ops if op in REDUCING_OPS]
+            if needs:
+                raise ConfigError(
+                    f"-o avg with -d {config.dtype}: gloo averages only floating types"
+                )
+    if config.root >= world_size:
+        raise ConfigError(
+            f"-r {config.root}: expected a rank below the world size {world_size}, or -1"
+        )
+
+
+__all__ = [
+    "ALL_OPS",
+    "DTYPES",
+    "REDOPS",
+    "REDUCING_OPS",
+    "ROOTED_OPS",
+    "BenchConfig",
+    "ConfigError",
+    "build_parser",
+    "check_backend",
+    "config_from_namespace",
+    "format_size",
+    "parse_args",
+    "parse_size",
+]

@@ -1,0 +1,250 @@
+"""The collectives, called through torch.distributed on views of two preallocated buffers.
+
+One `Bound` is one collective at one size and placement: its send/receive views for every
+rotation shift, the zero-argument calls the timed loop issues back to back, and how to fill its
+inputs and check its output. Views and calls are built before timing so the loop costs only the
+collective's own call.
+
+torch.distributed has no out-of-place all_reduce, broadcast or reduce: out of place, those copy
+the send buffer into the receive buffer and then run in place. The copy is part of the timed op
+(it is what an application using torch would pay); nccl-tests' own out-of-place path has none,
+so compare in-place columns when the copy matters (large sizes on GPUs).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from nccl_k8s.bench import data
+from nccl_k8s.bench.counts import SHAPES, Counts
+
+if TYPE_CHECKING:
+    import torch
+
+Call = Callable[[], Any]
+
+
+def torch_redop(name: str) -> Any:
+    import torch.distributed as dist
+
+    return {
+        "sum": dist.ReduceOp.SUM,
+        "prod": dist.ReduceOp.PRODUCT,
+        "max": dist.ReduceOp.MAX,
+        "min": dist.ReduceOp.MIN,
+        "avg": dist.ReduceOp.AVG,
+    }[name]
+
+
+def all_gather_fn() -> Any:
+    """torch >= 2.12 names it all_gather_single and deprecates all_gather_into_tensor."""
+    import torch.distributed as dist
+
+    return getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+
+def reduce_scatter_fn() -> Any:
+    import torch.distributed as dist
+
+    return getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
+
+@dataclasses.dataclass
+class Bound:
+    """One collective bound to buffers: what the timed loop and the checker need."""
+
+    op: str
+    counts: Counts
+    in_place: bool
+    calls: list[Call]
+    """calls[i % len(calls)] is timed op i (rotating through the buffer)."""
+    send0: torch.Tensor
+    """Send view of rotation 0 (the checked op); in place, a view into the receive buffer."""
+    recv0: torch.Tensor
+    """Receive view of rotation 0."""
+
+
+class Collectives:
+    """Builds Bound ops for one rank over its send and receive buffers."""
+
+    def __init__(
+        self,
+        *,
+        rank: int,
+        nranks: int,
+        dtype: str,
+        redop: str,
+        sendbuf: torch.Tensor,
+        recvbuf: torch.Tensor,
+        group: Any = None,
+    ) -> None:
+        self.rank = rank
+        self.nranks = nranks
+        self.dtype_name = dtype
+        self.dtype = data.torch_dtype(dtype)
+        self.elt = self.dtype.itemsize
+        self.redop_name = redop
+        self.redop = torch_redop(redop)
+        self.sendbuf = sendbuf
+        self.recvbuf = recvbuf
+        self.group = group
+
+    # -- views ---------------------------------------------------------------------------
+    def _view(self, buf: torch.Tensor, byte_offset: int, nelems: int) -> torch.Tensor:
+        return buf[byte_offset : byte_offset + nelems * self.elt].view(self.dtype)
+
+    def views(
+        self, counts: Counts, shift: int, in_place: bool
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if in_place:
+            send = self._view(
+                self.recvbuf, shift + counts.send_inplace_offset * self.rank * self.elt, counts.send
+            )
+            recv = self._view(
+                self.recvbuf, shift + counts.recv_inplace_offset * self.rank * self.elt, counts.recv
+            )
+        else:
+            send = self._view(self.sendbuf, shift, counts.send)
+            recv = self._view(self.recvbuf, shift, counts.recv)
+        return send, recv
+
+    # -- calls ---------------------------------------------------------------------------
+    def call(
+        self,
+        op: str,
+        send: torch.Tensor,
+        recv: torch.Tensor,
+        counts: Counts,
+        root: int,
+        in_place: bool,
+    ) -> Call:
+        """A zero-argument callable issuing one collective (no host synchronisation)."""
+        import torch.distributed as dist
+
+        g, rank, n, redop = self.group, self.rank, self.nranks, self.redop
+        same = in_place or send.data_ptr() == recv.data_ptr()
+
+        if op == "all_reduce":
+            if same:
+                return lambda: dist.all_reduce(recv, op=redop, group=g)
+            return lambda: (recv.copy_(send), dist.all_reduce(recv, op=redop, group=g))
+        if op == "broadcast":
+            if same or rank != root:
+                return lambda: dist.broadcast(recv, src=root, group=g)
+            return lambda: (recv.copy_(send), dist.broadcast(recv, src=root, group=g))
+        if op == "reduce":
+            if same:
+                return lambda: dist.reduce(recv, dst=root, op=redop, group=g)
+            return lambda: (recv.copy_(send), dist.reduce(recv, dst=root, op=redop, group=g))
+        if op == "all_gather":
+            all_gather = all_gather_fn()
+            return lambda: all_gather(recv, send, group=g)
+        if op == "reduce_scatter":
+            reduce_scatter = reduce_scatter_fn()
+            return lambda: reduce_scatter(recv, send, op=redop, group=g)
+        if op == "alltoall":
+            return lambda: dist.all_to_all_single(recv, send, group=g)
+        if op == "sendrecv":
+            ops = [
+                dist.P2POp(dist.isend, send, (rank + 1) % n, group=g),
+                dist.P2POp(dist.irecv, recv, (rank - 1) % n, group=g),
+            ]
+
+            def sendrecv() -> None:
+                for work in dist.batch_isend_irecv(ops):
+                    work.wait()
+
+            return sendrecv
+        if op == "gather":
+            chunks = list(recv.chunk(n)) if counts.param else [recv[:0] for _ in range(n)]
+            glist = chunks if rank == root else None
+            return lambda: dist.gather(send, glist, dst=root, group=g)
+        if op == "scatter":
+            chunks = list(send.chunk(n)) if counts.param else [send[:0] for _ in range(n)]
+            slist = chunks if rank == root else None
+            return lambda: dist.scatter(recv, slist, src=root, group=g)
+        raise ValueError(f"unknown collective {op!r}")
+
+    def bind(self, op: str, counts: Counts, shifts: list[int], root: int, in_place: bool) -> Bound:
+        calls = []
+        first: tuple[torch.Tensor, torch.Tensor] | None = None
+        for shift in shifts:
+            send, recv = self.views(counts, shift, in_place)
+            first = first or (send, recv)
+            calls.append(self.call(op, send, recv, counts, root, in_place))
+        assert first is not None
+        return Bound(op, counts, in_place, calls, first[0], first[1])
+
+    # -- data ----------------------------------------------------------------------------
+    def pattern(self, op: str) -> data.Pattern:
+        return data.choose_pattern(
+            self.redop_name if SHAPES[op].reduces and op != "sendrecv" else None,
+            self.dtype_name,
+            self.nranks,
+        )
+
+    def init(self, b: Bound, root: int, rep: int) -> None:
+        """Fill inputs for a checked op; receive buffers get a sentinel out of place."""
+        p = self.pattern(b.op)
+        if not b.in_place:
+            data.fill_sentinel(b.recv0)
+        if b.op in ("broadcast", "scatter") and self.rank != root:
+            if b.in_place:
+                data.fill_sentinel(b.recv0)
+            return
+        data.fill(b.send0, p, self.rank, rep)
+
+    def expected(self, b: Bound, root: int, rep: int) -> data.ExpectedFn | None:
+        """Expected values of this rank's receive view, or None when it holds no result."""
+        p = self.pattern(b.op)
+        c = b.counts
+        dev = b.recv0.device
+        n, rank = self.nranks, self.rank
+        op = b.op
+
+        if op == "all_reduce" or (op == "reduce" and rank == root):
+            return lambda s, k: data.expected_reduced(p, self.redop_name, n, s, k, rep, dev)
+        if op == "reduce_scatter":
+            return lambda s, k: data.expected_reduced(
+                p, self.redop_name, n, rank * c.recv + s, k, rep, dev
+            )
+        if op == "broadcast":
+            return lambda s, k: data.expected_values(p, root, s, k, rep, dev)
+        if op == "scatter":
+            return lambda s, k: data.expected_values(p, root, rank * c.recv + s, k, rep, dev)
+        if op == "sendrecv":
+            return lambda s, k: data.expected_values(p, (rank - 1) % n, s, k, rep, dev)
+        if op in ("all_gather", "alltoall") or (op == "gather" and rank == root):
+            chunk = c.param
+
+            def by_chunk(s: int, k: int) -> torch.Tensor:
+                import torch
+
+                parts = []
+                pos = s
+                while pos < s + k:
+                    src, off = divmod(pos, chunk)
+                    take = min(chunk - off, s + k - pos)
+                    start = off if op != "alltoall" else rank * chunk + off
+                    parts.append(data.expected_values(p, src, start, take, rep, dev))
+                    pos += take
+                return torch.cat(parts) if parts else torch.empty(0, dtype=torch.int64, device=dev)
+
+            return by_chunk
+        return None
+
+    def check(self, b: Bound, root: int, rep: int) -> int:
+        exp = self.expected(b, root, rep)
+        if exp is None or b.recv0.numel() == 0:
+            return 0
+        ulps = (
+            float(self.nranks + 4)
+            if self.redop_name == "avg" and data.is_float(self.dtype_name)
+            else 0.0
+        )
+        return data.count_wrong(b.recv0, exp, tolerance_ulps=ulps)
+
+
+__all__ = ["Bound", "Call", "Collectives", "all_gather_fn", "reduce_scatter_fn", "torch_redop"]

@@ -1,0 +1,187 @@
+"""Output in nccl-tests' form: header, table rows, footer; and our machine-readable lines.
+
+The widths and number formats follow nccl-tests' printers so our table lines up with theirs
+(../shared/data/nccl-tests/ holds real outputs): a value gets two decimals while it fits its
+column, then one, then none, then an exponent. The result lines (prefix RESULT_PREFIX) carry the
+same numbers unrounded, for collectors that read pod logs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+#: Every machine-readable line starts with this, then one space, then one JSON object.
+RESULT_PREFIX = "NCCL_K8S_RESULT"
+#: Version of the result-line objects (field "v").
+RESULT_VERSION = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    """One placement (out-of-place or in-place) of one row."""
+
+    time_us: float
+    algbw: float
+    busbw: float
+    wrong: int | None
+    """Wrong elements summed over ranks; None where nccl-tests prints N/A (not checked)."""
+    time_us_min: float
+    time_us_max: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    op: str
+    size: int
+    count: int
+    dtype: str
+    redop: str
+    root: int
+    out: Cell
+    inp: Cell
+
+    def cells(self) -> tuple[tuple[str, Cell], tuple[str, Cell]]:
+        return (("out", self.out), ("in", self.inp))
+
+
+def float_str(value: float, width: int) -> str:
+    """nccl-tests' number format for a column of `width` characters."""
+    digits = 0
+    bound = 1
+    while value >= bound:
+        digits += 1
+        bound *= 10
+    if digits < width - 2:
+        return f"{value:{width}.2f}"
+    if digits < width - 1:
+        return f"{value:{width}.1f}"
+    if digits < width + 1:
+        return f"{value:{width}.0f}"
+    return f"{value:{width}.1e}"
+
+
+def header_lines(
+    *,
+    version_line: str,
+    program: str,
+    config_line: str,
+    device_lines: list[str],
+    notes: list[str],
+) -> list[str]:
+    lines = [version_line, f"# Collective test starting: {program}", config_line, *notes, "#"]
+    lines.append("# Using devices")
+    lines.extend(device_lines)
+    return lines
+
+
+def table_header() -> list[str]:
+    blank = ("", "", "", "", "")
+    cols = "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}"
+    first = cols.format(*blank) + "           out-of-place                       in-place          "
+    names = cols.format("size", "count", "type", "redop", "root") + (
+        "  {:>7}  {:>6}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6} ".format(
+            "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong"
+        )
+    )
+    units = cols.format("(B)", "(elements)", "", "", "") + (
+        "  {:>7}  {:>6}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6} ".format(
+            "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", ""
+        )
+    )
+    return ["#", first, names, units]
+
+
+def row_line(row: Row) -> str:
+    parts = [f"{row.size:12d}  {row.count:12d}  {row.dtype:>8}  {row.redop:>6}  {row.root:6d}"]
+    for _, cell in row.cells():
+        body = f"  {float_str(cell.time_us, 7)}  {float_str(cell.algbw, 6)}  {float_str(cell.busbw, 6)}"
+        body += f"  {cell.wrong:6d}" if cell.wrong is not None else "    N/A"
+        parts.append(body)
+    return "".join(parts)
+
+
+def footer_lines(
+    *, out_of_bounds: int, avg_busbw: float, min_busbw: float | None, program: str
+) -> list[str]:
+    verdict = "" if min_busbw is None else ("FAILED" if avg_busbw < min_busbw else "OK")
+    return [
+        f"# {'Out of bounds values':<20} : {out_of_bounds} {'FAILED' if out_of_bounds else 'OK'}",
+        f"# {'Avg bus bandwidth':<20} : {avg_busbw:g} {verdict}",
+        "#",
+        f"# Collective test concluded: {program}",
+        "#",
+    ]
+
+
+def result_line(kind: str, payload: dict[str, Any]) -> str:
+    body = {"v": RESULT_VERSION, "kind": kind, **payload}
+    return f"{RESULT_PREFIX} {json.dumps(body, separators=(',', ':'), sort_keys=False)}"
+
+
+def row_payloads(row: Row) -> list[dict[str, Any]]:
+    """One result-line object per placement of a row."""
+    out = []
+    for placement, cell in row.cells():
+        out.append(
+            {
+                "op": row.op,
+                "dtype": row.dtype,
+                "redop": row.redop,
+                "root": row.root,
+                "size": row.size,
+                "count": row.count,
+                "placement": placement,
+                "time_us": cell.time_us,
+                "algbw": cell.algbw,
+                "busbw": cell.busbw,
+                "wrong": cell.wrong,
+                "time_us_min": cell.time_us_min,
+                "time_us_max": cell.time_us_max,
+            }
+        )
+    return out
+
+
+def nccl_tests_json_row(row: Row, iters: int) -> dict[str, Any]:
+    """A row in nccl-tests' -J layout (its field names and its odd '%6i' root string)."""
+
+    def cell(c: Cell) -> dict[str, Any]:
+        return {
+            "time": c.time_us,
+            "alg_bw": c.algbw,
+            "bus_bw": c.busbw,
+            "nwrong": float(c.wrong) if c.wrong is not None else None,
+            "time_min": c.time_us_min,
+            "time_max": c.time_us_max,
+        }
+
+    return {
+        "op": row.op,
+        "size": row.size,
+        "count": row.count,
+        "type": row.dtype,
+        "redop": row.redop,
+        "root": f"{row.root:6d}",
+        "out_of_place": cell(row.out),
+        "in_place": cell(row.inp),
+        "actual_iterations": iters,
+        "experiment_name": "",
+    }
+
+
+__all__ = [
+    "RESULT_PREFIX",
+    "RESULT_VERSION",
+    "Cell",
+    "Row",
+    "float_str",
+    "footer_lines",
+    "header_lines",
+    "nccl_tests_json_row",
+    "result_line",
+    "row_line",
+    "row_payloads",
+    "table_header",
+]
