@@ -1,0 +1,88 @@
+"""The engine as a zipapp: what a stock PyTorch image needs to run `python -m nccl_k8s.bench`.
+
+The deployer ships these bytes in a ConfigMap, so no custom image is needed. The archive holds
+only `nccl_k8s/__init__.py` and the `nccl_k8s.bench` package (the engine imports nothing else of
+ours), plus a `__main__.py` so `python nccl_k8s.pyz ...` runs the engine too.
+
+Deterministic: entries sorted, fixed timestamps and modes, fixed compression level, so the same
+sources give the same bytes and `render` stays a pure function of the RunSpec.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import zipfile
+from pathlib import Path
+
+#: File name inside the ConfigMap and its mount.
+ZIPAPP_NAME = "nccl_k8s.pyz"
+
+#: Largest archive accepted. A ConfigMap holds at most 1 MiB of data, and its base64 form in the
+#: API request is a third larger again; 768 KiB keeps both under the limit.
+MAX_ZIPAPP_BYTES = 768 * 1024
+
+_EPOCH = (1980, 1, 1, 0, 0, 0)  # the earliest time a zip entry can carry
+_MAIN = b'''"""Run the nccl-k8s engine from this archive: python nccl_k8s.pyz [engine flags]."""
+import runpy
+
+runpy.run_module("nccl_k8s.bench", run_name="__main__", alter_sys=True)
+'''
+
+
+class ZipappTooLarge(RuntimeError):
+    """The engine grew past what a ConfigMap can carry; use `--engine image`."""
+
+
+def _package_root() -> Path:
+    import nccl_k8s
+
+    return Path(nccl_k8s.__file__).resolve().parent
+
+
+def engine_sources(root: Path | None = None) -> list[tuple[str, bytes]]:
+    """(archive name, content) of every file the zipapp holds, sorted by name."""
+    root = root or _package_root()
+    files: dict[str, bytes] = {"__main__.py": _MAIN}
+    files["nccl_k8s/__init__.py"] = (root / "__init__.py").read_bytes()
+    bench = root / "bench"
+    for path in bench.rglob("*"):
+        if path.is_file() and path.suffix in (".py", ".typed") and "__pycache__" not in path.parts:
+            files["nccl_k8s/" + path.relative_to(root).as_posix()] = path.read_bytes()
+    return sorted(files.items())
+
+
+def build_zipapp(root: Path | None = None) -> bytes:
+    """The engine zipapp's bytes; the same sources always give the same bytes."""
+    buf = io.BytesIO()
+    buf.write(b"#!/usr/bin/env python3\n")
+    with zipfile.ZipFile(buf, "w") as zf:
+        for name, content in engine_sources(root):
+            info = zipfile.ZipInfo(name, date_time=_EPOCH)
+            info.compress_type = zipfile.ZIP_DEFLATED
+            info.external_attr = 0o644 << 16
+            info.create_system = 3  # Unix, whatever the building machine is
+            zf.writestr(info, content, compress_type=zipfile.ZIP_DEFLATED, compresslevel=9)
+    data = buf.getvalue()
+    if len(data) > MAX_ZIPAPP_BYTES:
+        raise ZipappTooLarge(
+            f"the engine zipapp is {len(data)} bytes, over the {MAX_ZIPAPP_BYTES} a ConfigMap can "
+            "carry; deploy with --engine image"
+        )
+    return data
+
+
+@functools.lru_cache(maxsize=1)
+def engine_zipapp() -> bytes:
+    """The installed engine's zipapp, built once per process."""
+    return build_zipapp()
+
+
+__all__ = [
+    "MAX_ZIPAPP_BYTES",
+    "ZIPAPP_NAME",
+    "ZipappTooLarge",
+    "build_zipapp",
+    "engine_sources",
+    "engine_zipapp",
+]
