@@ -40,6 +40,9 @@ def _register() -> None:
     from nccl_k8s.cli import _run
 
     _run.register(app)
+    from nccl_k8s.cli import _deploy
+
+    _deploy.register(app)
 
 
 _register()
