@@ -1,0 +1,57 @@
+"""Results: the schema every run is stored in, and everything that reads it.
+
+Imports only the standard library and nccl_k8s.errors: `results` must work on a laptop without torch
+and without a cluster.
+
+- schema     the versioned results file (`load`, `dump`, `Run`, `Row`, `RunMeta`)
+- lines      the engine's `NCCL_K8S_RESULT ` lines in stdout or pod logs -> Run
+- nccltests  NVIDIA nccl-tests output (text, `-J` JSON) -> Run
+- diagnose   NCCL_DEBUG=INFO logs -> transports per rank, findings with hints
+- compare    run vs baseline per op x size x placement; the min-busbw gate
+- store      runs/<id>/results.json and run ids
+"""
+
+from nccl_k8s.results.compare import Comparison, compare, min_busbw_gate, parse_tolerance
+from nccl_k8s.results.diagnose import Diagnosis, Finding, diagnose_files, diagnose_text
+from nccl_k8s.results.lines import RESULT_PREFIX, collect_results, parse_result_lines
+from nccl_k8s.results.nccltests import import_file, import_files
+from nccl_k8s.results.schema import (
+    SCHEMA_VERSION,
+    Device,
+    Row,
+    Run,
+    RunConfig,
+    RunMeta,
+    Summary,
+    dump,
+    load,
+)
+from nccl_k8s.results.store import new_run_id, resolve, results_path
+
+__all__ = [
+    "RESULT_PREFIX",
+    "SCHEMA_VERSION",
+    "Comparison",
+    "Device",
+    "Diagnosis",
+    "Finding",
+    "Row",
+    "Run",
+    "RunConfig",
+    "RunMeta",
+    "Summary",
+    "collect_results",
+    "compare",
+    "diagnose_files",
+    "diagnose_text",
+    "dump",
+    "import_file",
+    "import_files",
+    "load",
+    "min_busbw_gate",
+    "new_run_id",
+    "parse_result_lines",
+    "parse_tolerance",
+    "resolve",
+    "results_path",
+]

@@ -1,0 +1,454 @@
+"""The results schema: the one shape every measured run takes on disk, whoever measured it.
+
+`run` and `results` write it, `import` turns nccl-tests output into it, and `compare`, `report` and the
+gates read nothing else. It is versioned (`SCHEMA_VERSION`) and documented in docs/results-schema.md;
+a reader refuses a version it does not know rather than guessing.
+
+A file is one JSON object:
+
+    {"schema": "nccl-k8s/results", "schema_version": 1,
+     "meta": {...RunMeta...}, "rows": [{...Row...}, ...],
+     "summaries": [{...Summary...}, ...], "soak": [{...}, ...]}
+
+Unknown keys are ignored on load, so a later version may add fields without breaking this reader;
+removing or changing the meaning of one needs a new version.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal, cast, get_args
+
+from nccl_k8s.errors import ResultsError
+
+SCHEMA_VERSION = 1
+SCHEMA_NAME = "nccl-k8s/results"
+
+Placement = Literal["out", "in"]
+Source = Literal["nccl-k8s", "nccl-tests"]
+PLACEMENTS: tuple[Placement, ...] = get_args(Placement)
+SOURCES: tuple[Source, ...] = get_args(Source)
+
+
+@dataclass
+class Device:
+    """One rank's GPU (or CPU process), as the header of the table lists it."""
+
+    rank: int
+    host: str | None = None
+    pid: int | None = None
+    #: Local device index (CUDA ordinal); None for CPU ranks.
+    device: int | None = None
+    #: Device name, e.g. "NVIDIA H200"; "cpu" for gloo ranks.
+    name: str | None = None
+
+
+@dataclass
+class RunConfig:
+    """What was asked for: the engine's flags (nccl-tests' letters). None where unknown."""
+
+    minbytes: int | None = None
+    maxbytes: int | None = None
+    stepbytes: int | None = None
+    stepfactor: int | None = None
+    iters: int | None = None
+    warmup: int | None = None
+    #: Checked iterations per size (nccl-tests -c); 0 = no check, so #wrong is N/A.
+    check: int | None = None
+    dtype: str | None = None
+    redop: str | None = None
+    #: -1 = all roots (nccl-tests -r).
+    root: int | None = None
+    blocking: bool | None = None
+    #: Cross-rank time combination (nccl-tests -a): 0 rank 0, 1 avg, 2 min, 3 max.
+    average: int | None = None
+    #: CUDA-graph launches per measurement (nccl-tests -G); 0 = none.
+    graph: int | None = None
+    ops: list[str] = field(default_factory=list)
+
+
+@dataclass
+class RunMeta:
+    """Where and how a run was measured."""
+
+    source: Source = "nccl-k8s"
+    run_id: str | None = None
+    #: ISO 8601 start time as the producer wrote it.
+    time: str | None = None
+    nccl_k8s: str | None = None
+    #: nccl-tests' own version when source == "nccl-tests".
+    nccl_tests: str | None = None
+    torch: str | None = None
+    #: NCCL library version, e.g. "2.28.9"; None for gloo runs or when not printed.
+    nccl: str | None = None
+    cuda: str | None = None
+    #: "nccl" or "gloo"; nccl-tests runs are always "nccl".
+    backend: str | None = None
+    world_size: int | None = None
+    nodes: int | None = None
+    gpus_per_node: int | None = None
+    gpu_model: str | None = None
+    devices: list[Device] = field(default_factory=list)
+    #: The effective NCCL_* environment of rank 0 (what NCCL read), not what the user typed.
+    env: dict[str, str] = field(default_factory=dict)
+    config: RunConfig = field(default_factory=RunConfig)
+    #: Files this run was read from (import), for the reader's benefit.
+    inputs: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Row:
+    """One cell group of the table: one op, one size, one placement."""
+
+    op: str
+    size_bytes: int
+    placement: Placement
+    time_us: float
+    algbw: float
+    busbw: float
+    dtype: str | None = None
+    redop: str | None = None
+    root: int | None = None
+    #: Elements per rank, as nccl-tests prints it.
+    count: int | None = None
+    #: Wrong elements summed over ranks; None where the table says N/A (no check, or not defined).
+    wrong: int | None = None
+    #: Fastest and slowest rank's time, when the producer reports them.
+    time_us_min: float | None = None
+    time_us_max: float | None = None
+    #: Old nccl-tests (before #wrong) printed the largest absolute error instead of a count.
+    max_error: float | None = None
+
+
+@dataclass
+class Summary:
+    """The closing lines of one op's table."""
+
+    op: str
+    out_of_bounds: int | None = None
+    avg_busbw: float | None = None
+    ok: bool | None = None
+
+
+@dataclass
+class Run:
+    meta: RunMeta = field(default_factory=RunMeta)
+    rows: list[Row] = field(default_factory=list)
+    summaries: list[Summary] = field(default_factory=list)
+    #: Soak-mode records, free-form as the engine emits them.
+    soak: list[dict[str, Any]] = field(default_factory=list)
+
+    def ops(self) -> list[str]:
+        """The ops in this run, in first-seen order."""
+        seen: dict[str, None] = {}
+        for row in self.rows:
+            seen.setdefault(row.op, None)
+        return list(seen)
+
+
+# --------------------------------------------------------------------------------------------
+# to and from plain JSON
+
+
+def _finite(x: float | None) -> float | None:
+    # JSON has no NaN/Infinity; a non-finite time means "not measured".
+    return x if x is None or math.isfinite(x) else None
+
+
+def to_dict(run: Run) -> dict[str, Any]:
+    rows = []
+    for row in run.rows:
+        d = asdict(row)
+        for k in ("time_us", "algbw", "busbw", "time_us_min", "time_us_max", "max_error"):
+            d[k] = _finite(d[k])
+        rows.append(d)
+    return {
+        "schema": SCHEMA_NAME,
+        "schema_version": SCHEMA_VERSION,
+        "meta": asdict(run.meta),
+        "rows": rows,
+        "summaries": [asdict(s) for s in run.summaries],
+        "soak": list(run.soak),
+    }
+
+
+def dumps(run: Run) -> str:
+    return json.dumps(to_dict(run), indent=1, allow_nan=False) + "\n"
+
+
+def dump(run: Run, path: str | os.PathLike[str]) -> Path:
+    """Write `run` to `path` atomically (a reader never sees half a file); returns the path."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(dumps(run))
+        os.replace(tmp, p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return p
+
+
+class _Reader:
+    """Typed access to one JSON object, naming the path of any bad field in the error."""
+
+    def __init__(self, obj: object, where: str, origin: str) -> None:
+        if not isinstance(obj, dict):
+            raise ResultsError(f"{origin}: {where} is not an object", path=origin)
+        self.d = cast(dict[str, Any], obj)
+        self.where = where
+        self.origin = origin
+
+    def _bad(self, key: str, want: str) -> ResultsError:
+        got = type(self.d[key]).__name__
+        return ResultsError(
+            f"{self.origin}: {self.where}.{key} should be {want}, not {got}", path=self.origin
+        )
+
+    def _present(self, key: str, required: bool) -> bool:
+        if key not in self.d or self.d[key] is None:
+            if required:
+                raise ResultsError(f"{self.origin}: {self.where} has no {key!r}", path=self.origin)
+            return False
+        return True
+
+    def str_(self, key: str, *, required: bool = False) -> str | None:
+        if not self._present(key, required):
+            return None
+        v = self.d[key]
+        if not isinstance(v, str):
+            raise self._bad(key, "a string")
+        return v
+
+    def int_(self, key: str, *, required: bool = False) -> int | None:
+        if not self._present(key, required):
+            return None
+        v = self.d[key]
+        if isinstance(v, bool) or not isinstance(v, int | float) or v != int(v):
+            raise self._bad(key, "an integer")
+        return int(v)
+
+    def float_(self, key: str, *, required: bool = False) -> float | None:
+        if not self._present(key, required):
+            return None
+        v = self.d[key]
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            raise self._bad(key, "a number")
+        return float(v)
+
+    def bool_(self, key: str) -> bool | None:
+        if not self._present(key, False):
+            return None
+        v = self.d[key]
+        if isinstance(v, bool):
+            return v
+        if isinstance(v, int) and v in (0, 1):
+            return bool(v)
+        raise self._bad(key, "true or false")
+
+    def list_(self, key: str) -> list[Any]:
+        if not self._present(key, False):
+            return []
+        v = self.d[key]
+        if not isinstance(v, list):
+            raise self._bad(key, "a list")
+        return v
+
+    def obj(self, key: str) -> _Reader:
+        return _Reader(self.d.get(key) or {}, f"{self.where}.{key}", self.origin)
+
+    def str_map(self, key: str) -> dict[str, str]:
+        if not self._present(key, False):
+            return {}
+        v = self.d[key]
+        if not isinstance(v, dict):
+            raise self._bad(key, "an object")
+        return {str(k): "" if x is None else str(x) for k, x in v.items()}
+
+
+def device_from(r: _Reader) -> Device:
+    return Device(
+        rank=cast(int, r.int_("rank", required=True)),
+        host=r.str_("host"),
+        pid=r.int_("pid"),
+        device=r.int_("device"),
+        name=r.str_("name"),
+    )
+
+
+def config_from(r: _Reader) -> RunConfig:
+    return RunConfig(
+        minbytes=r.int_("minbytes"),
+        maxbytes=r.int_("maxbytes"),
+        stepbytes=r.int_("stepbytes"),
+        stepfactor=r.int_("stepfactor"),
+        iters=r.int_("iters"),
+        warmup=r.int_("warmup"),
+        check=r.int_("check"),
+        dtype=r.str_("dtype"),
+        redop=r.str_("redop"),
+        root=r.int_("root"),
+        blocking=r.bool_("blocking"),
+        average=r.int_("average"),
+        graph=r.int_("graph"),
+        ops=[str(o) for o in r.list_("ops")],
+    )
+
+
+def row_from(r: _Reader, *, size_key: str = "size_bytes") -> Row:
+    placement = r.str_("placement", required=True)
+    if placement not in PLACEMENTS:
+        raise ResultsError(
+            f"{r.origin}: {r.where}.placement is {placement!r}, expected 'out' or 'in'",
+            path=r.origin,
+        )
+    return Row(
+        op=cast(str, r.str_("op", required=True)),
+        size_bytes=cast(int, r.int_(size_key, required=True)),
+        placement=placement,
+        time_us=cast(float, r.float_("time_us", required=True)),
+        algbw=cast(float, r.float_("algbw", required=True)),
+        busbw=cast(float, r.float_("busbw", required=True)),
+        dtype=r.str_("dtype"),
+        redop=r.str_("redop"),
+        root=r.int_("root"),
+        count=r.int_("count"),
+        wrong=r.int_("wrong"),
+        time_us_min=r.float_("time_us_min"),
+        time_us_max=r.float_("time_us_max"),
+        max_error=r.float_("max_error"),
+    )
+
+
+def summary_from(r: _Reader) -> Summary:
+    return Summary(
+        op=cast(str, r.str_("op", required=True)),
+        out_of_bounds=r.int_("out_of_bounds"),
+        avg_busbw=r.float_("avg_busbw"),
+        ok=r.bool_("ok"),
+    )
+
+
+def meta_from(r: _Reader) -> RunMeta:
+    source = r.str_("source") or "nccl-k8s"
+    if source not in SOURCES:
+        raise ResultsError(
+            f"{r.origin}: {r.where}.source is {source!r}, expected one of {', '.join(SOURCES)}",
+            path=r.origin,
+        )
+    return RunMeta(
+        source=source,
+        run_id=r.str_("run_id"),
+        time=r.str_("time"),
+        nccl_k8s=r.str_("nccl_k8s"),
+        nccl_tests=r.str_("nccl_tests"),
+        torch=r.str_("torch"),
+        nccl=r.str_("nccl"),
+        cuda=r.str_("cuda"),
+        backend=r.str_("backend"),
+        world_size=r.int_("world_size"),
+        nodes=r.int_("nodes"),
+        gpus_per_node=r.int_("gpus_per_node"),
+        gpu_model=r.str_("gpu_model"),
+        devices=[
+            device_from(_Reader(d, f"{r.where}.devices[{i}]", r.origin))
+            for i, d in enumerate(r.list_("devices"))
+        ],
+        env=r.str_map("env"),
+        config=config_from(r.obj("config")),
+        inputs=[str(x) for x in r.list_("inputs")],
+    )
+
+
+def from_dict(obj: object, *, origin: str = "<results>") -> Run:
+    """Validate and convert a parsed results document. Raises ResultsError naming the bad field."""
+    if not isinstance(obj, dict) or "schema_version" not in obj:
+        raise ResultsError(
+            f"{origin} is not an nccl-k8s results file (no schema_version); "
+            "nccl-tests output is read with `nccl-k8s import`",
+            path=origin,
+        )
+    version = obj["schema_version"]
+    if version != SCHEMA_VERSION:
+        raise ResultsError(
+            f"{origin} has results schema version {version!r}; this nccl-k8s reads version "
+            f"{SCHEMA_VERSION}: use the nccl-k8s release that wrote it, or upgrade",
+            path=origin,
+        )
+    top = _Reader(obj, "results", origin)
+    return Run(
+        meta=meta_from(top.obj("meta")),
+        rows=[row_from(_Reader(x, f"rows[{i}]", origin)) for i, x in enumerate(top.list_("rows"))],
+        summaries=[
+            summary_from(_Reader(x, f"summaries[{i}]", origin))
+            for i, x in enumerate(top.list_("summaries"))
+        ],
+        soak=[cast(dict[str, Any], x) for x in top.list_("soak") if isinstance(x, dict)],
+    )
+
+
+def loads(text: str, *, origin: str = "<results>") -> Run:
+    stripped = text.strip()
+    if not stripped:
+        raise ResultsError(f"{origin} is empty: not a results file", path=origin)
+    try:
+        obj = json.loads(stripped)
+    except json.JSONDecodeError as e:
+        # A decoder that runs out of input mid-document has been handed a cut-off file; one that
+        # trips earlier was handed something that is not JSON at all.
+        if stripped.startswith("{") and (not stripped.endswith("}") or e.pos >= len(stripped) - 1):
+            raise ResultsError(
+                f"{origin} is truncated (JSON ends at byte {len(stripped)} inside the document): "
+                "re-collect or re-run it",
+                path=origin,
+            ) from None
+        raise ResultsError(
+            f"{origin} is not a results file (not JSON: {e.msg} at line {e.lineno}); "
+            "nccl-tests output is read with `nccl-k8s import`",
+            path=origin,
+        ) from None
+    return from_dict(obj, origin=origin)
+
+
+def load(path: str | os.PathLike[str]) -> Run:
+    """Read a results file. Raises ResultsError (one line, exit 2) for anything unreadable."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ResultsError(f"{p}: no such results file", path=str(p)) from None
+    except IsADirectoryError:
+        raise ResultsError(f"{p} is a directory, not a results file", path=str(p)) from None
+    except UnicodeDecodeError:
+        raise ResultsError(f"{p} is not a results file (not text)", path=str(p)) from None
+    except OSError as e:
+        raise ResultsError(f"{p}: cannot read: {e.strerror}", path=str(p)) from None
+    return loads(text, origin=str(p))
+
+
+__all__ = [
+    "PLACEMENTS",
+    "SCHEMA_NAME",
+    "SCHEMA_VERSION",
+    "Device",
+    "Placement",
+    "Row",
+    "Run",
+    "RunConfig",
+    "RunMeta",
+    "Source",
+    "Summary",
+    "dump",
+    "dumps",
+    "from_dict",
+    "load",
+    "loads",
+    "to_dict",
+]

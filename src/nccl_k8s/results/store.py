@@ -1,0 +1,55 @@
+"""Where runs live on disk: `runs/<run-id>/results.json`, and how a user names one.
+
+Commands that read results (`compare`, `report`, the gates) accept either a path to a results file or a
+run id; `resolve` turns both into a path. The runs directory is `./runs` unless NCCL_K8S_RUNS_DIR says
+otherwise (tests and CI point it elsewhere).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import time
+from pathlib import Path
+
+from nccl_k8s.errors import ResultsError
+
+RESULTS_FILE = "results.json"
+#: A run id is a Kubernetes label value and a directory name: lower-case, digits, '-', '.', '_'.
+_RUN_ID = re.compile(r"^[a-z0-9]([-a-z0-9_.]{0,61}[a-z0-9])?$")
+
+
+def runs_dir() -> Path:
+    return Path(os.environ.get("NCCL_K8S_RUNS_DIR", "runs"))
+
+
+def new_run_id(prefix: str = "run") -> str:
+    """A fresh id, sortable by time and unique across concurrent callers: run-20261203-045501-3fa2."""
+    return f"{prefix}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{secrets.token_hex(2)}"
+
+
+def results_path(run_id: str, *, base: Path | None = None) -> Path:
+    return (base if base is not None else runs_dir()) / run_id / RESULTS_FILE
+
+
+def resolve(ref: str, *, base: Path | None = None) -> Path:
+    """A results file path, or a run id meaning runs/<id>/results.json."""
+    p = Path(ref)
+    if p.is_file():
+        return p
+    if p.is_dir() and (p / RESULTS_FILE).is_file():
+        return p / RESULTS_FILE
+    if _RUN_ID.match(ref):
+        candidate = results_path(ref, base=base)
+        if candidate.is_file():
+            return candidate
+        where = base if base is not None else runs_dir()
+        raise ResultsError(
+            f"{ref!r}: no such results file, and no run {ref!r} in {where}/ (expected {candidate})",
+            path=ref,
+        )
+    raise ResultsError(f"{ref}: no such results file", path=ref)
+
+
+__all__ = ["RESULTS_FILE", "new_run_id", "resolve", "results_path", "runs_dir"]
