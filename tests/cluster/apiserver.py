@@ -1,0 +1,958 @@
+"""HTTP front of the test cluster: the Kubernetes REST API over the Store, for unmodified kubectl.
+
+Standard library only (ThreadingHTTPServer, HTTP/1.1, chunked streams), so the test cluster adds no
+dependency. It serves legacy discovery (kubectl falls back to it when the aggregated form is not
+offered), the resource paths of store.RESOURCES, and answers 404 on /openapi/* so that kubectl
+with --validate=false does not need schemas. Everything with a state lives in the Store; this
+module translates HTTP to store calls and ApiError to `Status`.
+
+Watches are event-driven (they block on the store's Watch); only `logs -f` polls, because the
+kubelet's log file is the source and a file has no change notification in the standard library.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import re
+import select
+import socket
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import parse_qs, urlsplit
+
+import yaml
+from tests.cluster import errors, patch, tables
+from tests.cluster.errors import ApiError
+from tests.cluster.faults import Faults
+from tests.cluster.store import RESOURCES, ResourceInfo, Store, now_rfc3339
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+KUBE_VERSION = {
+    "major": "1",
+    "minor": "32",
+    "gitVersion": "v1.32.0-nccl-k8s-test",
+    "gitCommit": "0000000000000000000000000000000000000000",
+    "gitTreeState": "clean",
+    "buildDate": "2026-01-01T00:00:00Z",
+    "goVersion": "go1.23.0",
+    "compiler": "gc",
+    "platform": "linux/amd64",
+}
+
+LOG_POLL_S = 0.1  # how often `logs -f` looks for new bytes in the kubelet's file
+IDLE_CHECK_S = 1.0  # how often an idle watch checks whether its client hung up
+
+
+class LogSource(Protocol):
+    """What the API server needs from the kubelet to serve pods/log (INTERFACE.md)."""
+
+    def log_path(
+        self, namespace: str, pod: str, container: str, *, previous: bool = False
+    ) -> Path | None: ...
+
+    def is_running(self, namespace: str, pod: str, container: str) -> bool: ...
+
+
+class _Route:
+    """A parsed resource URL: /api/v1/namespaces/{ns}/{plural}/{name}/{sub}."""
+
+    def __init__(
+        self, ri: ResourceInfo, namespace: str | None, name: str | None, sub: str | None
+    ) -> None:
+        self.ri = ri
+        self.namespace = namespace
+        self.name = name
+        self.sub = sub
+
+
+def _groups() -> dict[str, str]:
+    """group -> version for every API group we serve ("" is core)."""
+    return {ri.group: ri.version for ri in RESOURCES.values()}
+
+
+def _parse_route(path: str) -> _Route | None:
+    parts = [p for p in path.split("/") if p]
+    if len(parts) >= 2 and parts[0] == "api" and parts[1] == "v1":
+        group, rest = "", parts[2:]
+    elif len(parts) >= 3 and parts[0] == "apis" and _groups().get(parts[1]) == parts[2]:
+        group, rest = parts[1], parts[3:]
+    else:
+        return None
+    if not rest:
+        return None
+    namespace = None
+    if rest[0] == "namespaces" and len(rest) >= 3:
+        maybe = RESOURCES.get(rest[2])
+        if maybe is not None and maybe.namespaced:
+            namespace, rest = rest[1], rest[2:]
+    ri = RESOURCES.get(rest[0])
+    if ri is None or ri.group != group or len(rest) > 3:
+        raise ApiError(404, "NotFound", "the server could not find the requested resource")
+    name = rest[1] if len(rest) >= 2 else None
+    sub = rest[2] if len(rest) >= 3 else None
+    if sub is not None and sub not in ri.subresources:
+        raise ApiError(404, "NotFound", "the server could not find the requested resource")
+    return _Route(ri, namespace, name, sub)
+
+
+def _discovery(group: str, version: str) -> Obj:
+    resources = []
+    for ri in RESOURCES.values():
+        if ri.group != group or ri.version != version:
+            continue
+        entry: Obj = {
+            "name": ri.plural,
+            "singularName": ri.singular,
+            "namespaced": ri.namespaced,
+            "kind": ri.kind,
+            "verbs": list(ri.verbs),
+        }
+        if ri.short_names:
+            entry["shortNames"] = list(ri.short_names)
+        if ri.plural in ("pods", "jobs", "statefulsets", "services"):
+            entry["categories"] = ["all"]
+        resources.append(entry)
+        for sub in ri.subresources:
+            resources.append(
+                {
+                    "name": f"{ri.plural}/{sub}",
+                    "singularName": "",
+                    "namespaced": ri.namespaced,
+                    "kind": "Pod" if sub == "log" else ri.kind,
+                    "verbs": ["get"] if sub == "log" else ["get", "patch", "update"],
+                }
+            )
+    return {
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": f"{group}/{version}" if group else version,
+        "resources": resources,
+    }
+
+
+def _group_list() -> Obj:
+    groups = []
+    for group, version in sorted(_groups().items()):
+        if not group:
+            continue
+        gv = {"groupVersion": f"{group}/{version}", "version": version}
+        groups.append({"name": group, "versions": [gv], "preferredVersion": gv})
+    return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
+
+
+def _bool(q: dict[str, str], key: str) -> bool:
+    return q.get(key, "").lower() in ("1", "true", "yes")
+
+
+def _int(q: dict[str, str], key: str) -> int | None:
+    raw = q.get(key)
+    if raw in (None, ""):
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise errors.bad_request(f"invalid {key}: {raw!r}") from None
+
+
+class APIServer:
+    """The HTTP API server. `start()` binds 127.0.0.1 on a free port; `url` is then valid."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        logs: LogSource | None = None,
+        faults: Faults | None = None,
+    ) -> None:
+        self.store = store
+        self.logs = logs
+        self.faults = faults or Faults()
+        self._host = host
+        self._port = port
+        self._httpd: _Server | None = None
+        self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+        self.requests = 0  # served request count, handy when a test wants to see traffic
+
+    @property
+    def url(self) -> str:
+        if self._httpd is None:
+            raise RuntimeError("APIServer is not started")
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> None:
+        self._httpd = _Server((self._host, self._port), _Handler)
+        self._httpd.api = self
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever,
+            kwargs={"poll_interval": 0.2},
+            name="apiserver",
+            daemon=True,
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop accepting, end every watch and log stream, close idle keep-alive connections."""
+        self._stopping.set()
+        if self._httpd is None:
+            return
+        self._httpd.shutdown()
+        self._httpd.close_all()
+        self._httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._httpd = None
+
+    # ---- request handling (called from handler threads) ------------------------------------
+
+    def handle(self, h: _Handler, method: str) -> None:
+        url = urlsplit(h.path)
+        path = "/" + url.path.strip("/")
+        q = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
+        body = h.read_body()
+        self.requests += 1
+        try:
+            fault = self.faults.take(method, path)
+            if fault is not None:
+                raise fault
+            self._dispatch(h, method, path, q, body)
+        except ApiError as e:
+            h.send_json(e.code, e.status())
+        except (BrokenPipeError, ConnectionResetError):
+            h.close_connection = True
+        except Exception as e:
+            log.exception("apiserver: %s %s failed", method, h.path)
+            h.send_json(500, ApiError(500, "InternalError", f"{type(e).__name__}: {e}").status())
+
+    def _dispatch(
+        self, h: _Handler, method: str, path: str, q: dict[str, str], body: bytes
+    ) -> None:
+        if method == "GET":
+            static = self._static(path)
+            if static is not None:
+                h.send_json(200, static)
+                return
+        if path.startswith("/openapi") or path.startswith("/swagger"):
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        route = _parse_route(path)
+        if route is None:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        ri = route.ri
+        if ri.namespaced and route.name is not None and route.namespace is None:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        if method == "GET":
+            if route.sub == "log":
+                self._logs(h, route, q)
+            elif route.name is None:
+                if _bool(q, "watch"):
+                    self._watch(h, route, q)
+                else:
+                    self._list(h, route, q)
+            else:
+                self._send_obj(h, 200, self.store.get(ri.plural, route.namespace, route.name))
+        elif method == "POST":
+            if route.name is not None:
+                raise errors.method_not_allowed(f"POST is not supported on {path}")
+            self._create(h, route, q, body)
+        elif method == "PUT":
+            if route.name is None:
+                raise errors.method_not_allowed("PUT needs an object name in the path")
+            self._update(h, route, q, body)
+        elif method == "PATCH":
+            if route.name is None:
+                raise errors.method_not_allowed("PATCH needs an object name in the path")
+            self._patch(h, route, q, body)
+        elif method == "DELETE":
+            if route.name is None:
+                self._delete_collection(h, route, q, body)
+            else:
+                self._delete(h, route, q, body)
+        else:
+            raise errors.method_not_allowed(f"method {method} not allowed")
+
+    def _static(self, path: str) -> Obj | None:
+        if path == "/version":
+            return KUBE_VERSION
+        if path == "/api":
+            host, port = self.url.removeprefix("http://").split(":")
+            return {
+                "kind": "APIVersions",
+                "versions": ["v1"],
+                "serverAddressByClientCIDRs": [
+                    {"clientCIDR": "0.0.0.0/0", "serverAddress": f"{host}:{port}"}
+                ],
+            }
+        if path == "/apis":
+            return _group_list()
+        if path == "/api/v1":
+            return _discovery("", "v1")
+        m = re.fullmatch(r"/apis/([^/]+)(?:/([^/]+))?", path)
+        if m:
+            versions = _groups()
+            group, version = m.group(1), m.group(2)
+            if group not in versions or not group:
+                return None
+            if version is None:
+                gv = {"groupVersion": f"{group}/{versions[group]}", "version": versions[group]}
+                return {
+                    "kind": "APIGroup",
+                    "apiVersion": "v1",
+                    "name": group,
+                    "versions": [gv],
+                    "preferredVersion": gv,
+                }
+            if version == versions[group]:
+                return _discovery(group, version)
+        if path in ("/healthz", "/livez", "/readyz"):
+            return {"status": "ok"}
+        return None
+
+    # ---- verbs -----------------------------------------------------------------------------
+
+    def _send_obj(self, h: _Handler, code: int, obj: Obj) -> None:
+        if tables.wants_table(h.headers.get("Accept", "")):
+            h.send_json(code, tables.table([obj], obj.get("metadata", {}).get("resourceVersion")))
+        else:
+            h.send_json(code, obj)
+
+    def _list(self, h: _Handler, route: _Route, q: dict[str, str]) -> None:
+        ri = route.ri
+        items, rv = self.store.list(
+            ri.plural,
+            route.namespace,
+            label_selector=q.get("labelSelector") or None,
+            field_selector=q.get("fieldSelector") or None,
+        )
+        meta: Obj = {"resourceVersion": rv}
+        limit = _int(q, "limit")
+        token = q.get("continue")
+        if token:
+            try:
+                start = json.loads(base64.urlsafe_b64decode(token.encode()))["start"]
+            except (ValueError, KeyError, TypeError):
+                raise errors.bad_request("invalid continue token") from None
+            items = [i for i in items if _sort_key(i) > tuple(start)]
+        if limit and len(items) > limit:
+            last = _sort_key(items[limit - 1])
+            items = items[:limit]
+            meta["continue"] = base64.urlsafe_b64encode(
+                json.dumps({"start": list(last), "rv": rv}).encode()
+            ).decode()
+            meta["remainingItemCount"] = 0
+        if tables.wants_table(h.headers.get("Accept", "")):
+            h.send_json(200, tables.table(items, rv, meta.get("continue"), ri.kind))
+            return
+        h.send_json(
+            200,
+            {
+                "kind": f"{ri.kind}List",
+                "apiVersion": ri.api_version,
+                "metadata": meta,
+                "items": items,
+            },
+        )
+
+    def _watch(self, h: _Handler, route: _Route, q: dict[str, str]) -> None:
+        ri = route.ri
+        rv = q.get("resourceVersion", "")
+        labels = q.get("labelSelector") or None
+        fields = q.get("fieldSelector") or None
+        timeout = _int(q, "timeoutSeconds")
+        deadline = time.monotonic() + timeout if timeout else None
+        initial: list[Obj] = []
+        send_initial = _bool(q, "sendInitialEvents")
+        try:
+            if rv in ("", "0") or send_initial:
+                # Unset or "0": the current state as ADDED events first, then changes.
+                initial, list_rv = self.store.list(ri.plural, route.namespace, labels, fields)
+                w = self.store.watch(ri.plural, route.namespace, list_rv, labels, fields)
+            else:
+                w = self.store.watch(ri.plural, route.namespace, rv, labels, fields)
+        except ApiError as e:
+            if e.code != 410:
+                raise
+            h.start_stream("application/json")
+            h.write_chunk(_event("ERROR", e.status()))
+            h.end_stream()
+            return
+        table = tables.wants_table(h.headers.get("Accept", ""))
+        try:
+            h.start_stream("application/json")
+            for obj in initial:
+                h.write_chunk(
+                    _event("ADDED", tables.table([obj], None, None, ri.kind) if table else obj)
+                )
+            if send_initial:
+                mark = {
+                    "kind": ri.kind,
+                    "apiVersion": ri.api_version,
+                    "metadata": {
+                        "resourceVersion": self.store.resource_version,
+                        "annotations": {"k8s.io/initial-events-end": "true"},
+                    },
+                }
+                h.write_chunk(_event("BOOKMARK", mark))
+            while not self._stopping.is_set():
+                wait = IDLE_CHECK_S
+                if deadline is not None:
+                    wait = min(wait, deadline - time.monotonic())
+                    if wait <= 0:
+                        break
+                item = w.next(timeout=wait)
+                if item is None:
+                    if w.closed or h.client_gone():
+                        break
+                    continue
+                etype, obj = item
+                h.write_chunk(
+                    _event(etype, tables.table([obj], None, None, ri.kind) if table else obj)
+                )
+            h.end_stream()
+        finally:
+            w.close()
+
+    def _body(self, h: _Handler, body: bytes) -> Obj:
+        if not body:
+            raise errors.bad_request("the request body is empty")
+        ctype = h.headers.get("Content-Type", "application/json").split(";")[0].strip()
+        try:
+            if "yaml" in ctype:
+                obj = yaml.safe_load(body.decode())
+            else:
+                obj = json.loads(body)
+        except (ValueError, yaml.YAMLError) as e:
+            raise errors.bad_request(f"the request body is not valid: {e}") from None
+        return obj  # type: ignore[no-any-return]
+
+    def _check_target(self, route: _Route, obj: Any) -> Obj:
+        ri = route.ri
+        if not isinstance(obj, dict):
+            raise errors.bad_request("the request body must be an object")
+        kind = obj.get("kind")
+        if kind and kind != ri.kind:
+            raise errors.bad_request(
+                f"the kind {kind!r} of the body does not match the resource {ri.plural!r}"
+            )
+        meta = obj.setdefault("metadata", {})
+        if not isinstance(meta, dict):
+            raise errors.bad_request("metadata must be an object")
+        if ri.namespaced:
+            ns = meta.get("namespace")
+            if ns and route.namespace and ns != route.namespace:
+                raise errors.bad_request(
+                    "the namespace of the provided object does not match the namespace sent "
+                    "on the request"
+                )
+            meta["namespace"] = route.namespace or ns or "default"
+        if route.name is not None:
+            name = meta.get("name")
+            if name and name != route.name:
+                raise errors.bad_request(
+                    "the name of the object "
+                    f"({name}) does not match the name on the URL ({route.name})"
+                )
+            meta["name"] = route.name
+        return obj
+
+    def _create(self, h: _Handler, route: _Route, q: dict[str, str], body: bytes) -> None:
+        if route.ri.namespaced and route.namespace is None:
+            raise errors.method_not_allowed(
+                f"create {route.ri.plural} needs a namespace in the path"
+            )
+        obj = self._check_target(route, self._body(h, body))
+        obj.get("metadata", {}).pop("managedFields", None)
+        manager = q.get("fieldManager", "")
+        patch.record_update(None, obj, manager=manager, api_version=route.ri.api_version)
+        if q.get("dryRun"):
+            self._send_obj(h, 201, obj)
+            return
+        self._send_obj(h, 201, self.store.create(route.ri.plural, obj))
+
+    def _update(self, h: _Handler, route: _Route, q: dict[str, str], body: bytes) -> None:
+        ri = route.ri
+        obj = self._check_target(route, self._body(h, body))
+        manager = q.get("fieldManager", "")
+        assert route.name is not None
+        if route.sub == "status":
+            out = self.store.update(ri.plural, obj, subresource="status")
+        else:
+            sub_status = "status" in ri.subresources
+
+            def replace(current: Obj) -> None:
+                rv = obj["metadata"].get("resourceVersion")
+                if rv and rv != current["metadata"]["resourceVersion"]:
+                    raise errors.conflict(
+                        ri.plural,
+                        route.name or "",
+                        "the object has been modified; please apply your changes to the "
+                        "latest version and try again",
+                        ri.group,
+                    )
+                new = dict(obj)
+                if sub_status:
+                    new["status"] = current.get("status", {})
+                if "managedFields" not in new["metadata"]:
+                    mf = current["metadata"].get("managedFields")
+                    if mf:
+                        new["metadata"]["managedFields"] = mf
+                patch.record_update(current, new, manager=manager, api_version=ri.api_version)
+                current.clear()
+                current.update(new)
+
+            out = self.store.mutate(ri.plural, route.namespace, route.name, replace)
+        self._send_obj(h, 200, out)
+
+    def _patch(self, h: _Handler, route: _Route, q: dict[str, str], body: bytes) -> None:
+        ri = route.ri
+        assert route.name is not None
+        ctype = h.headers.get("Content-Type", "").split(";")[0].strip()
+        if not body:
+            raise errors.bad_request("the patch body is empty")
+        manager = q.get("fieldManager", "")
+        if ctype == "application/apply-patch+yaml":
+            self._apply(h, route, q, body)
+            return
+        try:
+            doc = json.loads(body)
+        except ValueError:
+            try:
+                doc = yaml.safe_load(body.decode())
+            except yaml.YAMLError as e:
+                raise errors.bad_request(f"the patch is not valid JSON: {e}") from None
+        apply_fn: Callable[[Obj], Any]
+        if ctype == "application/merge-patch+json":
+
+            def apply_fn(cur: Obj) -> Any:
+                return patch.merge_patch(cur, doc)
+
+        elif ctype == "application/strategic-merge-patch+json":
+
+            def apply_fn(cur: Obj) -> Any:
+                return patch.strategic_merge(cur, doc)
+
+        elif ctype == "application/json-patch+json":
+
+            def apply_fn(cur: Obj) -> Any:
+                return patch.json_patch(cur, doc)
+
+        else:
+            raise ApiError(
+                415, "UnsupportedMediaType", f"the media type {ctype!r} is not supported for PATCH"
+            )
+        status_only = route.sub == "status"
+
+        def mutate(current: Obj) -> None:
+            new = apply_fn(current)
+            if not isinstance(new, dict):
+                raise errors.bad_request("the patch did not produce an object")
+            rv = (new.get("metadata") or {}).get("resourceVersion")
+            if rv and rv != current["metadata"]["resourceVersion"]:
+                raise errors.conflict(
+                    ri.plural,
+                    route.name or "",
+                    "the object has been modified; please apply your changes to the latest "
+                    "version and try again",
+                    ri.group,
+                )
+            if not status_only and "status" in ri.subresources:
+                new["status"] = current.get("status", {})
+            patch.record_update(current, new, manager=manager, api_version=ri.api_version)
+            current.clear()
+            current.update(new)
+
+        out = self.store.mutate(
+            ri.plural,
+            route.namespace,
+            route.name,
+            mutate,
+            subresource="status" if status_only else None,
+        )
+        self._send_obj(h, 200, out)
+
+    def _apply(self, h: _Handler, route: _Route, q: dict[str, str], body: bytes) -> None:
+        ri = route.ri
+        assert route.name is not None
+        config = self._check_target(route, self._body_yaml(body))
+        manager = q.get("fieldManager", "")
+        force = _bool(q, "force")
+        if not manager:
+            raise errors.bad_request(
+                "PATCH with application/apply-patch+yaml requires the fieldManager parameter"
+            )
+        for _attempt in range(3):
+            try:
+                current = self.store.get(ri.plural, route.namespace, route.name)
+            except ApiError as e:
+                if e.code != 404:
+                    raise
+                new = patch.server_side_apply(
+                    None, config, manager=manager, force=force, api_version=ri.api_version
+                )
+                new.setdefault("apiVersion", ri.api_version)
+                new.setdefault("kind", ri.kind)
+                try:
+                    self._send_obj(h, 201, self.store.create(ri.plural, new))
+                    return
+                except ApiError as again:
+                    if again.reason != "AlreadyExists":
+                        raise
+                    continue
+
+            def mutate(cur: Obj) -> None:
+                new = patch.server_side_apply(
+                    cur, config, manager=manager, force=force, api_version=ri.api_version
+                )
+                if route.sub != "status" and "status" in ri.subresources:
+                    new["status"] = cur.get("status", {})
+                cur.clear()
+                cur.update(new)
+
+            self._send_obj(
+                h,
+                200,
+                self.store.mutate(
+                    ri.plural,
+                    route.namespace,
+                    route.name,
+                    mutate,
+                    subresource="status" if route.sub == "status" else None,
+                ),
+            )
+            return
+        raise ApiError(409, "Conflict", "apply raced with concurrent creates; try again")
+
+    @staticmethod
+    def _body_yaml(body: bytes) -> Any:
+        try:
+            return yaml.safe_load(body.decode())
+        except yaml.YAMLError as e:
+            raise errors.bad_request(f"the apply configuration is not valid YAML: {e}") from None
+
+    def _delete_options(
+        self, h: _Handler, q: dict[str, str], body: bytes
+    ) -> tuple[str, int | None]:
+        opts: Obj = {}
+        if body:
+            try:
+                opts = json.loads(body) or {}
+            except ValueError:
+                raise errors.bad_request("DeleteOptions body is not valid JSON") from None
+        propagation = q.get("propagationPolicy") or opts.get("propagationPolicy") or "Background"
+        if opts.get("orphanDependents") is True or q.get("orphanDependents") == "true":
+            propagation = "Orphan"
+        grace = _int(q, "gracePeriodSeconds")
+        if grace is None and opts.get("gracePeriodSeconds") is not None:
+            grace = int(opts["gracePeriodSeconds"])
+        return propagation, grace
+
+    def _delete(self, h: _Handler, route: _Route, q: dict[str, str], body: bytes) -> None:
+        ri = route.ri
+        assert route.name is not None
+        propagation, grace = self._delete_options(h, q, body)
+        out = self.store.delete(
+            ri.plural, route.namespace, route.name, propagation=propagation, grace_period_s=grace
+        )
+        if out["metadata"].get("deletionTimestamp") and ri.plural == "pods":
+            self._send_obj(h, 200, out)
+            return
+        if ri.plural in ("pods", "namespaces"):
+            self._send_obj(h, 200, out)
+            return
+        h.send_json(
+            200,
+            {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "metadata": {},
+                "status": "Success",
+                "details": {
+                    "name": route.name,
+                    "group": ri.group,
+                    "kind": ri.plural,
+                    "uid": out["metadata"].get("uid"),
+                },
+            },
+        )
+
+    def _delete_collection(
+        self, h: _Handler, route: _Route, q: dict[str, str], body: bytes
+    ) -> None:
+        ri = route.ri
+        propagation, grace = self._delete_options(h, q, body)
+        items, rv = self.store.list(
+            ri.plural,
+            route.namespace,
+            label_selector=q.get("labelSelector") or None,
+            field_selector=q.get("fieldSelector") or None,
+        )
+        out = []
+        for item in items:
+            meta = item["metadata"]
+            try:
+                out.append(
+                    self.store.delete(
+                        ri.plural,
+                        meta.get("namespace"),
+                        meta["name"],
+                        propagation=propagation,
+                        grace_period_s=grace,
+                    )
+                )
+            except ApiError as e:
+                if e.code != 404:
+                    raise
+        h.send_json(
+            200,
+            {
+                "kind": f"{ri.kind}List",
+                "apiVersion": ri.api_version,
+                "metadata": {"resourceVersion": self.store.resource_version},
+                "items": out,
+            },
+        )
+
+    # ---- logs ------------------------------------------------------------------------------
+
+    def _logs(self, h: _Handler, route: _Route, q: dict[str, str]) -> None:
+        assert route.name is not None and route.namespace is not None
+        ns, name = route.namespace, route.name
+        pod = self.store.get("pods", ns, name)
+        spec = pod.get("spec", {})
+        names = [c["name"] for c in spec.get("containers", [])]
+        all_names = names + [c["name"] for c in spec.get("initContainers", []) or []]
+        container = q.get("container") or ""
+        if not container:
+            default = (pod["metadata"].get("annotations") or {}).get(
+                "kubectl.kubernetes.io/default-container"
+            )
+            if default in names:
+                container = default
+            elif len(names) == 1:
+                container = names[0]
+            else:
+                raise errors.bad_request(
+                    f"a container name must be specified for pod {name}, choose one of: "
+                    f"[{' '.join(names)}]"
+                )
+        if container not in all_names:
+            raise errors.bad_request(f"container {container} is not valid for pod {name}")
+        previous = _bool(q, "previous")
+        follow = _bool(q, "follow") and not previous
+        timestamps = _bool(q, "timestamps")
+        tail = _int(q, "tailLines")
+        limit_bytes = _int(q, "limitBytes")
+        path = self.logs.log_path(ns, name, container, previous=previous) if self.logs else None
+        if path is None or not Path(path).exists():
+            if previous:
+                raise errors.bad_request(
+                    f'previous terminated container "{container}" in pod "{name}" not found'
+                )
+            reason = "ContainerCreating"
+            for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+                if cs.get("name") == container:
+                    reason = ((cs.get("state") or {}).get("waiting") or {}).get("reason", reason)
+            raise errors.bad_request(
+                f'container "{container}" in pod "{name}" is waiting to start: {reason}'
+            )
+        with open(path, "rb") as f:
+            data = f.read()
+            if tail is not None:
+                lines = data.splitlines(keepends=True)
+                data = b"".join(lines[-tail:]) if tail > 0 else b""
+            stamper = _Stamper(timestamps)
+            first = stamper.feed(data)
+            if limit_bytes is not None:
+                first = first[:limit_bytes]
+            if not follow:
+                h.send_bytes(200, "text/plain", first + stamper.flush())
+                return
+            h.start_stream("text/plain")
+            if first:
+                h.write_chunk(first)
+            while not self._stopping.is_set():
+                running = self.logs.is_running(ns, name, container) if self.logs else False
+                more = f.read()
+                if more:
+                    h.write_chunk(stamper.feed(more))
+                    continue
+                if not running:
+                    break
+                if h.client_gone():
+                    return
+                self._stopping.wait(LOG_POLL_S)
+            rest = stamper.flush()
+            if rest:
+                h.write_chunk(rest)
+            h.end_stream()
+
+
+class _Stamper:
+    """Prefixes complete lines with an RFC3339Nano time when `timestamps` is asked for.
+
+    The kubelet's files hold raw output, so the time is when the API server read the line: close
+    enough for following, and exact ordering is what users rely on.
+    """
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self._partial = b""
+
+    def feed(self, data: bytes) -> bytes:
+        if not self.enabled:
+            return data
+        data = self._partial + data
+        lines = data.split(b"\n")
+        self._partial = lines.pop()
+        return b"".join(self._stamp(line) + b"\n" for line in lines)
+
+    def flush(self) -> bytes:
+        if not self.enabled or not self._partial:
+            return b""
+        out, self._partial = self._stamp(self._partial), b""
+        return out
+
+    @staticmethod
+    def _stamp(line: bytes) -> bytes:
+        t = time.time()
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1e9):09d}Z"
+        return stamp.encode() + b" " + line
+
+
+def _sort_key(obj: Obj) -> tuple[str, str]:
+    meta = obj.get("metadata", {})
+    return (meta.get("namespace", ""), meta.get("name", ""))
+
+
+def _event(etype: str, obj: Obj) -> bytes:
+    return json.dumps({"type": etype, "object": obj}, separators=(",", ":")).encode() + b"\n"
+
+
+class _Server(ThreadingHTTPServer):
+    """Tracks open connections so stop() can end keep-alive and streaming ones at once."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+    api: APIServer
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._conns: set[socket.socket] = set()
+        self._conns_lock = threading.Lock()
+        super().__init__(*args, **kwargs)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._conns_lock:
+            self._conns.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._conns_lock:
+            self._conns.discard(request)
+        super().shutdown_request(request)
+
+    def close_all(self) -> None:
+        with self._conns_lock:
+            conns = list(self._conns)
+        for c in conns:
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+    server_version = "nccl-k8s-test-apiserver"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("apiserver: " + format, *args)
+
+    def read_body(self) -> bytes:
+        length = int(self.headers.get("Content-Length") or 0)
+        if length:
+            return self.rfile.read(length)
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            out = b""
+            while True:
+                size = int(self.rfile.readline().strip().split(b";")[0], 16)
+                if size == 0:
+                    self.rfile.readline()
+                    return out
+                out += self.rfile.read(size)
+                self.rfile.readline()
+        return b""
+
+    def send_json(self, code: int, obj: Any) -> None:
+        self.send_bytes(code, "application/json", json.dumps(obj).encode())
+
+    def send_bytes(self, code: int, ctype: str, data: bytes) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Cache-Control", "no-cache, private")
+        self.end_headers()
+        self.wfile.write(data)
+
+    def start_stream(self, ctype: str) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("Cache-Control", "no-cache, private")
+        self.end_headers()
+        self.wfile.flush()
+
+    def write_chunk(self, data: bytes) -> None:
+        if not data:
+            return
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
+
+    def end_stream(self) -> None:
+        try:
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except OSError:
+            self.close_connection = True
+
+    def client_gone(self) -> bool:
+        """True when the peer closed its end (a readable socket with nothing to read)."""
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            if not readable:
+                return False
+            return self.connection.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
+
+    def _do(self, method: str) -> None:
+        self.server.api.handle(self, method)
+
+    def do_GET(self) -> None:
+        self._do("GET")
+
+    def do_POST(self) -> None:
+        self._do("POST")
+
+    def do_PUT(self) -> None:
+        self._do("PUT")
+
+    def do_PATCH(self) -> None:
+        self._do("PATCH")
+
+    def do_DELETE(self) -> None:
+        self._do("DELETE")
+
+
+__all__ = ["APIServer", "LogSource", "now_rfc3339"]

@@ -1,0 +1,36 @@
+"""The kubeconfig a test cluster hands to kubectl and the product's client: plain http, no auth.
+
+Written atomically (temp file + rename) because a test may start kubectl the moment the cluster
+says it is ready, and a half-written file would read as "no configuration".
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import yaml
+
+
+def kubeconfig_dict(url: str, *, name: str, namespace: str = "default") -> dict[str, object]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": name, "cluster": {"server": url}}],
+        "users": [{"name": name, "user": {}}],
+        "contexts": [
+            {"name": name, "context": {"cluster": name, "user": name, "namespace": namespace}}
+        ],
+        "current-context": name,
+        "preferences": {},
+    }
+
+
+def write_kubeconfig(path: Path, url: str, *, name: str) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(yaml.safe_dump(kubeconfig_dict(url, name=name), sort_keys=False))
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, path)
+    return path
