@@ -43,6 +43,9 @@ def _register() -> None:
     from nccl_k8s.cli import _deploy
 
     _deploy.register(app)
+    from nccl_k8s.cli import _results
+
+    _results.register(app)
 
 
 _register()

@@ -164,6 +164,22 @@ def compare(
     return result
 
 
+def parse_metric(text: str) -> Metric:
+    for m in METRICS:
+        if text.strip().lower() == m:
+            return m
+    raise UsageError(f"--metric {text!r}: expected busbw or time", key="metric")
+
+
+def human_size(n: int) -> str:
+    """Bytes as nccl-tests' flags write them: 8, 64K, 1M, 8G (binary), exact or with a decimal."""
+    for unit, scale in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= scale:
+            q = n / scale
+            return f"{q:g}{unit}" if q == int(q) else f"{q:.1f}{unit}"
+    return str(n)
+
+
 def parse_tolerance(text: str) -> float:
     """'5%', '5 %', '0.05' -> 0.05. A bare number above 1 is taken as percent ('5' -> 0.05)."""
     s = text.strip()
@@ -219,6 +235,8 @@ __all__ = [
     "Metric",
     "RowComparison",
     "compare",
+    "human_size",
     "min_busbw_gate",
+    "parse_metric",
     "parse_tolerance",
 ]

@@ -324,6 +324,12 @@ def parse_json(obj: object, *, origin: str = "<nccl-tests.json>") -> Run:
         raise ResultsError(f"{origin} is not nccl-tests -J output (no 'results' list)", path=origin)
     d = cast(dict[str, Any], obj)
     meta = RunMeta(source="nccl-tests", backend="nccl", inputs=[origin])
+    # Our engine's --json uses the same layout, with a generator field, `op` per row and `ops`.
+    generator = d.get("generator")
+    if isinstance(generator, str) and generator.startswith("nccl-k8s"):
+        meta.source = "nccl-k8s"
+        meta.nccl_k8s = generator.split()[-1]
+        meta.backend = _opt_str(d.get("config", {}).get("backend")) or meta.backend
     meta.time = str(d["start_time"]) if d.get("start_time") else None
     code = d.get("nccl_version")
     if isinstance(code, int):
@@ -378,7 +384,7 @@ def parse_json(obj: object, *, origin: str = "<nccl-tests.json>") -> Run:
             wrong = int(nwrong) if isinstance(nwrong, int | float) and nwrong >= 0 else None
             run.rows.append(
                 Row(
-                    op=op,
+                    op=_opt_str(res.get("op")) or op,
                     size_bytes=res["size"],
                     placement=cast(Placement, placement),
                     time_us=_f(cell.get("time"), f"results[{i}].{key}.time", origin),
@@ -389,22 +395,41 @@ def parse_json(obj: object, *, origin: str = "<nccl-tests.json>") -> Run:
                     root=root,
                     count=_opt_int(res.get("count")),
                     wrong=wrong,
+                    time_us_min=_opt_float(cell.get("time_min")),
+                    time_us_max=_opt_float(cell.get("time_max")),
                 )
             )
     if not run.rows:
         raise ResultsError(f"{origin}: nccl-tests JSON holds no results", path=origin)
+    per_op = d.get("ops")
+    if isinstance(per_op, list) and per_op:
+        for entry in per_op:
+            if isinstance(entry, dict) and isinstance(entry.get("op"), str):
+                run.summaries.append(_json_summary(entry["op"], entry))
+        run.meta.config.ops = run.ops()
+        return run
+    run.summaries.append(_json_summary(op, d))
+    first = run.rows[0]
+    cfg.dtype, cfg.redop, cfg.root = first.dtype, first.redop, first.root
+    return run
+
+
+def _json_summary(op: str, d: dict[str, Any]) -> Summary:
     summary = Summary(op=op)
     oob = d.get("out_of_bounds")
     if isinstance(oob, dict):
         summary.out_of_bounds = _opt_int(oob.get("count"))
         summary.ok = _opt_bool(oob.get("okay"))
     avg = d.get("average_bus_bandwidth")
-    if isinstance(avg, dict) and isinstance(avg.get("bandwidth"), int | float):
-        summary.avg_busbw = float(avg["bandwidth"])
-    run.summaries.append(summary)
-    first = run.rows[0]
-    cfg.dtype, cfg.redop, cfg.root = first.dtype, first.redop, first.root
-    return run
+    if isinstance(avg, dict):
+        summary.avg_busbw = _opt_float(avg.get("bandwidth"))
+    return summary
+
+
+def _opt_float(x: object) -> float | None:
+    if isinstance(x, bool) or not isinstance(x, int | float):
+        return None
+    return float(x)
 
 
 def _opt_int(x: object) -> int | None:

@@ -24,8 +24,8 @@ def runs_dir() -> Path:
     return Path(os.environ.get("NCCL_K8S_RUNS_DIR", "runs"))
 
 
-def new_run_id(prefix: str = "run") -> str:
-    """A fresh id, sortable by time and unique across concurrent callers: run-20261203-045501-3fa2."""
+def new_run_id(prefix: str = "nccl") -> str:
+    """A fresh id like the deployer's (spec.generate_run_id): nccl-20261203-045501-3fa2, UTC."""
     return f"{prefix}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{secrets.token_hex(2)}"
 
 

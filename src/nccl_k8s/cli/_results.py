@@ -1,0 +1,241 @@
+"""`nccl-k8s import`, `diagnose`, `compare`: results in, decisions out.
+
+No logic here: each command calls one function of nccl_k8s.results and prints what it returns.
+Exit codes: 2 for bad input or unreadable files (handle_errors), 1 when a gate fails (a regression,
+a min-busbw floor, an --expect-fabric mismatch), 0 otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from nccl_k8s.cli._common import err, handle_errors, out
+from nccl_k8s.errors import UsageError
+from nccl_k8s.results import (
+    compare,
+    diagnose_files,
+    dump,
+    import_files,
+    load,
+    min_busbw_gate,
+    new_run_id,
+    resolve,
+    results_path,
+)
+from nccl_k8s.results.compare import Comparison, GateResult, human_size, parse_metric
+from nccl_k8s.results.compare import parse_tolerance as _parse_tolerance
+from nccl_k8s.results.diagnose import Diagnosis, parse_fabric
+
+_OUTPUT_FORMATS = ("text", "json")
+_SEVERITY_STYLE = {"error": "red", "warning": "yellow", "info": "cyan"}
+
+
+def _output_format(value: str) -> str:
+    if value not in _OUTPUT_FORMATS:
+        raise UsageError(f"-o {value!r}: expected text or json", key="output")
+    return value
+
+
+@handle_errors
+def import_command(
+    files: Annotated[
+        list[Path], typer.Argument(help="nccl-tests outputs: text tables or -J JSON files.")
+    ],
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output", "-o", help="Results file to write. [default: runs/<new-id>/results.json]"
+        ),
+    ] = None,
+) -> None:
+    """Import NVIDIA nccl-tests output into a results file, to compare with our runs."""
+    run = import_files(files)
+    if output is None:
+        run.meta.run_id = new_run_id()
+        output = results_path(run.meta.run_id)
+    path = dump(run, output)
+    ops = ", ".join(run.ops())
+    out.print(
+        f"imported {len(run.rows)} rows ({ops}) from {len(files)} file"
+        f"{'s' if len(files) != 1 else ''} -> {path}"
+    )
+
+
+def _print_diagnosis(d: Diagnosis) -> None:
+    table = Table(title=None, show_edge=False, pad_edge=False)
+    for col in ("rank", "host:pid [dev]", "NCCL", "transports", "inter-node", "channels"):
+        table.add_column(col)
+    for r in d.ranks:
+        channels = "/".join(
+            "-" if x is None else str(x) for x in (r.coll_channels, r.nvls_channels, r.p2p_channels)
+        )
+        net = "none needed (one node)" if d.network_needed is False else r.net_summary()
+        table.add_row(
+            "?" if r.rank is None else str(r.rank),
+            escape(r.key),
+            r.nccl_version or "-",
+            ", ".join(r.transports) or "-",
+            net,
+            channels,
+        )
+    out.print(table)
+    out.print("channels: coll/nvls/p2p")
+    nodes = "unknown" if d.nodes is None else str(d.nodes)
+    if d.network_needed is False:
+        net_line = "no network needed (all ranks on one node)"
+    else:
+        gdr = {True: "on", False: "off", None: "unknown"}[d.gdr]
+        net_line = f"inter-node: {d.inter_node or 'unknown'}, GPUDirect RDMA {gdr}"
+    out.print(f"nodes: {nodes}; {net_line}")
+    for f in d.findings:
+        style = _SEVERITY_STYLE[f.severity]
+        who = (
+            f" [{', '.join(f.ranks)}]"
+            if f.ranks and len(f.ranks) <= 4
+            else (f" [{len(f.ranks)} ranks]" if f.ranks else "")
+        )
+        err.print(
+            f"[{style}]{f.severity}[/{style}] {f.code}: {escape(f.message)}{escape(who)}",
+            markup=True,
+        )
+        if f.hint:
+            err.print(f"  hint: {f.hint}", markup=False)
+
+
+@handle_errors
+def diagnose_command(
+    logs: Annotated[list[Path], typer.Argument(help="NCCL_DEBUG=INFO logs (one per pod is fine).")],
+    expect_fabric: Annotated[
+        str | None,
+        typer.Option(
+            "--expect-fabric",
+            help="ib, roce, socket or nvlink: fail (exit 1) when traffic used something else.",
+        ),
+    ] = None,
+    output: Annotated[str, typer.Option("--output", "-o", help="text or json.")] = "text",
+) -> None:
+    """Say which transport each rank used and what is wrong, from NCCL_DEBUG=INFO logs."""
+    fmt = _output_format(output)
+    d = diagnose_files(logs, expect_fabric=parse_fabric(expect_fabric))
+    if fmt == "json":
+        typer.echo(json.dumps(d.to_dict(), indent=1))
+    else:
+        _print_diagnosis(d)
+    if d.failed:
+        raise typer.Exit(1)
+
+
+def _print_comparison(c: Comparison) -> None:
+    table = Table(show_edge=False, pad_edge=False)
+    unit = "GB/s" if c.metric == "busbw" else "us"
+    for col, just in (
+        ("op", "left"),
+        ("size", "right"),
+        ("place", "left"),
+        (f"baseline {unit}", "right"),
+        (f"current {unit}", "right"),
+        ("ratio", "right"),
+        ("verdict", "left"),
+    ):
+        table.add_column(col, justify=just)  # type: ignore[arg-type]
+    for r in c.rows:
+        style = {"regressed": "red", "improved": "green", "missing": "yellow"}.get(r.verdict, "")
+        verdict = r.verdict if r.verdict != "missing" else f"missing in {r.missing_in}"
+        table.add_row(
+            r.op,
+            human_size(r.size_bytes),
+            r.placement,
+            "-" if r.baseline is None else f"{r.baseline:.2f}",
+            "-" if r.current is None else f"{r.current:.2f}",
+            "-" if r.ratio is None else f"{r.ratio:.3f}",
+            f"[{style}]{verdict}[/{style}]" if style else verdict,
+        )
+    out.print(table)
+
+
+@handle_errors
+def compare_command(
+    current: Annotated[
+        str, typer.Argument(help="Results file or run id (runs/<id>/results.json).")
+    ],
+    baseline: Annotated[
+        str | None, typer.Option("--baseline", help="Results file or run id to compare against.")
+    ] = None,
+    tolerance: Annotated[
+        str, typer.Option("--tolerance", help="Allowed change before a row counts, e.g. 5%.")
+    ] = "5%",
+    metric: Annotated[str, typer.Option("--metric", help="busbw or time.")] = "busbw",
+    min_busbw: Annotated[
+        float | None,
+        typer.Option("--min-busbw", help="Fail when an op's average busbw (GB/s) is lower."),
+    ] = None,
+    output: Annotated[str, typer.Option("--output", "-o", help="text or json.")] = "text",
+) -> None:
+    """Compare a run with a baseline per op x size x placement; exit 1 on a regression."""
+    fmt = _output_format(output)
+    tol = _parse_tolerance(tolerance)
+    met = parse_metric(metric)
+    if baseline is None and min_busbw is None:
+        raise UsageError("compare needs --baseline RUN, --min-busbw GBPS, or both", key="baseline")
+    cur = load(resolve(current))
+    cmp: Comparison | None = None
+    if baseline is not None:
+        cmp = compare(cur, load(resolve(baseline)), tolerance=tol, metric=met)
+    gate: GateResult | None = None
+    if min_busbw is not None:
+        gate = min_busbw_gate(cur, min_busbw)
+    if fmt == "json":
+        doc: dict[str, object] = {"ok": (cmp is None or cmp.ok) and (gate is None or gate.ok)}
+        if cmp is not None:
+            doc["compare"] = cmp.to_dict()
+        if gate is not None:
+            doc["min_busbw"] = {
+                "floor_gbps": gate.floor_gbps,
+                "averages": gate.averages,
+                "failed_ops": gate.failed_ops,
+                "ok": gate.ok,
+            }
+        typer.echo(json.dumps(doc, indent=1))
+    else:
+        if cmp is not None:
+            _print_comparison(cmp)
+            out.print(cmp.summary())
+        if gate is not None:
+            out.print(gate.summary())
+    failed = False
+    if cmp is not None and not cmp.ok:
+        failed = True
+        names = ", ".join(
+            f"{r.op} {human_size(r.size_bytes)} {r.placement} ({r.ratio:.2f}x)"
+            if r.ratio is not None
+            else f"{r.op} {human_size(r.size_bytes)} {r.placement}"
+            for r in cmp.regressed
+        )
+        err.print(
+            f"[red]regressed:[/red] {len(cmp.regressed)} rows past {tol * 100:g}% on {met}: "
+            + escape(names),
+            markup=True,
+        )
+    if gate is not None and not gate.ok:
+        failed = True
+        err.print(
+            f"[red]min busbw:[/red] {', '.join(gate.failed_ops)} below {gate.floor_gbps:g} GB/s",
+            markup=True,
+        )
+    if failed:
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("import")(import_command)
+    app.command("diagnose")(diagnose_command)
+    app.command("compare")(compare_command)
+
+
+__all__ = ["register"]
