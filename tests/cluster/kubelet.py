@@ -1,0 +1,1624 @@
+"""The test cluster's kubelet: runs every bound pod's containers as local processes.
+
+Why processes and namespaces rather than containers: there is no container engine on our machines,
+yet the deployer's pods must really rendezvous (hostname, headless-service names, TCP between pods).
+So each pod gets a *sandbox*: one `unshare -m -u --propagation private` process (the pod's "pause"),
+in whose mount and UTS namespace the hostname is the pod's, /etc/hosts and /etc/resolv.conf are
+bind-mounted from per-pod files, and every volume is bind-mounted at its mountPath. Containers join
+that sandbox with `nsenter -t <sandbox> -m -u`, so all containers of a pod share mounts and hostname
+as they would share a pod's volumes and UTS namespace on a real node.
+
+What a container runs: its `command` + `args` (with `$(VAR)` expanded as Kubernetes does). The image
+is never pulled; the process runs on this machine with the test environment's interpreter directory
+first on PATH, so `python` is the venv's python. A container with `args` but no `command` runs the
+args (we cannot know the image's entrypoint); one with neither runs `sleep infinity`.
+
+Event-driven by design (1,024 pods must not mean 1,024 polling threads): one loop thread waits on a
+selector holding a pidfd per process, the sandboxes' readiness pipes and a wake-up pipe, plus a heap
+of timers (grace periods, restart back-off, image-pull back-off). Store changes arrive through
+`store.subscribe`, are queued and handled on that thread; status goes back with `store.mutate`.
+
+Addresses: node `node-<i>` has 127.<k>.<i//250>.<i%250+1> (set by the Cluster); the pods of node i get
+127.<k>.<16+i>.<1..254>, so a pod's address tells its node. hostNetwork pods use the node's address.
+
+Leaves nothing behind: mounts live only in the sandboxes' private namespaces (they vanish with the
+last process in them), mount points the kubelet had to create on the host are removed when the
+last pod using them ends, and stop() kills every process in any of our namespaces and removes its
+directory under `workdir`.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import heapq
+import itertools
+import logging
+import os
+import re
+import selectors
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from tests.cluster.errors import ApiError
+from tests.cluster.node_common import (
+    Obj,
+    container_requests,
+    now_iso,
+    parse_quantity,
+    set_condition,
+)
+
+log = logging.getLogger(__name__)
+
+_UNSHARE = shutil.which("unshare") or "/usr/bin/unshare"
+_NSENTER = shutil.which("nsenter") or "/usr/bin/nsenter"
+_SH = shutil.which("sh") or "/bin/sh"
+# The test environment's interpreter first: `python` in a pod is the venv's python.
+_PATH = os.pathsep.join(
+    [
+        str(Path(sys.executable).parent),
+        "/usr/local/sbin",
+        "/usr/local/bin",
+        "/usr/sbin",
+        "/usr/bin",
+        "/sbin",
+        "/bin",
+    ]
+)
+_VAR_REF = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
+_HOSTS_HEADER = (
+    "# Kubernetes-managed hosts file (tests/cluster kubelet).\n"
+    "127.0.0.1\tlocalhost\n"
+    "::1\tlocalhost ip6-localhost ip6-loopback\n"
+)
+_POD_RANGE_BASE = 16  # third octet of node 0's pod range
+_GPU = "nvidia.com/gpu"
+
+
+class StoreLike(Protocol):
+    """The part of tests.cluster.store.Store the kubelet uses (see INTERFACE.md)."""
+
+    def get(self, resource: str, namespace: str | None, name: str) -> Obj: ...
+    def list(
+        self,
+        resource: str,
+        namespace: str | None = None,
+        label_selector: Any = None,
+        field_selector: Any = None,
+    ) -> tuple[list[Obj], str]: ...
+    def mutate(
+        self,
+        resource: str,
+        namespace: str | None,
+        name: str,
+        fn: Callable[[Obj], Any],
+        *,
+        subresource: str | None = None,
+    ) -> Obj: ...
+    def finalize_delete(self, resource: str, namespace: str | None, name: str) -> None: ...
+    def subscribe(self, callback: Callable[[str, str, Obj], None]) -> None: ...
+    def record_event(
+        self, involved: Obj, reason: str, message: str, *, type: str = ..., component: str = ...
+    ) -> Obj | None: ...
+
+
+class _PodError(Exception):
+    """A pod cannot start yet (missing ConfigMap, bad volume): the reason shown on its containers."""
+
+    def __init__(self, reason: str, message: str, *, event: str = "Failed") -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+        self.event = event
+
+
+@dataclass
+class _Container:
+    name: str
+    spec: Obj
+    init: bool
+    proc: subprocess.Popen[bytes] | None = None
+    pidfd: int | None = None
+    restart_count: int = 0
+    attempts: int = 0  # log files written so far: <attempt>.log
+    state: Obj = field(default_factory=lambda: {"waiting": {"reason": "ContainerCreating"}})
+    last_state: Obj = field(default_factory=dict)
+    gpu_ids: list[int] = field(default_factory=list)
+    done: bool = False  # terminated for good (no restart coming)
+    restart_timer: int | None = None
+
+
+@dataclass
+class _Pod:
+    uid: str
+    namespace: str
+    name: str
+    node: str
+    obj: Obj  # the latest copy seen (metadata/spec; status is ours)
+    dir: Path
+    ip: str = ""
+    host_ip: str = ""
+    start_time: str = ""
+    containers: list[_Container] = field(default_factory=list)
+    sandbox: subprocess.Popen[bytes] | None = None
+    sandbox_pidfd: int | None = None
+    sandbox_ready: bool = False
+    sandbox_out: bytes = b""
+    mountpoints: list[Path] = field(default_factory=list)
+    phase: str = "Pending"
+    reason: str | None = None
+    message: str | None = None
+    extra_conditions: list[Obj] = field(default_factory=list)
+    terminating: bool = False
+    kill_timer: int | None = None
+    finished: bool = False  # runtime torn down; only logs remain
+    lost: bool = False
+    image_fail: bool = False
+    retry_timer: int | None = None
+    hosts_text: str = ""
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.namespace, self.name)
+
+    @property
+    def spec(self) -> Obj:
+        return self.obj.get("spec") or {}
+
+    @property
+    def hostname(self) -> str:
+        if self.spec.get("hostNetwork"):
+            return self.node
+        return str(self.spec.get("hostname") or self.name)[:63]
+
+
+@dataclass
+class _Node:
+    name: str
+    address: str
+    index: int
+    prefix: str  # "127.<k>"
+    gpus: int
+    ready: bool = True
+    free_gpus: set[int] = field(default_factory=set)
+    used_ips: set[int] = field(default_factory=set)
+    next_ip: int = 1
+
+
+class Kubelet:
+    """Runs the pods of every node of the test cluster (one kubelet serves all nodes)."""
+
+    def __init__(
+        self,
+        store: StoreLike,
+        *,
+        workdir: Path,
+        image_pull_fail_pattern: str | None = None,
+        restart_backoff_s: float = 1.0,
+        max_restart_backoff_s: float = 10.0,
+        image_pull_backoff_s: float = 1.0,
+    ) -> None:
+        """`restart_backoff_s` doubles per restart up to `max_restart_backoff_s` (Kubernetes uses
+        10 s and 300 s; tests want restarts they can watch within seconds)."""
+        self._store = store
+        self._root = Path(workdir) / "kubelet"
+        self._pattern = re.compile(image_pull_fail_pattern) if image_pull_fail_pattern else None
+        self._restart_backoff_s = restart_backoff_s
+        self._max_restart_backoff_s = max_restart_backoff_s
+        self._image_pull_backoff_s = image_pull_backoff_s
+        self._lock = threading.RLock()
+        self._pods: dict[str, _Pod] = {}
+        self._by_key: dict[tuple[str, str], str] = {}
+        self._nodes: dict[str, _Node] = {}
+        self._services: dict[tuple[str, str], Obj] = {}
+        self._inbox: deque[Callable[[], None]] = deque()
+        self._timers: list[tuple[float, int, Callable[[], None]]] = []
+        self._cancelled: set[int] = set()
+        self._seq = itertools.count(1)
+        self._sel = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._sel.register(self._wake_r, selectors.EVENT_READ, self._drain_wake)
+        self._mountpoints: dict[Path, int] = {}  # host paths we created -> pods using them
+        self._hosts_dirty = False
+        self._hosts_due = 0.0
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self._stopped = False
+
+    # ---- public API --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._root.mkdir(parents=True, exist_ok=True)
+        self._store.subscribe(self._on_change)
+        for svc in self._store.list("services")[0]:
+            self._services[_key_of(svc)] = svc
+        for node in self._store.list("nodes")[0]:
+            self._post(lambda n=node: self._node_seen(n))
+        for pod in self._store.list("pods")[0]:
+            self._post(lambda p=pod: self._pod_event("ADDED", p))
+        self._thread = threading.Thread(target=self._run, name="kubelet", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Kill every process, let every namespace (and its mounts) go, remove our files."""
+        if self._stopped:
+            return
+        self._stopping = True
+        unsubscribe = getattr(self._store, "unsubscribe", None)
+        if unsubscribe is not None:
+            unsubscribe(self._on_change)
+        self._wake()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        with self._lock:
+            procs: list[subprocess.Popen[bytes]] = []
+            for pod in self._pods.values():
+                for c in pod.containers:
+                    if c.proc is not None and c.proc.returncode is None:
+                        _killpg(c.proc.pid, signal.SIGKILL)
+                        procs.append(c.proc)
+                if pod.sandbox is not None and pod.sandbox.returncode is None:
+                    _killpg(pod.sandbox.pid, signal.SIGKILL)
+                    procs.append(pod.sandbox)
+            # Only namespaces whose sandbox still holds them: a dead one's inode number may
+            # already belong to someone else's namespace.
+            live_ns = set()
+            for pod in self._pods.values():
+                sb = pod.sandbox
+                if sb is not None and sb.returncode is None:
+                    with contextlib.suppress(OSError):
+                        live_ns.add(os.stat(f"/proc/{sb.pid}/ns/mnt").st_ino)
+            _kill_namespace_members(live_ns)
+            for proc in procs:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=10)
+            for pod in self._pods.values():
+                self._close_fds(pod)
+                self._release_mountpoints(pod)
+            for path in list(self._mountpoints):
+                self._mountpoints[path] = 1
+                self._unref_mountpoint(path)
+            self._pods.clear()
+            self._by_key.clear()
+        self._sel.close()
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+        shutil.rmtree(self._root, ignore_errors=True)
+        self._stopped = True
+
+    def log_path(
+        self, namespace: str, pod: str, container: str, *, previous: bool = False
+    ) -> Path | None:
+        """The container's log file (current run, or the one before with previous=True)."""
+        with self._lock:
+            p = self._pod_by_key(namespace, pod)
+            if p is None:
+                return None
+            c = next((c for c in p.containers if c.name == container), None)
+            if c is None or c.attempts == 0:
+                return None
+            attempt = c.attempts - 1 - (1 if previous else 0)
+            if attempt < 0:
+                return None
+            path = _log_file(p, c, attempt)
+            return path if path.exists() else None
+
+    def is_running(self, namespace: str, pod: str, container: str) -> bool:
+        with self._lock:
+            p = self._pod_by_key(namespace, pod)
+            if p is None:
+                return False
+            c = next((c for c in p.containers if c.name == container), None)
+            return bool(c and c.proc is not None and c.proc.returncode is None)
+
+    def kill_pod(self, namespace: str, pod: str, *, sig: int = signal.SIGKILL) -> None:
+        """Fault injection: signal every running container of the pod, as an OOM kill or a crash
+        would; the pod then fails or restarts per its restartPolicy, through the normal path."""
+        self._call(lambda: self._signal_pod(namespace, pod, sig))
+
+    def set_node_ready(self, node: str, ready: bool) -> None:
+        """Fault injection: the node goes NotReady (tainted as the node lifecycle controller does)
+        and its pods fail with reason NodeLost and a DisruptionTarget condition; ready=True heals it.
+        """
+
+        def edit(n: Obj) -> None:
+            conds = n.setdefault("status", {}).setdefault("conditions", [])
+            if ready:
+                set_condition(
+                    conds,
+                    "Ready",
+                    "True",
+                    reason="KubeletReady",
+                    message="kubelet is posting ready status",
+                )
+            else:
+                set_condition(
+                    conds,
+                    "Ready",
+                    "False",
+                    reason="KubeletNotReady",
+                    message="node was marked NotReady by fault injection",
+                )
+            taints = [
+                t
+                for t in (n.get("spec") or {}).get("taints") or []
+                if t.get("key") != "node.kubernetes.io/not-ready"
+            ]
+            if not ready:
+                for effect in ("NoSchedule", "NoExecute"):
+                    taints.append(
+                        {
+                            "key": "node.kubernetes.io/not-ready",
+                            "effect": effect,
+                            "timeAdded": now_iso(),
+                        }
+                    )
+            n.setdefault("spec", {})["taints"] = taints
+
+        # Conditions live in status and taints in spec: two writes, as kubelet + controller make.
+        self._store.mutate("nodes", None, node, edit, subresource="status")
+        self._store.mutate("nodes", None, node, edit)
+        self._call(lambda: self._node_readiness(node, ready))
+
+    def set_image_pull_fail_pattern(self, pattern: str | None) -> None:
+        """Change which images fail to pull; pods in back-off retry with the new pattern."""
+        with self._lock:
+            self._pattern = re.compile(pattern) if pattern else None
+
+    def pod_ip(self, namespace: str, pod: str) -> str | None:
+        with self._lock:
+            p = self._pod_by_key(namespace, pod)
+            return p.ip if p else None
+
+    # ---- loop plumbing ---------------------------------------------------------------------
+
+    def _on_change(self, etype: str, resource: str, obj: Obj) -> None:
+        if self._stopping:
+            return
+        if resource == "pods":
+            self._post(lambda: self._pod_event(etype, obj))
+        elif resource == "services":
+            self._post(lambda: self._service_event(etype, obj))
+        elif resource == "nodes":
+            self._post(lambda: self._node_seen(obj))
+
+    def _post(self, fn: Callable[[], None]) -> None:
+        self._inbox.append(fn)
+        self._wake()
+
+    def _call(self, fn: Callable[[], None], timeout_s: float = 30.0) -> None:
+        """Run fn on the loop thread and wait for it (public fault knobs act before returning)."""
+        done = threading.Event()
+        box: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                fn()
+            except BaseException as e:
+                box.append(e)
+            finally:
+                done.set()
+
+        self._post(run)
+        if not done.wait(timeout_s):
+            raise TimeoutError("kubelet loop did not answer")
+        if box:
+            raise box[0]
+
+    def _wake(self) -> None:
+        with contextlib.suppress(BlockingIOError, OSError):
+            os.write(self._wake_w, b"x")
+
+    def _drain_wake(self) -> None:
+        with contextlib.suppress(BlockingIOError, OSError):
+            while os.read(self._wake_r, 4096):
+                pass
+
+    def _timer(self, delay_s: float, fn: Callable[[], None]) -> int:
+        seq = next(self._seq)
+        heapq.heappush(self._timers, (time.monotonic() + delay_s, seq, fn))
+        return seq
+
+    def _cancel(self, seq: int | None) -> None:
+        if seq is not None:
+            self._cancelled.add(seq)
+
+    def _run(self) -> None:
+        while not self._stopping:
+            now = time.monotonic()
+            timeout = 1.0
+            if self._timers:
+                timeout = min(timeout, max(0.0, self._timers[0][0] - now))
+            if self._hosts_dirty:
+                timeout = min(timeout, max(0.0, self._hosts_due - now))
+            if self._inbox:
+                timeout = 0.0
+            try:
+                ready = self._sel.select(timeout)
+            except OSError:
+                continue
+            with self._lock:
+                if self._stopping:
+                    return
+                for key, _ in ready:
+                    self._guard(key.data)
+                while self._inbox and not self._stopping:
+                    self._guard(self._inbox.popleft())
+                now = time.monotonic()
+                while self._timers and self._timers[0][0] <= now:
+                    _, seq, fn = heapq.heappop(self._timers)
+                    if seq in self._cancelled:
+                        self._cancelled.discard(seq)
+                        continue
+                    self._guard(fn)
+                if self._hosts_dirty and now >= self._hosts_due:
+                    self._guard(self._write_all_hosts)
+
+    def _guard(self, fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except Exception:
+            log.exception("kubelet: handler failed")
+
+    # ---- store events ------------------------------------------------------------------------
+
+    def _pod_by_key(self, namespace: str, name: str) -> _Pod | None:
+        uid = self._by_key.get((namespace, name))
+        return self._pods.get(uid) if uid else None
+
+    def _node_seen(self, node: Obj) -> None:
+        name = node["metadata"]["name"]
+        addr = next(
+            (
+                a.get("address", "")
+                for a in (node.get("status") or {}).get("addresses") or []
+                if a.get("type") == "InternalIP"
+            ),
+            "",
+        )
+        if not addr:
+            return
+        parts = addr.split(".")
+        index = int(parts[2]) * 250 + int(parts[3]) - 1
+        gpus = int(float((node.get("status") or {}).get("allocatable", {}).get(_GPU, 0) or 0))
+        known = self._nodes.get(name)
+        if known is None:
+            self._nodes[name] = _Node(
+                name, addr, index, ".".join(parts[:2]), gpus, free_gpus=set(range(gpus))
+            )
+        elif known.gpus != gpus:
+            used = set(range(known.gpus)) - known.free_gpus
+            known.gpus = gpus
+            known.free_gpus = set(range(gpus)) - used
+
+    def _service_event(self, etype: str, svc: Obj) -> None:
+        if etype == "DELETED":
+            self._services.pop(_key_of(svc), None)
+        else:
+            self._services[_key_of(svc)] = svc
+        self._mark_hosts_dirty()
+
+    def _pod_event(self, etype: str, obj: Obj) -> None:
+        meta = obj["metadata"]
+        uid = meta["uid"]
+        pod = self._pods.get(uid)
+        if etype == "DELETED":
+            if pod is not None:
+                self._teardown(pod)
+                self._forget(pod)
+            return
+        node = (obj.get("spec") or {}).get("nodeName")
+        if pod is None:
+            if not node:
+                return
+            if meta.get("deletionTimestamp"):
+                # Bound but never started here (or already forgotten): nothing to stop.
+                self._finalize(obj["metadata"].get("namespace", ""), meta["name"])
+                return
+            if (obj.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                return
+            self._admit(obj)
+            return
+        pod.obj = obj
+        if meta.get("deletionTimestamp") and not pod.terminating:
+            self._begin_termination(pod, int(meta.get("deletionGracePeriodSeconds") or 0))
+
+    # ---- admission and start ---------------------------------------------------------------
+
+    def _admit(self, obj: Obj) -> None:
+        meta, spec = obj["metadata"], obj.get("spec") or {}
+        ns, name, node_name = meta.get("namespace", "default"), meta["name"], spec["nodeName"]
+        node = self._nodes.get(node_name)
+        if node is None:
+            with contextlib.suppress(ApiError):
+                self._node_seen(self._store.get("nodes", None, node_name))
+            node = self._nodes.get(node_name)
+        if node is None:
+            log.warning("kubelet: pod %s/%s bound to unknown node %s", ns, name, node_name)
+            return
+        pod = _Pod(
+            uid=meta["uid"],
+            namespace=ns,
+            name=name,
+            node=node_name,
+            obj=obj,
+            dir=self._root / "pods" / f"{ns}_{name}_{meta['uid'][:8]}",
+            host_ip=node.address,
+            start_time=now_iso(),
+        )
+        for c in spec.get("initContainers") or []:
+            pod.containers.append(_Container(c["name"], c, True))
+        for c in spec.get("containers") or []:
+            pod.containers.append(_Container(c["name"], c, False))
+        if any(c.init for c in pod.containers):
+            for c in pod.containers:
+                if not c.init:
+                    c.state = {"waiting": {"reason": "PodInitializing"}}
+        self._pods[pod.uid] = pod
+        self._by_key[pod.key] = pod.uid
+        pod.dir.mkdir(parents=True, exist_ok=True)
+        pod.ip = node.address if spec.get("hostNetwork") else self._allocate_ip(node)
+        for c in pod.containers:
+            want = int(container_requests(c.spec).get(_GPU, 0))
+            if want:
+                ids = sorted(node.free_gpus)[:want]
+                node.free_gpus -= set(ids)
+                c.gpu_ids = ids
+        if not node.ready:
+            self._write_status(pod)
+            self._lose(pod)
+            return
+        self._write_status(pod)
+        self._mark_hosts_dirty(pod)
+        self._try_start(pod)
+
+    def _allocate_ip(self, node: _Node) -> str:
+        for _ in range(254):
+            n = node.next_ip
+            node.next_ip = n % 254 + 1
+            if n not in node.used_ips:
+                node.used_ips.add(n)
+                return f"{node.prefix}.{_POD_RANGE_BASE + node.index}.{n}"
+        raise RuntimeError(f"node {node.name}: no free pod address left")
+
+    def _release_ip(self, pod: _Pod) -> None:
+        node = self._nodes.get(pod.node)
+        if node is None or not pod.ip or pod.ip == node.address:
+            return
+        node.used_ips.discard(int(pod.ip.rsplit(".", 1)[1]))
+
+    def _image_failing(self, pod: _Pod) -> list[_Container]:
+        if self._pattern is None:
+            return []
+        return [c for c in pod.containers if self._pattern.search(str(c.spec.get("image", "")))]
+
+    def _try_start(self, pod: _Pod) -> None:
+        """Pull (or fail to), prepare volumes, start the sandbox; containers follow when it is up."""
+        pod.retry_timer = None
+        if pod.terminating or pod.finished:
+            return
+        failing = self._image_failing(pod)
+        if failing:
+            self._image_pull_failed(pod, failing)
+            return
+        if pod.image_fail:
+            pod.image_fail = False
+            for c in pod.containers:
+                c.state = {"waiting": {"reason": "ContainerCreating"}}
+        try:
+            mounts = self._prepare_volumes(pod)
+            self._write_hosts(pod)
+            self._start_sandbox(pod, mounts)
+        except _PodError as e:
+            for c in pod.containers:
+                c.state = {"waiting": {"reason": e.reason, "message": e.message}}
+            self._event(pod, e.event, e.message, type_="Warning")
+            self._write_status(pod)
+            pod.retry_timer = self._timer(1.0, lambda: self._try_start(pod))
+
+    def _image_pull_failed(self, pod: _Pod, failing: list[_Container]) -> None:
+        first_time = not pod.image_fail
+        pod.image_fail = True
+        for c in failing:
+            image = c.spec.get("image", "")
+            if first_time or c.state.get("waiting", {}).get("reason") == "ImagePullBackOff":
+                why = (
+                    f'failed to pull and unpack image "{image}": failed to resolve reference '
+                    f'"{image}": pull access denied, repository does not exist or may require '
+                    "authorization"
+                )
+                c.state = {"waiting": {"reason": "ErrImagePull", "message": why}}
+                self._event(
+                    pod, "Failed", f'Failed to pull image "{image}": {why}', type_="Warning"
+                )
+                self._event(pod, "Failed", "Error: ErrImagePull", type_="Warning")
+            else:
+                c.state = {
+                    "waiting": {
+                        "reason": "ImagePullBackOff",
+                        "message": f'Back-off pulling image "{image}"',
+                    }
+                }
+                self._event(pod, "BackOff", f'Back-off pulling image "{image}"')
+                self._event(pod, "Failed", "Error: ImagePullBackOff", type_="Warning")
+        self._write_status(pod)
+        pod.retry_timer = self._timer(self._image_pull_backoff_s, lambda: self._try_start(pod))
+
+    # ---- volumes and /etc/hosts --------------------------------------------------------------
+
+    def _prepare_volumes(self, pod: _Pod) -> list[tuple[str, str, str]]:
+        """Materialise volumes; return (kind, source, target) mounts in mount order.
+
+        kind is "bind", "bind-ro" or "tmpfs:<options>".
+        """
+        vols_dir = pod.dir / "volumes"
+        sources: dict[str, tuple[str, str]] = {}  # volume name -> (kind, source path)
+        for vol in pod.spec.get("volumes") or []:
+            name = vol.get("name", "")
+            vdir = vols_dir / name
+            if "emptyDir" in vol:
+                ed = vol.get("emptyDir") or {}
+                if ed.get("medium") == "Memory":
+                    opts = "mode=1777"
+                    if ed.get("sizeLimit"):
+                        opts += f",size={_tmpfs_size(ed['sizeLimit'])}"
+                    sources[name] = (f"tmpfs:{opts}", "")
+                else:
+                    vdir.mkdir(parents=True, exist_ok=True)
+                    vdir.chmod(0o777)
+                    sources[name] = ("bind", str(vdir))
+            elif "configMap" in vol:
+                self._write_keyed(pod, vdir, vol["configMap"], "configmaps")
+                sources[name] = ("bind", str(vdir))
+            elif "secret" in vol:
+                self._write_keyed(pod, vdir, vol["secret"], "secrets")
+                sources[name] = ("bind", str(vdir))
+            elif "projected" in vol:
+                for src in (vol["projected"] or {}).get("sources") or []:
+                    if "configMap" in src:
+                        self._write_keyed(pod, vdir, src["configMap"], "configmaps")
+                    elif "secret" in src:
+                        self._write_keyed(pod, vdir, src["secret"], "secrets")
+                    elif "downwardAPI" in src:
+                        self._write_downward(pod, vdir, src["downwardAPI"])
+                    elif "serviceAccountToken" in src:
+                        path = src["serviceAccountToken"].get("path", "token")
+                        _write_file(vdir / path, b"test-cluster-token", 0o644)
+                vdir.mkdir(parents=True, exist_ok=True)
+                sources[name] = ("bind", str(vdir))
+            elif "downwardAPI" in vol:
+                self._write_downward(pod, vdir, vol["downwardAPI"])
+                sources[name] = ("bind", str(vdir))
+            elif "hostPath" in vol:
+                hp = vol["hostPath"] or {}
+                path = self._root / "nodes" / pod.node / "hostpath" / hp["path"].lstrip("/")
+                if hp.get("type") in ("File", "FileOrCreate"):
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    path.touch(exist_ok=True)
+                else:
+                    path.mkdir(parents=True, exist_ok=True)
+                sources[name] = ("bind", str(path))
+            elif "persistentVolumeClaim" in vol:
+                claim = vol["persistentVolumeClaim"]["claimName"]
+                path = self._root / "pvcs" / pod.namespace / claim
+                path.mkdir(parents=True, exist_ok=True)
+                sources[name] = ("bind", str(path))
+            else:
+                vdir.mkdir(parents=True, exist_ok=True)  # unsupported kinds: an empty dir
+                sources[name] = ("bind", str(vdir))
+        mounts: dict[str, tuple[str, str, str]] = {}
+        for c in pod.containers:
+            for vm in c.spec.get("volumeMounts") or []:
+                target = os.path.normpath(vm["mountPath"])
+                if target in mounts:
+                    continue
+                if vm["name"] not in sources:
+                    raise _PodError(
+                        "CreateContainerConfigError",
+                        f'volume "{vm["name"]}" not found in pod spec',
+                        event="FailedMount",
+                    )
+                kind, src = sources[vm["name"]]
+                if vm.get("subPath"):
+                    if kind.startswith("tmpfs"):
+                        raise _PodError(
+                            "CreateContainerConfigError",
+                            "subPath on a memory emptyDir is not supported here",
+                        )
+                    sub = Path(src) / vm["subPath"]
+                    if not sub.exists():
+                        sub.mkdir(parents=True, exist_ok=True)
+                    src = str(sub)
+                if kind == "bind" and vm.get("readOnly"):
+                    kind = "bind-ro"
+                mounts[target] = (kind, src, target)
+        return [mounts[t] for t in sorted(mounts, key=lambda t: (t.count("/"), t))]
+
+    def _write_keyed(self, pod: _Pod, vdir: Path, ref: Obj, resource: str) -> None:
+        """A configMap or secret volume (or projected source): one file per key or item."""
+        name = ref.get("name") or ref.get("secretName") or ""
+        try:
+            obj = self._store.get(resource, pod.namespace, name)
+        except ApiError:
+            if ref.get("optional"):
+                vdir.mkdir(parents=True, exist_ok=True)
+                return
+            kind = "configmap" if resource == "configmaps" else "secret"
+            raise _PodError(
+                "ContainerCreating",
+                f'MountVolume.SetUp failed for volume "{name}" : {kind} "{name}" not found',
+                event="FailedMount",
+            ) from None
+        data: dict[str, bytes] = {}
+        if resource == "secrets":
+            for k, v in (obj.get("data") or {}).items():
+                data[k] = base64.b64decode(v)
+            for k, v in (obj.get("stringData") or {}).items():
+                data[k] = str(v).encode()
+        else:
+            for k, v in (obj.get("data") or {}).items():
+                data[k] = str(v).encode()
+            for k, v in (obj.get("binaryData") or {}).items():
+                data[k] = base64.b64decode(v)
+        mode = int(ref.get("defaultMode", 0o644))
+        vdir.mkdir(parents=True, exist_ok=True)
+        items = ref.get("items")
+        if items:
+            for item in items:
+                if item["key"] not in data:
+                    if ref.get("optional"):
+                        continue
+                    raise _PodError(
+                        "ContainerCreating",
+                        f"configmap references non-existent config key: {item['key']}",
+                        event="FailedMount",
+                    )
+                _write_file(vdir / item["path"], data[item["key"]], int(item.get("mode", mode)))
+        else:
+            for k, v in data.items():
+                _write_file(vdir / k, v, mode)
+
+    def _write_downward(self, pod: _Pod, vdir: Path, spec: Obj) -> None:
+        vdir.mkdir(parents=True, exist_ok=True)
+        for item in spec.get("items") or []:
+            ref = item.get("fieldRef") or {}
+            path = ref.get("fieldPath", "")
+            if path in ("metadata.labels", "metadata.annotations"):
+                values = (pod.obj.get("metadata") or {}).get(path.split(".")[1]) or {}
+                text = "\n".join(f'{k}="{v}"' for k, v in sorted(values.items()))
+            else:
+                text = self._field_ref(pod, path)
+            _write_file(vdir / item["path"], text.encode(), int(spec.get("defaultMode", 0o644)))
+
+    def _mark_hosts_dirty(self, pod: _Pod | None = None) -> None:
+        """Regenerate the hosts files soon; coalesced so a burst of pod changes costs one pass.
+
+        Pods without a subdomain and not selected by any service add no names, so at scale
+        (1,024 plain pods) nothing is regenerated."""
+        if pod is not None and not pod.spec.get("subdomain") and not self._selected_by_service(pod):
+            return
+        if not self._hosts_dirty:
+            self._hosts_dirty = True
+            self._hosts_due = time.monotonic() + 0.05
+
+    def _selected_by_service(self, pod: _Pod) -> bool:
+        labels = (pod.obj.get("metadata") or {}).get("labels") or {}
+        for (ns, _), svc in self._services.items():
+            sel = (svc.get("spec") or {}).get("selector")
+            if ns == pod.namespace and sel and all(labels.get(k) == v for k, v in sel.items()):
+                return True
+        return False
+
+    def _dns_lines(self) -> dict[str, list[tuple[str, list[str], list[str]]]]:
+        """Per namespace: (ip, cluster-wide names, namespace-relative names) for every name the
+        cluster DNS would serve: `<host>.<subdomain>` of pods behind a Service of that name, and
+        the Services themselves (headless ones resolve to every endpoint)."""
+        out: dict[str, list[tuple[str, list[str], list[str]]]] = {}
+        live = [p for p in self._pods.values() if p.ip and not p.finished and not p.terminating]
+        for (ns, name), svc in self._services.items():
+            spec = svc.get("spec") or {}
+            not_ready_ok = bool(spec.get("publishNotReadyAddresses"))
+            sel = spec.get("selector") or {}
+            fq = f"{name}.{ns}.svc.cluster.local"
+            for p in live:
+                if p.namespace != ns or (not not_ready_ok and not _pod_ready(p)):
+                    continue
+                if p.spec.get("subdomain") == name:
+                    h = p.hostname
+                    out.setdefault(ns, []).append(
+                        (
+                            p.ip,
+                            [f"{h}.{name}.{ns}.svc.cluster.local", f"{h}.{name}.{ns}.svc"],
+                            [f"{h}.{name}"],
+                        )
+                    )
+                labels = (p.obj.get("metadata") or {}).get("labels") or {}
+                if sel and all(labels.get(k) == v for k, v in sel.items()):
+                    out.setdefault(ns, []).append(
+                        (p.ip, [fq, f"{name}.{ns}.svc"], [f"{name}.{ns}", name])
+                    )
+        return out
+
+    def _hosts_text(self, pod: _Pod, dns: dict[str, list[tuple[str, list[str], list[str]]]]) -> str:
+        lines = [_HOSTS_HEADER]
+        if pod.ip and not pod.spec.get("hostNetwork"):
+            names = [pod.hostname]
+            sub = pod.spec.get("subdomain")
+            if sub:
+                ns = pod.namespace
+                h = pod.hostname
+                names = [
+                    f"{h}.{sub}.{ns}.svc.cluster.local",
+                    f"{h}.{sub}.{ns}.svc",
+                    f"{h}.{sub}",
+                    h,
+                ]
+            lines.append(f"{pod.ip}\t{' '.join(names)}\n")
+        for ns, entries in sorted(dns.items()):
+            for ip, names, local in entries:
+                shown = names + local if ns == pod.namespace else names
+                lines.append(f"{ip}\t{' '.join(shown)}\n")
+        for alias in pod.spec.get("hostAliases") or []:
+            lines.append(f"{alias.get('ip')}\t{' '.join(alias.get('hostnames') or [])}\n")
+        return "".join(lines)
+
+    def _write_hosts(self, pod: _Pod, dns: dict[str, Any] | None = None) -> None:
+        """Write the pod's hosts file in place: the sandbox bind-mounts this inode, so a rename
+        would leave the pod looking at the old file."""
+        text = self._hosts_text(pod, self._dns_lines() if dns is None else dns)
+        if text == pod.hosts_text:
+            return
+        path = pod.dir / "hosts"
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        pod.hosts_text = text
+
+    def _write_all_hosts(self) -> None:
+        self._hosts_dirty = False
+        dns = self._dns_lines()
+        for pod in self._pods.values():
+            if not pod.finished and pod.dir.exists():
+                self._write_hosts(pod, dns)
+
+    # ---- sandbox and containers -----------------------------------------------------------
+
+    def _start_sandbox(self, pod: _Pod, mounts: list[tuple[str, str, str]]) -> None:
+        resolv = pod.dir / "resolv.conf"
+        ns = pod.namespace
+        resolv.write_text(
+            # Nothing answers on 127.0.0.1:53, so a name that is not in /etc/hosts fails at once
+            # instead of waiting for a real DNS server's timeout.
+            "nameserver 127.0.0.1\n"
+            f"search {ns}.svc.cluster.local svc.cluster.local cluster.local\n"
+            "options ndots:5 timeout:1 attempts:1\n"
+        )
+        script = ["set -e"]
+        # Its own UTS namespace even with hostNetwork: the name is then the node's, as on a node.
+        script.append(f"printf %s {shlex.quote(pod.hostname)} > /proc/sys/kernel/hostname")
+        script.append(f"mount --bind {shlex.quote(str(pod.dir / 'hosts'))} /etc/hosts")
+        if Path("/etc/resolv.conf").exists():
+            script.append(f"mount --bind {shlex.quote(str(resolv))} /etc/resolv.conf")
+        mounted: list[str] = []
+        for kind, src, target in mounts:
+            nested = any(target.startswith(m.rstrip("/") + "/") for m in mounted)
+            is_file = bool(src) and Path(src).is_file()
+            if not nested:
+                self._make_mountpoint(pod, Path(target), is_file)
+            elif is_file:
+                script.append(f"[ -e {shlex.quote(target)} ] || touch {shlex.quote(target)}")
+            else:
+                script.append(f"mkdir -p {shlex.quote(target)}")
+            q = shlex.quote(target)
+            if kind.startswith("tmpfs:"):
+                script.append(f"mount -t tmpfs -o {shlex.quote(kind[6:])} tmpfs {q}")
+            else:
+                script.append(f"mount --bind {shlex.quote(src)} {q}")
+                if kind == "bind-ro":
+                    script.append(f"mount -o remount,bind,ro {q}")
+            mounted.append(target)
+        script.append("echo ready")
+        script.append("exec sleep infinity >/dev/null 2>&1 </dev/null")
+        err = open(pod.dir / "sandbox.log", "ab")  # noqa: SIM115 - handed to the child
+        try:
+            proc = subprocess.Popen(
+                [_UNSHARE, "-m", "-u", "--propagation", "private", _SH, "-c", "\n".join(script)],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                start_new_session=True,
+                env={"PATH": _PATH},
+            )
+        finally:
+            err.close()
+        pod.sandbox = proc
+        assert proc.stdout is not None
+        os.set_blocking(proc.stdout.fileno(), False)
+        self._sel.register(proc.stdout, selectors.EVENT_READ, lambda: self._sandbox_output(pod))
+        pod.sandbox_pidfd = os.pidfd_open(proc.pid)
+        self._sel.register(
+            pod.sandbox_pidfd, selectors.EVENT_READ, lambda: self._sandbox_exited(pod)
+        )
+
+    def _make_mountpoint(self, pod: _Pod, target: Path, is_file: bool) -> None:
+        """Create a missing mount point on the host (the pod's root is the host's), remembering
+        every component we made so the last pod using it removes it again."""
+        missing: list[Path] = []
+        cur = target
+        while not cur.exists() and not cur.is_symlink():
+            missing.append(cur)
+            cur = cur.parent
+        for path in reversed(missing):
+            if path == target and is_file:
+                path.touch()
+            else:
+                path.mkdir()
+        for path in [target, *target.parents]:
+            if path in self._mountpoints or path in missing:
+                self._mountpoints[path] = self._mountpoints.get(path, 0) + 1
+                pod.mountpoints.append(path)
+
+    def _release_mountpoints(self, pod: _Pod) -> None:
+        for path in pod.mountpoints:
+            self._unref_mountpoint(path)
+        pod.mountpoints = []
+
+    def _unref_mountpoint(self, path: Path) -> None:
+        n = self._mountpoints.get(path, 0) - 1
+        if n > 0:
+            self._mountpoints[path] = n
+            return
+        self._mountpoints.pop(path, None)
+        with contextlib.suppress(OSError):
+            if path.is_dir() and not path.is_symlink():
+                path.rmdir()
+            elif path.is_file() and path.stat().st_size == 0:
+                path.unlink()
+
+    def _sandbox_output(self, pod: _Pod) -> None:
+        proc = pod.sandbox
+        if proc is None or proc.stdout is None:
+            return
+        try:
+            chunk = proc.stdout.read()
+        except (BlockingIOError, ValueError):
+            return
+        if chunk:
+            pod.sandbox_out += chunk
+            if b"ready" in pod.sandbox_out and not pod.sandbox_ready:
+                pod.sandbox_ready = True
+                self._start_next(pod)
+            return
+        self._sel.unregister(proc.stdout)
+        proc.stdout.close()
+
+    def _sandbox_exited(self, pod: _Pod) -> None:
+        proc = pod.sandbox
+        if pod.sandbox_pidfd is not None:
+            self._sel.unregister(pod.sandbox_pidfd)
+            os.close(pod.sandbox_pidfd)
+            pod.sandbox_pidfd = None
+        if proc is None:
+            return
+        proc.wait()
+        if proc.stdout is not None and not proc.stdout.closed:
+            self._sel.unregister(proc.stdout)
+            proc.stdout.close()
+        if pod.sandbox_ready or pod.finished or pod.terminating:
+            return
+        # The sandbox died before it was up: a mount failed. Show it as Kubernetes shows a
+        # failed volume set-up and retry, as the kubelet does.
+        pod.sandbox = None
+        err = ""
+        with contextlib.suppress(OSError):
+            err = (pod.dir / "sandbox.log").read_text(errors="replace").strip().splitlines()[-1]
+        self._release_mountpoints(pod)
+        msg = f"failed to set up the pod sandbox: {err or 'exit ' + str(proc.returncode)}"
+        for c in pod.containers:
+            c.state = {"waiting": {"reason": "CreateContainerError", "message": msg}}
+        self._event(pod, "FailedMount", msg, type_="Warning")
+        self._write_status(pod)
+        pod.retry_timer = self._timer(2.0, lambda: self._try_start(pod))
+
+    def _start_next(self, pod: _Pod) -> None:
+        """Run the next init container, or every app container once init is done."""
+        if pod.terminating or pod.finished:
+            return
+        for c in pod.containers:
+            if c.init and not c.done:
+                if c.proc is None and c.restart_timer is None:
+                    self._start_container(pod, c)
+                self._write_status(pod)
+                return
+        for c in pod.containers:
+            if not c.init and c.proc is None and not c.done and c.restart_timer is None:
+                self._start_container(pod, c)
+        pod.phase = "Running"
+        self._write_status(pod)
+        self._mark_hosts_dirty(pod)
+
+    def _start_container(self, pod: _Pod, c: _Container) -> None:
+        c.restart_timer = None
+        try:
+            env = self._container_env(pod, c)
+        except _PodError as e:
+            c.state = {"waiting": {"reason": e.reason, "message": e.message}}
+            self._event(pod, "Failed", f"Error: {e.message}", type_="Warning")
+            c.restart_timer = self._timer(1.0, lambda: self._retry_container(pod, c))
+            return
+        argv = [_expand(a, env) for a in (c.spec.get("command") or [])]
+        argv += [_expand(a, env) for a in (c.spec.get("args") or [])]
+        if not argv:
+            argv = ["sleep", "infinity"]
+        if c.attempts > 0:
+            c.restart_count += 1
+        log_file = _log_file(pod, c, c.attempts)
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        c.attempts += 1
+        wd = c.spec.get("workingDir") or "/"
+        assert pod.sandbox is not None
+        out = open(log_file, "ab")  # noqa: SIM115 - handed to the child
+        try:
+            c.proc = subprocess.Popen(
+                [_NSENTER, "-t", str(pod.sandbox.pid), "-m", "-u", f"--wd={wd}", "--", *argv],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+        except OSError as e:
+            c.proc = None
+            c.state = {
+                "terminated": {
+                    "exitCode": 128,
+                    "reason": "StartError",
+                    "message": str(e),
+                    "startedAt": now_iso(),
+                    "finishedAt": now_iso(),
+                }
+            }
+            self._container_exited(pod, c, 128, start_error=True)
+            return
+        finally:
+            out.close()
+        c.state = {"running": {"startedAt": now_iso()}}
+        c.pidfd = os.pidfd_open(c.proc.pid)
+        self._sel.register(c.pidfd, selectors.EVENT_READ, lambda: self._on_exit(pod, c))
+
+    def _retry_container(self, pod: _Pod, c: _Container) -> None:
+        c.restart_timer = None
+        if c.init:
+            self._start_next(pod)
+        elif not (pod.terminating or pod.finished):
+            self._start_container(pod, c)
+            self._write_status(pod)
+
+    def _on_exit(self, pod: _Pod, c: _Container) -> None:
+        if c.pidfd is not None:
+            self._sel.unregister(c.pidfd)
+            os.close(c.pidfd)
+            c.pidfd = None
+        if c.proc is None:
+            return
+        rc = c.proc.wait()
+        code = rc if rc >= 0 else 128 - rc
+        started = c.state.get("running", {}).get("startedAt", now_iso())
+        c.state = {
+            "terminated": {
+                "exitCode": code,
+                "reason": "Completed" if code == 0 else "Error",
+                "startedAt": started,
+                "finishedAt": now_iso(),
+                "containerID": f"process://{c.proc.pid}",
+            }
+        }
+        c.proc = None
+        self._container_exited(pod, c, code)
+
+    def _container_exited(
+        self, pod: _Pod, c: _Container, code: int, start_error: bool = False
+    ) -> None:
+        if pod.terminating or pod.lost:
+            c.done = True
+            if pod.terminating and all(x.proc is None for x in pod.containers):
+                self._end_termination(pod)
+            return
+        policy = pod.spec.get("restartPolicy", "Always")
+        restart = policy == "Always" or (policy == "OnFailure" and code != 0)
+        if c.init and code == 0:
+            c.done = True
+            self._start_next(pod)
+            return
+        if c.init and policy == "Never":
+            c.done = True
+            self._pod_done(pod)
+            return
+        if restart:
+            delay = min(
+                self._max_restart_backoff_s,
+                self._restart_backoff_s * (2 ** min(c.restart_count, 16)),
+            )
+            c.last_state = dict(c.state)
+            c.state = {
+                "waiting": {
+                    "reason": "CrashLoopBackOff",
+                    "message": f"back-off {delay:g}s restarting failed container={c.name} "
+                    f"pod={pod.name}_{pod.namespace}({pod.uid})",
+                }
+            }
+            c.restart_timer = self._timer(delay, lambda: self._retry_container(pod, c))
+            if code != 0:
+                self._event(
+                    pod,
+                    "BackOff",
+                    "Back-off restarting failed container "
+                    f"{c.name} in pod {pod.name}_{pod.namespace}({pod.uid})",
+                    type_="Warning",
+                )
+            self._write_status(pod)
+            return
+        c.done = True
+        if all(x.done for x in pod.containers if not x.init):
+            self._pod_done(pod)
+        else:
+            self._write_status(pod)
+
+    def _pod_done(self, pod: _Pod) -> None:
+        """Every container ended for good: the pod's phase is final and its sandbox goes."""
+        failed = any(
+            c.state.get("terminated", {}).get("exitCode", 0) != 0
+            for c in pod.containers
+            if not c.init or c.done
+        )
+        pod.phase = "Failed" if failed else "Succeeded"
+        self._teardown(pod)
+        self._write_status(pod)
+        self._mark_hosts_dirty(pod)
+
+    # ---- termination ----------------------------------------------------------------------
+
+    def _begin_termination(self, pod: _Pod, grace_s: int) -> None:
+        pod.terminating = True
+        self._cancel(pod.retry_timer)
+        running = [c for c in pod.containers if c.proc is not None]
+        for c in pod.containers:
+            self._cancel(c.restart_timer)
+            c.restart_timer = None
+        if not running:
+            self._end_termination(pod)
+            return
+        for c in running:
+            assert c.proc is not None
+            self._event(pod, "Killing", f"Stopping container {c.name}")
+            _killpg(c.proc.pid, signal.SIGTERM if grace_s > 0 else signal.SIGKILL)
+        if grace_s > 0:
+            pod.kill_timer = self._timer(grace_s, lambda: self._kill_remaining(pod))
+        self._mark_hosts_dirty(pod)
+
+    def _kill_remaining(self, pod: _Pod) -> None:
+        pod.kill_timer = None
+        for c in pod.containers:
+            if c.proc is not None:
+                _killpg(c.proc.pid, signal.SIGKILL)
+
+    def _end_termination(self, pod: _Pod) -> None:
+        self._cancel(pod.kill_timer)
+        self._teardown(pod)
+        self._finalize(pod.namespace, pod.name)
+
+    def _finalize(self, namespace: str, name: str) -> None:
+        with contextlib.suppress(ApiError):
+            self._store.finalize_delete("pods", namespace, name)
+
+    def _teardown(self, pod: _Pod) -> None:
+        """Stop the pod's runtime: kill what still runs, drop the sandbox (and with it every mount),
+        give back GPUs, address and mount points. Logs stay until the pod object is gone."""
+        if pod.finished:
+            return
+        pod.finished = True
+        self._cancel(pod.retry_timer)
+        self._cancel(pod.kill_timer)
+        for c in pod.containers:
+            self._cancel(c.restart_timer)
+            c.restart_timer = None
+            if c.proc is not None:
+                _killpg(c.proc.pid, signal.SIGKILL)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    c.proc.wait(timeout=5)
+        if pod.sandbox is not None and pod.sandbox.returncode is None:
+            _killpg(pod.sandbox.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                pod.sandbox.wait(timeout=5)
+        self._close_fds(pod)
+        self._release_mountpoints(pod)
+        node = self._nodes.get(pod.node)
+        if node is not None:
+            for c in pod.containers:
+                node.free_gpus |= {g for g in c.gpu_ids if g < node.gpus}
+                c.gpu_ids = []
+        self._release_ip(pod)
+
+    def _close_fds(self, pod: _Pod) -> None:
+        for c in pod.containers:
+            if c.pidfd is not None:
+                with contextlib.suppress(KeyError, ValueError):
+                    self._sel.unregister(c.pidfd)
+                os.close(c.pidfd)
+                c.pidfd = None
+            if c.proc is not None and c.proc.returncode is not None:
+                c.proc = None
+        if pod.sandbox_pidfd is not None:
+            with contextlib.suppress(KeyError, ValueError):
+                self._sel.unregister(pod.sandbox_pidfd)
+            os.close(pod.sandbox_pidfd)
+            pod.sandbox_pidfd = None
+        sb = pod.sandbox
+        if sb is not None and sb.stdout is not None and not sb.stdout.closed:
+            with contextlib.suppress(KeyError, ValueError):
+                self._sel.unregister(sb.stdout)
+            sb.stdout.close()
+
+    def _forget(self, pod: _Pod) -> None:
+        self._pods.pop(pod.uid, None)
+        if self._by_key.get(pod.key) == pod.uid:
+            del self._by_key[pod.key]
+        shutil.rmtree(pod.dir, ignore_errors=True)
+        self._mark_hosts_dirty(pod)
+
+    # ---- fault injection on the loop thread ------------------------------------------------
+
+    def _signal_pod(self, namespace: str, name: str, sig: int) -> None:
+        pod = self._pod_by_key(namespace, name)
+        if pod is None:
+            raise KeyError(f"pod {namespace}/{name} is not running on this cluster's kubelet")
+        for c in pod.containers:
+            if c.proc is not None and c.proc.returncode is None:
+                _killpg(c.proc.pid, sig)
+
+    def _node_readiness(self, node_name: str, ready: bool) -> None:
+        node = self._nodes.get(node_name)
+        if node is not None:
+            node.ready = ready
+        if ready:
+            return
+        for pod in list(self._pods.values()):
+            if pod.node == node_name and not pod.finished:
+                self._lose(pod)
+
+    def _lose(self, pod: _Pod) -> None:
+        """The pod's node is gone: its processes die and the pod fails as a lost node's pods do."""
+        pod.lost = True
+        for c in pod.containers:
+            if c.proc is not None:
+                started = c.state.get("running", {}).get("startedAt", now_iso())
+                c.state = {
+                    "terminated": {
+                        "exitCode": 137,
+                        "reason": "Error",
+                        "startedAt": started,
+                        "finishedAt": now_iso(),
+                    }
+                }
+            elif "terminated" not in c.state:
+                c.state = {
+                    "terminated": {
+                        "exitCode": 137,
+                        "reason": "ContainerStatusUnknown",
+                        "message": "The container could not be located when the pod was terminated",
+                        "finishedAt": now_iso(),
+                    }
+                }
+            c.done = True
+        self._teardown(pod)
+        pod.phase = "Failed"
+        pod.reason = "NodeLost"
+        pod.message = f"Node {pod.node} which was running pod {pod.name} is unresponsive"
+        pod.extra_conditions = [
+            {
+                "type": "DisruptionTarget",
+                "status": "True",
+                "reason": "DeletionByTaintManager",
+                "message": "Taint manager: deleting due to NoExecute taint",
+            }
+        ]
+        self._write_status(pod)
+        self._mark_hosts_dirty(pod)
+        if pod.terminating:
+            self._finalize(pod.namespace, pod.name)
+
+    # ---- env -----------------------------------------------------------------------------
+
+    def _field_ref(self, pod: _Pod, path: str) -> str:
+        meta = pod.obj.get("metadata") or {}
+        m = re.fullmatch(r"metadata\.(labels|annotations)\['([^']*)'\]", path)
+        if m:
+            return str((meta.get(m.group(1)) or {}).get(m.group(2), ""))
+        simple = {
+            "metadata.name": pod.name,
+            "metadata.namespace": pod.namespace,
+            "metadata.uid": pod.uid,
+            "spec.nodeName": pod.node,
+            "spec.serviceAccountName": pod.spec.get("serviceAccountName", "default"),
+            "status.hostIP": pod.host_ip,
+            "status.hostIPs": pod.host_ip,
+            "status.podIP": pod.ip,
+            "status.podIPs": pod.ip,
+        }
+        if path not in simple:
+            raise _PodError("CreateContainerConfigError", f"unsupported fieldRef {path!r}")
+        return simple[path]
+
+    def _key_ref(self, pod: _Pod, ref: Obj, resource: str) -> str | None:
+        kind = "configmap" if resource == "configmaps" else "secret"
+        try:
+            obj = self._store.get(resource, pod.namespace, ref.get("name", ""))
+        except ApiError:
+            if ref.get("optional"):
+                return None
+            raise _PodError(
+                "CreateContainerConfigError", f'{kind} "{ref.get("name", "")}" not found'
+            ) from None
+        key = ref.get("key", "")
+        if resource == "secrets":
+            if key in (obj.get("data") or {}):
+                return base64.b64decode(obj["data"][key]).decode(errors="replace")
+            if key in (obj.get("stringData") or {}):
+                return str(obj["stringData"][key])
+        elif key in (obj.get("data") or {}):
+            return str(obj["data"][key])
+        if ref.get("optional"):
+            return None
+        raise _PodError(
+            "CreateContainerConfigError",
+            f"couldn't find key {key} in {kind.capitalize()} {pod.namespace}/{ref.get('name', '')}",
+        )
+
+    def _container_env(self, pod: _Pod, c: _Container) -> dict[str, str]:
+        env = {"PATH": _PATH, "HOME": "/root", "HOSTNAME": pod.hostname}
+        if c.gpu_ids:
+            env["NVIDIA_VISIBLE_DEVICES"] = ",".join(str(g) for g in c.gpu_ids)
+        for src in c.spec.get("envFrom") or []:
+            prefix = src.get("prefix", "")
+            for kind, resource in (("configMapRef", "configmaps"), ("secretRef", "secrets")):
+                if kind not in src:
+                    continue
+                ref = src[kind]
+                try:
+                    obj = self._store.get(resource, pod.namespace, ref.get("name", ""))
+                except ApiError:
+                    if ref.get("optional"):
+                        continue
+                    what = "configmap" if resource == "configmaps" else "secret"
+                    raise _PodError(
+                        "CreateContainerConfigError", f'{what} "{ref.get("name", "")}" not found'
+                    ) from None
+                for k, v in (obj.get("data") or {}).items():
+                    env[prefix + k] = (
+                        base64.b64decode(v).decode(errors="replace")
+                        if resource == "secrets"
+                        else str(v)
+                    )
+        for item in c.spec.get("env") or []:
+            name = item["name"]
+            if "value" in item:
+                env[name] = _expand(str(item["value"]), env)
+                continue
+            vf = item.get("valueFrom") or {}
+            value: str | None = ""
+            if "fieldRef" in vf:
+                value = self._field_ref(pod, vf["fieldRef"].get("fieldPath", ""))
+            elif "configMapKeyRef" in vf:
+                value = self._key_ref(pod, vf["configMapKeyRef"], "configmaps")
+            elif "secretKeyRef" in vf:
+                value = self._key_ref(pod, vf["secretKeyRef"], "secrets")
+            elif "resourceFieldRef" in vf:
+                value = _resource_field(c.spec, vf["resourceFieldRef"])
+            if value is not None:
+                env[name] = value
+        return env
+
+    # ---- status ------------------------------------------------------------------------------
+
+    def _write_status(self, pod: _Pod) -> None:
+        """Publish the pod's state; the scheduler's PodScheduled condition is left as it is."""
+        init = [c for c in pod.containers if c.init]
+        app = [c for c in pod.containers if not c.init]
+        initialized = all(c.done for c in init)
+        all_ready = pod.phase == "Running" and all(
+            "running" in c.state for c in app
+        )  # no readiness probes here: a started container is ready
+        completed = pod.phase in ("Succeeded", "Failed")
+        unready = [c.name for c in app if "running" not in c.state]
+
+        def statuses(cs: list[_Container]) -> list[Obj]:
+            out = []
+            for c in cs:
+                out.append(
+                    {
+                        "name": c.name,
+                        "image": c.spec.get("image", ""),
+                        "imageID": "",
+                        "ready": "running" in c.state and (not c.init),
+                        "started": "running" in c.state,
+                        "restartCount": c.restart_count,
+                        "state": dict(c.state),
+                        "lastState": dict(c.last_state),
+                        **({"containerID": f"process://{c.proc.pid}"} if c.proc else {}),
+                    }
+                )
+            return out
+
+        def edit(obj: Obj) -> None:
+            st = obj.setdefault("status", {})
+            st["phase"] = pod.phase
+            st["hostIP"] = pod.host_ip
+            st["hostIPs"] = [{"ip": pod.host_ip}]
+            if pod.ip:
+                st["podIP"] = pod.ip
+                st["podIPs"] = [{"ip": pod.ip}]
+            st["startTime"] = pod.start_time
+            st["qosClass"] = st.get("qosClass") or _qos(pod.spec)
+            if pod.reason:
+                st["reason"] = pod.reason
+                st["message"] = pod.message
+            st["containerStatuses"] = statuses(app)
+            if init:
+                st["initContainerStatuses"] = statuses(init)
+            conds = st.setdefault("conditions", [])
+            set_condition(
+                conds,
+                "PodReadyToStartContainers",
+                "True" if pod.sandbox_ready and not pod.finished else "False",
+            )
+            if initialized:
+                set_condition(
+                    conds,
+                    "Initialized",
+                    "True",
+                    reason="PodCompleted" if completed and init else None,
+                )
+            else:
+                pending = [c.name for c in init if not c.done]
+                set_condition(
+                    conds,
+                    "Initialized",
+                    "False",
+                    reason="ContainersNotInitialized",
+                    message=f"containers with incomplete status: [{' '.join(pending)}]",
+                )
+            for type_ in ("ContainersReady", "Ready"):
+                if all_ready:
+                    set_condition(conds, type_, "True")
+                elif completed:
+                    set_condition(conds, type_, "False", reason="PodCompleted")
+                else:
+                    set_condition(
+                        conds,
+                        type_,
+                        "False",
+                        reason="ContainersNotReady",
+                        message=f"containers with unready status: [{' '.join(unready)}]",
+                    )
+            for extra in pod.extra_conditions:
+                set_condition(
+                    conds,
+                    extra["type"],
+                    extra["status"],
+                    reason=extra.get("reason"),
+                    message=extra.get("message"),
+                )
+
+        # A pod deleted meanwhile: its DELETED event tears the rest down.
+        with contextlib.suppress(ApiError):
+            self._store.mutate("pods", pod.namespace, pod.name, edit, subresource="status")
+
+    def _event(self, pod: _Pod, reason: str, message: str, *, type_: str = "Normal") -> None:
+        with contextlib.suppress(ApiError):
+            self._store.record_event(pod.obj, reason, message, type=type_, component="kubelet")
+
+
+# ---- helpers ---------------------------------------------------------------------------------
+
+
+def _key_of(obj: Obj) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return (meta.get("namespace") or "default", meta.get("name") or "")
+
+
+def _log_file(pod: _Pod, c: _Container, attempt: int) -> Path:
+    return pod.dir / "logs" / c.name / f"{attempt}.log"
+
+
+def _pod_ready(pod: _Pod) -> bool:
+    return pod.phase == "Running" and all(
+        "running" in c.state for c in pod.containers if not c.init
+    )
+
+
+def _expand(text: str, env: dict[str, str]) -> str:
+    """Kubernetes' $(VAR) expansion: defined names are replaced, $$ escapes, others stay."""
+
+    def sub(m: re.Match[str]) -> str:
+        if m.group(0) == "$$":
+            return "$"
+        return env.get(m.group(1), m.group(0))
+
+    return _VAR_REF.sub(sub, text)
+
+
+def _write_file(path: Path, data: bytes, mode: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    path.chmod(mode & 0o777)
+
+
+def _tmpfs_size(quantity: Any) -> str:
+    return str(int(parse_quantity(quantity)))
+
+
+def _resource_field(container: Obj, ref: Obj) -> str:
+    what, _, name = str(ref.get("resource", "")).partition(".")
+    res = (container.get("resources") or {}).get(what if what != "requests" else "requests") or {}
+    if name not in res:
+        return "0"
+    value = parse_quantity(res[name])
+    divisor = parse_quantity(ref.get("divisor", "1"))
+    return str(int(-(-value // divisor)))
+
+
+def _qos(spec: Obj) -> str:
+    containers = spec.get("containers") or []
+    reqs = [(c.get("resources") or {}) for c in containers]
+    if not any(r.get("requests") or r.get("limits") for r in reqs):
+        return "BestEffort"
+    for r in reqs:
+        limits, requests = r.get("limits") or {}, r.get("requests") or {}
+        if not {"cpu", "memory"} <= set(limits):
+            return "Burstable"
+        if any(requests.get(k, limits[k]) != limits[k] for k in limits):
+            return "Burstable"
+    return "Guaranteed"
+
+
+def _killpg(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        return
+    except PermissionError:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+
+
+def _kill_namespace_members(namespaces: set[int]) -> None:
+    """SIGKILL every process living in one of our pods' mount namespaces, including children
+    that left their container's process group (a daemonising script)."""
+    if not namespaces:
+        return
+    me = os.getpid()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            ino = os.stat(f"/proc/{entry}/ns/mnt").st_ino
+        except OSError:
+            continue
+        if ino in namespaces:
+            with contextlib.suppress(OSError):
+                os.kill(int(entry), signal.SIGKILL)
+
+
+__all__ = ["Kubelet"]

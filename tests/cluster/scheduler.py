@@ -1,0 +1,537 @@
+"""The test cluster's scheduler: binds pending pods to nodes the way kube-scheduler decides.
+
+Why a real filter chain rather than "first node": the deployer's `doctor` and our tests depend on
+*why* a pod stays Pending, so the filters, their order and their messages follow kube-scheduler's
+default profile (NodeUnschedulable, TaintToleration, NodeAffinity, NodeResourcesFit,
+InterPodAffinity), each node failing on its first rejecting plugin, and the FailedScheduling
+message is assembled as `FitError.Error()` does: "0/4 nodes are available: 2 Insufficient
+nvidia.com/gpu, 2 node(s) didn't match Pod's node affinity/selector." (reasons counted, sorted as
+strings, joined with ", "; the preemption postscript is left out, as nothing here preempts).
+
+Only pods whose spec.schedulerName is one of `names` are touched: a pod for an absent scheduler
+(hami-scheduler, volcano) stays Pending with no condition and no event, as in a real cluster.
+
+Event-driven: `store.subscribe` keeps a cache of nodes and bound pods and feeds a queue; one thread
+schedules what is due. Unschedulable pods wait until something that could help changes (a node,
+a pod ending or going away) instead of being retried on a timer. `set_delay` holds every pod in
+the queue for that long first (fault injection: a slow scheduler).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from tests.cluster.errors import ApiError
+from tests.cluster.node_common import (
+    Obj,
+    match_expression,
+    match_label_selector,
+    parse_quantity,
+    pod_requests,
+    set_condition,
+)
+
+log = logging.getLogger(__name__)
+
+_NOT_READY_TAINT = {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}
+_UNSCHEDULABLE_TAINT = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
+_HOSTNAME = "kubernetes.io/hostname"
+
+
+class StoreLike(Protocol):
+    def list(
+        self,
+        resource: str,
+        namespace: str | None = None,
+        label_selector: Any = None,
+        field_selector: Any = None,
+    ) -> tuple[list[Obj], str]: ...
+    def mutate(
+        self,
+        resource: str,
+        namespace: str | None,
+        name: str,
+        fn: Callable[[Obj], Any],
+        *,
+        subresource: str | None = None,
+    ) -> Obj: ...
+    def subscribe(self, callback: Callable[[str, str, Obj], None]) -> None: ...
+    def record_event(
+        self, involved: Obj, reason: str, message: str, *, type: str = ..., component: str = ...
+    ) -> Obj | None: ...
+
+
+@dataclass
+class _Placed:
+    """What the filters need to know about a pod already on a node."""
+
+    node: str
+    namespace: str
+    labels: dict[str, str]
+    requests: dict[str, float]
+    anti_terms: list[Obj]
+    terminal: bool
+
+
+@dataclass
+class _Queued:
+    pod: Obj
+    since: float
+
+
+class Scheduler:
+    """Schedules pods for the schedulerNames in `names`; start() / stop() / set_delay(s)."""
+
+    def __init__(
+        self,
+        store: StoreLike,
+        *,
+        names: tuple[str, ...] | list[str] = ("default-scheduler",),
+        delay_s: float = 0.0,
+    ) -> None:
+        self._store = store
+        self._names = tuple(names)
+        self._delay_s = float(delay_s)
+        self._cond = threading.Condition()
+        self._nodes: dict[str, Obj] = {}
+        self._placed: dict[str, _Placed] = {}
+        self._queue: dict[str, _Queued] = {}
+        self._unschedulable: dict[str, Obj] = {}
+        self._last_failure: dict[str, tuple[str, float]] = {}
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self.bound = 0  # pods bound so far, for benchmarks and tests
+
+    # ---- public ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._store.subscribe(self._on_change)
+        for node in self._store.list("nodes")[0]:
+            self._on_change("ADDED", "nodes", node)
+        for pod in self._store.list("pods")[0]:
+            self._on_change("ADDED", "pods", pod)
+        self._thread = threading.Thread(target=self._run, name="scheduler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        unsubscribe = getattr(self._store, "unsubscribe", None)
+        if unsubscribe is not None:
+            unsubscribe(self._on_change)
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def set_delay(self, s: float) -> None:
+        """Hold each pending pod this many seconds before scheduling it (fault injection).
+
+        Applies to pods already waiting too, counted from when they entered the queue."""
+        with self._cond:
+            self._delay_s = float(s)
+            self._cond.notify_all()
+
+    @property
+    def delay_s(self) -> float:
+        return self._delay_s
+
+    # ---- cache and queue ---------------------------------------------------------------------
+
+    def _on_change(self, etype: str, resource: str, obj: Obj) -> None:
+        if resource == "nodes":
+            with self._cond:
+                name = obj["metadata"]["name"]
+                if etype == "DELETED":
+                    self._nodes.pop(name, None)
+                else:
+                    self._nodes[name] = obj
+                self._retry_unschedulable()
+            return
+        if resource != "pods":
+            return
+        meta, spec = obj["metadata"], obj.get("spec") or {}
+        uid = meta["uid"]
+        phase = (obj.get("status") or {}).get("phase")
+        terminal = phase in ("Succeeded", "Failed")
+        with self._cond:
+            if etype == "DELETED":
+                self._queue.pop(uid, None)
+                self._unschedulable.pop(uid, None)
+                self._last_failure.pop(uid, None)
+                if self._placed.pop(uid, None) is not None:
+                    self._retry_unschedulable()
+                return
+            node = spec.get("nodeName")
+            if node:
+                self._queue.pop(uid, None)
+                self._unschedulable.pop(uid, None)
+                old = self._placed.get(uid)
+                if old is None or old.terminal != terminal or old.labels != meta.get("labels"):
+                    self._placed[uid] = _Placed(
+                        node=node,
+                        namespace=meta.get("namespace", "default"),
+                        labels=dict(meta.get("labels") or {}),
+                        requests=pod_requests(obj),
+                        anti_terms=_required(spec, "podAntiAffinity"),
+                        terminal=terminal,
+                    )
+                    if old is not None and terminal and not old.terminal:
+                        self._retry_unschedulable()
+                return
+            if (
+                spec.get("schedulerName", "default-scheduler") not in self._names
+                or meta.get("deletionTimestamp")
+                or terminal
+            ):
+                return
+            if uid in self._unschedulable:
+                self._unschedulable[uid] = obj
+            elif uid in self._queue:
+                self._queue[uid].pod = obj
+            else:
+                self._queue[uid] = _Queued(obj, time.monotonic())
+                self._cond.notify_all()
+
+    def _retry_unschedulable(self) -> None:
+        """Something that could make room changed: every waiting pod gets another go (lock held)."""
+        if not self._unschedulable:
+            return
+        now = time.monotonic()
+        for uid, pod in self._unschedulable.items():
+            self._queue[uid] = _Queued(pod, now)
+        self._unschedulable.clear()
+        self._cond.notify_all()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._stopping:
+                    now = time.monotonic()
+                    due = [u for u, q in self._queue.items() if q.since + self._delay_s <= now]
+                    if due:
+                        break
+                    wait = None
+                    if self._queue:
+                        wait = min(q.since for q in self._queue.values()) + self._delay_s - now
+                    self._cond.wait(wait)
+                if self._stopping:
+                    return
+                batch = [self._queue.pop(u).pod for u in due]
+                batch.sort(key=lambda p: p["metadata"].get("creationTimestamp", ""))
+            for pod in batch:
+                try:
+                    self._schedule_one(pod)
+                except Exception:
+                    log.exception("scheduler: scheduling %s failed", pod["metadata"].get("name"))
+
+    # ---- one pod ---------------------------------------------------------------------------
+
+    def _schedule_one(self, pod: Obj) -> None:
+        with self._cond:
+            nodes = sorted(self._nodes.values(), key=lambda n: _natural(n["metadata"]["name"]))
+            placed = [p for p in self._placed.values() if not p.terminal]
+        usage: dict[str, dict[str, float]] = {}
+        for p in placed:
+            u = usage.setdefault(p.node, {"pods": 0.0})
+            u["pods"] += 1
+            for k, v in p.requests.items():
+                u[k] = u.get(k, 0.0) + v
+        requests = pod_requests(pod)
+        reasons: dict[str, list[str]] = {}
+        feasible: list[tuple[float, int, str]] = []
+        node_labels = {n["metadata"]["name"]: n["metadata"].get("labels") or {} for n in nodes}
+        for i, node in enumerate(nodes):
+            name = node["metadata"]["name"]
+            why = _filter(pod, requests, node, usage.get(name, {}), placed, node_labels)
+            if why:
+                reasons[name] = why
+            else:
+                feasible.append((_score(requests, node, usage.get(name, {})), i, name))
+        meta = pod["metadata"]
+        ns, pod_name = meta.get("namespace", "default"), meta["name"]
+        scheduler = pod.get("spec", {}).get("schedulerName", "default-scheduler")
+        if feasible:
+            feasible.sort()
+            target = feasible[0][2]
+            self._bind(pod, target, requests, scheduler)
+            return
+        message = _fit_error(len(nodes), reasons)
+        self._unschedulable_pod(pod, message, scheduler)
+        log.debug("scheduler: %s/%s unschedulable: %s", ns, pod_name, message)
+
+    def _bind(self, pod: Obj, node: str, requests: dict[str, float], scheduler: str) -> None:
+        meta, spec = pod["metadata"], pod.get("spec") or {}
+        uid = meta["uid"]
+
+        def bind(obj: Obj) -> None:
+            if obj["metadata"].get("uid") != uid or obj.get("spec", {}).get("nodeName"):
+                raise _Skip()
+            if obj["metadata"].get("deletionTimestamp"):
+                raise _Skip()
+            obj["spec"]["nodeName"] = node
+            conds = obj.setdefault("status", {}).setdefault("conditions", [])
+            set_condition(conds, "PodScheduled", "True")
+
+        # Assume first, as kube-scheduler does, so the next pod in the batch sees the room taken.
+        with self._cond:
+            self._placed[uid] = _Placed(
+                node=node,
+                namespace=meta.get("namespace", "default"),
+                labels=dict(meta.get("labels") or {}),
+                requests=requests,
+                anti_terms=_required(spec, "podAntiAffinity"),
+                terminal=False,
+            )
+        try:
+            bound = self._store.mutate("pods", meta.get("namespace"), meta["name"], bind)
+        except (ApiError, _Skip):
+            with self._cond:
+                current = self._placed.get(uid)
+                if current is not None and current.node == node and not spec.get("nodeName"):
+                    self._placed.pop(uid, None)
+            return
+        self.bound += 1
+        self._last_failure.pop(uid, None)
+        ns = meta.get("namespace", "default")
+        self._store.record_event(
+            bound,
+            "Scheduled",
+            f"Successfully assigned {ns}/{meta['name']} to {node}",
+            component=scheduler,
+        )
+
+    def _unschedulable_pod(self, pod: Obj, message: str, scheduler: str) -> None:
+        meta = pod["metadata"]
+        uid = meta["uid"]
+        with self._cond:
+            if self._stopping:
+                return
+            self._unschedulable[uid] = pod
+
+        def mark(obj: Obj) -> None:
+            conds = obj.setdefault("status", {}).setdefault("conditions", [])
+            set_condition(
+                conds,
+                "PodScheduled",
+                "False",
+                reason="Unschedulable",
+                message=message,
+                probe_time=True,
+            )
+
+        try:
+            current = self._store.mutate(
+                "pods", meta.get("namespace"), meta["name"], mark, subresource="status"
+            )
+        except ApiError:
+            with self._cond:
+                self._unschedulable.pop(uid, None)
+            return
+        # One event per distinct reason (and a reminder every 30 s while it lasts), so a busy
+        # cluster does not drown the namespace's events in identical copies.
+        last = self._last_failure.get(uid)
+        now = time.monotonic()
+        if last is None or last[0] != message or now - last[1] > 30:
+            self._last_failure[uid] = (message, now)
+            self._store.record_event(
+                current, "FailedScheduling", message, type="Warning", component=scheduler
+            )
+
+
+class _Skip(Exception):
+    """The pod changed under us (bound elsewhere, deleted): nothing to do."""
+
+
+# ---- filters -------------------------------------------------------------------------------
+
+
+def _filter(
+    pod: Obj,
+    requests: dict[str, float],
+    node: Obj,
+    used: dict[str, float],
+    placed: list[_Placed],
+    node_labels: dict[str, dict[str, str]],
+) -> list[str]:
+    """The reasons `node` rejects `pod`: those of the first plugin that rejects, as upstream."""
+    spec = pod.get("spec") or {}
+    tolerations = spec.get("tolerations") or []
+    node_spec = node.get("spec") or {}
+    if node_spec.get("unschedulable") and not _tolerated(tolerations, _UNSCHEDULABLE_TAINT):
+        return ["node(s) were unschedulable"]
+    taints = list(node_spec.get("taints") or [])
+    if not _node_ready(node) and not any(t.get("key") == _NOT_READY_TAINT["key"] for t in taints):
+        taints.append(_NOT_READY_TAINT)  # what the node lifecycle controller would add
+    for taint in taints:
+        if taint.get("effect") in ("NoSchedule", "NoExecute") and not _tolerated(
+            tolerations, taint
+        ):
+            return [
+                f"node(s) had untolerated taint {{{taint.get('key')}: {taint.get('value', '')}}}"
+            ]
+    labels = node["metadata"].get("labels") or {}
+    if not _node_affinity_ok(spec, labels, node["metadata"]["name"]):
+        return ["node(s) didn't match Pod's node affinity/selector"]
+    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    reasons = []
+    max_pods = parse_quantity(allocatable.get("pods", 110))
+    if used.get("pods", 0) + 1 > max_pods:
+        reasons.append("Too many pods")
+    for resource, want in sorted(requests.items()):
+        if want <= 0:
+            continue
+        have = parse_quantity(allocatable.get(resource, 0))
+        if used.get(resource, 0.0) + want > have + 1e-9:
+            reasons.append(f"Insufficient {resource}")
+    if reasons:
+        return reasons
+    why = _inter_pod(pod, node["metadata"]["name"], labels, placed, node_labels)
+    return [why] if why else []
+
+
+def _node_ready(node: Obj) -> bool:
+    for cond in (node.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            return bool(cond.get("status") == "True")
+    return True  # a node that never reported is taken as ready (A creates them Ready)
+
+
+def _tolerated(tolerations: list[Obj], taint: Obj) -> bool:
+    for tol in tolerations:
+        effect = tol.get("effect")
+        if effect and effect != taint.get("effect"):
+            continue
+        op = tol.get("operator", "Equal")
+        key = tol.get("key", "")
+        if op == "Exists":
+            if not key or key == taint.get("key"):
+                return True
+        elif key == taint.get("key") and tol.get("value", "") == taint.get("value", ""):
+            return True
+    return False
+
+
+def _node_affinity_ok(spec: Obj, labels: dict[str, str], node_name: str) -> bool:
+    for k, v in (spec.get("nodeSelector") or {}).items():
+        if labels.get(k) != v:
+            return False
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or None
+    if required is None:
+        return True
+    for term in required.get("nodeSelectorTerms") or []:
+        exprs = term.get("matchExpressions") or []
+        fields = term.get("matchFields") or []
+        if not exprs and not fields:
+            continue  # an empty term matches nothing
+        if all(match_expression(e, labels) for e in exprs) and all(
+            match_expression(f, {"metadata.name": node_name}) for f in fields
+        ):
+            return True
+    return False
+
+
+def _required(spec: Obj, kind: str) -> list[Obj]:
+    terms = ((spec.get("affinity") or {}).get(kind) or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    )
+    return list(terms or [])
+
+
+def _term_namespaces(term: Obj, own: str) -> set[str] | None:
+    """Namespaces a term looks at; None means all (an empty namespaceSelector)."""
+    if term.get("namespaceSelector") == {}:
+        return None
+    names = set(term.get("namespaces") or [])
+    return names or {own}
+
+
+def _term_matches(term: Obj, own_ns: str, other: _Placed) -> bool:
+    spaces = _term_namespaces(term, own_ns)
+    if spaces is not None and other.namespace not in spaces:
+        return False
+    return match_label_selector(term.get("labelSelector") or {}, other.labels)
+
+
+def _inter_pod(
+    pod: Obj,
+    node_name: str,
+    labels: dict[str, str],
+    placed: list[_Placed],
+    node_labels: dict[str, dict[str, str]],
+) -> str | None:
+    """InterPodAffinity's filter: affinity, then anti-affinity, then existing pods' anti-affinity."""
+    spec = pod.get("spec") or {}
+    meta = pod["metadata"]
+    ns = meta.get("namespace", "default")
+    pod_labels = meta.get("labels") or {}
+
+    def same_domain(other: _Placed, key: str) -> bool:
+        if key == _HOSTNAME and _HOSTNAME not in labels:
+            return other.node == node_name
+        return key in labels and node_labels.get(other.node, {}).get(key) == labels[key]
+
+    affinity = _required(spec, "podAffinity")
+    for term in affinity:
+        key = term.get("topologyKey", _HOSTNAME)
+        matching = [p for p in placed if _term_matches(term, ns, p)]
+        if any(same_domain(p, key) for p in matching):
+            continue
+        # The first pod of a group that selects itself may go anywhere (upstream's special case).
+        self_match = match_label_selector(term.get("labelSelector") or {}, pod_labels)
+        if matching or not self_match or key not in labels:
+            return "node(s) didn't match pod affinity rules"
+    for term in _required(spec, "podAntiAffinity"):
+        key = term.get("topologyKey", _HOSTNAME)
+        if any(same_domain(p, key) and _term_matches(term, ns, p) for p in placed):
+            return "node(s) didn't match pod anti-affinity rules"
+    for other in placed:
+        for term in other.anti_terms:
+            key = term.get("topologyKey", _HOSTNAME)
+            spaces = _term_namespaces(term, other.namespace)
+            if spaces is not None and ns not in spaces:
+                continue
+            if same_domain(other, key) and match_label_selector(
+                term.get("labelSelector") or {}, pod_labels
+            ):
+                return "node(s) didn't satisfy existing pods anti-affinity rules"
+    return None
+
+
+def _score(requests: dict[str, float], node: Obj, used: dict[str, float]) -> float:
+    """Lower is better: least allocated after placement (upstream's default spreads pods)."""
+    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    total = 0.0
+    for resource in ("cpu", "memory", "nvidia.com/gpu"):
+        have = parse_quantity(allocatable.get(resource, 0))
+        if have > 0:
+            total += (used.get(resource, 0.0) + requests.get(resource, 0.0)) / have
+    pods = parse_quantity(allocatable.get("pods", 110)) or 110
+    return total + (used.get("pods", 0.0) + 1) / pods
+
+
+def _fit_error(num_nodes: int, reasons: dict[str, list[str]]) -> str:
+    """kube-scheduler's FitError.Error(): "0/N nodes are available: <count reason>, ...."""
+    if num_nodes == 0:
+        return "no nodes available to schedule pods"
+    counts: dict[str, int] = {}
+    for why in reasons.values():
+        for r in why:
+            counts[r] = counts.get(r, 0) + 1
+    parts = sorted(f"{n} {r}" for r, n in counts.items())
+    return f"0/{num_nodes} nodes are available: {', '.join(parts)}."
+
+
+def _natural(name: str) -> tuple[str, int]:
+    m = re.match(r"^(.*?)(\d+)$", name)
+    return (m.group(1), int(m.group(2))) if m else (name, -1)
+
+
+__all__ = ["Scheduler"]
