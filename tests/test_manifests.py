@@ -1,0 +1,558 @@
+"""render(RunSpec): golden YAML, upstream schemas of three Kubernetes versions, and the objects'
+meaning (what a user or the API server would check).
+
+Golden files live in tests/golden/. After a deliberate change, regenerate them with
+`NCCL_K8S_UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/test_manifests.py -k golden` and review
+the diff. The engine zipapp inside the ConfigMap is replaced by a placeholder there (it changes
+whenever bench/ does); its bytes are checked separately.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import os
+import stat
+import subprocess
+import sys
+import zipfile
+from io import BytesIO
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from nccl_k8s.k8s.manifests import attach_owner, dump, render
+from nccl_k8s.k8s.zipapp import MAX_ZIPAPP_BYTES, ZIPAPP_NAME, build_zipapp, engine_zipapp
+from nccl_k8s.spec import RunSpec, build_run_spec
+
+GOLDEN = Path(__file__).parent / "golden"
+UPDATE = os.environ.get("NCCL_K8S_UPDATE_GOLDEN", "") not in ("", "0")
+#: Three Kubernetes minor versions whose strict upstream schemas every object must pass:
+#: the oldest and newest that kubernetes-validate ships here, and one between.
+K8S_VERSIONS = ("1.32", "1.34", "1.37")
+REDACTED = "<engine zipapp: see test_configmap_carries_the_engine_zipapp>"
+
+#: name -> the `nccl-k8s render` arguments of that configuration.
+CONFIGS: dict[str, list[str]] = {
+    "job-8x4": [
+        "--world-size", "32", "--gpus-per-node", "4", "--run-id", "nccl-golden-8x4",
+        "--namespace", "bench", "--", "-b", "8", "-e", "1G", "-f", "2",
+    ],
+    "job-2x8-ib": [
+        "--world-size", "16", "--gpus-per-node", "8", "--network", "ib",
+        "--rdma-resource", "rdma/ib=1", "--run-id", "nccl-golden-2x8-ib", "--namespace", "bench",
+        "-b", "1M", "-e", "8G", "-f", "2",
+    ],
+    "statefulset-2x8": [
+        "--nodes", "2", "--gpus-per-node", "8", "--workload", "statefulset", "--interval", "10m",
+        "--run-id", "nccl-golden-soak", "--namespace", "bench", "--", "-b", "1G", "-e", "1G", "-n", "50",
+    ],
+}  # fmt: skip
+
+#: Not golden, schema-checked: every option that changes the objects, and each security profile.
+EVERYTHING = {
+    "world_size": 16,
+    "gpus_per_node": 8,
+    "run_id": "nccl-everything",
+    "namespace": "bench",
+    "scheduler": "hami-scheduler",
+    "node_selector": ["nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3", "pool=a"],
+    "toleration": ["nvidia.com/gpu:NoSchedule", "dedicated=nccl:NoExecute", "spot"],
+    "spread": "preferred",
+    "rdma_resource": ["rdma/ib=1", "rdma/ib_b=2"],
+    "network": "roce",
+    "host_network": True,
+    "cpu": "32",
+    "memory": "256Gi",
+    "shm_size": "32Gi",
+    "env": ["NCCL_DEBUG=WARN", "NCCL_IB_GID_INDEX=3"],
+    "pvc": "nccl-results",
+    "queue": "gpu-queue",
+    "priority_class": "benchmark",
+    "active_deadline": "2h",
+    "ttl": "10m",
+    "backoff_limit": 1,
+    "label": ["team=infra"],
+    "annotation": ["owner=someone@example.com"],
+    "engine_args": ["-b", "8", "-e", "1G", "--ops", "all"],
+}
+
+
+def spec_for(name: str) -> RunSpec:
+    from nccl_k8s.cli.main import app
+
+    # Through the CLI's own parsing, so the golden files pin what `nccl-k8s render` prints.
+    result = CliRunner().invoke(app, ["render", "-o", "json", *CONFIGS[name]])
+    assert result.exit_code == 0, result.output
+    assert yaml.safe_load(result.stdout)["kind"] == "List"
+    return _SPECS[name]
+
+
+_SPECS = {
+    "job-8x4": build_run_spec(
+        world_size=32, gpus_per_node=4, run_id="nccl-golden-8x4", namespace="bench",
+        engine_args=["-b", "8", "-e", "1G", "-f", "2"],
+    ),
+    "job-2x8-ib": build_run_spec(
+        world_size=16, gpus_per_node=8, network="ib", rdma_resource=["rdma/ib=1"],
+        run_id="nccl-golden-2x8-ib", namespace="bench", engine_args=["-b", "1M", "-e", "8G", "-f", "2"],
+    ),
+    "statefulset-2x8": build_run_spec(
+        nodes=2, gpus_per_node=8, workload="statefulset", interval="10m", run_id="nccl-golden-soak",
+        namespace="bench", engine_args=["-b", "1G", "-e", "1G", "-n", "50"],
+    ),
+}  # fmt: skip
+
+
+def redact(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    objs = copy.deepcopy(objs)
+    for obj in objs:
+        if obj["kind"] == "ConfigMap":
+            obj["binaryData"] = {k: REDACTED for k in obj["binaryData"]}
+    return objs
+
+
+def by_kind(objs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {o["kind"]: o for o in objs}
+
+
+def pod_spec(objs: list[dict[str, Any]]) -> dict[str, Any]:
+    workload = objs[-1]
+    return workload["spec"]["template"]["spec"]  # type: ignore[no-any-return]
+
+
+def container(objs: list[dict[str, Any]]) -> dict[str, Any]:
+    return pod_spec(objs)["containers"][0]  # type: ignore[no-any-return]
+
+
+def env_of(objs: list[dict[str, Any]]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container(objs)["env"]}
+
+
+# --- golden files and schemas --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_golden(name: str) -> None:
+    from nccl_k8s.cli.main import app
+
+    spec = spec_for(name)
+    text = dump(redact(render(spec)))
+    path = GOLDEN / f"{name}.yaml"
+    if UPDATE:
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text)
+    assert text == path.read_text(), (
+        f"{path} differs; regenerate with NCCL_K8S_UPDATE_GOLDEN=1 and review"
+    )
+    # The CLI prints exactly these objects (zipapp included).
+    result = CliRunner().invoke(app, ["render", *CONFIGS[name]])
+    assert result.exit_code == 0, result.output
+    assert list(yaml.safe_load_all(result.stdout)) == render(spec)
+
+
+def _schema_cases() -> list[tuple[str, str]]:
+    return [
+        (name, v)
+        for name in [*sorted(CONFIGS), "everything", "image-privileged", "host"]
+        for v in K8S_VERSIONS
+    ]
+
+
+def _objs_for(name: str) -> list[dict[str, Any]]:
+    if name in _SPECS:
+        return render(_SPECS[name])
+    if name == "everything":
+        return render(build_run_spec(**EVERYTHING))  # type: ignore[arg-type]
+    if name == "host":
+        return render(
+            build_run_spec(world_size=16, run_id="nccl-host", security="host", spread="none")
+        )
+    return render(
+        build_run_spec(
+            world_size=16, run_id="nccl-priv", engine="image", image="registry.example/nccl-k8s:1.0",
+            security="privileged", workload="statefulset",
+        )
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "version"), _schema_cases())
+def test_every_object_passes_the_strict_upstream_schema(name: str, version: str) -> None:
+    for obj in _objs_for(name):
+        try:
+            kubernetes_validate.validate(obj, version, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            pytest.fail(f"{name}: {obj['kind']} invalid for Kubernetes {version}: {exc.message}")
+
+
+# --- what the objects mean ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", [*sorted(_SPECS), "everything", "host", "image-privileged"])
+def test_every_object_is_labelled_for_selection(name: str) -> None:
+    objs = _objs_for(name)
+    run_id = objs[-1]["metadata"]["name"]
+    for obj in [*objs, {"kind": "pod", "metadata": objs[-1]["spec"]["template"]["metadata"]}]:
+        labels = obj["metadata"]["labels"]
+        assert labels["app.kubernetes.io/name"] == "nccl-k8s", obj["kind"]
+        assert labels["app.kubernetes.io/instance"] == run_id, obj["kind"]
+        assert labels["app.kubernetes.io/managed-by"] == "nccl-k8s", obj["kind"]
+        assert "ownerReferences" not in obj["metadata"]
+
+
+def test_render_is_deterministic() -> None:
+    spec = _SPECS["job-2x8-ib"]
+    assert dump(render(spec)) == dump(render(spec))
+    assert build_zipapp() == build_zipapp()
+
+
+def test_objects_in_apply_order() -> None:
+    assert [o["kind"] for o in render(_SPECS["job-8x4"])] == ["ConfigMap", "Service", "Job"]
+    assert [o["kind"] for o in render(_SPECS["statefulset-2x8"])] == [
+        "ConfigMap",
+        "Service",
+        "StatefulSet",
+    ]
+
+
+def test_indexed_job_one_pod_per_node_failing_fast() -> None:
+    objs = render(_SPECS["job-8x4"])
+    job = by_kind(objs)["Job"]["spec"]
+    assert job["completionMode"] == "Indexed"
+    assert job["completions"] == job["parallelism"] == 8
+    assert job["backoffLimit"] == 0
+    assert job["activeDeadlineSeconds"] == 3600 and job["ttlSecondsAfterFinished"] == 86400
+    rules = job["podFailurePolicy"]["rules"]
+    assert {
+        "action": "FailJob",
+        "onExitCodes": {"containerName": "bench", "operator": "NotIn", "values": [0]},
+    } in rules
+    pod = pod_spec(objs)
+    assert pod["restartPolicy"] == "Never"
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["subdomain"] == "nccl-golden-8x4"
+    anti = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
+    assert anti["topologyKey"] == "kubernetes.io/hostname"
+    pod_labels = objs[-1]["spec"]["template"]["metadata"]["labels"]
+    assert anti["labelSelector"]["matchLabels"].items() <= pod_labels.items()
+    res = container(objs)["resources"]
+    assert res["requests"]["nvidia.com/gpu"] == res["limits"]["nvidia.com/gpu"] == "4"
+    assert not any(
+        o["kind"] in ("Role", "RoleBinding", "ServiceAccount", "ClusterRole") for o in objs
+    )
+
+
+def test_each_pod_runs_torchrun_on_the_engine() -> None:
+    spec = _SPECS["job-8x4"]
+    c = container(render(spec))
+    assert c["command"] == ["torchrun"]
+    args = c["args"]
+    assert args[: args.index("-m")] == [
+        "--nnodes=8",
+        "--nproc-per-node=4",
+        "--node-rank=$(JOB_COMPLETION_INDEX)",
+        "--master-addr=nccl-golden-8x4-0.nccl-golden-8x4",
+        f"--master-port={spec.master_port}",
+        "--rdzv-conf=timeout=900",
+        "--max-restarts=0",
+    ]
+    assert args[args.index("-m") :] == ["-m", "nccl_k8s.bench", "-b", "8", "-e", "1G", "-f", "2"]
+    env = env_of(render(spec))
+    assert env["NCCL_K8S_RUN_ID"] == "nccl-golden-8x4"
+    assert env["PYTHONPATH"] == f"/opt/nccl-k8s/{ZIPAPP_NAME}"
+    assert env["JOB_COMPLETION_INDEX"] == {
+        "fieldRef": {
+            "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+        }
+    }
+
+
+def test_engine_args_cannot_expand_kubernetes_variables() -> None:
+    spec = build_run_spec(world_size=8, run_id="r", engine_args=["--json", "/tmp/$(HOME).json"])
+    assert container(render(spec))["args"][-1] == "/tmp/$$(HOME).json"
+
+
+def test_headless_service_is_the_pods_subdomain() -> None:
+    spec = _SPECS["job-2x8-ib"]
+    objs = render(spec)
+    svc = by_kind(objs)["Service"]
+    assert svc["metadata"]["name"] == pod_spec(objs)["subdomain"]
+    assert svc["spec"]["clusterIP"] == "None"
+    assert svc["spec"]["publishNotReadyAddresses"] is True
+    assert (
+        svc["spec"]["selector"].items()
+        <= objs[-1]["spec"]["template"]["metadata"]["labels"].items()
+    )
+    assert svc["spec"]["ports"][0]["port"] == spec.master_port
+
+
+def test_dev_shm_is_a_memory_volume_of_the_requested_size() -> None:
+    objs = render(build_run_spec(world_size=8, run_id="r", shm_size="16Gi"))
+    assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}} in pod_spec(
+        objs
+    )["volumes"]
+    assert {"name": "dshm", "mountPath": "/dev/shm"} in container(objs)["volumeMounts"]
+
+
+def test_configmap_carries_the_engine_zipapp() -> None:
+    objs = render(_SPECS["job-8x4"])
+    cm = by_kind(objs)["ConfigMap"]
+    assert cm["immutable"] is True
+    data = base64.b64decode(cm["binaryData"][ZIPAPP_NAME])
+    assert data == engine_zipapp() == build_zipapp()
+    volume = next(v for v in pod_spec(objs)["volumes"] if v["name"] == "engine")
+    assert volume["configMap"]["name"] == cm["metadata"]["name"]
+
+
+def test_zipapp_holds_only_the_engine_and_is_small() -> None:
+    data = build_zipapp()
+    assert len(data) < MAX_ZIPAPP_BYTES < 1 << 20
+    names = zipfile.ZipFile(BytesIO(data)).namelist()
+    assert names == sorted(names)
+    assert "nccl_k8s/__init__.py" in names and "nccl_k8s/bench/config.py" in names
+    assert all(
+        n == "__main__.py" or n == "nccl_k8s/__init__.py" or n.startswith("nccl_k8s/bench/")
+        for n in names
+    )
+    assert {i.date_time for i in zipfile.ZipFile(BytesIO(data)).infolist()} == {
+        (1980, 1, 1, 0, 0, 0)
+    }
+
+
+def test_zipapp_runs_the_engine_without_the_installed_package(tmp_path: Path) -> None:
+    pyz = tmp_path / ZIPAPP_NAME
+    pyz.write_bytes(build_zipapp())
+    # -S: no site-packages, so nccl_k8s can only come from the archive (as in a stock image).
+    run = subprocess.run(
+        [sys.executable, "-S", str(pyz), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("usage: python -m nccl_k8s.bench")
+    run = subprocess.run(
+        [sys.executable, "-S", "-c", "import nccl_k8s.bench.config as c; print(c.__file__)"],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path, env={"PYTHONPATH": str(pyz)},
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == f"{pyz}/nccl_k8s/bench/config.py"
+
+
+def test_engine_image_mode_ships_no_configmap() -> None:
+    objs = render(build_run_spec(world_size=8, run_id="r", engine="image", image="reg/nccl-k8s:1"))
+    assert [o["kind"] for o in objs] == ["Service", "Job"]
+    assert "PYTHONPATH" not in env_of(objs)
+    assert all(v["name"] != "engine" for v in pod_spec(objs)["volumes"])
+    assert container(objs)["image"] == "reg/nccl-k8s:1"
+
+
+# --- presets: network and security --------------------------------------------------------------
+
+
+FABRIC_VARS = {"NCCL_NET", "NCCL_IB_HCA", "NCCL_IB_DISABLE", "NCCL_SOCKET_IFNAME"}
+
+
+def test_auto_network_sets_no_fabric_variable() -> None:
+    env = env_of(render(_SPECS["job-8x4"]))
+    assert not FABRIC_VARS & env.keys()
+    assert env["NCCL_DEBUG"] == "INFO"
+
+
+def test_ib_uses_every_hca_and_a_prefix_socket_filter() -> None:
+    env = env_of(render(_SPECS["job-2x8-ib"]))
+    assert env["NCCL_IB_HCA"] == "mlx5"  # a prefix: mlx5_0 .. mlx5_N, not only the first
+    assert env["NCCL_SOCKET_IFNAME"] == "^lo,docker"
+    assert env["NCCL_NET"] == "IB"
+
+
+def test_socket_network_disables_ib() -> None:
+    env = env_of(render(build_run_spec(world_size=8, run_id="r", network="socket")))
+    assert env["NCCL_IB_DISABLE"] == "1" and env["NCCL_NET"] == "Socket"
+
+
+def test_user_env_beats_presets() -> None:
+    spec = build_run_spec(
+        world_size=8,
+        run_id="r",
+        network="socket",
+        env=["NCCL_DEBUG=WARN", "NCCL_SOCKET_IFNAME==eth0", "X=1"],
+    )
+    env = env_of(render(spec))
+    assert env["NCCL_DEBUG"] == "WARN" and env["NCCL_SOCKET_IFNAME"] == "=eth0" and env["X"] == "1"
+    names = [e["name"] for e in container(render(spec))["env"]]
+    assert len(names) == len(set(names))
+
+
+def test_socket_profile_has_no_privilege() -> None:
+    objs = render(_SPECS["job-8x4"])
+    sc = container(objs)["securityContext"]
+    assert sc == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+    pod = pod_spec(objs)
+    assert not {"hostNetwork", "hostIPC", "hostPID"} & pod.keys()
+
+
+def test_rdma_profile_adds_only_ipc_lock_and_the_rdma_resource() -> None:
+    objs = render(_SPECS["job-2x8-ib"])
+    c = container(objs)
+    assert c["securityContext"]["capabilities"] == {"add": ["IPC_LOCK"], "drop": ["ALL"]}
+    assert "privileged" not in c["securityContext"]
+    assert c["resources"]["limits"]["rdma/ib"] == c["resources"]["requests"]["rdma/ib"] == "1"
+    assert not {"hostNetwork", "hostIPC"} & pod_spec(objs).keys()
+
+
+def test_host_profile_shares_node_network_and_ipc() -> None:
+    pod = pod_spec(_objs_for("host"))
+    assert pod["hostNetwork"] is True and pod["hostIPC"] is True
+    assert pod["dnsPolicy"] == "ClusterFirstWithHostNet"
+    assert "affinity" not in pod  # --spread none
+    assert "privileged" not in pod["containers"][0]["securityContext"]
+
+
+def test_privileged_only_when_asked() -> None:
+    objs = _objs_for("image-privileged")
+    assert container(objs)["securityContext"] == {"privileged": True}
+    for name in ("job-8x4", "job-2x8-ib", "everything", "host"):
+        assert "privileged" not in container(_objs_for(name)).get("securityContext", {})
+
+
+def test_everything_option_lands_where_it_belongs() -> None:
+    objs = _objs_for("everything")
+    job = by_kind(objs)["Job"]
+    pod = pod_spec(objs)
+    c = container(objs)
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "gpu-queue"
+    assert job["metadata"]["labels"]["team"] == "infra"
+    assert job["metadata"]["annotations"] == {"owner": "someone@example.com"}
+    assert (job["spec"]["activeDeadlineSeconds"], job["spec"]["ttlSecondsAfterFinished"]) == (
+        7200,
+        600,
+    )
+    assert job["spec"]["backoffLimit"] == 1
+    assert pod["schedulerName"] == "hami-scheduler" and pod["priorityClassName"] == "benchmark"
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "pool": "a"}
+    assert pod["tolerations"][2] == {"key": "spot", "operator": "Exists"}
+    assert "preferredDuringSchedulingIgnoredDuringExecution" in pod["affinity"]["podAntiAffinity"]
+    assert pod["hostNetwork"] is True and pod["dnsPolicy"] == "ClusterFirstWithHostNet"
+    assert c["resources"]["requests"]["cpu"] == "32" and "cpu" not in c["resources"]["limits"]
+    assert c["resources"]["requests"]["memory"] == c["resources"]["limits"]["memory"] == "256Gi"
+    assert {"name": "results", "mountPath": "/workspace/results"} in c["volumeMounts"]
+    assert c["args"][-2:] == ["--json", "/workspace/results/nccl-everything.json"]
+    assert env_of(objs)["NCCL_DEBUG"] == "WARN"
+
+
+# --- StatefulSet mode ---------------------------------------------------------------------------
+
+
+def test_statefulset_is_parallel_with_the_headless_service() -> None:
+    objs = render(_SPECS["statefulset-2x8"])
+    sts = by_kind(objs)["StatefulSet"]["spec"]
+    assert sts["serviceName"] == by_kind(objs)["Service"]["metadata"]["name"]
+    assert sts["podManagementPolicy"] == "Parallel" and sts["replicas"] == 2
+    assert sts["selector"]["matchLabels"].items() <= sts["template"]["metadata"]["labels"].items()
+    assert pod_spec(objs)["restartPolicy"] == "Always"
+
+
+def test_statefulset_script_ranks_by_ordinal_and_repeats(tmp_path: Path) -> None:
+    """Run the pod's shell script as the kubelet would, with a torchrun that records its argv."""
+    spec = build_run_spec(
+        nodes=2, gpus_per_node=8, workload="statefulset", interval="0", run_id="soak", pvc="res",
+        engine_args=["-b", "8", "--ops", "all_reduce,broadcast", "-d", "float"],
+    )  # fmt: skip
+    c = container(render(spec))
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    calls = tmp_path / "calls"
+    fake = bindir / "torchrun"
+    # Records each call's argv one per line; on the second sweep it ends the loop.
+    fake.write_text(
+        "#!/bin/sh\n"
+        f'for a in "$@"; do echo "$a"; done >> {calls}\n'
+        f'echo --- >> {calls}\n'
+        f'[ "$(grep -c -- --- {calls})" -ge 2 ] && kill -TERM $PPID\n'
+        "exit 3\n"
+    )  # fmt: skip
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    kubelet_expand = [a.replace("$$(", "$(") for a in c["command"] + c["args"]]
+    env = {"PATH": f"{bindir}:/usr/bin:/bin", "POD_NAME": "soak-1"}
+    run = subprocess.run(kubelet_expand, env=env, capture_output=True, text=True, timeout=30)
+    assert "sweep 0 exited with status 3" in run.stderr
+    sweeps = [s.strip().splitlines() for s in calls.read_text().split("---") if s.strip()]
+    assert len(sweeps) == 2
+    for i, argv in enumerate(sweeps):
+        assert "--node-rank=1" in argv
+        assert argv[argv.index("-m") :] == [
+            "-m", "nccl_k8s.bench", "-b", "8", "--ops", "all_reduce,broadcast", "-d", "float",
+            "--json", f"/workspace/results/soak-{i}.json",
+        ]  # fmt: skip
+
+
+# --- ownership --------------------------------------------------------------------------------
+
+
+def test_attach_owner_makes_deletion_cascade_from_the_workload() -> None:
+    objs = render(_SPECS["job-8x4"])
+    created = copy.deepcopy(objs[-1])
+    created["metadata"]["uid"] = "0b7d1c52-1111-2222-3333-444455556666"
+    owned = attach_owner(objs, created)
+    ref = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "name": "nccl-golden-8x4",
+        "uid": created["metadata"]["uid"],
+    }
+    assert [o["metadata"].get("ownerReferences") for o in owned] == [[ref], [ref], None]
+    assert all("ownerReferences" not in o["metadata"] for o in objs)  # inputs untouched
+    assert attach_owner(owned, created) == owned  # idempotent
+    for obj in owned:
+        for version in K8S_VERSIONS[-1:]:
+            kubernetes_validate.validate(obj, version, strict=True)
+
+
+def test_attach_owner_needs_the_created_object() -> None:
+    objs = render(_SPECS["job-8x4"])
+    with pytest.raises(ValueError, match=r"has no metadata\.uid"):
+        attach_owner(objs, objs[-1])
+
+
+def test_json_output_is_a_kubectl_list() -> None:
+    from nccl_k8s.cli.main import app
+
+    result = CliRunner().invoke(app, ["render", "-o", "json", *CONFIGS["job-8x4"]])
+    assert result.exit_code == 0
+    doc = yaml.safe_load(result.stdout)
+    assert doc["apiVersion"] == "v1" and doc["kind"] == "List"
+    assert doc["items"] == render(_SPECS["job-8x4"])
+
+
+def test_engine_flags_pass_through_with_or_without_separator() -> None:
+    from nccl_k8s.cli.main import app
+
+    base = ["render", "--world-size", "16", "--gpus-per-node", "8", "--run-id", "r"]
+    a = CliRunner().invoke(app, [*base, "--", "-b", "8", "-e", "1G", "-n", "5"])
+    b = CliRunner().invoke(app, [*base, "-b", "8", "-e", "1G", "--iters", "5"])
+    assert a.exit_code == b.exit_code == 0, a.output + b.output
+    args_a = container(list(yaml.safe_load_all(a.stdout)))["args"]
+    args_b = container(list(yaml.safe_load_all(b.stdout)))["args"]
+    assert args_a[args_a.index("nccl_k8s.bench") + 1 :] == ["-b", "8", "-e", "1G", "-n", "5"]
+    assert args_b[args_b.index("nccl_k8s.bench") + 1 :] == ["-b", "8", "-e", "1G", "--iters", "5"]
+
+
+def test_render_help_names_every_deploy_option() -> None:
+    from nccl_k8s.cli.main import app
+
+    result = CliRunner().invoke(app, ["render", "--help"], terminal_width=200)
+    assert result.exit_code == 0
+    for flag in (
+        "--world-size", "--gpus-per-node", "--nodes", "--image", "--engine", "--workload", "--interval",
+        "--scheduler", "--node-selector", "--toleration", "--spread", "--gpu-resource", "--rdma-resource",
+        "--network", "--host-network", "--security", "--cpu", "--memory", "--shm-size", "--env", "--pvc",
+        "--queue", "--priority-class", "--active-deadline", "--ttl", "--backoff-limit", "--run-id",
+        "--label", "--annotation", "--namespace", "--output", "ENGINE_FLAGS",
+    ):  # fmt: skip
+        assert flag in result.stdout, flag
