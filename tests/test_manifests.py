@@ -376,6 +376,15 @@ def test_socket_network_disables_ib() -> None:
     assert env["NCCL_IB_DISABLE"] == "1" and env["NCCL_NET"] == "Socket"
 
 
+def test_host_network_also_excludes_cni_interfaces() -> None:
+    for kwargs in ({"host_network": True}, {"security": "host"}):
+        spec = build_run_spec(world_size=8, run_id="r", network="socket", **kwargs)  # type: ignore[arg-type]
+        ifname = env_of(render(spec))["NCCL_SOCKET_IFNAME"]
+        assert ifname.startswith("^lo,docker,") and {"veth", "cni", "cali", "flannel"} <= set(
+            ifname[1:].split(",")
+        )
+
+
 def test_user_env_beats_presets() -> None:
     spec = build_run_spec(
         world_size=8,

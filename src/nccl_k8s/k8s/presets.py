@@ -19,14 +19,21 @@ from typing import Any
 from nccl_k8s.spec import Network, RunSpec, Security
 
 #: NCCL_SOCKET_IFNAME in NCCL's documented syntax: a comma list of interface-name prefixes,
-#: `^` in front excludes them, `=` matches a name exactly. Excluding loopback and docker bridges
-#: leaves the pod's (or, with host networking, the node's) real interfaces for the bootstrap and
-#: socket traffic; users with several real NICs pin one with `--env NCCL_SOCKET_IFNAME==eth0`.
+#: `^` in front excludes them, `=` matches a name exactly. In a pod's own network namespace only
+#: lo and the pod's interfaces exist, so excluding loopback and docker bridges leaves the real
+#: ones; users with several real NICs pin one with `--env NCCL_SOCKET_IFNAME==eth0`.
 SOCKET_IFNAME_DEFAULT = "^lo,docker"
+
+#: With host networking the pod sees the node's interfaces, including the CNI's virtual ones
+#: (veth pairs, bridges, overlay tunnels), which are not routable between nodes; NCCL picking
+#: one of them hangs the bootstrap. Exclude those prefixes too.
+SOCKET_IFNAME_HOST_NETWORK = "^lo,docker,veth,cni,flannel,cali,tunl,vxlan,kube,virbr"
 
 #: NCCL_IB_HCA is a prefix list too: `mlx5` matches mlx5_0, mlx5_1, ... i.e. every ConnectX HCA
 #: on the node, where the seed's `mlx5_0` limited an 8-HCA node to one rail.
 IB_HCA_DEFAULT = "mlx5"
+
+_IFNAME = "{socket_ifname}"  # filled per pod network by network_env
 
 _NETWORK_ENV: dict[str, tuple[tuple[str, str], ...]] = {
     # NCCL picks the best transport it finds; setting nothing is the honest default.
@@ -36,20 +43,20 @@ _NETWORK_ENV: dict[str, tuple[tuple[str, str], ...]] = {
     "ib": (
         ("NCCL_NET", "IB"),
         ("NCCL_IB_HCA", IB_HCA_DEFAULT),
-        ("NCCL_SOCKET_IFNAME", SOCKET_IFNAME_DEFAULT),
+        ("NCCL_SOCKET_IFNAME", _IFNAME),
     ),
     # RoCE uses NCCL's IB verbs transport over Ethernet HCAs. The GID index is left to NCCL
     # (it selects a RoCEv2 GID itself since 2.21); older NCCL needs --env NCCL_IB_GID_INDEX=3.
     "roce": (
         ("NCCL_NET", "IB"),
         ("NCCL_IB_HCA", IB_HCA_DEFAULT),
-        ("NCCL_SOCKET_IFNAME", SOCKET_IFNAME_DEFAULT),
+        ("NCCL_SOCKET_IFNAME", _IFNAME),
     ),
     # TCP only: no RDMA even where HCAs are visible.
     "socket": (
         ("NCCL_IB_DISABLE", "1"),
         ("NCCL_NET", "Socket"),
-        ("NCCL_SOCKET_IFNAME", SOCKET_IFNAME_DEFAULT),
+        ("NCCL_SOCKET_IFNAME", _IFNAME),
     ),
 }
 
@@ -64,15 +71,17 @@ _BASE_ENV: tuple[tuple[str, str], ...] = (
 )
 
 
-def network_env(network: Network) -> dict[str, str]:
+def network_env(network: Network, *, host_network: bool = False) -> dict[str, str]:
     """The NCCL variables that select `network`'s fabric (empty for auto)."""
-    return dict(_NETWORK_ENV[network])
+    ifname = SOCKET_IFNAME_HOST_NETWORK if host_network else SOCKET_IFNAME_DEFAULT
+    return {k: ifname if v == _IFNAME else v for k, v in _NETWORK_ENV[network]}
 
 
 def pod_env(spec: RunSpec) -> list[tuple[str, str]]:
     """Base + fabric presets, then the user's --env; a user value replaces a preset in place."""
     merged: dict[str, str] = dict(_BASE_ENV)
-    merged.update(network_env(spec.network))
+    host_network = spec.host_network or security_profile(spec.security).host_network
+    merged.update(network_env(spec.network, host_network=host_network))
     merged.update(spec.env)
     return list(merged.items())
 
@@ -133,6 +142,7 @@ def security_profile(security: Security) -> SecurityProfile:
 __all__ = [
     "IB_HCA_DEFAULT",
     "SOCKET_IFNAME_DEFAULT",
+    "SOCKET_IFNAME_HOST_NETWORK",
     "SecurityProfile",
     "network_env",
     "pod_env",
