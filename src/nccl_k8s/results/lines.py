@@ -86,7 +86,7 @@ def parse_result_lines(text: str, *, origin: str = "<output>") -> Run:
         if at < 0:
             continue
         found += 1
-        where = f"{origin}:{lineno}"
+        where = f"{origin}: line {lineno}"
         payload = line[at + len(RESULT_PREFIX) :].strip()
         try:
             obj = json.loads(payload)

@@ -40,7 +40,7 @@ def resolve(ref: str, *, base: Path | None = None) -> Path:
         return p
     if p.is_dir() and (p / RESULTS_FILE).is_file():
         return p / RESULTS_FILE
-    if _RUN_ID.match(ref):
+    if _RUN_ID.match(ref) and not ref.endswith(".json"):
         candidate = results_path(ref, base=base)
         if candidate.is_file():
             return candidate

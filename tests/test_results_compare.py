@@ -1,0 +1,170 @@
+"""Issue 5, acceptance 2: one op 20% slower at large sizes -> compare exits 1 and names exactly those
+rows; within tolerance -> exit 0."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from nccl_k8s.cli import _results
+from nccl_k8s.errors import ResultsError, UsageError
+from nccl_k8s.results import Run, compare, dump, import_file, min_busbw_gate, parse_tolerance
+
+OLD = (
+    Path(__file__).parent
+    / "data"
+    / "nccl-tests"
+    / "handmade-old"
+    / "v100x8_2nodes_error_column.txt"
+)
+LARGE = 8 << 20  # "large sizes": 8 MiB and up
+
+
+def _app() -> typer.Typer:
+    app = typer.Typer(pretty_exceptions_enable=False)
+
+    @app.callback()
+    def _root() -> None:
+        pass
+
+    _results.register(app)
+    return app
+
+
+def _slower(run: Run, op: str, factor: float, min_size: int = LARGE) -> Run:
+    """The same run with `op` `factor` slower (time x 1/(1-factor)... as measured) at >= min_size."""
+    cur = copy.deepcopy(run)
+    for row in cur.rows:
+        if row.op == op and row.size_bytes >= min_size:
+            row.busbw *= 1 - factor
+            row.algbw *= 1 - factor
+            row.time_us /= 1 - factor
+    return cur
+
+
+@pytest.fixture
+def baseline() -> Run:
+    # 8 ranks on 2 nodes, all_reduce and broadcast: busbw is non-zero everywhere.
+    return import_file(OLD)
+
+
+def _files(tmp_path: Path, baseline: Run, current: Run) -> tuple[str, str]:
+    return str(dump(current, tmp_path / "cur.json")), str(dump(baseline, tmp_path / "base.json"))
+
+
+def test_20_percent_slower_exits_1_naming_exactly_the_regressed_rows(
+    tmp_path: Path, baseline: Run
+) -> None:
+    cur, base = _files(tmp_path, baseline, _slower(baseline, "all_reduce", 0.20))
+    res = CliRunner().invoke(_app(), ["compare", cur, "--baseline", base])
+    assert res.exit_code == 1, res.output
+    assert (
+        "52 rows compared on busbw (tolerance 5%): 46 ok, 6 regressed, 0 improved, 0 missing"
+        in (res.stdout)
+    )
+    assert res.stderr.strip() == (
+        "regressed: 6 rows past 5% on busbw: all_reduce 8M out (0.80x), all_reduce 8M in (0.80x), "
+        "all_reduce 32M out (0.80x), all_reduce 32M in (0.80x), all_reduce 128M out (0.80x), "
+        "all_reduce 128M in (0.80x)"
+    )
+
+    res = CliRunner().invoke(_app(), ["compare", cur, "--baseline", base, "-o", "json"])
+    assert res.exit_code == 1
+    doc = json.loads(res.stdout)
+    assert doc["ok"] is False
+    regressed = [
+        (r["op"], r["size_bytes"], r["placement"])
+        for r in doc["compare"]["rows"]
+        if r["verdict"] == "regressed"
+    ]
+    assert regressed == [
+        ("all_reduce", size, p) for size in (8 << 20, 32 << 20, 128 << 20) for p in ("out", "in")
+    ]
+    assert {r["verdict"] for r in doc["compare"]["rows"] if r["op"] == "broadcast"} == {"ok"}
+    assert all(
+        r["ratio"] == pytest.approx(0.8)
+        for r in doc["compare"]["rows"]
+        if r["verdict"] == "regressed"
+    )
+
+
+def test_same_regression_on_time(tmp_path: Path, baseline: Run) -> None:
+    cur, base = _files(tmp_path, baseline, _slower(baseline, "all_reduce", 0.20))
+    res = CliRunner().invoke(_app(), ["compare", cur, "--baseline", base, "--metric", "time"])
+    assert res.exit_code == 1
+    assert "6 rows past 5% on time" in res.stderr
+    assert "all_reduce 128M in (1.25x)" in res.stderr
+
+
+@pytest.mark.parametrize(("slowdown", "tolerance"), [(0.03, "5%"), (0.20, "25%"), (0.0, "0%")])
+def test_within_tolerance_exits_0(
+    tmp_path: Path, baseline: Run, slowdown: float, tolerance: str
+) -> None:
+    cur, base = _files(tmp_path, baseline, _slower(baseline, "all_reduce", slowdown))
+    res = CliRunner().invoke(_app(), ["compare", cur, "--baseline", base, "--tolerance", tolerance])
+    assert res.exit_code == 0, res.output
+    assert "0 regressed" in res.stdout
+    assert res.stderr == ""
+
+
+def test_improved_and_missing_rows_do_not_fail(baseline: Run) -> None:
+    faster = _slower(baseline, "broadcast", -0.5)  # 50% more busbw
+    del faster.rows[:2]  # the 8 B all_reduce row is gone from the current run
+    c = compare(faster, baseline)
+    assert c.ok
+    assert (c.count("improved"), c.count("missing"), c.count("regressed")) == (6, 2, 0)
+    missing = [r for r in c.rows if r.verdict == "missing"]
+    assert {(r.op, r.size_bytes, r.missing_in) for r in missing} == {("all_reduce", 8, "current")}
+
+
+def test_zero_busbw_both_sides_is_ok() -> None:
+    run = import_file(OLD.parent.parent / "h200x1-b" / "all_reduce_perf.txt")  # 1 GPU: busbw 0
+    c = compare(run, run)
+    assert c.ok and c.count("ok") == len(run.rows)
+    assert {r.ratio for r in c.rows} == {None}
+
+
+def test_min_busbw_gate(tmp_path: Path, baseline: Run) -> None:
+    gate = min_busbw_gate(baseline, 3.0)
+    # nccl-tests' own closing line, averaged from unrounded cells: 2.61751 and 4.23859.
+    assert gate.averages == pytest.approx({"all_reduce": 2.6175, "broadcast": 4.2386}, abs=5e-3)
+    assert gate.failed_ops == ["all_reduce"]
+    path = str(dump(baseline, tmp_path / "b.json"))
+    res = CliRunner().invoke(_app(), ["compare", path, "--min-busbw", "3"])
+    assert res.exit_code == 1
+    assert res.stderr.strip() == "min busbw: all_reduce below 3 GB/s"
+    res = CliRunner().invoke(_app(), ["compare", path, "--min-busbw", "2.5"])
+    assert res.exit_code == 0
+
+
+def test_tolerance_and_usage_errors(tmp_path: Path, baseline: Run) -> None:
+    assert parse_tolerance("5%") == pytest.approx(0.05)
+    assert parse_tolerance("0.05") == pytest.approx(0.05)
+    assert parse_tolerance("10") == pytest.approx(0.10)
+    with pytest.raises(UsageError, match="--tolerance 'lots'"):
+        parse_tolerance("lots")
+    path = str(dump(baseline, tmp_path / "b.json"))
+    for args, message in (
+        (
+            ["--baseline", path, "--tolerance", "x%"],
+            "--tolerance 'x%': expected a percentage such as 5% or a fraction such as 0.05",
+        ),
+        (["--baseline", path, "--metric", "speed"], "--metric 'speed': expected busbw or time"),
+        ([], "compare needs --baseline RUN, --min-busbw GBPS, or both"),
+        (["--baseline", path, "-o", "yaml"], "-o 'yaml': expected text or json"),
+    ):
+        res = CliRunner().invoke(_app(), ["compare", path, *args])
+        assert res.exit_code == 2, (args, res.output)
+        assert res.stderr.strip() == f"error: {message}"
+
+
+def test_duplicate_keys_are_refused(baseline: Run) -> None:
+    twice = copy.deepcopy(baseline)
+    twice.rows.append(copy.deepcopy(twice.rows[0]))
+    with pytest.raises(ResultsError, match="two rows for all_reduce 8 B out-of-place"):
+        compare(twice, baseline)
