@@ -22,6 +22,7 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
+import typer
 import yaml
 from typer.testing import CliRunner
 
@@ -565,3 +566,29 @@ def test_render_help_names_every_deploy_option() -> None:
         "--label", "--annotation", "--namespace", "--output", "ENGINE_FLAGS",
     ):  # fmt: skip
         assert flag in result.stdout, flag
+
+
+def test_spec_options_are_reusable_by_another_command() -> None:
+    """What `deploy` will do: the same options and spec, plus its own flags."""
+    from nccl_k8s.cli._deploy import SPEC_CONTEXT_SETTINGS, with_spec_options
+
+    seen: dict[str, object] = {}
+
+    def fake_deploy(ctx: typer.Context, spec: RunSpec, wait: bool = True) -> None:
+        seen.update(spec=spec, wait=wait)
+
+    app = typer.Typer()
+    app.callback()(lambda: None)
+    app.command("deploy", context_settings=SPEC_CONTEXT_SETTINGS)(with_spec_options(fake_deploy))
+    argv = ["deploy", "--world-size", "4", "--gpus-per-node", "2", "--run-id", "r", "--no-wait"]
+    result = CliRunner().invoke(app, [*argv, "--backend", "gloo", "--ops", "all", "-b", "1K"])
+    assert result.exit_code == 0, result.output
+    assert seen["wait"] is False
+    assert seen["spec"] == build_run_spec(
+        world_size=4,
+        gpus_per_node=2,
+        run_id="r",
+        engine_args=["--backend", "gloo", "--ops", "all", "-b", "1K"],
+    )
+    help_text = CliRunner().invoke(app, ["deploy", "--help"], terminal_width=200).stdout
+    assert "--no-wait" in help_text and "--rdma-resource" in help_text

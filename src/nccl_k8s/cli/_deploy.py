@@ -3,16 +3,26 @@
 No logic here: the options become `build_run_spec` keywords, `render` makes the objects, `dump`
 formats them. Engine flags are everything the command does not know (or everything after `--`),
 passed to the engine's own parser through the spec.
+
+`with_spec_options` gives any command (render here, deploy next) the same deploy options and
+hands it the validated RunSpec, so the commands cannot drift apart and `--help` lists exactly
+what each one accepts.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, cast
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Annotated, Any, Literal, TypeVar, cast
 
 import typer
 
 from nccl_k8s.cli._common import handle_errors, out
 from nccl_k8s.errors import UsageError
+from nccl_k8s.spec import RunSpec, build_run_spec
+
+R = TypeVar("R")
 
 _ENGINE_HELP = (
     "Engine flags, passed to `python -m nccl_k8s.bench` in every pod (-b -e -f -i -w -c -d -r -z "
@@ -28,8 +38,7 @@ _JOB = "Lifetime"
 _META = "Metadata"
 
 
-def render_command(
-    ctx: typer.Context,
+def _spec_options(
     world_size: Annotated[
         int | None,
         typer.Option(
@@ -42,7 +51,8 @@ def render_command(
         int | None,
         typer.Option(
             "--gpus-per-node",
-            help="GPUs (ranks) per pod, one pod per node. [default: 8]",
+            help="GPUs (ranks) per pod, one pod per node.",
+            show_default="8",
             rich_help_panel=_SPEC,
         ),
     ] = None,
@@ -62,7 +72,8 @@ def render_command(
         str | None,
         typer.Option(
             "--interval",
-            help="statefulset: pause between sweeps, e.g. 300, 5m. [default: 5m]",
+            help="statefulset: pause between sweeps, e.g. 300, 5m.",
+            show_default="5m",
             rich_help_panel=_SPEC,
         ),
     ] = None,
@@ -96,7 +107,8 @@ def render_command(
         str | None,
         typer.Option(
             "--image",
-            help="Container image. [default: a pinned pytorch/pytorch image]",
+            help="Container image.",
+            show_default="a pinned pytorch/pytorch image",
             rich_help_panel=_POD,
         ),
     ] = None,
@@ -154,7 +166,9 @@ def render_command(
     ] = None,
     shm_size: Annotated[
         str | None,
-        typer.Option("--shm-size", help="Size of /dev/shm. [default: 8Gi]", rich_help_panel=_POD),
+        typer.Option(
+            "--shm-size", help="Size of /dev/shm.", show_default="8Gi", rich_help_panel=_POD
+        ),
     ] = None,
     env: Annotated[
         list[str] | None,
@@ -198,7 +212,8 @@ def render_command(
         str | None,
         typer.Option(
             "--security",
-            help="socket, rdma, host or privileged. [default: rdma for ib/roce, else socket]",
+            help="socket, rdma, host or privileged.",
+            show_default="rdma for ib/roce, else socket",
             rich_help_panel=_NET,
         ),
     ] = None,
@@ -213,7 +228,8 @@ def render_command(
         str | None,
         typer.Option(
             "--active-deadline",
-            help="job: fail after this long, e.g. 1h; 0 = never. [default: 1h]",
+            help="job: fail after this long, e.g. 1h; 0 = never.",
+            show_default="1h",
             rich_help_panel=_JOB,
         ),
     ] = None,
@@ -221,76 +237,97 @@ def render_command(
         str | None,
         typer.Option(
             "--ttl",
-            help="job: delete this long after it finished. [default: 1d]",
+            help="job: delete this long after it finished.",
+            show_default="1d",
             rich_help_panel=_JOB,
         ),
     ] = None,
     backoff_limit: Annotated[
         int | None,
         typer.Option(
-            "--backoff-limit", help="job: pod retries. [default: 0]", rich_help_panel=_JOB
+            "--backoff-limit", help="job: pod retries.", show_default="0", rich_help_panel=_JOB
         ),
     ] = None,
     rendezvous_timeout: Annotated[
         str | None,
         typer.Option(
             "--rendezvous-timeout",
-            help="How long pods wait for each other. [default: 15m]",
+            help="How long pods wait for each other.",
+            show_default="15m",
             rich_help_panel=_JOB,
         ),
     ] = None,
-    output: Annotated[str, typer.Option("--output", "-o", help="yaml or json.")] = "yaml",
     engine_args: Annotated[
         list[str] | None,
         typer.Argument(help=_ENGINE_HELP, metavar="ENGINE_FLAGS", show_default=False),
     ] = None,
 ) -> None:
+    """Template: its parameters are the deploy options (see with_spec_options)."""
+
+
+#: The options above, as parameters typer reads (annotations evaluated).
+_SPEC_PARAMS: tuple[inspect.Parameter, ...] = tuple(
+    inspect.signature(_spec_options, eval_str=True).parameters.values()
+)
+#: build_run_spec keywords that are lists on the command line and sequences in the spec.
+_LISTS = ("node_selector", "toleration", "rdma_resource", "env", "label", "annotation")
+
+
+def spec_from_options(ctx: typer.Context, options: dict[str, Any]) -> RunSpec:
+    """The RunSpec for the deploy options' values (and engine flags typer left in ctx.args)."""
+    kwargs = dict(options)
+    for name in _LISTS:
+        kwargs[name] = kwargs[name] or ()
+    kwargs["engine_args"] = [*(kwargs["engine_args"] or ()), *ctx.args]
+    return build_run_spec(**kwargs)
+
+
+def with_spec_options(fn: Callable[..., R]) -> Callable[..., R]:
+    """Give a typer command every deploy option; `fn(ctx, spec, **its own options)` gets the spec.
+
+    `fn` must take `ctx: typer.Context` and `spec: RunSpec`; its other parameters stay its own
+    options. Register the command with `ignore_unknown_options` and `allow_extra_args` so engine
+    flags reach the spec.
+    """
+    own = [p for p in inspect.signature(fn, eval_str=True).parameters.values() if p.name != "spec"]
+    names = {p.name for p in _SPEC_PARAMS}
+
+    @functools.wraps(fn)
+    def command(**kwargs: Any) -> R:
+        ctx = kwargs.pop("ctx")
+        options = {name: kwargs.pop(name) for name in names}
+        return fn(ctx=ctx, spec=spec_from_options(ctx, options), **kwargs)
+
+    # The positional engine flags come last so that --help's usage line reads naturally.
+    params = [*own, *_SPEC_PARAMS]
+    params.sort(
+        key=lambda p: p.kind == inspect.Parameter.POSITIONAL_OR_KEYWORD and p.name == "engine_args"
+    )
+    command.__signature__ = inspect.Signature(  # type: ignore[attr-defined]  # read by typer
+        [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in params]
+    )
+    command.__annotations__ = {p.name: p.annotation for p in params}
+    return command
+
+
+def render_command(
+    ctx: typer.Context,
+    spec: RunSpec,
+    output: Annotated[str, typer.Option("--output", "-o", help="yaml or json.")] = "yaml",
+) -> None:
     """Print the objects a deploy would create (nothing is sent to a cluster)."""
     from nccl_k8s.k8s.manifests import dump, render
-    from nccl_k8s.spec import build_run_spec
 
     if output not in ("yaml", "json"):
         raise UsageError(f'--output "{output}": expected yaml or json', key="--output")
-    spec = build_run_spec(
-        world_size=world_size,
-        gpus_per_node=gpus_per_node,
-        nodes=nodes,
-        run_id=run_id,
-        namespace=namespace,
-        image=image,
-        engine=engine,
-        workload=workload,
-        interval=interval,
-        scheduler=scheduler,
-        node_selector=node_selector or (),
-        toleration=toleration or (),
-        spread=spread,
-        gpu_resource=gpu_resource,
-        rdma_resource=rdma_resource or (),
-        network=network,
-        host_network=host_network,
-        security=security,
-        cpu=cpu,
-        memory=memory,
-        shm_size=shm_size,
-        env=env or (),
-        pvc=pvc,
-        queue=queue,
-        priority_class=priority_class,
-        active_deadline=active_deadline,
-        ttl=ttl,
-        backoff_limit=backoff_limit,
-        label=label or (),
-        annotation=annotation or (),
-        rendezvous_timeout=rendezvous_timeout,
-        engine_args=[*(engine_args or ()), *ctx.args],
-    )
     out.file.write(dump(render(spec), cast(Literal["yaml", "json"], output)))
 
 
+#: Unknown options (the engine's -b, -e, ...) land in ENGINE_FLAGS instead of failing.
+SPEC_CONTEXT_SETTINGS: dict[str, Any] = {"ignore_unknown_options": True, "allow_extra_args": True}
+
+
 def register(app: typer.Typer) -> None:
-    app.command(
-        "render",
-        # Unknown options (the engine's -b, -e, ...) land in ENGINE FLAGS instead of failing.
-        context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
-    )(handle_errors(render_command))
+    app.command("render", context_settings=SPEC_CONTEXT_SETTINGS)(
+        handle_errors(with_spec_options(render_command))
+    )
