@@ -51,8 +51,9 @@ _PREFIX = re.compile(
     r"(?P<host>[^\s:\[\]]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\](?: \S+:\d+)? "
     r"NCCL (?P<level>INFO|WARN|ABORT|TRACE)\s?(?P<msg>.*)$"
 )
-# Lines printed without the host prefix (e.g. some launchers strip it).
-_BARE = re.compile(r"(?:^|\s)NCCL (?P<level>INFO|WARN)\s(?P<msg>.*)$")
+# Lines printed without the host prefix (some launchers strip it): "NCCL INFO ..." at the start,
+# after at most one token (a timestamp).
+_BARE = re.compile(r"^\s*(?:\S+\s+)?NCCL (?P<level>INFO|WARN)\s(?P<msg>.*)$")
 
 _VERSION = re.compile(r"^NCCL version (?P<v>\d+\.\d+\.\d+)\S*?(?:\+cuda(?P<cuda>\d+\.\d+))?")
 _COMM = re.compile(

@@ -1,0 +1,180 @@
+"""Issue 5, acceptance 4: `diagnose` names each rank's transport and GPUDirect RDMA state, fails the
+socket fallback under --expect-fabric ib with a hint, and sees that an NVLink-only run needs no network."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from nccl_k8s.cli import _results
+from nccl_k8s.results import diagnose_files, diagnose_text
+
+LOGS = Path(__file__).parent / "data" / "nccl-logs"
+
+
+def _app() -> typer.Typer:
+    app = typer.Typer(pretty_exceptions_enable=False)
+
+    @app.callback()
+    def _root() -> None:
+        pass
+
+    _results.register(app)
+    return app
+
+
+def _diagnose(*args: str) -> tuple[int, str, str]:
+    res = CliRunner().invoke(_app(), ["diagnose", *args])
+    return res.exit_code, res.stdout, res.stderr
+
+
+def test_ib_with_gpudirect_rdma() -> None:
+    d = diagnose_files([LOGS / "ib_gdr_a100.log"])
+    assert [r.rank for r in d.ranks] == [0, 1, 2, 3]
+    assert {tuple(r.transports) for r in d.ranks} == {("NET/IB",)}
+    assert [r.net_devs for r in d.ranks] == [[4, 5], [5], [2], [0, 2]]
+    assert all(r.net_gdr is True for r in d.ranks)
+    assert (d.inter_node, d.gdr, d.network_needed, d.failed) == ("ib", True, True, False)
+    assert d.ranks[0].net_summary() == "NET/IB dev 4,5 GDR on"
+    code, _, stderr = _diagnose(str(LOGS / "ib_gdr_a100.log"), "--expect-fabric", "ib")
+    assert code == 0
+    assert "info expect-ib: inter-node traffic uses ib, as expected" in stderr
+
+
+def test_ib_without_gpudirect_rdma_two_hosts() -> None:
+    d = diagnose_files([LOGS / "ib_no_gdr_module.log"])
+    by_host = {r.host: r for r in d.ranks}
+    assert by_host["6a5a91752e39"].rank == 0 and by_host["21346d5cefce"].rank == 1
+    assert all(r.transports == ["NET/IB"] and r.net_gdr is False for r in d.ranks)
+    assert by_host["21346d5cefce"].gdr_hca == {"mlx5_1": False, "mlx5_2": False, "mlx5_3": False}
+    assert (d.nodes, d.inter_node, d.gdr) == (2, "ib", False)
+    (gdr_off,) = [f for f in d.findings if f.code == "gdr-off"]
+    assert gdr_off.severity == "warning"
+    assert "no module" in gdr_off.message and "nvidia-peermem" in gdr_off.hint
+    code, stdout, _ = _diagnose(str(LOGS / "ib_no_gdr_module.log"), "--expect-fabric", "ib")
+    assert code == 0
+    assert "inter-node: ib, GPUDirect RDMA off" in stdout
+
+
+def test_socket_fallback_fails_expect_ib_with_a_hint() -> None:
+    log = str(LOGS / "socket_fallback_h100.log")
+    d = diagnose_files([log])
+    assert len(d.ranks) == 4  # four processes of one pod, cudaDev 1..4
+    assert {r.network for r in d.ranks} == {"Socket"}
+    assert {tuple(r.socket_ifaces) for r in d.ranks} == {("eth0:10.177.137.15<0>",)}
+    assert d.inter_node == "socket"
+    assert not d.failed  # without an expectation it is a warning...
+    code, _, stderr = _diagnose(log)
+    assert code == 0
+    assert "warning socket-fallback" in stderr
+
+    code, _, stderr = _diagnose(log, "--expect-fabric", "ib")  # ...with one, a failure
+    assert code == 1
+    first = stderr.splitlines()[0]
+    assert first.startswith("error socket-fallback: NCCL selected the Socket network (TCP)")
+    assert "expected ib" in first
+    assert "hint: libibverbs.so is missing in the container" in stderr
+    assert "rdma-core" in stderr and "/dev/infiniband" in stderr
+    assert "warning libibverbs-missing" in stderr
+
+    code, _, _ = _diagnose(log, "--expect-fabric", "socket")
+    assert code == 0
+
+
+def test_single_gpu_run_needs_no_network() -> None:
+    d = diagnose_files([LOGS / "h200x1_single_gpu_info.log"])
+    (r,) = d.ranks
+    assert (r.rank, r.nranks, r.nnodes) == (0, 1, 1)
+    assert (r.nccl_version, r.cuda_version, r.network) == ("2.28.9", "13.0", "Socket")
+    assert (r.coll_channels, r.nvls_channels, r.p2p_channels) == (64, 0, 64)
+    assert r.ib_no_device and r.net_init_failed == ["IB"]
+    assert (d.network_needed, d.inter_node, d.failed) == (False, None, False)
+    assert [f.code for f in d.findings] == ["single-node-socket"]
+    code, _, stderr = _diagnose(str(LOGS / "h200x1_single_gpu_info.log"), "--expect-fabric", "ib")
+    assert code == 0
+    assert "--expect-fabric ib was not exercised" in stderr
+
+
+def test_handmade_nvlink_only_needs_no_network() -> None:
+    log = str(LOGS / "handmade_nvlink_only_4gpu.log")
+    d = diagnose_files([log], expect_fabric="nvlink")
+    assert [r.rank for r in d.ranks] == [0, 1, 2, 3]
+    assert {tuple(r.transports) for r in d.ranks} == {("NVLS", "P2P/CUMEM")}
+    assert {r.intra_path for r in d.ranks} == {"NVL"}
+    assert {(r.coll_channels, r.nvls_channels, r.p2p_channels) for r in d.ranks} == {(32, 16, 32)}
+    assert (d.nodes, d.network_needed, d.inter_node, d.gdr) == (1, False, None, None)
+    assert not d.failed
+    codes = {f.code: f for f in d.findings}
+    assert codes["expect-nvlink"].message.startswith("no network needed")
+    assert "16 nvls channels" in codes["nvls"].message
+    code, stdout, _ = _diagnose(log, "--expect-fabric", "nvlink")
+    assert code == 0
+    assert "no network needed (all ranks on one node)" in stdout
+    code, stdout, _ = _diagnose(log, "-o", "json")
+    doc = json.loads(stdout)
+    assert doc["network_needed"] is False and doc["failed"] is False
+    assert [r["net"] for r in doc["ranks"]] == [
+        "Socket selected on eth0, no NET connection seen"
+    ] * 4
+
+
+def _two_node_log(via: str, ib_line: str = "") -> str:
+    lines = []
+    for host, rank, peer in (("node-a", 0, 1), ("node-b", 1, 0)):
+        pre = f"2026-12-03T05:00:00.000Z {host}:10:11 [0] NCCL INFO "
+        if ib_line:
+            lines.append(pre + ib_line)
+        lines.append(
+            pre + f"comm 0x1 rank {rank} nRanks 2 nNodes 2 localRanks 1 localRank 0 MNNVL 0"
+        )
+        lines.append(pre + f"Channel 00/0 : {rank}[0] -> {peer}[0] [send] via {via}")
+        lines.append(pre + f"Channel 00/0 : {peer}[0] -> {rank}[0] [receive] via {via}")
+    return "\n".join(lines)
+
+
+def test_inter_node_sockets_seen_in_connections() -> None:
+    text = _two_node_log("NET/Socket/0")
+    d = diagnose_text(text, expect_fabric="ib")
+    assert [r.transports for r in d.ranks] == [["NET/Socket"], ["NET/Socket"]]
+    assert (d.nodes, d.inter_node, d.failed) == (2, "socket", True)
+    assert (
+        d.findings[0].message
+        == "inter-node traffic went over TCP sockets (NET/Socket), expected ib"
+    )
+    assert diagnose_text(text, expect_fabric="nvlink").failed
+    assert not diagnose_text(text, expect_fabric="socket").failed
+
+
+def test_roce_is_told_from_ib() -> None:
+    ib_line = "NET/IB : Using [0]mlx5_0:1/RoCE [1]mlx5_1:1/RoCE [RO]; OOB eth0:10.0.0.1<0>"
+    text = _two_node_log("NET/IB/1/GDRDMA", ib_line)
+    d = diagnose_text(text, expect_fabric="roce")
+    assert (d.inter_node, d.gdr, d.failed) == ("roce", True, False)
+    assert d.ranks[0].ib_devices == ["mlx5_0:1/RoCE", "mlx5_1:1/RoCE"]
+    mismatch = diagnose_text(text, expect_fabric="ib")
+    assert not mismatch.failed
+    assert [f.severity for f in mismatch.findings if f.code == "expect-ib"] == ["warning"]
+
+
+def test_bad_input() -> None:
+    code, stdout, stderr = _diagnose(str(LOGS / "README.md"))
+    assert code == 2 and stdout == ""
+    assert stderr.strip().endswith(
+        "no NCCL log lines found: run with NCCL_DEBUG=INFO (and "
+        "NCCL_DEBUG_SUBSYS=INIT,NET or unset) and pass the pods' logs"
+    )
+    code, _, stderr = _diagnose(str(LOGS / "ib_gdr_a100.log"), "--expect-fabric", "efa")
+    assert code == 2
+    assert (
+        stderr.strip() == "error: --expect-fabric 'efa': expected one of ib, roce, socket, nvlink"
+    )
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in LOGS.glob("*.log")))
+def test_every_fixture_names_a_transport_or_no_network(name: str) -> None:
+    d = diagnose_files([LOGS / name])
+    assert d.network_needed is False or d.inter_node in ("ib", "socket")
