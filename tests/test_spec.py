@@ -308,6 +308,11 @@ def test_toleration_dict_shape() -> None:
         (["--world-size", "8", "--env", "NOEQUALS"], '--env "NOEQUALS": expected KEY=VALUE'),
         (["--world-size", "8", "-b", "1Q"], "engine arguments: -b '1Q': expected a byte size"),
         (["--world-size", "8", "-o", "xml"], '--output "xml": expected yaml or json'),
+        (["--world-size", "six"], '--world-size "six": expected a whole number >= 1'),
+        (
+            ["--world-size", "8", "--backoff-limit", "-1"],
+            "--backoff-limit -1: expected a whole number >= 0",
+        ),
     ],
 )
 def test_cli_usage_errors_exit_2_with_one_line(

@@ -377,17 +377,28 @@ def _rdma_resources(items: Sequence[str]) -> tuple[tuple[str, int], ...]:
     return tuple(out.items())
 
 
-def _positive(flag: str, value: int) -> int:
-    if value < 1:
-        raise UsageError(f"{flag} {value}: expected a whole number >= 1", key=flag)
-    return value
+def _whole(flag: str, value: int | str, *, minimum: int = 1) -> int:
+    """A whole number from the CLI (a string there, so a typo gets our one-line message)."""
+    text = str(value).strip()
+    try:
+        number = int(text)
+    except ValueError:
+        raise UsageError(
+            f"{flag} {_q(text)}: expected a whole number >= {minimum}", key=flag
+        ) from None
+    if number < minimum:
+        raise UsageError(f"{flag} {number}: expected a whole number >= {minimum}", key=flag)
+    return number
 
 
 def _world(
-    world_size: int | None, gpus_per_node: int | None, nodes: int | None
+    world_text: int | str | None, gpus_text: int | str | None, nodes_text: int | str | None
 ) -> tuple[int, int, int]:
     """Resolve world size, GPUs per node and nodes from the two or three the user gave."""
-    g = _positive("--gpus-per-node", gpus_per_node) if gpus_per_node is not None else 8
+    gpus_per_node = _whole("--gpus-per-node", gpus_text) if gpus_text is not None else None
+    world_size = _whole("--world-size", world_text) if world_text is not None else None
+    nodes = _whole("--nodes", nodes_text) if nodes_text is not None else None
+    g = gpus_per_node if gpus_per_node is not None else 8
     g_text = (
         f" --gpus-per-node {g}"
         if gpus_per_node is not None
@@ -399,20 +410,19 @@ def _world(
             key="--world-size",
         )
     if world_size is not None:
-        _positive("--world-size", world_size)
         if world_size % g:
             raise UsageError(
                 f"--world-size {world_size}{g_text}: world size must be a multiple of GPUs per node",
                 key="--world-size",
             )
-        if nodes is not None and _positive("--nodes", nodes) * g != world_size:
+        if nodes is not None and nodes * g != world_size:
             raise UsageError(
                 f"--world-size {world_size} --nodes {nodes}{g_text}: world size must equal nodes "
                 "x GPUs per node; give one of --world-size or --nodes",
                 key="--nodes",
             )
         return world_size, g, world_size // g
-    m = _positive("--nodes", nodes or 0)
+    m = nodes or 0  # not None: both-None was refused above
     return m * g, g, m
 
 
@@ -442,9 +452,9 @@ def _engine_args(args: Sequence[str], *, world_size: int) -> tuple[str, ...]:
 
 def build_run_spec(
     *,
-    world_size: int | None = None,
-    gpus_per_node: int | None = None,
-    nodes: int | None = None,
+    world_size: int | str | None = None,
+    gpus_per_node: int | str | None = None,
+    nodes: int | str | None = None,
     run_id: str | None = None,
     namespace: str | None = None,
     image: str | None = None,
@@ -469,7 +479,7 @@ def build_run_spec(
     priority_class: str | None = None,
     active_deadline: str | None = None,
     ttl: str | None = None,
-    backoff_limit: int | None = None,
+    backoff_limit: int | str | None = None,
     label: Sequence[str] = (),
     annotation: Sequence[str] = (),
     rendezvous_timeout: str | None = None,
@@ -525,12 +535,7 @@ def build_run_spec(
         ttl_s = parse_duration("--ttl", ttl) if ttl is not None else 86400
         backoff = 0
         if backoff_limit is not None:
-            if backoff_limit < 0:
-                raise UsageError(
-                    f"--backoff-limit {backoff_limit}: expected a whole number >= 0",
-                    key="--backoff-limit",
-                )
-            backoff = backoff_limit
+            backoff = _whole("--backoff-limit", backoff_limit, minimum=0)
 
     net = _choice("--network", network, get_args(Network))
     rdma = _rdma_resources(rdma_resource)

@@ -40,7 +40,7 @@ _META = "Metadata"
 
 def _spec_options(
     world_size: Annotated[
-        int | None,
+        str | None,
         typer.Option(
             "--world-size",
             help="Total ranks (GPUs); a multiple of --gpus-per-node.",
@@ -48,7 +48,7 @@ def _spec_options(
         ),
     ] = None,
     gpus_per_node: Annotated[
-        int | None,
+        str | None,
         typer.Option(
             "--gpus-per-node",
             help="GPUs (ranks) per pod, one pod per node.",
@@ -57,7 +57,7 @@ def _spec_options(
         ),
     ] = None,
     nodes: Annotated[
-        int | None,
+        str | None,
         typer.Option(
             "--nodes", help="Pods (nodes), instead of --world-size.", rich_help_panel=_SPEC
         ),
@@ -243,7 +243,7 @@ def _spec_options(
         ),
     ] = None,
     backoff_limit: Annotated[
-        int | None,
+        str | None,
         typer.Option(
             "--backoff-limit", help="job: pod retries.", show_default="0", rich_help_panel=_JOB
         ),
