@@ -40,6 +40,16 @@ def _package_root() -> Path:
     return Path(nccl_k8s.__file__).resolve().parent
 
 
+def _belongs(rel: Path) -> bool:
+    """Sources and data files of the engine; not bytecode, editor leftovers or hidden files,
+    which differ between machines and would make the archive differ too."""
+    if any(part == "__pycache__" or part.startswith(".") for part in rel.parts):
+        return False
+    return rel.suffix not in (".pyc", ".pyo", ".swp", ".orig", ".rej") and not rel.name.endswith(
+        "~"
+    )
+
+
 def engine_sources(root: Path | None = None) -> list[tuple[str, bytes]]:
     """(archive name, content) of every file the zipapp holds, sorted by name."""
     root = root or _package_root()
@@ -47,7 +57,7 @@ def engine_sources(root: Path | None = None) -> list[tuple[str, bytes]]:
     files["nccl_k8s/__init__.py"] = (root / "__init__.py").read_bytes()
     bench = root / "bench"
     for path in bench.rglob("*"):
-        if path.is_file() and path.suffix in (".py", ".typed") and "__pycache__" not in path.parts:
+        if path.is_file() and _belongs(path.relative_to(bench)):
             files["nccl_k8s/" + path.relative_to(root).as_posix()] = path.read_bytes()
     return sorted(files.items())
 
