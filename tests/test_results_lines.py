@@ -116,3 +116,15 @@ def test_bad_result_lines_are_errors(text: str, message: str) -> None:
     assert message in str(e.value)
     assert str(e.value).startswith("pod.log")
     assert "\n" not in str(e.value)
+
+
+def test_store_run_names_the_run_directory(tmp_path: Path) -> None:
+    from nccl_k8s.results import store_run
+
+    run = parse_result_lines(line("meta", **META) + "\n" + row(8, "out", 5.0))
+    path = store_run(run, base=tmp_path)
+    # The engine's meta line carried the id (NCCL_K8S_RUN_ID in the pod): it names the directory.
+    assert path == tmp_path / "nccl-20261203-050000-abcd" / "results.json"
+    run.meta.run_id = None
+    path = store_run(run, base=tmp_path)
+    assert path.parent.name.startswith("nccl-") and load(path).meta.run_id == path.parent.name

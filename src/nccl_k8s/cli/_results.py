@@ -24,9 +24,8 @@ from nccl_k8s.results import (
     import_files,
     load,
     min_busbw_gate,
-    new_run_id,
     resolve,
-    results_path,
+    store_run,
 )
 from nccl_k8s.results.compare import Comparison, GateResult, human_size, parse_metric
 from nccl_k8s.results.compare import parse_tolerance as _parse_tolerance
@@ -56,10 +55,7 @@ def import_command(
 ) -> None:
     """Import NVIDIA nccl-tests output into a results file, to compare with our runs."""
     run = import_files(files)
-    if output is None:
-        run.meta.run_id = new_run_id()
-        output = results_path(run.meta.run_id)
-    path = dump(run, output)
+    path = store_run(run) if output is None else dump(run, output)
     ops = ", ".join(run.ops())
     out.print(
         f"imported {len(run.rows)} rows ({ops}) from {len(files)} file"

@@ -26,7 +26,7 @@ from nccl_k8s.results.schema import (
     dump,
     load,
 )
-from nccl_k8s.results.store import new_run_id, resolve, results_path
+from nccl_k8s.results.store import new_run_id, resolve, results_path, store_run
 
 __all__ = [
     "RESULT_PREFIX",
@@ -54,4 +54,5 @@ __all__ = [
     "parse_tolerance",
     "resolve",
     "results_path",
+    "store_run",
 ]

@@ -64,7 +64,7 @@ def _meta_from_line(r: _Reader) -> RunMeta:
         env=r.str_map("env"),
         config=config_from(r.obj("config")),
     )
-    if meta.gpu_model is None:
+    if meta.gpu_model is None and meta.backend != "gloo":  # gloo ranks' "device" is the CPU
         names = {d.name for d in devices if d.name}
         if len(names) == 1:
             meta.gpu_model = names.pop()

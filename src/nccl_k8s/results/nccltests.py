@@ -43,6 +43,10 @@ from nccl_k8s.results.schema import (
 _VERSION = re.compile(
     r"^#\s*nccl-tests version (?P<v>\S+)(?:.*?nccl-library=(?P<lib>\d+))?", re.IGNORECASE
 )
+# Our engine prints its own first line in the same table format (`nccl-k8s run` output).
+_OUR_VERSION = re.compile(
+    r"^#\s*nccl-k8s version (?P<v>\S+)(?:.*?\btorch=(?P<torch>\S+))?(?:.*?\bbackend=(?P<b>\w+))?"
+)
 _STARTING = re.compile(r"^#\s*Collective test starting:\s*(?P<op>\w+?)_perf\b")
 _CONCLUDED = re.compile(r"^#\s*Collective test concluded:")
 _OP_MENTION = re.compile(r"\b(?P<op>[a-z][a-z0-9_]*?)_perf(?:_mpi)?\b")
@@ -169,6 +173,12 @@ class _TextParser:
             self.run.meta.nccl_tests = m.group("v")
             if m.group("lib"):
                 self.run.meta.nccl = nccl_version_from_code(int(m.group("lib")))
+            self.table = None
+        elif m := _OUR_VERSION.match(s):
+            meta = self.run.meta
+            meta.source, meta.nccl_k8s = "nccl-k8s", m.group("v")
+            meta.torch = m.group("torch") or meta.torch
+            meta.backend = m.group("b") or meta.backend
             self.table = None
         elif m := _STARTING.match(s):
             self.starting_op = m.group("op")

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from nccl_k8s.errors import ResultsError
+from nccl_k8s.results.schema import Run, dump
 
 RESULTS_FILE = "results.json"
 #: A run id is a Kubernetes label value and a directory name: lower-case, digits, '-', '.', '_'.
@@ -31,6 +32,17 @@ def new_run_id(prefix: str = "nccl") -> str:
 
 def results_path(run_id: str, *, base: Path | None = None) -> Path:
     return (base if base is not None else runs_dir()) / run_id / RESULTS_FILE
+
+
+def store_run(run: Run, *, run_id: str | None = None, base: Path | None = None) -> Path:
+    """Write `run` to runs/<id>/results.json and return the path.
+
+    The id is `run_id`, else the run's own (the engine's meta line carries NCCL_K8S_RUN_ID in pods),
+    else a new one; the run's meta is updated to match, so the file names its own run.
+    """
+    rid = run_id or run.meta.run_id or new_run_id()
+    run.meta.run_id = rid
+    return dump(run, results_path(rid, base=base))
 
 
 def resolve(ref: str, *, base: Path | None = None) -> Path:
@@ -52,4 +64,4 @@ def resolve(ref: str, *, base: Path | None = None) -> Path:
     raise ResultsError(f"{ref}: no such results file", path=ref)
 
 
-__all__ = ["RESULTS_FILE", "new_run_id", "resolve", "results_path", "runs_dir"]
+__all__ = ["RESULTS_FILE", "new_run_id", "resolve", "results_path", "runs_dir", "store_run"]
