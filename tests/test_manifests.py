@@ -32,9 +32,10 @@ from nccl_k8s.spec import RunSpec, build_run_spec
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("NCCL_K8S_UPDATE_GOLDEN", "") not in ("", "0")
-#: Three Kubernetes minor versions whose strict upstream schemas every object must pass:
-#: the oldest and newest that kubernetes-validate ships here, and one between.
-K8S_VERSIONS = ("1.32", "1.34", "1.37")
+#: Three Kubernetes minor versions whose strict upstream schemas every object must pass: 1.29, the
+#: oldest the manifests support (before it the schema required onPodConditions in every
+#: podFailurePolicy rule), the newest kubernetes-validate ships here, and one between.
+K8S_VERSIONS = ("1.29", "1.33", "1.37")
 REDACTED = "<engine zipapp: see test_configmap_carries_the_engine_zipapp>"
 
 #: name -> the `nccl-k8s render` arguments of that configuration.
