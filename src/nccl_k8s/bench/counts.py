@@ -116,6 +116,15 @@ def buffer_bytes(op: str, maxbytes: int, elt_size: int, nranks: int) -> tuple[in
     return _round16(send), _round16(recv)
 
 
+def memory_limit(maxbytes: int, memory_bytes: int, *, check: bool) -> int | None:
+    """nccl-tests' rule: send, receive and (when checking) expected buffers plus 1 GiB must fit.
+
+    Returns the reduced maximum size, or None when `maxbytes` fits.
+    """
+    limit = max(0, (memory_bytes - (1 << 30)) // (3 if check else 2))
+    return limit if maxbytes > limit else None
+
+
 def _round16(n: int) -> int:
     return (n + 15) // 16 * 16
 
@@ -128,4 +137,4 @@ def rotation_shifts(counts: Counts, elt_size: int, maxbytes: int, iters: int) ->
     return [total * i for i in range(steps)]
 
 
-__all__ = ["SHAPES", "Counts", "Shape", "buffer_bytes", "rotation_shifts"]
+__all__ = ["SHAPES", "Counts", "Shape", "buffer_bytes", "memory_limit", "rotation_shifts"]

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from nccl_k8s import __version__
 from nccl_k8s.bench import report
 from nccl_k8s.bench.config import ROOTED_OPS, BenchConfig, check_backend
-from nccl_k8s.bench.counts import SHAPES, buffer_bytes, rotation_shifts
+from nccl_k8s.bench.counts import SHAPES, buffer_bytes, memory_limit, rotation_shifts
 from nccl_k8s.bench.ops import Bound, Collectives, all_gather_fn
 
 if TYPE_CHECKING:
@@ -288,14 +288,14 @@ class Engine:
         )  # fmt: skip
 
     def limit_maxbytes(self, devices: list[dict[str, Any]]) -> int:
-        """nccl-tests' rule: send, receive and (when checking) expected buffers plus 1 GiB must fit."""
+        """Shrink the largest size when the buffers would not fit, and say so (as nccl-tests does)."""
         mem = min(int(d["memory"]) for d in devices)
-        limit = max(0, (mem - GIB) // (3 if self.cfg.check else 2))
-        if self.cfg.maxbytes > limit:
-            self.p.line("#")
-            self.p.line(f"# Reducing maxBytes to {limit} due to memory limitation")
-            return limit
-        return self.cfg.maxbytes
+        limit = memory_limit(self.cfg.maxbytes, mem, check=bool(self.cfg.check))
+        if limit is None:
+            return self.cfg.maxbytes
+        self.p.line("#")
+        self.p.line(f"# Reducing maxBytes to {limit} due to memory limitation")
+        return limit
 
     # -- one measurement -----------------------------------------------------------------
     def _timed(self, b: Bound) -> float:

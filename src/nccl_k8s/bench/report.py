@@ -59,7 +59,9 @@ def float_str(value: float, width: int) -> str:
         return f"{value:{width}.1f}"
     if digits < width + 1:
         return f"{value:{width}.0f}"
-    return f"{value:{width}.1e}"
+    if width >= 7:
+        return f"{value:{width}.1e}"
+    return f"{value:{width}.0e}"
 
 
 def header_lines(

@@ -10,6 +10,7 @@ from typing import ParamSpec, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from nccl_k8s.errors import NcclK8sError
 
@@ -27,7 +28,7 @@ def debug_enabled() -> bool:
 
 def fail(exc: NcclK8sError) -> typer.Exit:
     """Print one red line for an error and return the Exit to raise."""
-    err.print(f"[red]error:[/red] {exc}", markup=True, highlight=False)
+    err.print(f"[red]error:[/red] {escape(str(exc))}", markup=True, highlight=False)
     return typer.Exit(exc.exit_code)
 
 

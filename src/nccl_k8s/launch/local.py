@@ -162,7 +162,10 @@ def _failure(exc: object) -> int:
     codes = {f.exitcode for f in failures.values()}
     if codes and codes <= {1, 2} and not any(_message(f) for f in failures.values()):
         return int(max(codes))
-    rank, failure = min(failures.items(), key=lambda kv: (kv[1].timestamp, kv[0]))
+    # A rank that dies takes its peers' connections with it; name the cause, not the echoes.
+    rank, failure = min(
+        failures.items(), key=lambda kv: (_secondary(_message(kv[1])), kv[1].timestamp, kv[0])
+    )
     code = failure.exitcode
     how = f"exit code {code}"
     if code < 0:
@@ -171,9 +174,33 @@ def _failure(exc: object) -> int:
         except ValueError:
             how = f"signal {-code}"
     msg = _message(failure) or "see its output above"
-    raise RunFailed(
-        f"rank {rank} (pid {failure.pid}) failed with {how}: {msg}", rank=rank, exit_status=code
+    others = sorted(r for r in failures if r != rank)
+    also = (
+        f" (then rank{'s' if len(others) > 1 else ''} {', '.join(map(str, others))} failed too)"
+        if others
+        else ""
     )
+    raise RunFailed(
+        f"rank {rank} (pid {failure.pid}) failed with {how}: {msg}{also}",
+        rank=rank,
+        exit_status=code,
+    )
+
+
+_ECHOES = (
+    "closed by peer",
+    "reset by peer",
+    "broken pipe",
+    "connection refused",
+    "remote process",
+    "peer",
+)
+
+
+def _secondary(message: str) -> bool:
+    """Errors that are consequences of another rank's death (its sockets closing)."""
+    low = message.lower()
+    return not low or any(e in low for e in _ECHOES)
 
 
 def _message(failure: object) -> str:
