@@ -195,3 +195,20 @@ def test_import_without_output_makes_a_run_directory(
     # The run id works wherever a results file does.
     res = CliRunner().invoke(_app(), ["compare", written.parent.name, "--baseline", str(written)])
     assert res.exit_code == 0, res.output
+
+
+def test_import_bad_files_one_line_exit_2(tmp_path: Path) -> None:
+    text = JSON_FILES[0].read_text()
+    (tmp_path / "cut.json").write_text(text[: len(text) // 2])
+    (tmp_path / "ours.json").write_text('{"schema": "nccl-k8s/results", "schema_version": 1}')
+    for name, message in (
+        ("cut.json", "nccl-tests JSON is not valid"),
+        ("ours.json", "is already an nccl-k8s results file"),
+        ("missing.txt", "no such file"),
+    ):
+        res = CliRunner().invoke(_app(), ["import", str(tmp_path / name), "-o", "x.json"])
+        assert res.exit_code == 2, res.output
+        assert res.stdout == ""
+        (line,) = res.stderr.strip().splitlines()
+        assert line.startswith(f"error: {tmp_path / name}") and message in line
+    assert not Path("x.json").exists()
