@@ -18,6 +18,10 @@ selector holding a pidfd per process, the sandboxes' readiness pipes and a wake-
 of timers (grace periods, restart back-off, image-pull back-off). Store changes arrive through
 `store.subscribe`, are queued and handled on that thread; status goes back with `store.mutate`.
 
+Pods share the host's network stack (no network namespace): a pod's address exists (every
+127.0.0.0/8 address is the loopback's), servers bind to it, but a client's source address is
+127.0.0.1 unless it binds one. Its root filesystem is the host's too: write only under volumes.
+
 Addresses: node `node-<i>` has 127.<k>.<i//250>.<i%250+1> (set by the Cluster); the pods of node i get
 127.<k>.<16+i>.<1..254>, so a pod's address tells its node. hostNetwork pods use the node's address.
 
