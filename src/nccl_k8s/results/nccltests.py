@@ -171,7 +171,7 @@ class _TextParser:
     def _comment(self, s: str) -> None:
         if m := _VERSION.match(s):
             self.run.meta.nccl_tests = m.group("v")
-            if m.group("lib"):
+            if m.group("lib") and int(m.group("lib")) > 0:
                 self.run.meta.nccl = nccl_version_from_code(int(m.group("lib")))
             self.table = None
         elif m := _OUR_VERSION.match(s):
@@ -342,7 +342,7 @@ def parse_json(obj: object, *, origin: str = "<nccl-tests.json>") -> Run:
         meta.backend = _opt_str(d.get("config", {}).get("backend")) or meta.backend
     meta.time = str(d["start_time"]) if d.get("start_time") else None
     code = d.get("nccl_version")
-    if isinstance(code, int):
+    if isinstance(code, int) and code > 0:  # our engine writes 0 for gloo runs
         meta.nccl = nccl_version_from_code(code)
     for kv in d.get("env") or []:
         if isinstance(kv, str) and "=" in kv:
