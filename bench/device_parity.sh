@@ -21,4 +21,6 @@ run() {  # name, extra flags...
 }
 run default "${flags[@]}" --json "$out/default.json"
 run graph "${flags[@]}" -G 1
+run torch "${flags[@]}" --driver torch
+run torchgraph "${flags[@]}" --driver torch -G 1
 run bf16max -b 1K -e 64M -f 8 -d bfloat16 -o max -n 10 -w 2 --no-result-lines

@@ -117,6 +117,8 @@ class BenchConfig:
     """--ops: collectives to run, in order."""
     backend: str = "auto"
     """--backend: nccl, gloo, or auto (NCCL when CUDA devices exist)."""
+    driver: str = "direct"
+    """--driver: with NCCL, call libnccl directly (direct) or go through torch.distributed (torch)."""
     json_path: str | None = None
     """--json: also write results in nccl-tests' -J layout to this path (rank 0)."""
     min_busbw: float | None = None
@@ -220,6 +222,11 @@ def build_parser(prog: str = "python -m nccl_k8s.bench") -> argparse.ArgumentPar
         help="comma-separated collectives, or 'all': " + ",".join(ALL_OPS),
     )
     add("--backend", default="auto", help="nccl, gloo or auto")
+    add(
+        "--driver",
+        default="direct",
+        help="NCCL only: direct (libnccl, as nccl-tests) or torch (torch.distributed)",
+    )
     add("--json", dest="json_path", default=None, metavar="PATH", help="nccl-tests -J style JSON")
     add(
         "--min-busbw",
@@ -270,6 +277,8 @@ def config_from_namespace(ns: argparse.Namespace) -> BenchConfig:
     if ns.backend not in BACKENDS:
         raise ConfigError(f"--backend {ns.backend!r}: expected one of {', '.join(BACKENDS)}")
 
+    if ns.driver not in ("direct", "torch"):
+        raise ConfigError(f"--driver {ns.driver!r}: expected direct or torch")
     ops = _parse_ops(ns.ops)
     return BenchConfig(
         minbytes=minbytes,
@@ -288,6 +297,7 @@ def config_from_namespace(ns: argparse.Namespace) -> BenchConfig:
         timeout_s=ns.timeout,
         ops=ops,
         backend=ns.backend,
+        driver=ns.driver,
         json_path=ns.json_path,
         min_busbw=ns.min_busbw,
         duration_s=ns.duration,

@@ -33,6 +33,8 @@ from nccl_k8s.bench.ops import Bound, Collectives, all_gather_fn
 if TYPE_CHECKING:
     import torch
 
+    from nccl_k8s.bench.nccl import Communicator
+
 GIB = 1 << 30
 
 
@@ -70,7 +72,7 @@ class RunOutcome:
 class Rank:
     """This process's place in the run and the two process groups."""
 
-    def __init__(self, backend: str, timeout_s: int) -> None:
+    def __init__(self, backend: str, timeout_s: int, *, driver: str = "direct") -> None:
         import torch
         import torch.distributed as dist
 
@@ -91,11 +93,27 @@ class Rank:
             kwargs["device_id"] = self.device
         else:
             self.device = torch.device("cpu")
-        dist.init_process_group(backend=backend, init_method="env://", **kwargs)
-        self.data_group = dist.group.WORLD
-        self.ctrl = dist.new_group(
-            backend="gloo", **({"timeout": kwargs["timeout"]} if timeout_s else {})
-        )
+        self.timeout_s = timeout_s
+        self.comm: Communicator | None = None
+        self.stream: Any = None
+        self.data_group: Any = None
+        if backend == "nccl" and driver == "direct":
+            # libnccl directly for the data plane; torch.distributed (gloo) only for the control plane.
+            kwargs.pop("device_id", None)
+            dist.init_process_group(backend="gloo", init_method="env://", **kwargs)
+            from torch.distributed import distributed_c10d
+
+            from nccl_k8s.bench.nccl import Communicator
+
+            self.stream = torch.cuda.Stream(device=self.device)  # type: ignore[no-untyped-call]
+            store = distributed_c10d._get_default_store()
+            self.comm = Communicator(self.rank, self.world, store)
+            self.ctrl: Any = dist.group.WORLD
+        else:
+            dist.init_process_group(backend=backend, init_method="env://", **kwargs)
+            self.data_group = dist.group.WORLD
+            timeout = {"timeout": kwargs["timeout"]} if timeout_s else {}
+            self.ctrl = dist.new_group(backend="gloo", **timeout)
 
     @property
     def cuda(self) -> bool:
@@ -103,10 +121,27 @@ class Rank:
 
     def complete(self) -> None:
         """Wait until every op issued so far has finished on this rank."""
+        if self.comm is not None:
+            self.comm.wait(self.stream, self.timeout_s)
         if self.cuda:
             import torch
 
             torch.cuda.synchronize(self.device)
+
+    def finish(self) -> None:
+        """End of a timed loop: wait for the measured ops only (nccl-tests polls its stream)."""
+        if self.comm is not None:
+            self.comm.wait(self.stream, self.timeout_s)
+        else:
+            self.complete()
+
+    def capture_stream(self) -> Any:
+        """The stream CUDA graphs capture on: the one direct NCCL calls go to, else a side stream."""
+        import torch
+
+        if self.stream is not None:
+            return self.stream
+        return torch.cuda.Stream(device=self.device)  # type: ignore[no-untyped-call]
 
     def barrier(self) -> None:
         import torch.distributed as dist
@@ -132,6 +167,8 @@ class Rank:
     def close(self) -> None:
         import torch.distributed as dist
 
+        if self.comm is not None:
+            self.comm.destroy()
         if dist.is_initialized():
             dist.destroy_process_group()
 
@@ -262,7 +299,7 @@ class Engine:
         code = _nccl_code(versions["nccl"])
         version_line = (
             f"# nccl-k8s version {__version__} nccl-library={code} "
-            f"torch={versions['torch']} backend={self.r.backend} world={self.r.world}"
+            f"torch={versions['torch']} backend={self.r.backend}{self._driver_note()} world={self.r.world}"
         )
         step = c.stepfactor if c.stepfactor > 1 else c.stepbytes
         config_line = (
@@ -287,6 +324,11 @@ class Engine:
             )
         )  # fmt: skip
 
+    def _driver_note(self) -> str:
+        if self.r.backend != "nccl":
+            return ""
+        return " driver=direct" if self.r.comm is not None else " driver=torch"
+
     def limit_maxbytes(self, devices: list[dict[str, Any]]) -> int:
         """Shrink the largest size when the buffers would not fit, and say so (as nccl-tests does)."""
         mem = min(int(d["memory"]) for d in devices)
@@ -309,9 +351,8 @@ class Engine:
         if cfg.graph:
             import torch
 
-            stream = torch.cuda.Stream(device=r.device)  # type: ignore[no-untyped-call]
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, stream=stream):
+            with torch.cuda.graph(graph, stream=r.capture_stream()):
                 for i in range(cfg.iters):
                     calls[i % m]()
             r.barrier()
@@ -331,7 +372,7 @@ class Engine:
         else:
             for i in range(cfg.iters):
                 calls[i % m]()
-        r.complete()
+        r.finish()
         return (time.perf_counter() - t0) / cfg.iters
 
     def _checked(self, coll: Collectives, b: Bound, root: int, rep_base: int) -> int:
@@ -346,8 +387,7 @@ class Engine:
                 import torch
 
                 graph = torch.cuda.CUDAGraph()
-                side = torch.cuda.Stream(device=self.r.device)  # type: ignore[no-untyped-call]
-                with torch.cuda.graph(graph, stream=side):
+                with torch.cuda.graph(graph, stream=self.r.capture_stream()):
                     b.calls[0]()
                 graph.replay()
                 self.r.complete()
@@ -409,6 +449,7 @@ class Engine:
                     b = coll.bind(op, counts, shifts, data_root, in_place)
                     if cfg.check:
                         coll.init(b, data_root, rep_base)
+                        r.complete()
                     local_t = self._timed(b)
                     wrong = self._checked(coll, b, data_root, rep_base) if cfg.check else 0
                     rep_base += cfg.check + 1
@@ -530,10 +571,11 @@ class Engine:
             import torch
 
             events = [torch.cuda.Event(enable_timing=True) for _ in range(n + 1)]  # type: ignore[no-untyped-call]
-            events[0].record()
+            stream = self.r.stream  # direct NCCL calls go there; None: torch's current stream
+            events[0].record(stream)
             for i in range(n):
                 calls[i % m]()
-                events[i + 1].record()
+                events[i + 1].record(stream)
             self.r.complete()
             return [events[i].elapsed_time(events[i + 1]) / 1e3 for i in range(n)]
         out = []
@@ -565,7 +607,7 @@ class Engine:
         recvbuf = torch.zeros(recv_bytes, dtype=torch.uint8, device=r.device)
         coll = Collectives(
             rank=r.rank, nranks=r.world, dtype=cfg.dtype, redop=cfg.redop,
-            sendbuf=sendbuf, recvbuf=recvbuf, group=r.data_group,
+            sendbuf=sendbuf, recvbuf=recvbuf, group=r.data_group, comm=r.comm, stream=r.stream,
         )  # fmt: skip
         for i, op in enumerate(cfg.ops):
             if cfg.duration_s > 0:
@@ -584,6 +626,7 @@ class Engine:
         return {
             "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             **versions,
+            "driver": "direct" if self.r.comm is not None else "torch",
             "world_size": self.r.world,
             "nodes": len(hosts),
             "local_world_size": self.r.local_world,
@@ -657,7 +700,7 @@ def run_rank(cfg: BenchConfig, argv: Sequence[str], *, stdout: TextIO = sys.stdo
     """Everything one rank does; returns the exit code (0 ok, 1 wrong results or below --min-busbw)."""
     started = time.strftime("%Y-%m-%d %H:%M:%S")
     backend = resolve_backend(cfg.backend)
-    rank = Rank(backend, cfg.timeout_s)
+    rank = Rank(backend, cfg.timeout_s, driver=cfg.driver)
     try:
         check_backend(cfg, backend, world_size=rank.world)
         printer = Printer(rank.rank == 0, stdout, cfg.result_lines)

@@ -23,6 +23,8 @@ from nccl_k8s.bench.counts import SHAPES, Counts
 if TYPE_CHECKING:
     import torch
 
+    from nccl_k8s.bench.nccl import Communicator
+
 Call = Callable[[], Any]
 
 
@@ -79,6 +81,8 @@ class Collectives:
         sendbuf: torch.Tensor,
         recvbuf: torch.Tensor,
         group: Any = None,
+        comm: Communicator | None = None,
+        stream: Any = None,
     ) -> None:
         self.rank = rank
         self.nranks = nranks
@@ -90,6 +94,10 @@ class Collectives:
         self.sendbuf = sendbuf
         self.recvbuf = recvbuf
         self.group = group
+        self.comm = comm
+        """Direct NCCL communicator (bench.nccl); None runs through torch.distributed."""
+        self.stream = stream
+        """The CUDA stream direct NCCL calls go to (and graphs capture on)."""
 
     # -- views ---------------------------------------------------------------------------
     def _view(self, buf: torch.Tensor, byte_offset: int, nelems: int) -> torch.Tensor:
@@ -121,6 +129,11 @@ class Collectives:
         in_place: bool,
     ) -> Call:
         """A zero-argument callable issuing one collective (no host synchronisation)."""
+        if self.comm is not None:
+            return self.comm.call(
+                op, send.data_ptr(), recv.data_ptr(), counts.param, counts.param * self.elt,
+                self.dtype_name, self.redop_name, root, self.stream.cuda_stream,
+            )  # fmt: skip
         import torch.distributed as dist
 
         g, rank, n, redop = self.group, self.rank, self.nranks, self.redop

@@ -1,0 +1,235 @@
+"""Direct calls into the NCCL library torch ships, for the timed loop on GPUs.
+
+Measured on an H200 (BENCHMARKS.md), torch.distributed costs 14-20 µs of host time per
+collective, three to forty times what nccl-tests measures at small sizes: the benchmark would
+measure torch, not NCCL. So with the NCCL backend the engine calls libnccl itself through ctypes
+(about a microsecond per call), on a communicator bootstrapped through torch's rendezvous store,
+with real out-of-place buffers and the same calls nccl-tests makes (grouped send/recv for
+alltoall, sendrecv, gather and scatter). torch.distributed stays the control plane (gloo) and
+the gloo data plane. `--driver torch` keeps the torch.distributed path for comparison.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+#: ncclDataType_t values (nccl.h).
+NCCL_DTYPES = {
+    "int8": 0, "uint8": 1, "int32": 2, "int64": 4, "half": 6, "float": 7, "double": 8,
+    "bfloat16": 9, "f8e4m3": 10, "f8e5m2": 11,
+}  # fmt: skip
+#: ncclRedOp_t values.
+NCCL_OPS = {"sum": 0, "prod": 1, "max": 2, "min": 3, "avg": 4}
+_UNIQUE_ID_BYTES = 128
+
+
+class NcclError(RuntimeError):
+    """An NCCL call failed; the message is NCCL's own error string."""
+
+
+class _UniqueId(ctypes.Structure):
+    _fields_ = [("internal", ctypes.c_char * _UNIQUE_ID_BYTES)]
+
+
+def _candidates() -> list[str]:
+    override = os.environ.get("NCCL_K8S_LIBNCCL")
+    if override:
+        return [override]
+    found = ["libnccl.so.2"]  # the copy torch already loaded, when it did
+    for base in sys.path:
+        found += sorted(glob.glob(os.path.join(base, "nvidia", "nccl", "lib", "libnccl.so*")))
+        found += sorted(glob.glob(os.path.join(base, "torch", "lib", "libnccl.so*")))
+    return found
+
+
+class Library:
+    """libnccl's functions with their C signatures."""
+
+    def __init__(self) -> None:
+        errors = []
+        lib = None
+        for path in _candidates():
+            try:
+                lib = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+                break
+            except OSError as exc:
+                errors.append(f"{path}: {exc}")
+        if lib is None:
+            raise NcclError("cannot load libnccl (set NCCL_K8S_LIBNCCL): " + "; ".join(errors[:3]))
+        self.lib = lib
+        p, i, sz = ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t
+        sig: dict[str, list[Any]] = {
+            "ncclGetVersion": [ctypes.POINTER(i)],
+            "ncclGetUniqueId": [ctypes.POINTER(_UniqueId)],
+            "ncclCommInitRank": [ctypes.POINTER(p), i, _UniqueId, i],
+            "ncclCommDestroy": [p],
+            "ncclCommAbort": [p],
+            "ncclCommGetAsyncError": [p, ctypes.POINTER(i)],
+            "ncclAllReduce": [p, p, sz, i, i, p, p],
+            "ncclBroadcast": [p, p, sz, i, i, p, p],
+            "ncclReduce": [p, p, sz, i, i, i, p, p],
+            "ncclAllGather": [p, p, sz, i, p, p],
+            "ncclReduceScatter": [p, p, sz, i, i, p, p],
+            "ncclSend": [p, sz, i, i, p, p],
+            "ncclRecv": [p, sz, i, i, p, p],
+            "ncclGroupStart": [],
+            "ncclGroupEnd": [],
+        }
+        for name, args in sig.items():
+            fn = getattr(lib, name)
+            fn.argtypes = args
+            fn.restype = i
+        lib.ncclGetErrorString.argtypes = [i]
+        lib.ncclGetErrorString.restype = ctypes.c_char_p
+
+    def check(self, rc: int, what: str) -> None:
+        if rc:
+            text = self.lib.ncclGetErrorString(rc).decode(errors="replace")
+            raise NcclError(f"{what} failed: {text} (ncclResult {rc})")
+
+    def version(self) -> str:
+        v = ctypes.c_int()
+        self.check(self.lib.ncclGetVersion(ctypes.byref(v)), "ncclGetVersion")
+        code = v.value
+        major, rest = divmod(code, 10000) if code >= 10000 else divmod(code, 1000)
+        minor, patch = divmod(rest, 100)
+        return f"{major}.{minor}.{patch}"
+
+
+class Communicator:
+    """One rank's NCCL communicator and the calls the timed loop makes on it."""
+
+    def __init__(
+        self, rank: int, nranks: int, store: Any, *, key: str = "nccl_k8s/unique_id"
+    ) -> None:
+        self.lib = Library()
+        self.rank, self.nranks = rank, nranks
+        uid = _UniqueId()
+        if rank == 0:
+            self.lib.check(self.lib.lib.ncclGetUniqueId(ctypes.byref(uid)), "ncclGetUniqueId")
+            store.set(key, bytes(uid.internal))
+        else:
+            raw = store.get(key)
+            ctypes.memmove(ctypes.addressof(uid), raw, _UNIQUE_ID_BYTES)
+        comm = ctypes.c_void_p()
+        self.lib.check(
+            self.lib.lib.ncclCommInitRank(ctypes.byref(comm), nranks, uid, rank), "ncclCommInitRank"
+        )
+        self.comm = comm
+
+    def async_error(self) -> None:
+        err = ctypes.c_int()
+        self.lib.check(
+            self.lib.lib.ncclCommGetAsyncError(self.comm, ctypes.byref(err)),
+            "ncclCommGetAsyncError",
+        )
+        self.lib.check(err.value, "asynchronous NCCL operation")
+
+    def wait(self, stream: Any, timeout_s: float) -> None:
+        """Poll the stream as nccl-tests does, watching NCCL's async errors and the timeout."""
+        start = time.monotonic()
+        while not stream.query():
+            self.async_error()
+            if timeout_s and time.monotonic() - start > timeout_s:
+                self.abort()
+                raise NcclError(
+                    f"collective did not complete within -T {timeout_s:g} s; communicator aborted"
+                )
+            os.sched_yield()
+
+    def abort(self) -> None:
+        if self.comm:
+            self.lib.lib.ncclCommAbort(self.comm)
+            self.comm = ctypes.c_void_p()
+
+    def destroy(self) -> None:
+        if self.comm:
+            self.lib.lib.ncclCommDestroy(self.comm)
+            self.comm = ctypes.c_void_p()
+
+    # -- the calls ------------------------------------------------------------------------
+    def call(
+        self,
+        op: str,
+        send: int,
+        recv: int,
+        count: int,
+        chunk_bytes: int,
+        dtype: str,
+        redop: str,
+        root: int,
+        stream: int,
+    ) -> Callable[[], None]:
+        """A zero-argument callable issuing one collective on `stream` (raw pointers, no sync)."""
+        lib, check, comm = self.lib.lib, self.lib.check, self.comm
+        dt, rop = NCCL_DTYPES[dtype], NCCL_OPS[redop]
+        rank, n = self.rank, self.nranks
+
+        def single(fn: Any, *args: Any) -> Callable[[], None]:
+            def run() -> None:
+                rc = fn(*args)
+                if rc:
+                    check(rc, fn.__name__)
+
+            return run
+
+        if op == "all_reduce":
+            return single(lib.ncclAllReduce, send, recv, count, dt, rop, comm, stream)
+        if op == "broadcast":
+            return single(lib.ncclBroadcast, send, recv, count, dt, root, comm, stream)
+        if op == "reduce":
+            return single(lib.ncclReduce, send, recv, count, dt, rop, root, comm, stream)
+        if op == "all_gather":
+            return single(lib.ncclAllGather, send, recv, count, dt, comm, stream)
+        if op == "reduce_scatter":
+            return single(lib.ncclReduceScatter, send, recv, count, dt, rop, comm, stream)
+
+        # Point-to-point collectives: a list of (fn, args) inside one NCCL group.
+        p2p: list[tuple[Any, tuple[Any, ...]]] = []
+        if op == "alltoall":
+            if count:
+                for r in range(n):
+                    p2p.append((lib.ncclSend, (send + r * chunk_bytes, count, dt, r, comm, stream)))
+                    p2p.append((lib.ncclRecv, (recv + r * chunk_bytes, count, dt, r, comm, stream)))
+        elif op == "sendrecv":
+            p2p.append((lib.ncclSend, (send, count, dt, (rank + 1) % n, comm, stream)))
+            p2p.append((lib.ncclRecv, (recv, count, dt, (rank - 1) % n, comm, stream)))
+        elif op == "gather":
+            if count:
+                p2p.append((lib.ncclSend, (send, count, dt, root, comm, stream)))
+                if rank == root:
+                    p2p.extend(
+                        (lib.ncclRecv, (recv + r * chunk_bytes, count, dt, r, comm, stream))
+                        for r in range(n)
+                    )
+        elif op == "scatter":
+            if count:
+                if rank == root:
+                    p2p.extend(
+                        (lib.ncclSend, (send + r * chunk_bytes, count, dt, r, comm, stream))
+                        for r in range(n)
+                    )
+                p2p.append((lib.ncclRecv, (recv, count, dt, root, comm, stream)))
+        else:
+            raise ValueError(f"unknown collective {op!r}")
+        start, end = lib.ncclGroupStart, lib.ncclGroupEnd
+
+        def grouped() -> None:
+            check(start(), "ncclGroupStart")
+            for fn, args in p2p:
+                rc = fn(*args)
+                if rc:
+                    end()
+                    check(rc, fn.__name__)
+            check(end(), "ncclGroupEnd")
+
+        return grouped
+
+
+__all__ = ["NCCL_DTYPES", "NCCL_OPS", "Communicator", "Library", "NcclError"]
