@@ -860,3 +860,114 @@ def test_stop_leaves_no_process_mount_or_file() -> None:
     assert not workdir.exists()
     mounts = Path("/proc/self/mounts").read_text()
     assert str(workdir) not in mounts and str(mount_root) not in mounts
+
+
+# ---- termination and restarts -------------------------------------------------------------------
+
+
+def test_delete_sends_sigterm_then_sigkill_after_the_grace_period(
+    cluster: Cluster, ns: str
+) -> None:
+    script = (
+        "import signal, sys, time\n"
+        "mode = sys.argv[1]\n"
+        "def on_term(*_):\n"
+        "    print('TERM', mode, flush=True)\n"
+        "    if mode == 'polite': sys.exit(0)\n"
+        "signal.signal(signal.SIGTERM, on_term)\n"
+        "print('up', flush=True)\n"
+        "while True: time.sleep(0.1)\n"
+    )
+    for mode in ("polite", "stubborn"):
+        pod = pod_manifest(mode, ns, script, terminationGracePeriodSeconds=2)
+        pod["spec"]["containers"][0]["command"].append(mode)
+        cluster.store.create("pods", pod)
+    for mode in ("polite", "stubborn"):
+        wait_for(f"{mode} up", lambda m=mode: "up" in log_text(cluster, ns, m))
+    t0 = time.monotonic()
+    cluster.store.delete("pods", ns, "polite")
+    cluster.store.delete("pods", ns, "stubborn")
+    wait_for("stubborn got TERM", lambda: "TERM stubborn" in log_text(cluster, ns, "stubborn"))
+
+    def gone(name: str) -> bool:
+        return name not in {p["metadata"]["name"] for p in cluster.store.list("pods", ns)[0]}
+
+    wait_for("polite gone", lambda: gone("polite"))
+    polite_s = time.monotonic() - t0
+    assert polite_s < 1.5, "a pod that exits on SIGTERM is finalized at once"
+    assert not gone("stubborn"), "the stubborn pod lingers (Terminating) for its grace period"
+    wait_for("stubborn gone", lambda: gone("stubborn"))
+    assert 1.8 <= time.monotonic() - t0 < 6, "SIGKILL comes when the 2 s grace period ends"
+
+
+def test_init_container_then_onfailure_restart(cluster: Cluster, ns: str) -> None:
+    main = (
+        "import pathlib, sys\n"
+        "seen = pathlib.Path('/pod-work/seen')\n"
+        "print('init said', pathlib.Path('/pod-work/init').read_text(), flush=True)\n"
+        "if not seen.exists():\n"
+        "    seen.write_text('1')\n"
+        "    sys.exit(7)\n"
+    )
+    pod = pod_manifest(
+        "init",
+        ns,
+        main,
+        restartPolicy="OnFailure",
+        volumes=[{"name": "work", "emptyDir": {}}],
+        container={"volumeMounts": [{"name": "work", "mountPath": "/pod-work"}]},
+        initContainers=[
+            {
+                "name": "prepare",
+                "image": "busybox",
+                "command": ["sh", "-c", "printf ready > /pod-work/init"],
+                "volumeMounts": [{"name": "work", "mountPath": "/pod-work"}],
+            }
+        ],
+    )
+    cluster.store.create("pods", pod)
+    wait_for("succeeded", lambda: phase(cluster, ns, "init") == "Succeeded")
+    st = cluster.store.get("pods", ns, "init")["status"]
+    init = st["initContainerStatuses"][0]
+    assert init["state"]["terminated"]["reason"] == "Completed"
+    main_status = st["containerStatuses"][0]
+    assert main_status["restartCount"] == 1
+    assert main_status["lastState"]["terminated"]["exitCode"] == 7
+    assert "init said ready" in log_text(cluster, ns, "init", previous=True)
+    assert "init said ready" in log_text(cluster, ns, "init")
+    assert {c["type"]: c["status"] for c in st["conditions"]}["Initialized"] == "True"
+
+
+def test_parallel_statefulset_creates_all_pods_at_once(cluster: Cluster, ns: str) -> None:
+    cluster.store.create(
+        "statefulsets",
+        {
+            "metadata": {"name": "par", "namespace": ns},
+            "spec": {
+                "serviceName": "par",
+                "replicas": 3,
+                "podManagementPolicy": "Parallel",
+                "selector": {"matchLabels": {"app": "par"}},
+                "template": {
+                    "metadata": {"labels": {"app": "par"}},
+                    "spec": {
+                        "containers": [
+                            {"name": "main", "image": "busybox", "command": ["sleep", "300"]}
+                        ]
+                    },
+                },
+            },
+        },
+    )
+    names = wait_for(
+        "3 pods",
+        lambda: (
+            len(n := sorted(p["metadata"]["name"] for p in cluster.store.list("pods", ns)[0])) == 3
+            and n
+        ),
+    )
+    assert names == ["par-0", "par-1", "par-2"]
+    wait_for(
+        "3 ready",
+        lambda: cluster.store.get("statefulsets", ns, "par")["status"].get("readyReplicas") == 3,
+    )

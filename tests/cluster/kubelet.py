@@ -68,10 +68,12 @@ log = logging.getLogger(__name__)
 _UNSHARE = shutil.which("unshare") or "/usr/bin/unshare"
 _NSENTER = shutil.which("nsenter") or "/usr/bin/nsenter"
 _SH = shutil.which("sh") or "/bin/sh"
-# The test environment's interpreter first: `python` in a pod is the venv's python.
+# The test environment's interpreter first: `python` in a pod is the venv's python. The real
+# interpreter's directory follows, for pods that mount a volume over the venv's path (/work).
 _PATH = os.pathsep.join(
     [
         str(Path(sys.executable).parent),
+        str(Path(os.path.realpath(sys.executable)).parent),
         "/usr/local/sbin",
         "/usr/local/bin",
         "/usr/sbin",
