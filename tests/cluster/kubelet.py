@@ -68,6 +68,10 @@ log = logging.getLogger(__name__)
 _UNSHARE = shutil.which("unshare") or "/usr/bin/unshare"
 _NSENTER = shutil.which("nsenter") or "/usr/bin/nsenter"
 _SH = shutil.which("sh") or "/bin/sh"
+# Every process we start dies with the kubelet's thread (PR_SET_PDEATHSIG, kept across exec), so
+# even a SIGKILLed test run leaves no sandbox or container behind.
+_SETPRIV = shutil.which("setpriv")
+_DIE_WITH_US = [_SETPRIV, "--pdeathsig", "KILL"] if _SETPRIV else []
 # The test environment's interpreter first: `python` in a pod is the venv's python. The real
 # interpreter's directory follows, for pods that mount a volume over the venv's path (/work).
 _PATH = os.pathsep.join(
@@ -940,7 +944,17 @@ class Kubelet:
         err = open(pod.dir / "sandbox.log", "ab")  # noqa: SIM115 - handed to the child
         try:
             proc = subprocess.Popen(
-                [_UNSHARE, "-m", "-u", "--propagation", "private", _SH, "-c", "\n".join(script)],
+                [
+                    *_DIE_WITH_US,
+                    _UNSHARE,
+                    "-m",
+                    "-u",
+                    "--propagation",
+                    "private",
+                    _SH,
+                    "-c",
+                    "\n".join(script),
+                ],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=err,
@@ -1078,7 +1092,17 @@ class Kubelet:
         out = open(log_file, "ab")  # noqa: SIM115 - handed to the child
         try:
             c.proc = subprocess.Popen(
-                [_NSENTER, "-t", str(pod.sandbox.pid), "-m", "-u", f"--wd={wd}", "--", *argv],
+                [
+                    *_DIE_WITH_US,
+                    _NSENTER,
+                    "-t",
+                    str(pod.sandbox.pid),
+                    "-m",
+                    "-u",
+                    f"--wd={wd}",
+                    "--",
+                    *argv,
+                ],
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
