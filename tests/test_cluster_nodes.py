@@ -495,6 +495,7 @@ def test_node_not_ready_fails_its_pods_and_taints_the_node(cluster: Cluster, ns:
         node = cluster.store.get("nodes", None, "node-2")
         ready = next(c for c in node["status"]["conditions"] if c["type"] == "Ready")
         assert ready["status"] == "False"
+        assert "NotReady" in kubectl(cluster, "get", "node", "node-2")
         cluster.store.create("pods", pod_manifest("later", ns, "pass", **on_node2))
         assert wait_for("event", lambda: _failed_scheduling(cluster, ns, "later")) == (
             "0/4 nodes are available: 1 node(s) had untolerated taint "
@@ -511,7 +512,8 @@ def test_scheduling_delay_holds_pods_pending(cluster: Cluster, ns: str) -> None:
         t0 = time.monotonic()
         cluster.store.create("pods", pod_manifest("slow", ns, "pass"))
         time.sleep(0.7)
-        assert not cluster.store.get("pods", ns, "slow")["spec"].get("nodeName")
+        out = kubectl(cluster, "get", "pod", "-n", ns, "slow", "-o", "jsonpath={.spec.nodeName}")
+        assert out == "", "still unbound while the scheduler is delayed"
         wait_for("bound", lambda: cluster.store.get("pods", ns, "slow")["spec"].get("nodeName"))
         assert time.monotonic() - t0 >= 1.4
     finally:
@@ -971,3 +973,43 @@ def test_parallel_statefulset_creates_all_pods_at_once(cluster: Cluster, ns: str
         "3 ready",
         lambda: cluster.store.get("statefulsets", ns, "par")["status"].get("readyReplicas") == 3,
     )
+
+
+def test_hosts_file_follows_pods_and_host_network_uses_the_node(cluster: Cluster, ns: str) -> None:
+    cluster.store.create(
+        "services",
+        {
+            "metadata": {"name": "grp", "namespace": ns},
+            "spec": {"clusterIP": "None", "selector": {"app": "grp"}},
+        },
+    )
+    waiter = (
+        "import socket, time\n"
+        "for _ in range(400):\n"
+        "    try:\n"
+        "        print('b.grp ->', socket.gethostbyname('b.grp'), flush=True); break\n"
+        "    except OSError:\n"
+        "        time.sleep(0.05)\n"
+    )
+    a = pod_manifest("a", ns, waiter, hostname="a", subdomain="grp")
+    a["metadata"]["labels"] = {"app": "grp"}
+    cluster.store.create("pods", a)
+    wait_for("a running", lambda: phase(cluster, ns, "a") == "Running")
+    time.sleep(0.3)  # a has looked up b.grp and failed at least once
+    b = pod_manifest("b", ns, "import time; time.sleep(30)", hostname="b", subdomain="grp")
+    b["metadata"]["labels"] = {"app": "grp"}
+    cluster.store.create("pods", b)
+    wait_for("a resolved b", lambda: phase(cluster, ns, "a") == "Succeeded")
+    b_ip = cluster.store.get("pods", ns, "b")["status"]["podIP"]
+    assert f"b.grp -> {b_ip}" in log_text(cluster, ns, "a")
+
+    show = "import os, socket; print(socket.gethostname(), os.environ['IP'], flush=True)"
+    ip_env = {"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+    cluster.store.create(
+        "pods", pod_manifest("hn", ns, show, hostNetwork=True, container={"env": [ip_env]})
+    )
+    wait_for("hn done", lambda: phase(cluster, ns, "hn") == "Succeeded")
+    pod = cluster.store.get("pods", ns, "hn")
+    assert pod["status"]["podIP"] == pod["status"]["hostIP"]
+    node = pod["spec"]["nodeName"]
+    assert f"{node} {pod['status']['hostIP']}" in log_text(cluster, ns, "hn")
