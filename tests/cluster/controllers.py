@@ -408,9 +408,7 @@ class JobController(_Controller):
             start_time=start_time,
         )
 
-    def _surplus_indexed(
-        self, active: list[Obj], parallelism: int, done: set[int | None]
-    ) -> list[Obj]:
+    def _surplus_indexed(self, active: list[Obj], parallelism: int, done: set[int]) -> list[Obj]:
         """Pods of an index already done or running twice, then the highest beyond parallelism."""
         seen: set[int | None] = set()
         surplus = []
@@ -652,15 +650,15 @@ class StatefulSetController(_Controller):
                 del by_ordinal[ordinal]
 
         for i in range(replicas):
-            pod = by_ordinal.get(i)
-            if pod is None:
+            existing = by_ordinal.get(i)
+            if existing is None:
                 created = self._create_pod(sts, i)
                 if created is not None:
                     by_ordinal[i] = created
                 if not parallel:
                     break
             elif not parallel and not (
-                _pod_ready(pod) and not pod["metadata"].get("deletionTimestamp")
+                _pod_ready(existing) and not existing["metadata"].get("deletionTimestamp")
             ):
                 break
 

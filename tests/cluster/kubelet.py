@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import heapq
 import itertools
 import logging
@@ -256,9 +257,9 @@ class Kubelet:
         for svc in self._store.list("services")[0]:
             self._services[_key_of(svc)] = svc
         for node in self._store.list("nodes")[0]:
-            self._post(lambda n=node: self._node_seen(n))
+            self._post(functools.partial(self._node_seen, node))
         for pod in self._store.list("pods")[0]:
-            self._post(lambda p=pod: self._pod_event("ADDED", p))
+            self._post(functools.partial(self._pod_event, "ADDED", pod))
         self._thread = threading.Thread(target=self._run, name="kubelet", daemon=True)
         self._thread.start()
 
@@ -1376,12 +1377,12 @@ class Kubelet:
         m = re.fullmatch(r"metadata\.(labels|annotations)\['([^']*)'\]", path)
         if m:
             return str((meta.get(m.group(1)) or {}).get(m.group(2), ""))
-        simple = {
+        simple: dict[str, str] = {
             "metadata.name": pod.name,
             "metadata.namespace": pod.namespace,
             "metadata.uid": pod.uid,
             "spec.nodeName": pod.node,
-            "spec.serviceAccountName": pod.spec.get("serviceAccountName", "default"),
+            "spec.serviceAccountName": str(pod.spec.get("serviceAccountName", "default")),
             "status.hostIP": pod.host_ip,
             "status.hostIPs": pod.host_ip,
             "status.podIP": pod.ip,
