@@ -1013,3 +1013,25 @@ def test_hosts_file_follows_pods_and_host_network_uses_the_node(cluster: Cluster
     assert pod["status"]["podIP"] == pod["status"]["hostIP"]
     node = pod["spec"]["nodeName"]
     assert f"{node} {pod['status']['hostIP']}" in log_text(cluster, ns, "hn")
+
+
+def test_pod_failure_policy_ignores_pods_lost_with_their_node(cluster: Cluster, ns: str) -> None:
+    policy = {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]}
+    script = "import time; time.sleep(1.5)"
+    cluster.store.create(
+        "jobs", _job("survivor", ns, script, backoffLimit=0, podFailurePolicy=policy)
+    )
+    first = wait_for(
+        "first pod running",
+        lambda: [p for p in cluster.store.list("pods", ns)[0] if p["status"]["phase"] == "Running"],
+    )[0]
+    node = first["spec"]["nodeName"]
+    cluster.faults.kubelet.set_node_ready(node, False)
+    try:
+        wait_for("complete", lambda: _job_condition(cluster, ns, "survivor", "Complete"))
+    finally:
+        cluster.faults.kubelet.set_node_ready(node, True)
+    status = cluster.store.get("jobs", ns, "survivor")["status"]
+    assert status["succeeded"] == 1 and not status.get("failed"), "the lost pod is not counted"
+    phases = sorted(p["status"]["phase"] for p in cluster.store.list("pods", ns)[0])
+    assert phases == ["Failed", "Succeeded"]
