@@ -32,18 +32,24 @@ def sections(text: str) -> dict[str, dict[int, list[str]]]:
 def main(ours_dir: str, ref_dir: str) -> None:
     ours = sections(pathlib.Path(ours_dir, "default.txt").read_text())
     graph = sections(pathlib.Path(ours_dir, "graph.txt").read_text())
+    torch_path = pathlib.Path(ours_dir, "torch.txt")
+    via_torch = sections(torch_path.read_text()) if torch_path.exists() else {}
     for op in ours:
         ref_path = pathlib.Path(ref_dir, f"{op}_perf.txt")
         ref = sections(ref_path.read_text()).get(op, {}) if ref_path.exists() else {}
         print(f"\n#### {op}\n")
-        print("| size (B) | nccl-tests out (µs) | ours out (µs) | ours -G out (µs) | nccl-tests in (µs) | ours in (µs) | ours -G in (µs) |")
-        print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+        print(
+            "| size (B) | nccl-tests out (µs) | ours out (µs) | ours -G out | via torch.distributed out"
+            " | nccl-tests in (µs) | ours in (µs) | ours -G in | via torch.distributed in |"
+        )
+        print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
         for size, f in ours[op].items():
             r = ref.get(size)
             g = graph.get(op, {}).get(size)
+            t = via_torch.get(op, {}).get(size)
             print(
-                f"| {size} | {r[5] if r else '–'} | {f[5]} | {g[5] if g else '–'} | "
-                f"{r[9] if r else '–'} | {f[9]} | {g[9] if g else '–'} |"
+                f"| {size} | {r[5] if r else '–'} | {f[5]} | {g[5] if g else '–'} | {t[5] if t else '–'} | "
+                f"{r[9] if r else '–'} | {f[9]} | {g[9] if g else '–'} | {t[9] if t else '–'} |"
             )
 
 

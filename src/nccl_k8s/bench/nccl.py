@@ -85,6 +85,18 @@ class Library:
             fn = getattr(lib, name)
             fn.argtypes = args
             fn.restype = i
+        # NCCL 2.28 added these as collectives of their own; nccl-tests uses them when present.
+        self.native: dict[str, Any] = {}
+        for name, args in {
+            "ncclAlltoAll": [p, p, sz, i, p, p],
+            "ncclGather": [p, p, sz, i, i, p, p],
+            "ncclScatter": [p, p, sz, i, i, p, p],
+        }.items():
+            fn = getattr(lib, name, None)
+            if fn is not None:
+                fn.argtypes = args
+                fn.restype = i
+                self.native[name] = fn
         lib.ncclGetErrorString.argtypes = [i]
         lib.ncclGetErrorString.restype = ctypes.c_char_p
 
@@ -189,6 +201,14 @@ class Communicator:
             return single(lib.ncclAllGather, send, recv, count, dt, comm, stream)
         if op == "reduce_scatter":
             return single(lib.ncclReduceScatter, send, recv, count, dt, rop, comm, stream)
+
+        native = self.lib.native
+        if op == "alltoall" and "ncclAlltoAll" in native:
+            return single(native["ncclAlltoAll"], send, recv, count, dt, comm, stream)
+        if op == "gather" and "ncclGather" in native:
+            return single(native["ncclGather"], send, recv, count, dt, root, comm, stream)
+        if op == "scatter" and "ncclScatter" in native:
+            return single(native["ncclScatter"], send, recv, count, dt, root, comm, stream)
 
         # Point-to-point collectives: a list of (fn, args) inside one NCCL group.
         p2p: list[tuple[Any, tuple[Any, ...]]] = []
