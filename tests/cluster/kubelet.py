@@ -95,6 +95,8 @@ _HOSTS_HEADER = (
 )
 _POD_RANGE_BASE = 16  # third octet of node 0's pod range
 _GPU = "nvidia.com/gpu"
+_XATTR = "user.nccl-k8s.mountpoint"  # on host paths a kubelet created as mount points
+_HOLD = ".nccl-k8s-hold-"  # one per pod using such a mount point
 
 
 class StoreLike(Protocol):
@@ -242,7 +244,6 @@ class Kubelet:
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
         self._sel.register(self._wake_r, selectors.EVENT_READ, self._drain_wake)
-        self._mountpoints: dict[Path, int] = {}  # host paths we created -> pods using them
         self._hosts_dirty = False
         self._hosts_due = 0.0
         self._thread: threading.Thread | None = None
@@ -299,9 +300,6 @@ class Kubelet:
             for pod in self._pods.values():
                 self._close_fds(pod)
                 self._release_mountpoints(pod)
-            for path in list(self._mountpoints):
-                self._mountpoints[path] = 1
-                self._unref_mountpoint(path)
             self._pods.clear()
             self._by_key.clear()
         self._sel.close()
@@ -974,39 +972,43 @@ class Kubelet:
         )
 
     def _make_mountpoint(self, pod: _Pod, target: Path, is_file: bool) -> None:
-        """Create a missing mount point on the host (the pod's root is the host's), remembering
-        every component we made so the last pod using it removes it again."""
-        missing: list[Path] = []
-        cur = target
-        while not cur.exists() and not cur.is_symlink():
-            missing.append(cur)
-            cur = cur.parent
-        for path in reversed(missing):
-            if path == target and is_file:
-                path.touch()
-            else:
-                path.mkdir()
-        for path in [target, *target.parents]:
-            if path in self._mountpoints or path in missing:
-                self._mountpoints[path] = self._mountpoints.get(path, 0) + 1
-                pod.mountpoints.append(path)
+        """Make sure a mount point exists on the host (the pod's root is the host's).
+
+        Components we create are marked with an xattr, and every pod using a marked mount point
+        leaves a hold file in it (hidden from the pod by the mount). Removal is rmdir, which
+        fails while any hold is there, so no kubelet, in this cluster or another one running
+        at the same time, removes a directory some pod's namespace still mounts on (Linux
+        would silently detach that mount)."""
+        for _ in range(10):
+            try:
+                missing: list[Path] = []
+                cur = target
+                while not cur.exists() and not cur.is_symlink():
+                    missing.append(cur)
+                    cur = cur.parent
+                for path in reversed(missing):
+                    with contextlib.suppress(FileExistsError):
+                        if path == target and is_file:
+                            path.touch(exist_ok=False)
+                        else:
+                            path.mkdir()
+                        os.setxattr(path, _XATTR, b"1")
+                if not _marked(target):
+                    return  # a path of the host itself (/dev/shm, /tmp): never removed
+                hold = _hold_path(target, pod.uid)
+                hold.touch()
+                pod.mountpoints.append(target)
+                return
+            except FileNotFoundError:
+                continue  # another kubelet removed a component meanwhile: start over
+        raise _PodError("CreateContainerError", f"cannot create mount point {target}")
 
     def _release_mountpoints(self, pod: _Pod) -> None:
-        for path in pod.mountpoints:
-            self._unref_mountpoint(path)
+        for target in pod.mountpoints:
+            with contextlib.suppress(OSError):
+                _hold_path(target, pod.uid).unlink()
+            _prune(target)
         pod.mountpoints = []
-
-    def _unref_mountpoint(self, path: Path) -> None:
-        n = self._mountpoints.get(path, 0) - 1
-        if n > 0:
-            self._mountpoints[path] = n
-            return
-        self._mountpoints.pop(path, None)
-        with contextlib.suppress(OSError):
-            if path.is_dir() and not path.is_symlink():
-                path.rmdir()
-            elif path.is_file() and path.stat().st_size == 0:
-                path.unlink()
 
     def _sandbox_output(self, pod: _Pod) -> None:
         proc = pod.sandbox
@@ -1632,6 +1634,37 @@ def _killpg(pid: int, sig: int) -> None:
     except PermissionError:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, sig)
+
+
+def _marked(path: Path) -> bool:
+    try:
+        return os.getxattr(path, _XATTR, follow_symlinks=False) == b"1"
+    except OSError:
+        return False
+
+
+def _hold_path(target: Path, uid: str) -> Path:
+    """Where a pod's hold on a created mount point lives: inside it for a directory, beside it
+    for a file. The pid keeps two clusters (two processes) apart even for equal pod uids."""
+    if target.is_dir():
+        return target / f"{_HOLD}{os.getpid()}-{uid}"
+    return target.parent / f"{_HOLD}{target.name}-{os.getpid()}-{uid}"
+
+
+def _prune(target: Path) -> None:
+    """Remove a created mount point and created parents that nobody holds any more."""
+    cur = target
+    while cur != cur.parent and _marked(cur):
+        try:
+            if cur.is_dir():
+                cur.rmdir()  # fails while a hold (or anything else) is inside
+            elif any(cur.parent.glob(f"{_HOLD}{cur.name}-*")):
+                return
+            else:
+                cur.unlink()
+        except OSError:
+            return
+        cur = cur.parent
 
 
 def _kill_namespace_members(namespaces: set[int]) -> None:
