@@ -588,6 +588,13 @@ def test_env_volumes_and_gpus_as_a_pod_sees_them(cluster: Cluster, ns: str) -> N
             "data": {"token": base64.b64encode(b"s3cret").decode()},
         },
     )
+    cluster.store.create(
+        "persistentvolumeclaims",
+        {
+            "metadata": {"name": "results", "namespace": ns},
+            "spec": {"accessModes": ["ReadWriteOnce"]},
+        },
+    )
     mount_root = f"/nccl-k8s-test-{uuid.uuid4().hex[:8]}"
     volumes = [
         {
@@ -1035,3 +1042,33 @@ def test_pod_failure_policy_ignores_pods_lost_with_their_node(cluster: Cluster, 
     assert status["succeeded"] == 1 and not status.get("failed"), "the lost pod is not counted"
     phases = sorted(p["status"]["phase"] for p in cluster.store.list("pods", ns)[0])
     assert phases == ["Failed", "Succeeded"]
+
+
+def test_host_port_conflicts_and_missing_claims_are_worded(cluster: Cluster, ns: str) -> None:
+    on_node0 = {"nodeSelector": {"kubernetes.io/hostname": "node-0"}}
+    port = {"ports": [{"containerPort": 29400, "hostPort": 29400}]}
+    sleeper = "import time; time.sleep(60)"
+    cluster.store.create("pods", pod_manifest("first", ns, sleeper, container=port, **on_node0))
+    wait_for("first bound", lambda: cluster.store.get("pods", ns, "first")["spec"].get("nodeName"))
+    cluster.store.create("pods", pod_manifest("second", ns, "pass", container=port, **on_node0))
+    assert wait_for("event", lambda: _failed_scheduling(cluster, ns, "second")) == (
+        "0/4 nodes are available: 1 node(s) didn't have free ports for the requested pod ports, "
+        "3 node(s) didn't match Pod's node affinity/selector."
+    )
+
+    claim = {"volumes": [{"name": "r", "persistentVolumeClaim": {"claimName": "results"}}]}
+    cluster.store.create("pods", pod_manifest("needs-claim", ns, "pass", **claim))
+    assert wait_for("event", lambda: _failed_scheduling(cluster, ns, "needs-claim")) == (
+        '0/4 nodes are available: persistentvolumeclaim "results" not found.'
+    )
+    cluster.store.create(
+        "persistentvolumeclaims",
+        {
+            "metadata": {"name": "results", "namespace": ns},
+            "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "resources": {"requests": {"storage": "1Gi"}},
+            },
+        },
+    )
+    wait_for("ran once the claim exists", lambda: phase(cluster, ns, "needs-claim") == "Succeeded")

@@ -45,6 +45,7 @@ _HOSTNAME = "kubernetes.io/hostname"
 
 
 class StoreLike(Protocol):
+    def get(self, resource: str, namespace: str | None, name: str) -> Obj: ...
     def list(
         self,
         resource: str,
@@ -77,6 +78,7 @@ class _Placed:
     requests: dict[str, float]
     anti_terms: list[Obj]
     terminal: bool
+    ports: list[tuple[str, str, int]] = field(default_factory=list)  # (hostIP, protocol, port)
 
 
 @dataclass
@@ -153,6 +155,10 @@ class Scheduler:
                     self._nodes[name] = obj
                 self._retry_unschedulable()
             return
+        if resource == "persistentvolumeclaims" and etype == "ADDED":
+            with self._cond:
+                self._retry_unschedulable()
+            return
         if resource != "pods":
             return
         meta, spec = obj["metadata"], obj.get("spec") or {}
@@ -180,6 +186,7 @@ class Scheduler:
                         requests=pod_requests(obj),
                         anti_terms=_required(spec, "podAntiAffinity"),
                         terminal=terminal,
+                        ports=_host_ports(spec),
                     )
                     if old is not None and terminal and not old.terminal:
                         self._retry_unschedulable()
@@ -250,6 +257,15 @@ class Scheduler:
 
     def _schedule_one(self, pod: Obj, snap: _Snapshot) -> None:
         nodes, usage = snap.nodes, snap.usage
+        scheduler = pod.get("spec", {}).get("schedulerName", "default-scheduler")
+        missing = self._missing_claim(pod)
+        if missing and nodes:
+            # VolumeBinding's PreFilter rejects before any node is looked at.
+            msg = (
+                f'0/{len(nodes)} nodes are available: persistentvolumeclaim "{missing}" not found.'
+            )
+            self._unschedulable_pod(pod, msg, scheduler)
+            return
         requests = pod_requests(pod)
         reasons: dict[str, list[str]] = {}
         feasible: list[tuple[float, int, str]] = []
@@ -262,7 +278,6 @@ class Scheduler:
                 feasible.append((_score(requests, snap.alloc[name], usage.get(name, {})), i, name))
         meta = pod["metadata"]
         ns, pod_name = meta.get("namespace", "default"), meta["name"]
-        scheduler = pod.get("spec", {}).get("schedulerName", "default-scheduler")
         if feasible:
             feasible.sort()
             target = feasible[0][2]
@@ -273,6 +288,18 @@ class Scheduler:
         message = _fit_error(len(nodes), reasons)
         self._unschedulable_pod(pod, message, scheduler)
         log.debug("scheduler: %s/%s unschedulable: %s", ns, pod_name, message)
+
+    def _missing_claim(self, pod: Obj) -> str | None:
+        ns = pod["metadata"].get("namespace", "default")
+        for vol in (pod.get("spec") or {}).get("volumes") or []:
+            claim = (vol.get("persistentVolumeClaim") or {}).get("claimName")
+            if not claim:
+                continue
+            try:
+                self._store.get("persistentvolumeclaims", ns, claim)
+            except ApiError:
+                return str(claim)
+        return None
 
     def _bind(
         self, pod: Obj, node: str, requests: dict[str, float], scheduler: str
@@ -297,6 +324,7 @@ class Scheduler:
             requests=requests,
             anti_terms=_required(spec, "podAntiAffinity"),
             terminal=False,
+            ports=_host_ports(spec),
         )
         with self._cond:
             self._placed[uid] = placed
@@ -367,8 +395,11 @@ class _Snapshot:
     usage: dict[str, dict[str, float]] = field(default_factory=dict)
     placed: list[_Placed] = field(default_factory=list)
     with_anti: list[_Placed] = field(default_factory=list)  # pods carrying anti-affinity terms
+    ports: dict[str, list[tuple[str, str, int]]] = field(default_factory=dict)
 
     def add(self, p: _Placed) -> None:
+        if p.ports:
+            self.ports.setdefault(p.node, []).extend(p.ports)
         u = self.usage.setdefault(p.node, {"pods": 0.0})
         u["pods"] += 1
         for k, v in p.requests.items():
@@ -411,6 +442,9 @@ def _filter(
     labels = node["metadata"].get("labels") or {}
     if not _node_affinity_ok(spec, labels, node["metadata"]["name"]):
         return ["node(s) didn't match Pod's node affinity/selector"]
+    wanted = _host_ports(spec)
+    if wanted and _ports_conflict(wanted, snap.ports.get(node["metadata"]["name"], [])):
+        return ["node(s) didn't have free ports for the requested pod ports"]
     allocatable = snap.alloc.get(node["metadata"]["name"], {})
     reasons = []
     if used.get("pods", 0) + 1 > allocatable.get("pods", 110.0):
@@ -425,6 +459,31 @@ def _filter(
         return reasons
     why = _inter_pod(pod, node["metadata"]["name"], labels, snap)
     return [why] if why else []
+
+
+def _host_ports(spec: Obj) -> list[tuple[str, str, int]]:
+    """Host ports a pod takes: explicit hostPorts, and with hostNetwork every containerPort."""
+    out = []
+    for c in (spec.get("containers") or []) + (spec.get("initContainers") or []):
+        for port in c.get("ports") or []:
+            host_port = port.get("hostPort") or (
+                port.get("containerPort") if spec.get("hostNetwork") else None
+            )
+            if host_port:
+                out.append(
+                    (port.get("hostIP") or "0.0.0.0", port.get("protocol", "TCP"), int(host_port))
+                )
+    return out
+
+
+def _ports_conflict(wanted: list[tuple[str, str, int]], used: list[tuple[str, str, int]]) -> bool:
+    """NodePorts' rule: same protocol and port, and the same hostIP or either one a wildcard."""
+    for ip, proto, port in wanted:
+        for uip, uproto, uport in used:
+            same_ip = ip == uip or "0.0.0.0" in (ip, uip)
+            if port == uport and proto == uproto and same_ip:
+                return True
+    return False
 
 
 def _node_ready(node: Obj) -> bool:
