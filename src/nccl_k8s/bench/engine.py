@@ -363,15 +363,16 @@ class Engine:
             elapsed = time.perf_counter() - t0
             del graph
             return elapsed / (cfg.iters * cfg.graph)
+        sequence = [calls[i % m] for i in range(cfg.iters)]
         t0 = time.perf_counter()
         if cfg.blocking:
-            for i in range(cfg.iters):
-                calls[i % m]()
+            for call in sequence:
+                call()
                 r.complete()
                 r.barrier()
         else:
-            for i in range(cfg.iters):
-                calls[i % m]()
+            for call in sequence:
+                call()
         r.finish()
         return (time.perf_counter() - t0) / cfg.iters
 
