@@ -1072,3 +1072,60 @@ def test_host_port_conflicts_and_missing_claims_are_worded(cluster: Cluster, ns:
         },
     )
     wait_for("ran once the claim exists", lambda: phase(cluster, ns, "needs-claim") == "Succeeded")
+
+
+def test_cordoned_node_and_statefulset_pod_replaced_after_its_node_is_lost(
+    cluster: Cluster, ns: str
+) -> None:
+    def cordon(on: bool) -> None:
+        def edit(n: Obj) -> None:
+            n["spec"]["unschedulable"] = on
+
+        cluster.store.mutate("nodes", None, "node-1", edit)
+
+    cordon(True)
+    try:
+        on_node1 = {"nodeSelector": {"kubernetes.io/hostname": "node-1"}}
+        cluster.store.create("pods", pod_manifest("cordoned", ns, "pass", **on_node1))
+        assert wait_for("event", lambda: _failed_scheduling(cluster, ns, "cordoned")) == (
+            "0/4 nodes are available: 1 node(s) were unschedulable, "
+            "3 node(s) didn't match Pod's node affinity/selector."
+        )
+    finally:
+        cordon(False)
+    wait_for("cordoned ran once uncordoned", lambda: phase(cluster, ns, "cordoned") == "Succeeded")
+
+    sleeper = {"name": "main", "image": "busybox", "command": ["sleep", "300"]}
+    cluster.store.create(
+        "statefulsets",
+        {
+            "metadata": {"name": "db", "namespace": ns},
+            "spec": {
+                "serviceName": "db",
+                "replicas": 1,
+                "selector": {"matchLabels": {"app": "db"}},
+                "template": {
+                    "metadata": {"labels": {"app": "db"}},
+                    "spec": {"containers": [sleeper]},
+                },
+            },
+        },
+    )
+    wait_for("db-0 running", lambda: phase(cluster, ns, "db-0") == "Running")
+    old = cluster.store.get("pods", ns, "db-0")
+    lost_node = old["spec"]["nodeName"]
+    cluster.faults.kubelet.set_node_ready(lost_node, False)
+    try:
+        new = wait_for(
+            "db-0 recreated elsewhere",
+            lambda: (
+                (p := cluster.store.get("pods", ns, "db-0"))["metadata"]["uid"]
+                != old["metadata"]["uid"]
+                and p["status"].get("phase") == "Running"
+                and p
+            ),
+        )
+    finally:
+        cluster.faults.kubelet.set_node_ready(lost_node, True)
+    assert new["spec"]["nodeName"] != lost_node
+    assert new["spec"]["hostname"] == "db-0" and new["spec"]["subdomain"] == "db"
