@@ -35,7 +35,6 @@ from tests.cluster.node_common import (
     controller_ref,
     get_condition,
     now_iso,
-    owned_by,
     parse_iso,
     pod_terminal,
     set_condition,
@@ -93,9 +92,14 @@ class _Controller:
         self._due: dict[tuple[str, str], float] = {}
         self._thread: threading.Thread | None = None
         self._stopping = False
+        self._cache_lock = threading.Lock()
+        self._cache: dict[str, dict[str, Obj]] = {}  # owner uid -> pod uid -> pod
+        self._pod_owner: dict[str, str] = {}
 
     def start(self) -> None:
         self._store.subscribe(self._on_change)
+        for pod in self._store.list("pods")[0]:
+            self._cache_pod("ADDED", pod)
         for obj in self._store.list(self.resource)[0]:
             self._enqueue(_key(obj))
         self._thread = threading.Thread(target=self._run, name=self.component, daemon=True)
@@ -117,10 +121,35 @@ class _Controller:
                 self._forget(obj)
             self._enqueue(_key(obj))
         elif resource == "pods":
-            ref = controller_ref(obj)
-            if ref and ref.get("kind") == self.kind:
+            ref = self._cache_pod(etype, obj)
+            if ref is not None:
                 ns = obj["metadata"].get("namespace", "default")
                 self._enqueue((ns, ref.get("name", "")))
+
+    def _cache_pod(self, etype: str, pod: Obj) -> Obj | None:
+        """Keep our own index of pods by owner, fed by events: listing the pods of a 1,024-pod
+        Job on every sync would copy them all under the store's lock each time. Returns the
+        controller reference when the pod is (or was) one of ours."""
+        meta = pod["metadata"]
+        uid = meta["uid"]
+        ref = controller_ref(pod)
+        mine = ref if ref and ref.get("kind") == self.kind else None
+        with self._cache_lock:
+            before = self._pod_owner.get(uid)
+            if before is not None and (
+                etype == "DELETED" or mine is None or mine.get("uid") != before
+            ):
+                self._cache.get(before, {}).pop(uid, None)
+                del self._pod_owner[uid]
+            if etype == "DELETED" or mine is None:
+                return mine
+            owner = str(mine.get("uid"))
+            pods = self._cache.setdefault(owner, {})
+            current = pods.get(uid)
+            if current is None or _rv(pod) >= _rv(current):
+                pods[uid] = pod
+            self._pod_owner[uid] = owner
+        return mine
 
     def _enqueue(self, key: tuple[str, str], delay_s: float = 0.0) -> None:
         at = time.monotonic() + max(0.0, delay_s)
@@ -165,14 +194,37 @@ class _Controller:
             self._store.record_event(obj, reason, message, type=type_, component=self.component)
 
     def _owned_pods(self, namespace: str, uid: str, selector: Any) -> list[Obj]:
-        pods = self._store.list("pods", namespace, label_selector=selector)[0]
-        return [p for p in pods if owned_by(p, uid)]
+        """The owner's pods as the event cache knows them (the selector is implied by uid)."""
+        with self._cache_lock:
+            pods = list(self._cache.get(uid, {}).values())
+        return sorted(
+            (p for p in pods if p["metadata"].get("namespace", "default") == namespace),
+            key=lambda p: p["metadata"]["name"],
+        )
+
+    def _created(self, pod: Obj) -> None:
+        """Record a pod we just created before its ADDED event arrives (upstream's
+        "expectations"), so the next sync does not create it a second time."""
+        self._cache_pod("ADDED", pod)
 
     def _delete_pod(self, owner: Obj, pod: Obj) -> None:
         meta = pod["metadata"]
-        with contextlib.suppress(ApiError):
-            self._store.delete("pods", meta.get("namespace"), meta["name"])
-            self._event(owner, "SuccessfulDelete", f"Deleted pod: {meta['name']}")
+        try:
+            gone = self._store.delete("pods", meta.get("namespace"), meta["name"])
+        except ApiError:
+            return
+        if gone["metadata"].get("deletionTimestamp"):
+            self._cache_pod("MODIFIED", gone)  # terminating: no longer counted as active
+        else:
+            self._cache_pod("DELETED", gone)
+        self._event(owner, "SuccessfulDelete", f"Deleted pod: {meta['name']}")
+
+
+def _rv(obj: Obj) -> int:
+    try:
+        return int(obj["metadata"].get("resourceVersion") or 0)
+    except ValueError:
+        return 0
 
 
 def _key(obj: Obj) -> tuple[str, str]:
@@ -464,6 +516,7 @@ class JobController(_Controller):
         except ApiError as e:
             self._event(job, "FailedCreate", f"Error creating: {e.message}", "Warning")
             return None
+        self._created(created)
         self._event(job, "SuccessfulCreate", f"Created pod: {created['metadata']['name']}")
         return created
 
@@ -740,6 +793,7 @@ class StatefulSetController(_Controller):
                     sts, "FailedCreate", f"create Pod {pod_name} failed: {e.message}", "Warning"
                 )
             return None
+        self._created(created)
         self._event(
             sts, "SuccessfulCreate", f"create Pod {pod_name} in StatefulSet {name} successful"
         )
