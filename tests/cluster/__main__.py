@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     ) as cluster:
         print(
             f"cluster ready: {cluster.url} ({args.nodes} nodes x {args.gpus_per_node} GPUs); "
-            f"KUBECONFIG={cluster.kubeconfig}",
+            f"KUBECONFIG={cluster.kubeconfig} workdir={cluster.workdir}",
             flush=True,
         )
         stop.wait()

@@ -13,6 +13,7 @@ kubelet's log file is the source and a file has no change notification in the st
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import logging
 import re
@@ -428,10 +429,7 @@ class APIServer:
             raise errors.bad_request("the request body is empty")
         ctype = h.headers.get("Content-Type", "application/json").split(";")[0].strip()
         try:
-            if "yaml" in ctype:
-                obj = yaml.safe_load(body.decode())
-            else:
-                obj = json.loads(body)
+            obj = yaml.safe_load(body.decode()) if "yaml" in ctype else json.loads(body)
         except (ValueError, yaml.YAMLError) as e:
             raise errors.bad_request(f"the request body is not valid: {e}") from None
         return obj  # type: ignore[no-any-return]
@@ -593,7 +591,7 @@ class APIServer:
             )
         for _attempt in range(3):
             try:
-                current = self.store.get(ri.plural, route.namespace, route.name)
+                self.store.get(ri.plural, route.namespace, route.name)
             except ApiError as e:
                 if e.code != 404:
                     raise
@@ -691,7 +689,7 @@ class APIServer:
     ) -> None:
         ri = route.ri
         propagation, grace = self._delete_options(h, q, body)
-        items, rv = self.store.list(
+        items, _rv = self.store.list(
             ri.plural,
             route.namespace,
             label_selector=q.get("labelSelector") or None,
@@ -865,10 +863,8 @@ class _Server(ThreadingHTTPServer):
         with self._conns_lock:
             conns = list(self._conns)
         for c in conns:
-            try:
+            with contextlib.suppress(OSError):
                 c.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
 
 
 class _Handler(BaseHTTPRequestHandler):

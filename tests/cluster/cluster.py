@@ -155,7 +155,7 @@ class Cluster:
         if kubelet_cls is not None:
             self.kubelet = kubelet_cls(
                 self.store,
-                workdir=self.workdir / "kubelet",
+                workdir=self.workdir,
                 image_pull_fail_pattern=self._pull_fail,
             )
         if scheduler_cls is not None:
@@ -223,6 +223,9 @@ class Cluster:
         """os.environ with KUBECONFIG pointing at this cluster, for subprocess kubectl."""
         env = dict(os.environ)
         env["KUBECONFIG"] = str(self.kubeconfig)
+        # kubectl caches discovery per server address; keep it in our temp dir, not ~/.kube.
+        if self.workdir is not None:
+            env["KUBECACHEDIR"] = str(self.workdir / "kube-cache")
         return env
 
     def _node(self, i: int) -> dict[str, Any]:

@@ -1,0 +1,553 @@
+"""The test cluster's API side, checked the way its users see it: through kubectl and HTTP.
+
+Each test asserts what a client would look at (the column kubectl prints, the object a GET
+returns, the `Status` reason and code), in its own namespace of the session's cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.cluster.cluster import Cluster
+from tests.conftest import Api
+
+Obj = dict[str, Any]
+Kubectl = Callable[..., subprocess.CompletedProcess[str]]
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def cm(name: str, labels: dict[str, str] | None = None, **data: str) -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "labels": labels or {}},
+        "data": data,
+    }
+
+
+def parked_pod(name: str) -> Obj:
+    """A pod for a scheduler nobody runs: it stays Pending, so tests can edit it at leisure."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": "parked"}},
+        "spec": {
+            "schedulerName": "nobody-scheduler",
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "python:3.11",
+                    "command": ["python", "-c", "pass"],
+                    "env": [{"name": "A", "value": "1"}],
+                },
+                {"name": "side", "image": "busybox"},
+            ],
+        },
+    }
+
+
+def names(listing: Obj) -> list[str]:
+    return [i["metadata"]["name"] for i in listing["items"]]
+
+
+def q(**params: str) -> str:
+    return "?" + urllib.parse.urlencode(params)
+
+
+# ---- kubectl ---------------------------------------------------------------------------------
+
+
+def test_kubectl_get_nodes_shows_gpu_allocatable(kubectl: Kubectl) -> None:
+    out = kubectl(
+        "get",
+        "nodes",
+        "-o",
+        r"custom-columns=NAME:.metadata.name,GPU:.status.allocatable.nvidia\.com/gpu",
+        "--no-headers",
+    ).stdout.split("\n")
+    rows = [line.split() for line in out if line.strip()]
+    assert rows == [[f"node-{i}", "8"] for i in range(4)]
+    table = kubectl("get", "nodes").stdout
+    assert table.split("\n")[0].split() == ["NAME", "STATUS", "ROLES", "AGE", "VERSION"]
+    assert table.count(" Ready ") == 4
+
+
+def test_kubectl_apply_get_describe_and_delete(kubectl: Kubectl, namespace: str) -> None:
+    manifest = json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "List",
+            "items": [cm("settings", {"app": "demo"}, size="8"), parked_pod("parked")],
+        }
+    )
+    out = kubectl("apply", "--validate=false", "-n", namespace, "-f", "-", input=manifest).stdout
+    assert "configmap/settings created" in out and "pod/parked created" in out
+    again = kubectl("apply", "--validate=false", "-n", namespace, "-f", "-", input=manifest)
+    assert "configmap/settings unchanged" in again.stdout
+    pods = kubectl("get", "pods", "-n", namespace).stdout
+    assert "parked" in pods and "Pending" in pods and "0/2" in pods
+    described = kubectl("describe", "pod", "parked", "-n", namespace).stdout
+    status_line = next(line for line in described.splitlines() if line.startswith("Status:"))
+    assert status_line.split() == ["Status:", "Pending"]
+    kubectl("delete", "configmap", "settings", "-n", namespace)
+    gone = kubectl("get", "configmap", "settings", "-n", namespace, check=False)
+    assert gone.returncode == 1
+    assert 'configmaps "settings" not found' in gone.stderr
+
+
+# ---- create, get, list, selectors --------------------------------------------------------------
+
+
+def test_create_get_and_list_with_label_and_field_selectors(
+    api: Api, kubectl: Kubectl, namespace: str
+) -> None:
+    base = f"/api/v1/namespaces/{namespace}/configmaps"
+    for name, labels in [
+        ("a", {"tier": "web", "env": "prod"}),
+        ("b", {"tier": "db", "env": "prod"}),
+        ("c", {"tier": "web"}),
+        ("d", {}),
+    ]:
+        code, created = api.post(base, cm(name, labels, k=name))
+        assert code == 201, created
+        assert created["metadata"]["uid"] and created["metadata"]["resourceVersion"]
+    code, got = api.get(f"{base}/a")
+    assert code == 200 and got["data"] == {"k": "a"} and got["kind"] == "ConfigMap"
+
+    def selected(**params: str) -> list[str]:
+        code, listing = api.get(base + q(**params))
+        assert code == 200, listing
+        assert listing["kind"] == "ConfigMapList"
+        return names(listing)
+
+    assert selected(labelSelector="tier=web") == ["a", "c"]
+    assert selected(labelSelector="tier==web,env=prod") == ["a"]
+    assert selected(labelSelector="tier!=web") == ["b", "d"]
+    assert selected(labelSelector="tier in (db,cache)") == ["b"]
+    assert selected(labelSelector="tier notin (db)") == ["a", "c", "d"]
+    assert selected(labelSelector="env") == ["a", "b"]
+    assert selected(labelSelector="!env") == ["c", "d"]
+    assert selected(fieldSelector="metadata.name=b") == ["b"]
+    assert selected(fieldSelector="metadata.name!=b", labelSelector="tier") == ["a", "c"]
+    # Pagination: limit + continue walks every item exactly once.
+    code, page = api.get(base + q(limit="3"))
+    assert names(page) == ["a", "b", "c"] and page["metadata"]["continue"]
+    code, rest = api.get(base + q(limit="3", **{"continue": page["metadata"]["continue"]}))
+    assert names(rest) == ["d"] and not rest["metadata"].get("continue")
+    # kubectl's own selector syntax goes through the same path.
+    out = kubectl("get", "cm", "-n", namespace, "-l", "tier in (web),env", "-o", "name").stdout
+    assert out.split() == ["configmap/a"]
+    # Pods by a field selector the kubelet-side and kubectl use.
+    api.post(f"/api/v1/namespaces/{namespace}/pods", parked_pod("p"))
+    code, pending = api.get(
+        f"/api/v1/pods{q(fieldSelector=f'status.phase=Pending,metadata.namespace={namespace}')}"
+    )
+    assert names(pending) == ["p"]
+
+
+# ---- watch -------------------------------------------------------------------------------------
+
+
+def test_watch_from_resource_version_then_410_when_compacted(
+    api: Api, cluster: Cluster, namespace: str
+) -> None:
+    base = f"/api/v1/namespaces/{namespace}/configmaps"
+    api.post(base, cm("before"))
+    _, listing = api.get(base)
+    rv = listing["metadata"]["resourceVersion"]
+    api.post(base, cm("w", {"app": "x"}, v="1"))
+    api.request(
+        "PATCH", f"{base}/w", {"data": {"v": "2"}}, content_type="application/merge-patch+json"
+    )
+    api.request("DELETE", f"{base}/w")
+    events = api.watch(f"{base}{q(watch='1', resourceVersion=rv, timeoutSeconds='1')}")
+    seen = [(e["type"], e["object"]["metadata"]["name"], e["object"].get("data")) for e in events]
+    assert seen == [
+        ("ADDED", "w", {"v": "1"}),
+        ("MODIFIED", "w", {"v": "2"}),
+        ("DELETED", "w", {"v": "2"}),
+    ]
+    # resourceVersion unset: the current state first, as ADDED events.
+    initial = api.watch(f"{base}{q(watch='true', timeoutSeconds='1')}")
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in initial] == [("ADDED", "before")]
+    # A label selector turns an object leaving the selection into DELETED for that watcher.
+    _code, listing = api.get(base)
+    rv = listing["metadata"]["resourceVersion"]
+    api.request(
+        "PATCH",
+        f"{base}/before",
+        {"metadata": {"labels": {"app": "x"}}},
+        content_type="application/merge-patch+json",
+    )
+    api.request(
+        "PATCH",
+        f"{base}/before",
+        {"metadata": {"labels": {"app": None}}},
+        content_type="application/merge-patch+json",
+    )
+    selected = api.watch(
+        f"{base}{q(watch='1', resourceVersion=rv, labelSelector='app=x', timeoutSeconds='1')}"
+    )
+    assert [e["type"] for e in selected] == ["ADDED", "DELETED"]
+    # History older than the server keeps: one ERROR event carrying a 410 Expired Status.
+    cluster.store.compact()
+    expired = api.watch(f"{base}{q(watch='1', resourceVersion=rv)}")
+    assert len(expired) == 1 and expired[0]["type"] == "ERROR"
+    status = expired[0]["object"]
+    assert (status["kind"], status["code"], status["reason"]) == ("Status", 410, "Expired")
+
+
+def test_watch_streams_changes_as_they_happen(api: Api, namespace: str) -> None:
+    base = f"/api/v1/namespaces/{namespace}/configmaps"
+    got: list[Obj] = []
+    opened = threading.Event()
+
+    def follow() -> None:
+        url = api.url + base + q(watch="1", timeoutSeconds="10")
+        with urllib.request.urlopen(url, timeout=15) as resp:
+            opened.set()
+            for line in resp:
+                got.append(json.loads(line))
+                return
+
+    t = threading.Thread(target=follow)
+    t.start()
+    assert opened.wait(10)
+    start = time.monotonic()
+    api.post(base, cm("live"))
+    t.join(10)
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in got] == [("ADDED", "live")]
+    assert time.monotonic() - start < 5  # delivered on the event, not at the watch timeout
+
+
+# ---- patch and apply ---------------------------------------------------------------------------
+
+
+def test_merge_strategic_and_json_patch(api: Api, kubectl: Kubectl, namespace: str) -> None:
+    pods = f"/api/v1/namespaces/{namespace}/pods"
+    assert api.post(pods, parked_pod("p"))[0] == 201
+    # Merge patch: null deletes, objects merge, lists replace.
+    code, p = api.request(
+        "PATCH",
+        f"{pods}/p",
+        {"metadata": {"labels": {"app": None, "role": "x"}, "annotations": {"a": "1"}}},
+        content_type="application/merge-patch+json",
+    )
+    assert code == 200, p
+    assert p["metadata"]["labels"] == {"role": "x"} and p["metadata"]["annotations"] == {"a": "1"}
+    # Strategic merge: containers merge by name; the untouched one and its fields survive.
+    code, p = api.request(
+        "PATCH",
+        f"{pods}/p",
+        {"spec": {"containers": [{"name": "main", "env": [{"name": "B", "value": "2"}]}]}},
+        content_type="application/strategic-merge-patch+json",
+    )
+    assert code == 200, p
+    by_name = {c["name"]: c for c in p["spec"]["containers"]}
+    assert set(by_name) == {"main", "side"}
+    assert by_name["main"]["image"] == "python:3.11"
+    assert by_name["main"]["env"] == [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]
+    # kubectl patch defaults to strategic merge too.
+    kubectl("patch", "pod", "p", "-n", namespace, "-p", '{"metadata":{"labels":{"k":"v"}}}')
+    # JSON patch: add, replace, remove; a failing test op is 422 and changes nothing.
+    ops = [
+        {"op": "add", "path": "/metadata/labels/added", "value": "yes"},
+        {"op": "replace", "path": "/spec/containers/1/image", "value": "busybox:2"},
+        {"op": "remove", "path": "/metadata/annotations/a"},
+    ]
+    code, p = api.request("PATCH", f"{pods}/p", ops, content_type="application/json-patch+json")
+    assert code == 200, p
+    assert p["metadata"]["labels"] == {"role": "x", "k": "v", "added": "yes"}
+    assert p["spec"]["containers"][1]["image"] == "busybox:2"
+    assert "a" not in p["metadata"].get("annotations", {})
+    failing = [
+        {"op": "test", "path": "/metadata/labels/role", "value": "other"},
+        {"op": "add", "path": "/metadata/labels/never", "value": "1"},
+    ]
+    code, status = api.request(
+        "PATCH", f"{pods}/p", failing, content_type="application/json-patch+json"
+    )
+    assert (code, status["reason"]) == (422, "Invalid")
+    assert "never" not in api.get(f"{pods}/p")[1]["metadata"]["labels"]
+    # Patching the main resource leaves .status alone; pods/status patches only status.
+    code, p = api.request(
+        "PATCH",
+        f"{pods}/p",
+        {"status": {"phase": "Running"}},
+        content_type="application/merge-patch+json",
+    )
+    assert p["status"]["phase"] == "Pending"
+    code, p = api.request(
+        "PATCH",
+        f"{pods}/p/status",
+        {"status": {"phase": "Running"}, "metadata": {"labels": {"ignored": "1"}}},
+        content_type="application/merge-patch+json",
+    )
+    assert (
+        code == 200
+        and p["status"]["phase"] == "Running"
+        and "ignored" not in p["metadata"]["labels"]
+    )
+
+
+def test_server_side_apply_conflict_and_force(kubectl: Kubectl, namespace: str) -> None:
+    def config(replicas: str, extra: dict[str, str] | None = None) -> str:
+        return json.dumps(cm("ssa", {"app": "ssa"}, replicas=replicas, **(extra or {})))
+
+    first = kubectl(
+        "apply", "--server-side", "--validate=false", "--field-manager=deployer",
+        "-n", namespace, "-f", "-", input=config("2", {"owned": "yes"}),
+    )  # fmt: skip
+    assert "configmap/ssa serverside-applied" in first.stdout
+    # Another manager setting the same value co-owns it: no conflict.
+    kubectl(
+        "apply", "--server-side", "--validate=false", "--field-manager=ops",
+        "-n", namespace, "-f", "-", input=config("2"),
+    )  # fmt: skip
+    # A different value is a conflict naming the owner and the field...
+    clash = kubectl(
+        "apply", "--server-side", "--validate=false", "--field-manager=ops",
+        "-n", namespace, "-f", "-", input=config("4"), check=False,
+    )  # fmt: skip
+    assert clash.returncode == 1
+    assert 'conflict with "deployer"' in clash.stderr and ".data.replicas" in clash.stderr
+    # ...that --force-conflicts takes over.
+    kubectl(
+        "apply", "--server-side", "--validate=false", "--field-manager=ops", "--force-conflicts",
+        "-n", namespace, "-f", "-", input=config("4"),
+    )  # fmt: skip
+    shown = kubectl("get", "cm", "ssa", "-n", namespace, "-o", "json", "--show-managed-fields")
+    got = json.loads(shown.stdout)
+    assert got["data"] == {"replicas": "4", "owned": "yes"}
+    managers = {m["manager"]: m for m in got["metadata"]["managedFields"]}
+    assert "f:replicas" in managers["ops"]["fieldsV1"]["f:data"]
+    assert "f:replicas" not in managers["deployer"]["fieldsV1"]["f:data"]
+    # A field its manager stops applying is removed (nobody else owns it).
+    kubectl(
+        "apply", "--server-side", "--validate=false", "--field-manager=deployer",
+        "-n", namespace, "-f", "-", input=config("4"),
+    )  # fmt: skip
+    got = json.loads(kubectl("get", "cm", "ssa", "-n", namespace, "-o", "json").stdout)
+    assert got["data"] == {"replicas": "4"}
+
+
+def test_apply_patch_without_field_manager_is_bad_request(api: Api, namespace: str) -> None:
+    code, status = api.request(
+        "PATCH",
+        f"/api/v1/namespaces/{namespace}/configmaps/x",
+        b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n",
+        content_type="application/apply-patch+yaml",
+    )
+    assert (code, status["reason"]) == (400, "BadRequest")
+    code, created = api.request(
+        "PATCH",
+        f"/api/v1/namespaces/{namespace}/configmaps/x{q(fieldManager='me')}",
+        b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\ndata: {k: v}\n",
+        content_type="application/apply-patch+yaml",
+    )
+    assert code == 201 and created["data"] == {"k": "v"}
+
+
+# ---- delete and garbage collection -------------------------------------------------------------
+
+
+def test_delete_cascades_through_owner_references(
+    api: Api, kubectl: Kubectl, namespace: str
+) -> None:
+    base = f"/api/v1/namespaces/{namespace}/configmaps"
+
+    def owned_by(name: str, owner: Obj) -> Obj:
+        obj = cm(name)
+        obj["metadata"]["ownerReferences"] = [
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "name": owner["metadata"]["name"],
+                "uid": owner["metadata"]["uid"],
+            }
+        ]
+        return obj
+
+    _, root = api.post(base, cm("root"))
+    _, child = api.post(base, owned_by("child", root))
+    api.post(base, owned_by("grandchild", child))
+    kubectl("delete", "cm", "root", "-n", namespace)
+    assert names(api.get(base)[1]) == []
+    # Orphan keeps the dependents and drops the reference.
+    _, root = api.post(base, cm("root"))
+    api.post(base, owned_by("kept", root))
+    code, _ = api.request("DELETE", f"{base}/root{q(propagationPolicy='Orphan')}")
+    assert code == 200
+    _, kept = api.get(f"{base}/kept")
+    assert kept["metadata"].get("ownerReferences") is None
+    # Delete by collection with a selector.
+    api.post(base, cm("x1", {"sweep": "y"}))
+    api.post(base, cm("x2", {"sweep": "y"}))
+    code, deleted = api.request("DELETE", base + q(labelSelector="sweep=y"))
+    assert code == 200 and sorted(names(deleted)) == ["x1", "x2"]
+    assert names(api.get(base)[1]) == ["kept"]
+
+
+# ---- errors ------------------------------------------------------------------------------------
+
+
+def test_errors_are_status_objects_with_real_codes(api: Api, namespace: str) -> None:
+    base = f"/api/v1/namespaces/{namespace}/configmaps"
+
+    def status(code: int, body: Any) -> tuple[int, str, str]:
+        assert body["kind"] == "Status" and body["status"] == "Failure", body
+        return code, body["reason"], body["message"]
+
+    assert status(*api.get(f"{base}/missing")) == (
+        404,
+        "NotFound",
+        'configmaps "missing" not found',
+    )
+    api.post(base, cm("dup"))
+    assert status(*api.post(base, cm("dup")))[:2] == (409, "AlreadyExists")
+    _, current = api.get(f"{base}/dup")
+    stale = dict(current, data={"x": "1"})
+    stale["metadata"] = dict(current["metadata"], resourceVersion="1")
+    code, reason, message = status(*api.request("PUT", f"{base}/dup", stale))
+    assert (code, reason) == (409, "Conflict") and "has been modified" in message
+    fresh = dict(current, data={"x": "1"})
+    assert api.request("PUT", f"{base}/dup", fresh)[0] == 200
+    code, reason, message = status(*api.post(base, {"metadata": {"labels": {}}}))
+    assert (code, reason) == (422, "Invalid") and "metadata.name" in message
+    no_containers = {"metadata": {"name": "empty"}, "spec": {}}
+    code, reason, message = status(*api.post(f"/api/v1/namespaces/{namespace}/pods", no_containers))
+    assert (code, reason) == (422, "Invalid") and "spec.containers" in message
+    assert status(*api.get(base + q(labelSelector="a in (b")))[:2] == (400, "BadRequest")
+    assert status(*api.request("POST", base, b"{not json"))[:2] == (400, "BadRequest")
+    wrong_ns = cm("elsewhere")
+    wrong_ns["metadata"]["namespace"] = "default"
+    assert status(*api.post(base, wrong_ns))[:2] == (400, "BadRequest")
+    assert status(*api.get("/api/v1/namespaces/nope-ns/configmaps/x"))[:2] == (404, "NotFound")
+    assert status(*api.post("/api/v1/namespaces/nope-ns/configmaps", cm("x")))[:2] == (
+        404,
+        "NotFound",
+    )
+    assert status(*api.get("/apis/batch/v1/namespaces/default/jobs/none")) == (
+        404,
+        "NotFound",
+        'jobs.batch "none" not found',
+    )
+
+
+def test_discovery_answers_what_kubectl_needs(api: Api) -> None:
+    assert api.get("/version")[1]["major"] == "1"
+    assert api.get("/api")[1]["versions"] == ["v1"]
+    groups = {g["name"] for g in api.get("/apis")[1]["groups"]}
+    assert {"batch", "apps"} <= groups
+    core = {r["name"] for r in api.get("/api/v1")[1]["resources"]}
+    assert {"pods", "pods/log", "pods/status", "nodes", "events", "configmaps"} <= core
+    assert "jobs/status" in {r["name"] for r in api.get("/apis/batch/v1")[1]["resources"]}
+    assert "statefulsets" in {r["name"] for r in api.get("/apis/apps/v1")[1]["resources"]}
+    assert api.get("/openapi/v2")[0] == 404
+
+
+# ---- request faults ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("status", "reason", "kubectl_says"),
+    [
+        (500, "InternalError", "Error from server (InternalError)"),
+        (403, "Forbidden", "Error from server (Forbidden)"),
+        (409, "Conflict", "Error from server (Conflict)"),
+    ],
+)
+def test_fail_requests_answers_the_next_n_matching_requests(
+    api: Api,
+    cluster: Cluster,
+    kubectl: Kubectl,
+    namespace: str,
+    status: int,
+    reason: str,
+    kubectl_says: str,
+) -> None:
+    base = f"/api/v1/namespaces/{namespace}/configmaps"
+    api.post(base, cm("target"))
+    cluster.faults.fail_requests(rf"/namespaces/{namespace}/configmaps/target$", status, count=2)
+    for _ in range(2):
+        code, body = api.get(f"{base}/target")
+        assert (code, body["kind"], body["reason"]) == (status, "Status", reason)
+    code, body = api.get(f"{base}/target")
+    assert code == 200 and body["metadata"]["name"] == "target"
+    # kubectl shows the injected error as it would a real one.
+    cluster.faults.fail_requests(rf"/namespaces/{namespace}/configmaps/target$", status, count=1)
+    failed = kubectl("get", "cm", "target", "-n", namespace, check=False)
+    assert failed.returncode == 1 and kubectl_says in failed.stderr
+    assert cluster.faults.pending() == 0
+
+
+def test_fail_requests_can_target_one_method(api: Api, cluster: Cluster, namespace: str) -> None:
+    base = f"/api/v1/namespaces/{namespace}/configmaps"
+    cluster.faults.fail_requests(
+        rf"/namespaces/{namespace}/configmaps", 500, count=1, method="POST"
+    )
+    assert api.get(base)[0] == 200  # a GET on the same path is untouched
+    code, body = api.post(base, cm("first"))
+    assert (code, body["reason"]) == (500, "InternalError")
+    assert api.get(f"{base}/first")[0] == 404  # the failed request changed nothing
+    assert api.post(base, cm("first"))[0] == 201
+
+
+# ---- several clusters, standalone --------------------------------------------------------------
+
+
+def test_two_clusters_do_not_collide(
+    cluster: Cluster, cluster_factory: Callable[..., Cluster]
+) -> None:
+    other = cluster_factory(nodes=1, gpus_per_node=2, components=False)
+    assert other.url != cluster.url and other.number != cluster.number
+    assert other.workdir != cluster.workdir
+    assert other.node_address(0) != cluster.node_address(0)
+    nodes = Api(other.url).get("/api/v1/nodes")[1]
+    assert names(nodes) == ["node-0"]
+    assert nodes["items"][0]["status"]["allocatable"]["nvidia.com/gpu"] == "2"
+    assert nodes["items"][0]["status"]["addresses"][0]["address"] == other.node_address(0)
+    other.stop()
+    assert other.workdir is None
+
+
+def test_python_m_tests_cluster_runs_until_sigterm_and_cleans_up(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.cluster", "--nodes", "2", "--gpus-per-node", "4",
+         "--kubeconfig", str(kubeconfig)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert "ready" in line, line + proc.stderr.read() if proc.stderr else line
+        env = dict(os.environ, KUBECONFIG=str(kubeconfig), KUBECACHEDIR=str(tmp_path / "cache"))
+        got = subprocess.run(
+            ["kubectl", "get", "nodes", "-o", "name"],
+            env=env, capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+        assert got.stdout.split() == ["node/node-0", "node/node-1"], got.stderr
+        workdir = Path(line.split("workdir=")[1].split()[0])
+        assert workdir.is_dir()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(timeout=30)
+        if proc.stdout:
+            proc.stdout.close()
+        if proc.stderr:
+            proc.stderr.close()
+    assert rc == 0
+    assert not workdir.exists()
