@@ -85,6 +85,7 @@ class _Controller:
     resource = ""
     kind = ""
     component = ""
+    batch_s = 0.1  # pod changes within this window share one sync of their owner
 
     def __init__(self, store: StoreLike) -> None:
         self._store = store
@@ -124,7 +125,8 @@ class _Controller:
             ref = self._cache_pod(etype, obj)
             if ref is not None:
                 ns = obj["metadata"].get("namespace", "default")
-                self._enqueue((ns, ref.get("name", "")))
+                # Batch a burst of pod changes into one sync, as upstream's syncJobBatchPeriod.
+                self._enqueue((ns, ref.get("name", "")), self.batch_s)
 
     def _cache_pod(self, etype: str, pod: Obj) -> Obj | None:
         """Keep our own index of pods by owner, fed by events: listing the pods of a 1,024-pod

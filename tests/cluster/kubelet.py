@@ -246,6 +246,7 @@ class Kubelet:
         self._sel.register(self._wake_r, selectors.EVENT_READ, self._drain_wake)
         self._hosts_dirty = False
         self._hosts_due = 0.0
+        self._dns: dict[str, list[tuple[str, list[str], list[str]]]] = {}
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._stopped = False
@@ -886,8 +887,9 @@ class Kubelet:
 
     def _write_hosts(self, pod: _Pod, dns: dict[str, Any] | None = None) -> None:
         """Write the pod's hosts file in place: the sandbox bind-mounts this inode, so a rename
-        would leave the pod looking at the old file."""
-        text = self._hosts_text(pod, self._dns_lines() if dns is None else dns)
+        would leave the pod looking at the old file. Without `dns`, the last pass's names are
+        used (a new pod is in the next pass, 50 ms later) so admitting N pods stays O(N)."""
+        text = self._hosts_text(pod, self._dns if dns is None else dns)
         if text == pod.hosts_text:
             return
         path = pod.dir / "hosts"
@@ -897,7 +899,7 @@ class Kubelet:
 
     def _write_all_hosts(self) -> None:
         self._hosts_dirty = False
-        dns = self._dns_lines()
+        dns = self._dns = self._dns_lines()
         for pod in self._pods.values():
             if not pod.finished and pod.dir.exists():
                 self._write_hosts(pod, dns)

@@ -267,11 +267,12 @@ class Scheduler:
             self._unschedulable_pod(pod, msg, scheduler)
             return
         requests = pod_requests(pod)
+        ports = _host_ports(pod.get("spec") or {})
         reasons: dict[str, list[str]] = {}
         feasible: list[tuple[float, int, str]] = []
         for i, node in enumerate(nodes):
             name = node["metadata"]["name"]
-            why = _filter(pod, requests, node, usage.get(name, {}), snap)
+            why = _filter(pod, requests, ports, node, usage.get(name, {}), snap)
             if why:
                 reasons[name] = why
             else:
@@ -419,6 +420,7 @@ class _Skip(Exception):
 def _filter(
     pod: Obj,
     requests: dict[str, float],
+    wanted: list[tuple[str, str, int]],
     node: Obj,
     used: dict[str, float],
     snap: _Snapshot,
@@ -442,7 +444,6 @@ def _filter(
     labels = node["metadata"].get("labels") or {}
     if not _node_affinity_ok(spec, labels, node["metadata"]["name"]):
         return ["node(s) didn't match Pod's node affinity/selector"]
-    wanted = _host_ports(spec)
     if wanted and _ports_conflict(wanted, snap.ports.get(node["metadata"]["name"], [])):
         return ["node(s) didn't have free ports for the requested pod ports"]
     allocatable = snap.alloc.get(node["metadata"]["name"], {})
