@@ -107,6 +107,86 @@ def test_kubectl_apply_get_describe_and_delete(kubectl: Kubectl, namespace: str)
     assert 'configmaps "settings" not found' in gone.stderr
 
 
+JOB_SCRIPT = (
+    "import os, socket, time; "
+    "print('host', socket.gethostname(), flush=True); time.sleep(1); "
+    "print('done', os.environ['JOB_COMPLETION_INDEX'], flush=True)"
+)
+
+
+def test_kubectl_job_logs_wait_and_cascading_delete(
+    cluster: Cluster, kubectl: Kubectl, namespace: str
+) -> None:
+    if cluster.kubelet is None or cluster.job_controller is None:
+        pytest.skip("this checkout has no kubelet/Job controller yet")
+    manifest = [
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "ranks"},
+            "spec": {"clusterIP": "None", "selector": {"job-name": "bench"}},
+        },
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": "bench"},
+            "spec": {
+                "completions": 2,
+                "parallelism": 2,
+                "completionMode": "Indexed",
+                "backoffLimit": 0,
+                "template": {
+                    "spec": {
+                        "restartPolicy": "Never",
+                        "subdomain": "ranks",
+                        "containers": [
+                            {
+                                "name": "main",
+                                "image": "python:3.11",
+                                "command": ["python", "-c", JOB_SCRIPT],
+                            }
+                        ],
+                    }
+                },
+            },
+        },
+    ]
+    text = json.dumps({"apiVersion": "v1", "kind": "List", "items": manifest})
+    kubectl("apply", "--server-side", "--validate=false", "-n", namespace, "-f", "-", input=text)
+    pod0 = kubectl(
+        "wait", "--for=condition=Ready", "pod", "-l", "batch.kubernetes.io/job-completion-index=0",
+        "-n", namespace, "--timeout=30s", "-o", "name",
+    ).stdout.strip()  # fmt: skip
+    # logs -f streams until the container exits, so it sees the line printed a second later.
+    followed = kubectl("logs", "-f", pod0, "-n", namespace, timeout_s=30).stdout
+    assert followed.splitlines() == ["host bench-0", "done 0"]
+    kubectl("wait", "--for=condition=complete", "job/bench", "-n", namespace, "--timeout=30s")
+    pods = json.loads(
+        kubectl("get", "pods", "-l", "job-name=bench", "-n", namespace, "-o", "json").stdout
+    )
+    assert len(pods["items"]) == 2
+    for pod in pods["items"]:
+        index = pod["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]
+        name = pod["metadata"]["name"]
+        assert (
+            kubectl("logs", name, "-n", namespace).stdout == f"host bench-{index}\ndone {index}\n"
+        )
+        assert kubectl("logs", name, "-n", namespace, "--tail=1").stdout == f"done {index}\n"
+        stamped = kubectl("logs", name, "-n", namespace, "--timestamps").stdout.splitlines()
+        assert [line.split(" ", 1)[1] for line in stamped] == [
+            f"host bench-{index}",
+            f"done {index}",
+        ]
+        assert stamped[0].split(" ", 1)[0].endswith("Z")
+    previous = kubectl("logs", pod0, "-n", namespace, "--previous", check=False)
+    assert previous.returncode == 1 and "previous terminated container" in previous.stderr
+    described = kubectl("describe", "job", "bench", "-n", namespace).stdout
+    assert "2 Succeeded" in described
+    kubectl("delete", "job", "bench", "-n", namespace)
+    left = kubectl("get", "pods", "-l", "job-name=bench", "-n", namespace, "-o", "name").stdout
+    assert left == ""
+
+
 # ---- create, get, list, selectors --------------------------------------------------------------
 
 
