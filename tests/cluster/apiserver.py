@@ -123,15 +123,16 @@ def _discovery(group: str, version: str) -> Obj:
             entry["categories"] = ["all"]
         resources.append(entry)
         for sub in ri.subresources:
-            resources.append(
-                {
-                    "name": f"{ri.plural}/{sub}",
-                    "singularName": "",
-                    "namespaced": ri.namespaced,
-                    "kind": "Pod" if sub == "log" else ri.kind,
-                    "verbs": ["get"] if sub == "log" else ["get", "patch", "update"],
-                }
-            )
+            sub_entry: Obj = {
+                "name": f"{ri.plural}/{sub}",
+                "singularName": "",
+                "namespaced": ri.namespaced,
+                "kind": "Pod" if sub == "log" else ri.kind,
+                "verbs": ["get"] if sub == "log" else ["get", "patch", "update"],
+            }
+            if sub == "scale":
+                sub_entry.update(group="autoscaling", version="v1", kind="Scale")
+            resources.append(sub_entry)
     return {
         "kind": "APIResourceList",
         "apiVersion": "v1",
@@ -253,6 +254,9 @@ class APIServer:
         ri = route.ri
         if ri.namespaced and route.name is not None and route.namespace is None:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        if route.sub == "scale":
+            self._scale(h, method, route, body)
+            return
         if method == "GET":
             if route.sub == "log":
                 self._logs(h, route, q)
@@ -720,6 +724,64 @@ class APIServer:
                 "items": out,
             },
         )
+
+    # ---- scale -----------------------------------------------------------------------------
+
+    def _scale(self, h: _Handler, method: str, route: _Route, body: bytes) -> None:
+        """statefulsets/scale, so `kubectl scale` works: an autoscaling/v1 Scale view."""
+        ri = route.ri
+        assert route.name is not None and route.namespace is not None
+
+        def view(obj: Obj) -> Obj:
+            meta = obj["metadata"]
+            selector = (obj.get("spec") or {}).get("selector") or {}
+            labels = ",".join(f"{k}={v}" for k, v in (selector.get("matchLabels") or {}).items())
+            return {
+                "kind": "Scale",
+                "apiVersion": "autoscaling/v1",
+                "metadata": {
+                    k: meta[k]
+                    for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+                    if k in meta
+                },
+                "spec": {"replicas": (obj.get("spec") or {}).get("replicas", 1)},
+                "status": {
+                    "replicas": (obj.get("status") or {}).get("replicas", 0),
+                    "selector": labels,
+                },
+            }
+
+        if method == "GET":
+            h.send_json(200, view(self.store.get(ri.plural, route.namespace, route.name)))
+            return
+        if method not in ("PUT", "PATCH"):
+            raise errors.method_not_allowed(f"{method} is not supported on scale")
+        doc = self._body(h, body) if method == "PUT" else None
+        ctype = h.headers.get("Content-Type", "").split(";")[0].strip()
+        patch_doc: Any = None
+        if method == "PATCH":
+            try:
+                patch_doc = json.loads(body)
+            except ValueError:
+                raise errors.bad_request("the scale patch is not valid JSON") from None
+
+        def edit(current: Obj) -> None:
+            scale = view(current)
+            if doc is not None:
+                new = doc
+            elif ctype == "application/json-patch+json":
+                new = patch.json_patch(scale, patch_doc)
+            else:
+                new = patch.merge_patch(scale, patch_doc)
+            replicas = (new.get("spec") or {}).get("replicas")
+            if not isinstance(replicas, int) or replicas < 0:
+                raise errors.invalid(
+                    "Scale", route.name or "", [("spec.replicas", "Invalid value")], "autoscaling"
+                )
+            current.setdefault("spec", {})["replicas"] = replicas
+
+        out = self.store.mutate(ri.plural, route.namespace, route.name, edit)
+        h.send_json(200, view(out))
 
     # ---- logs ------------------------------------------------------------------------------
 

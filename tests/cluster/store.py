@@ -81,7 +81,9 @@ RESOURCES: dict[str, ResourceInfo] = {
         ),
         ResourceInfo("events", "Event", "", "v1", True, ("ev",)),
         ResourceInfo("jobs", "Job", "batch", "v1", True, (), ("status",)),
-        ResourceInfo("statefulsets", "StatefulSet", "apps", "v1", True, ("sts",), ("status",)),
+        ResourceInfo(
+            "statefulsets", "StatefulSet", "apps", "v1", True, ("sts",), ("status", "scale")
+        ),
     )
 }
 
