@@ -41,12 +41,20 @@ def main() -> None:
     ap.add_argument("--pods", type=int, default=1024)
     ap.add_argument("--command", default="true", help="what each pod runs (sh -c)")
     ap.add_argument("--timeout-s", type=float, default=600)
+    ap.add_argument(
+        "--workload",
+        choices=("pods", "indexed-job"),
+        default="pods",
+        help="bare pods, or one Indexed Job (completions = parallelism = --pods, one GPU each) "
+        "with a headless Service as its pods' subdomain, the deployer's shape",
+    )
     args = ap.parse_args()
 
     ns = "scale"
     figures: dict[str, float | int | str] = {
         "nodes": args.nodes,
         "pods": args.pods,
+        "workload": args.workload,
         "cpus": os.cpu_count() or 0,
     }
     t_start = time.monotonic()
@@ -62,20 +70,44 @@ def main() -> None:
 
         store.subscribe(on_change)
         t0 = time.monotonic()
-        for i in range(args.pods):
+        container = {"name": "main", "image": "busybox", "command": ["sh", "-c", args.command]}
+        if args.workload == "pods":
+            for i in range(args.pods):
+                store.create(
+                    "pods",
+                    {
+                        "metadata": {"name": f"p-{i:05d}", "namespace": ns, "labels": {"app": "s"}},
+                        "spec": {"restartPolicy": "Never", "containers": [container]},
+                    },
+                )
+        else:
             store.create(
-                "pods",
+                "services",
                 {
-                    "metadata": {"name": f"p-{i:05d}", "namespace": ns, "labels": {"app": "s"}},
+                    "metadata": {"name": "ranks", "namespace": ns},
                     "spec": {
-                        "restartPolicy": "Never",
-                        "containers": [
-                            {
-                                "name": "main",
-                                "image": "busybox",
-                                "command": ["sh", "-c", args.command],
+                        "clusterIP": "None",
+                        "publishNotReadyAddresses": True,
+                        "selector": {"job-name": "scale"},
+                    },
+                },
+            )
+            container["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
+            store.create(
+                "jobs",
+                {
+                    "metadata": {"name": "scale", "namespace": ns},
+                    "spec": {
+                        "completionMode": "Indexed",
+                        "completions": args.pods,
+                        "parallelism": args.pods,
+                        "template": {
+                            "spec": {
+                                "subdomain": "ranks",
+                                "restartPolicy": "Never",
+                                "containers": [container],
                             }
-                        ],
+                        },
                     },
                 },
             )
@@ -91,6 +123,14 @@ def main() -> None:
         )
         _wait("finished", lambda: len(finished) >= args.pods, args.timeout_s)
         figures["all_finished_s"] = round(time.monotonic() - t0, 3)
+        if args.workload == "indexed-job":
+
+            def complete() -> bool:
+                conds = store.get("jobs", ns, "scale")["status"].get("conditions") or []
+                return any(x["type"] == "Complete" and x["status"] == "True" for x in conds)
+
+            _wait("Job Complete", complete, args.timeout_s)
+            figures["job_complete_s"] = round(time.monotonic() - t0, 3)
         figures["failed"] = count(lambda p: p["status"].get("phase") == "Failed")
         nodes_used = {p["spec"]["nodeName"] for p in store.list("pods", ns)[0]}
         figures["nodes_used"] = len(nodes_used)
