@@ -631,3 +631,74 @@ def test_python_m_tests_cluster_runs_until_sigterm_and_cleans_up(tmp_path: Path)
             proc.stderr.close()
     assert rc == 0
     assert not workdir.exists()
+
+
+# ---- pod, node and scheduling faults, forwarded to the kubelet and scheduler -------------------
+
+
+def eventually(what: str, fn: Callable[[], Any], timeout_s: float = 20) -> Any:
+    """Poll the API until fn() is truthy (a test-side wait; the server itself never polls)."""
+    deadline = time.monotonic() + timeout_s
+    last = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(0.05)
+    pytest.fail(f"timed out after {timeout_s}s waiting for {what}; last: {last!r}")
+
+
+def sleeper(name: str, node: str | None = None) -> Obj:
+    spec: Obj = {
+        "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": 1,
+        "containers": [
+            {
+                "name": "main",
+                "image": "python:3.11",
+                "command": ["python", "-c", "import time; time.sleep(60)"],
+            }
+        ],
+    }
+    if node:
+        spec["nodeSelector"] = {"kubernetes.io/hostname": node}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+def test_pod_node_and_scheduling_faults_show_through_the_api(
+    api: Api, cluster: Cluster, kubectl: Kubectl, namespace: str
+) -> None:
+    if cluster.kubelet is None or cluster.scheduler is None:
+        pytest.skip("this checkout has no kubelet/scheduler yet")
+    pods = f"/api/v1/namespaces/{namespace}/pods"
+
+    def pod(name: str) -> Obj:
+        return api.get(f"{pods}/{name}")[1]  # type: ignore[no-any-return]
+
+    # delay_scheduling: the pod stays unbound for the delay, then lands on a node.
+    cluster.faults.delay_scheduling(1.5)
+    try:
+        created = time.monotonic()
+        api.post(pods, sleeper("late"))
+        assert not pod("late")["spec"].get("nodeName")
+        eventually("late is bound", lambda: pod("late")["spec"].get("nodeName"))
+        assert time.monotonic() - created >= 1.0
+    finally:
+        cluster.faults.delay_scheduling(0)
+    # kill_pod: the process dies and a Never pod fails, with the container's exit shown.
+    eventually("late runs", lambda: pod("late")["status"].get("phase") == "Running")
+    cluster.faults.kill_pod(namespace, "late")
+    eventually("late fails", lambda: pod("late")["status"].get("phase") == "Failed")
+    term = pod("late")["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert term["exitCode"] == 137
+    # set_node_ready: kubectl shows the node NotReady and its pods fail; ready again heals it.
+    api.post(pods, sleeper("on-3", node="node-3"))
+    eventually("on-3 runs", lambda: pod("on-3")["status"].get("phase") == "Running")
+    cluster.faults.set_node_ready("node-3", False)
+    try:
+        row = kubectl("get", "node", "node-3", "--no-headers").stdout.split()
+        assert row[:2] == ["node-3", "NotReady"]
+        eventually("on-3 fails", lambda: pod("on-3")["status"].get("phase") == "Failed")
+    finally:
+        cluster.faults.set_node_ready("node-3", True)
+    assert kubectl("get", "node", "node-3", "--no-headers").stdout.split()[1] == "Ready"
