@@ -507,15 +507,16 @@ def test_node_not_ready_fails_its_pods_and_taints_the_node(cluster: Cluster, ns:
 
 
 def test_scheduling_delay_holds_pods_pending(cluster: Cluster, ns: str) -> None:
-    cluster.faults.scheduler.set_delay(1.5)
+    cluster.faults.scheduler.set_delay(3.0)
     try:
         t0 = time.monotonic()
         cluster.store.create("pods", pod_manifest("slow", ns, "pass"))
-        time.sleep(0.7)
+        time.sleep(0.3)
         out = kubectl(cluster, "get", "pod", "-n", ns, "slow", "-o", "jsonpath={.spec.nodeName}")
-        assert out == "", "still unbound while the scheduler is delayed"
+        if time.monotonic() - t0 < 2.9:  # a loaded machine may take kubectl that long
+            assert out == "", "still unbound while the scheduler is delayed"
         wait_for("bound", lambda: cluster.store.get("pods", ns, "slow")["spec"].get("nodeName"))
-        assert time.monotonic() - t0 >= 1.4
+        assert time.monotonic() - t0 >= 2.9
     finally:
         cluster.faults.scheduler.set_delay(0)
 
