@@ -702,3 +702,42 @@ def test_pod_node_and_scheduling_faults_show_through_the_api(
     finally:
         cluster.faults.set_node_ready("node-3", True)
     assert kubectl("get", "node", "node-3", "--no-headers").stdout.split()[1] == "Ready"
+
+
+# ---- the product's client ----------------------------------------------------------------------
+
+
+def test_lightkube_decodes_what_the_server_sends(cluster: Cluster, namespace: str) -> None:
+    """lightkube (the deployer's client) validates objects strictly against the API schemas."""
+    lightkube = pytest.importorskip("lightkube")
+    from lightkube.core.exceptions import ApiError as LightkubeApiError
+    from lightkube.models.meta_v1 import ObjectMeta
+    from lightkube.resources.core_v1 import ConfigMap, Event, Node
+
+    client = lightkube.Client(lightkube.KubeConfig.from_file(str(cluster.kubeconfig)))
+    try:
+        nodes = list(client.list(Node))
+        assert [n.status.allocatable["nvidia.com/gpu"] for n in nodes] == ["8"] * 4
+        cm_obj = ConfigMap(
+            apiVersion="v1",
+            kind="ConfigMap",
+            metadata=ObjectMeta(name="lk", namespace=namespace, labels={"app": "lk"}),
+            data={"k": "v"},
+        )
+        applied = client.apply(cm_obj, field_manager="nccl-k8s", force=True)
+        assert applied.data == {"k": "v"}
+        with pytest.raises(LightkubeApiError) as err:
+            client.create(cm_obj)
+        assert (err.value.status.code, err.value.status.reason) == (409, "AlreadyExists")
+        listed = list(client.list(ConfigMap, namespace=namespace, labels={"app": "lk"}))
+        assert [c.metadata.name for c in listed] == ["lk"]
+        client.delete(ConfigMap, "lk", namespace=namespace)
+        for op, obj in client.watch(ConfigMap, namespace=namespace, resource_version="1"):
+            if op == "DELETED":
+                assert obj.metadata.name == "lk"
+                break
+        cluster.store.record_event(applied.to_dict(), "Checked", "decoded by lightkube")
+        events = list(client.list(Event, namespace=namespace))
+        assert [e.reason for e in events] == ["Checked"]
+    finally:
+        client.close()

@@ -271,6 +271,11 @@ class Cluster:
                     }
                 ],
                 "nodeInfo": {
+                    # Every field NodeSystemInfo requires: strict clients (lightkube) reject less.
+                    "machineID": f"{self.number:08x}{i:024x}",
+                    "systemUUID": f"{self.number:08x}-0000-0000-0000-{i:012x}",
+                    "bootID": f"{self.number:08x}-{i:04x}-0000-0000-000000000000",
+                    "kubeProxyVersion": "",
                     "kubeletVersion": "v1.32.0-nccl-k8s-test",
                     "containerRuntimeVersion": "process://local",
                     "operatingSystem": "linux",
