@@ -1130,3 +1130,14 @@ def test_cordoned_node_and_statefulset_pod_replaced_after_its_node_is_lost(
         cluster.faults.kubelet.set_node_ready(lost_node, True)
     assert new["spec"]["nodeName"] != lost_node
     assert new["spec"]["hostname"] == "db-0" and new["spec"]["subdomain"] == "db"
+
+
+def test_pod_active_deadline_fails_the_pod(cluster: Cluster, ns: str) -> None:
+    pod = pod_manifest("late", ns, "import time; time.sleep(60)", activeDeadlineSeconds=1)
+    cluster.store.create("pods", pod)
+    status = wait_for(
+        "failed",
+        lambda: (s := cluster.store.get("pods", ns, "late")["status"])["phase"] == "Failed" and s,
+    )
+    assert status["reason"] == "DeadlineExceeded"
+    assert status["message"] == "Pod was active on the node longer than the specified deadline"

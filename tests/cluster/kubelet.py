@@ -594,6 +594,9 @@ class Kubelet:
         self._write_status(pod)
         self._mark_hosts_dirty(pod)
         self._try_start(pod)
+        deadline = spec.get("activeDeadlineSeconds")
+        if deadline is not None:
+            self._timer(float(deadline), lambda: self._deadline(pod))
 
     def _allocate_ip(self, node: _Node) -> str:
         for _ in range(254):
@@ -1335,6 +1338,32 @@ class Kubelet:
 
     def _lose(self, pod: _Pod) -> None:
         """The pod's node is gone: its processes die and the pod fails as a lost node's pods do."""
+        self._fail_pod(
+            pod,
+            "NodeLost",
+            f"Node {pod.node} which was running pod {pod.name} is unresponsive",
+            [
+                {
+                    "type": "DisruptionTarget",
+                    "status": "True",
+                    "reason": "DeletionByTaintManager",
+                    "message": "Taint manager: deleting due to NoExecute taint",
+                }
+            ],
+        )
+
+    def _deadline(self, pod: _Pod) -> None:
+        """spec.activeDeadlineSeconds of the pod itself ran out (the kubelet's active deadline)."""
+        if pod.finished or pod.terminating:
+            return
+        self._fail_pod(
+            pod, "DeadlineExceeded", "Pod was active on the node longer than the specified deadline"
+        )
+
+    def _fail_pod(
+        self, pod: _Pod, reason: str, message: str, conditions: list[Obj] | None = None
+    ) -> None:
+        """Kill what runs and mark the pod Failed with a pod-level reason."""
         pod.lost = True
         for c in pod.containers:
             if c.proc is not None:
@@ -1359,16 +1388,9 @@ class Kubelet:
             c.done = True
         self._teardown(pod)
         pod.phase = "Failed"
-        pod.reason = "NodeLost"
-        pod.message = f"Node {pod.node} which was running pod {pod.name} is unresponsive"
-        pod.extra_conditions = [
-            {
-                "type": "DisruptionTarget",
-                "status": "True",
-                "reason": "DeletionByTaintManager",
-                "message": "Taint manager: deleting due to NoExecute taint",
-            }
-        ]
+        pod.reason = reason
+        pod.message = message
+        pod.extra_conditions = list(conditions or [])
         self._write_status(pod)
         self._mark_hosts_dirty(pod)
         if pod.terminating:
