@@ -732,7 +732,8 @@ def test_lightkube_decodes_what_the_server_sends(cluster: Cluster, namespace: st
         listed = list(client.list(ConfigMap, namespace=namespace, labels={"app": "lk"}))
         assert [c.metadata.name for c in listed] == ["lk"]
         client.delete(ConfigMap, "lk", namespace=namespace)
-        for op, obj in client.watch(ConfigMap, namespace=namespace, resource_version="1"):
+        since = applied.metadata.resourceVersion
+        for op, obj in client.watch(ConfigMap, namespace=namespace, resource_version=since):
             if op == "DELETED":
                 assert obj.metadata.name == "lk"
                 break
