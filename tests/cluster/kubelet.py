@@ -599,6 +599,10 @@ class Kubelet:
             self._timer(float(deadline), lambda: self._deadline(pod))
 
     def _allocate_ip(self, node: _Node) -> str:
+        if _POD_RANGE_BASE + node.index > 255:
+            raise RuntimeError(
+                f"node {node.name}: pod ranges 127.<k>.<16+i>.x end at node 239 (INTERFACE.md)"
+            )
         for _ in range(254):
             n = node.next_ip
             node.next_ip = n % 254 + 1
