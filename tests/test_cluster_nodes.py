@@ -470,6 +470,8 @@ def test_kill_pod_fails_a_never_pod_and_restarts_an_always_pod(cluster: Cluster,
     wait_for("new run printed", lambda: "up" in log_text(cluster, ns, "always"))
     out = kubectl(cluster, "logs", "-n", ns, "always", "--previous")
     assert "up" in out
+    started = [e for e in events_for(cluster, ns, "always") if e["reason"] == "Started"]
+    assert [(e["message"], e["count"]) for e in started] == [("Started container main", 2)]
 
 
 def test_node_not_ready_fails_its_pods_and_taints_the_node(cluster: Cluster, ns: str) -> None:

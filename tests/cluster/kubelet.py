@@ -1139,6 +1139,12 @@ class Kubelet:
         c.state = {"running": {"startedAt": now_iso()}}
         c.pidfd = os.pidfd_open(c.proc.pid)
         self._sel.register(c.pidfd, selectors.EVENT_READ, lambda: self._on_exit(pod, c))
+        # What `kubectl describe pod` lists for every (re)start; the image is "present" because
+        # nothing is pulled.
+        image = c.spec.get("image", "")
+        self._event(pod, "Pulled", f'Container image "{image}" already present on machine')
+        self._event(pod, "Created", f"Created container {c.name}")
+        self._event(pod, "Started", f"Started container {c.name}")
 
     def _retry_container(self, pod: _Pod, c: _Container) -> None:
         c.restart_timer = None
