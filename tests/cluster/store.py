@@ -105,6 +105,19 @@ def rfc3339(ts: float) -> str:
     return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def clone(value: Any) -> Any:
+    """Deep copy of JSON-shaped data, several times faster than copy.deepcopy (which dominated
+    the store's profile at 1,000 pods); anything not dict/list/scalar falls back to deepcopy."""
+    t = type(value)
+    if t is dict:
+        return {k: clone(v) for k, v in value.items()}
+    if t is list:
+        return [clone(v) for v in value]
+    if t in (str, int, float, bool) or value is None:
+        return value
+    return copy.deepcopy(value)
+
+
 # --------------------------------------------------------------------------------------------
 # Selectors
 
@@ -328,7 +341,7 @@ class Watch:
             if not self._queue:
                 return None
             etype, obj = self._queue.popleft()
-        return etype, copy.deepcopy(obj)
+        return etype, clone(obj)
 
     @property
     def closed(self) -> bool:
@@ -389,6 +402,9 @@ class Store:
     _pending: deque[_Change] = field(default_factory=deque, repr=False)
     _draining: bool = False
     _drain_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    # Indexes kept by _record, so GC and event de-duplication stay cheap at 1,000+ pods.
+    _owned: dict[str, set[tuple[str, tuple[str, str]]]] = field(default_factory=dict, repr=False)
+    _event_keys: dict[tuple[str, ...], str] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         for r in RESOURCES:
@@ -410,7 +426,7 @@ class Store:
             obj = self._objects[resource].get(self._key(ri, namespace, name))
             if obj is None:
                 raise errors.not_found(resource, name, ri.group)
-            return copy.deepcopy(obj)
+            return clone(obj)
 
     def list(
         self,
@@ -433,14 +449,14 @@ class Store:
                     continue
                 if not all((_field_value(obj, p) == v) == (op == "=") for p, op, v in fields):
                     continue
-                out.append(copy.deepcopy(obj))
+                out.append(clone(obj))
             return out, str(self._rv)
 
     # ---- writing ---------------------------------------------------------------------------
 
     def create(self, resource: str, obj: Obj) -> Obj:
         ri = info(resource)
-        obj = copy.deepcopy(obj)
+        obj = clone(obj)
         meta = obj.setdefault("metadata", {})
         if not meta.get("name") and meta.get("generateName"):
             meta["name"] = meta["generateName"] + secrets.token_hex(3)[:5]
@@ -478,7 +494,7 @@ class Store:
             meta["resourceVersion"] = str(self._rv)
             self._objects[resource][key] = obj
             self._record("ADDED", resource, None, obj)
-            out = copy.deepcopy(obj)
+            out = clone(obj)
         self._drain()
         return out
 
@@ -505,7 +521,7 @@ class Store:
                     "version and try again",
                     ri.group,
                 )
-            out = self._replace(ri, current, copy.deepcopy(obj), subresource)
+            out = self._replace(ri, current, clone(obj), subresource)
         self._drain()
         return out
 
@@ -524,7 +540,7 @@ class Store:
             current = self._objects[resource].get(self._key(ri, namespace, name))
             if current is None:
                 raise errors.not_found(resource, name, ri.group)
-            new = copy.deepcopy(current)
+            new = clone(current)
             fn(new)
             out = self._replace(ri, current, new, subresource)
         self._drain()
@@ -556,15 +572,15 @@ class Store:
                 meta = current["metadata"]
                 previous = meta.get("deletionGracePeriodSeconds")
                 if previous is not None and previous <= grace:
-                    return copy.deepcopy(current)
-                new = copy.deepcopy(current)
+                    return clone(current)
+                new = clone(current)
                 new["metadata"]["deletionTimestamp"] = rfc3339(time.time() + grace)
                 new["metadata"]["deletionGracePeriodSeconds"] = grace
                 out = self._replace(ri, current, new, None, force=True)
             elif current["metadata"].get("finalizers"):
                 if current["metadata"].get("deletionTimestamp"):
-                    return copy.deepcopy(current)
-                new = copy.deepcopy(current)
+                    return clone(current)
+                new = clone(current)
                 new["metadata"]["deletionTimestamp"] = now_rfc3339()
                 new["metadata"]["deletionGracePeriodSeconds"] = 0
                 out = self._replace(ri, current, new, None, force=True)
@@ -610,19 +626,7 @@ class Store:
         with self._lock:
             if ("", ns) not in self._objects["namespaces"]:
                 return None
-            same = next(
-                (
-                    ev_name
-                    for (ev_ns, ev_name), ev in self._objects["events"].items()
-                    if ev_ns == ns
-                    and ev.get("involvedObject", {}).get("uid") == ref["uid"]
-                    and ev.get("involvedObject", {}).get("name") == ref["name"]
-                    and ev.get("reason") == reason
-                    and ev.get("message") == message
-                    and ev.get("source", {}).get("component") == component
-                ),
-                None,
-            )
+            same = self._event_keys.get((ns, ref["uid"], ref["name"], reason, message, component))
         # Written outside the lock so subscribers run unlocked, as for every other write.
         if same is not None:
 
@@ -745,7 +749,7 @@ class Store:
     ) -> Obj:
         """Commit `new` over `current` (lock held). Identity fields always stay the server's."""
         if subresource == "status":
-            merged = copy.deepcopy(current)
+            merged = clone(current)
             merged["status"] = new.get("status", {})
             new = merged
         elif subresource not in (None, ""):
@@ -770,7 +774,7 @@ class Store:
         if _spec_of(new) != _spec_of(current):
             meta["generation"] = int(meta["generation"]) + 1
         if new == current:
-            return copy.deepcopy(current)  # a no-op write is no event, so controllers settle
+            return clone(current)  # a no-op write is no event, so controllers settle
         self._rv += 1
         meta["resourceVersion"] = str(self._rv)
         key = self._key(ri, meta.get("namespace"), meta["name"])
@@ -778,13 +782,13 @@ class Store:
         self._record("MODIFIED", ri.plural, current, new)
         if meta.get("deletionTimestamp") and not meta.get("finalizers") and ri.plural != "pods":
             return self._remove(ri, key, "Background")
-        return copy.deepcopy(new)
+        return clone(new)
 
     def _remove(self, ri: ResourceInfo, key: tuple[str, str], propagation: str) -> Obj:
         """Delete one object now and handle its dependents (lock held)."""
         obj = self._objects[ri.plural].pop(key)
         self._rv += 1
-        gone = copy.deepcopy(obj)
+        gone = clone(obj)
         gone["metadata"]["resourceVersion"] = str(self._rv)
         self._record("DELETED", ri.plural, obj, gone)
         uid = obj["metadata"]["uid"]
@@ -798,13 +802,13 @@ class Store:
                     if k in self._objects[plural]:
                         self._remove(rinfo, k, "Background")
             return gone
-        for plural, rinfo in RESOURCES.items():
-            for k, dep in list(self._objects[plural].items()):
+        for plural, k in sorted(self._owned.get(uid, ())):
+            rinfo = RESOURCES[plural]
+            dep = self._objects[plural].get(k)
+            if dep is not None:
                 refs = dep["metadata"].get("ownerReferences") or []
-                if not any(r.get("uid") == uid for r in refs):
-                    continue
                 if propagation == "Orphan":
-                    new = copy.deepcopy(dep)
+                    new = clone(dep)
                     new["metadata"]["ownerReferences"] = [r for r in refs if r.get("uid") != uid]
                     if not new["metadata"]["ownerReferences"]:
                         del new["metadata"]["ownerReferences"]
@@ -812,12 +816,12 @@ class Store:
                     continue
                 if len([r for r in refs if r.get("uid") != uid]) > 0:
                     # Another owner still holds it: only drop our reference, as the GC does.
-                    new = copy.deepcopy(dep)
+                    new = clone(dep)
                     new["metadata"]["ownerReferences"] = [r for r in refs if r.get("uid") != uid]
                     self._replace(rinfo, dep, new, None)
                     continue
                 if plural == "pods" and self._graceful(dep, None):
-                    new = copy.deepcopy(dep)
+                    new = clone(dep)
                     grace = self._grace(dep, None)
                     if dep["metadata"].get("deletionTimestamp"):
                         continue
@@ -833,6 +837,7 @@ class Store:
         # Committed objects are never edited in place (writes build a new dict), so history and
         # watchers can share them; copies are made on delivery.
         change = _Change(self._rv, etype, resource, old, new)
+        self._reindex(resource, old, None if etype == "DELETED" else new)
         self._log.append(change)
         while len(self._log) > self.history:
             self._compacted_rv = self._log.popleft().rv
@@ -840,6 +845,36 @@ class Store:
             w._offer(etype, change.old, change.new)
         if self._subscribers:
             self._pending.append(change)
+
+    def _reindex(self, resource: str, old: Obj | None, new: Obj | None) -> None:
+        ri = RESOURCES[resource]
+        for obj, add in ((old, False), (new, True)):
+            if obj is None:
+                continue
+            meta = obj["metadata"]
+            key = self._key(ri, meta.get("namespace"), meta["name"])
+            for ref in meta.get("ownerReferences") or []:
+                uid = ref.get("uid", "")
+                if add:
+                    self._owned.setdefault(uid, set()).add((resource, key))
+                elif uid in self._owned:
+                    self._owned[uid].discard((resource, key))
+                    if not self._owned[uid]:
+                        del self._owned[uid]
+            if resource == "events":
+                io = obj.get("involvedObject") or {}
+                ev_key = (
+                    meta.get("namespace", ""),
+                    io.get("uid", ""),
+                    io.get("name", ""),
+                    obj.get("reason", ""),
+                    obj.get("message", ""),
+                    (obj.get("source") or {}).get("component", ""),
+                )
+                if add:
+                    self._event_keys[ev_key] = meta["name"]
+                elif self._event_keys.get(ev_key) == meta["name"]:
+                    del self._event_keys[ev_key]
 
     def _drain(self) -> None:
         """Deliver queued changes to subscribers, in order, from one thread at a time.
@@ -861,7 +896,7 @@ class Store:
                     subscribers = list(self._subscribers)
                 for cb in subscribers:
                     try:
-                        cb(change.etype, change.resource, copy.deepcopy(change.new))
+                        cb(change.etype, change.resource, clone(change.new))
                     except Exception:
                         log.exception("store subscriber %r failed on %s", cb, change.etype)
         except BaseException:
