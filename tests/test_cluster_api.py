@@ -472,6 +472,26 @@ def test_delete_cascades_through_owner_references(
     assert code == 200
     _, kept = api.get(f"{base}/kept")
     assert kept["metadata"].get("ownerReferences") is None
+    # Foreground: the owner stays, marked, until its last dependent is gone (here a finalizer
+    # holds the dependent until the test removes it).
+    _, root = api.post(base, cm("fg-root"))
+    held = owned_by("fg-child", root)
+    held["metadata"]["finalizers"] = ["example.com/hold"]
+    api.post(base, held)
+    code, _ = api.request("DELETE", f"{base}/fg-root{q(propagationPolicy='Foreground')}")
+    assert code == 200
+    _, marked = api.get(f"{base}/fg-root")
+    assert marked["metadata"]["deletionTimestamp"]
+    assert marked["metadata"]["finalizers"] == ["foregroundDeletion"]
+    assert api.get(f"{base}/fg-child")[1]["metadata"]["deletionTimestamp"]
+    api.request(
+        "PATCH",
+        f"{base}/fg-child",
+        {"metadata": {"finalizers": None}},
+        content_type="application/merge-patch+json",
+    )
+    assert api.get(f"{base}/fg-child")[0] == 404
+    assert api.get(f"{base}/fg-root")[0] == 404
     # Delete by collection with a selector.
     api.post(base, cm("x1", {"sweep": "y"}))
     api.post(base, cm("x2", {"sweep": "y"}))

@@ -405,6 +405,7 @@ class Store:
     # Indexes kept by _record, so GC and event de-duplication stay cheap at 1,000+ pods.
     _owned: dict[str, set[tuple[str, tuple[str, str]]]] = field(default_factory=dict, repr=False)
     _event_keys: dict[tuple[str, ...], str] = field(default_factory=dict, repr=False)
+    _by_uid: dict[str, tuple[str, tuple[str, str]]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         for r in RESOURCES:
@@ -577,15 +578,12 @@ class Store:
                 new["metadata"]["deletionTimestamp"] = rfc3339(time.time() + grace)
                 new["metadata"]["deletionGracePeriodSeconds"] = grace
                 out = self._replace(ri, current, new, None, force=True)
-            elif current["metadata"].get("finalizers"):
-                if current["metadata"].get("deletionTimestamp"):
-                    return clone(current)
-                new = clone(current)
-                new["metadata"]["deletionTimestamp"] = now_rfc3339()
-                new["metadata"]["deletionGracePeriodSeconds"] = 0
-                out = self._replace(ri, current, new, None, force=True)
+            elif current["metadata"].get("deletionTimestamp") and resource != "pods":
+                return clone(current)  # already going; a second delete changes nothing
+            elif resource == "pods" and not current["metadata"].get("finalizers"):
+                out = self._remove(ri, key, propagation)  # unbound, finished or forced
             else:
-                out = self._remove(ri, key, propagation)
+                out = self._delete_now_or_mark(ri, key, propagation)
         self._drain()
         return out
 
@@ -802,6 +800,13 @@ class Store:
                     if k in self._objects[plural]:
                         self._remove(rinfo, k, "Background")
             return gone
+        self._collect(uid, propagation)
+        for ref in obj["metadata"].get("ownerReferences") or []:
+            self._finish_foreground(ref.get("uid", ""))
+        return gone
+
+    def _collect(self, uid: str, propagation: str) -> None:
+        """The garbage collector's work for a deleted (or foreground-deleting) owner (lock held)."""
         for plural, k in sorted(self._owned.get(uid, ())):
             rinfo = RESOURCES[plural]
             dep = self._objects[plural].get(k)
@@ -820,17 +825,51 @@ class Store:
                     new["metadata"]["ownerReferences"] = [r for r in refs if r.get("uid") != uid]
                     self._replace(rinfo, dep, new, None)
                     continue
-                if plural == "pods" and self._graceful(dep, None):
-                    new = clone(dep)
-                    grace = self._grace(dep, None)
-                    if dep["metadata"].get("deletionTimestamp"):
-                        continue
-                    new["metadata"]["deletionTimestamp"] = rfc3339(time.time() + grace)
-                    new["metadata"]["deletionGracePeriodSeconds"] = grace
-                    self._replace(rinfo, dep, new, None, force=True)
-                elif k in self._objects[plural]:
-                    self._remove(rinfo, k, propagation)
-        return gone
+                if not dep["metadata"].get("deletionTimestamp"):
+                    self._delete_now_or_mark(rinfo, k, propagation)
+
+    def _delete_now_or_mark(self, ri: ResourceInfo, key: tuple[str, str], propagation: str) -> Obj:
+        """Delete one object as kube-apiserver would (lock held): a bound pod only gets a
+        deletionTimestamp (the kubelet finalizes it); with Foreground an owner with dependents
+        stays, marked with the foregroundDeletion finalizer, until they are gone."""
+        current = self._objects[ri.plural][key]
+        meta = current["metadata"]
+        if ri.plural == "pods" and self._graceful(current, None):
+            grace = self._grace(current, None)
+            new = clone(current)
+            new["metadata"]["deletionTimestamp"] = rfc3339(time.time() + grace)
+            new["metadata"]["deletionGracePeriodSeconds"] = grace
+            return self._replace(ri, current, new, None, force=True)
+        if meta.get("finalizers") and not (
+            propagation == "Foreground" and self._owned.get(meta["uid"])
+        ):
+            new = clone(current)
+            new["metadata"]["deletionTimestamp"] = now_rfc3339()
+            new["metadata"]["deletionGracePeriodSeconds"] = 0
+            return self._replace(ri, current, new, None, force=True)
+        if propagation == "Foreground" and self._owned.get(meta["uid"]):
+            new = clone(current)
+            new["metadata"]["deletionTimestamp"] = now_rfc3339()
+            new["metadata"]["deletionGracePeriodSeconds"] = 0
+            new["metadata"]["finalizers"] = [*(meta.get("finalizers") or []), "foregroundDeletion"]
+            out = self._replace(ri, current, new, None, force=True)
+            self._collect(meta["uid"], "Foreground")
+            self._finish_foreground(meta["uid"])
+            return out
+        return self._remove(ri, key, propagation)
+
+    def _finish_foreground(self, uid: str) -> None:
+        """Remove a foreground-deleting owner once its last dependent is gone (lock held)."""
+        loc = self._by_uid.get(uid)
+        if loc is None:
+            return
+        plural, key = loc
+        owner = self._objects[plural].get(key)
+        if owner is None or "foregroundDeletion" not in (owner["metadata"].get("finalizers") or []):
+            return
+        if any(self._objects[p].get(k) is not None for p, k in self._owned.get(uid, ())):
+            return
+        self._remove(RESOURCES[plural], key, "Background")
 
     def _record(self, etype: str, resource: str, old: Obj | None, new: Obj) -> None:
         """Append a change to history and hand it to watchers and subscribers (lock held)."""
@@ -853,6 +892,10 @@ class Store:
                 continue
             meta = obj["metadata"]
             key = self._key(ri, meta.get("namespace"), meta["name"])
+            if add:
+                self._by_uid[meta["uid"]] = (resource, key)
+            else:
+                self._by_uid.pop(meta["uid"], None)
             for ref in meta.get("ownerReferences") or []:
                 uid = ref.get("uid", "")
                 if add:
