@@ -1,4 +1,4 @@
-"""`nccl-k8s import`, `diagnose`, `compare`: results in, decisions out.
+"""`nccl-k8s import`, `diagnose`, `compare`, `report`: results in, decisions out.
 
 No logic here: each command calls one function of nccl_k8s.results and prints what it returns.
 Exit codes: 2 for bad input or unreadable files (handle_errors), 1 when a gate fails (a regression,
@@ -30,6 +30,7 @@ from nccl_k8s.results import (
 from nccl_k8s.results.compare import Comparison, GateResult, human_size, parse_metric
 from nccl_k8s.results.compare import parse_tolerance as _parse_tolerance
 from nccl_k8s.results.diagnose import Diagnosis, parse_fabric
+from nccl_k8s.results.report import write_report
 
 _OUTPUT_FORMATS = ("text", "json")
 _SEVERITY_STYLE = {"error": "red", "warning": "yellow", "info": "cyan"}
@@ -228,10 +229,48 @@ def compare_command(
         raise typer.Exit(1)
 
 
+@handle_errors
+def report_command(
+    runs: Annotated[
+        list[str],
+        typer.Argument(
+            help="Results files or run ids (runs/<id>/results.json), overlaid in order."
+        ),
+    ],
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help="HTML page to write, images embedded. [default: report.html, unless --png alone]",
+        ),
+    ] = None,
+    png: Annotated[
+        Path | None,
+        typer.Option(
+            "--png", help="Also (or, without -o, only) write each plot as DIR/<plot>.png."
+        ),
+    ] = None,
+) -> None:
+    """Write an HTML report of runs: busbw and small-message time per op (runs overlaid),
+    per-rank spread, each run's metadata, and the diagnosis of NCCL logs kept with a run."""
+    if output is None and png is None:
+        output = Path("report.html")
+    result = write_report(runs, output=output, png_dir=png)
+    n, m = len(result.runs), len(result.plots)
+    what = f"{m} plot{'s' if m != 1 else ''} of {n} run{'s' if n != 1 else ''}"
+    if result.html_path is not None:
+        diagnosed = sum(1 for r in result.runs if r.diagnosis is not None)
+        out.print(f"report: {what}, {diagnosed} diagnosed -> {result.html_path}")
+    if png is not None:
+        out.print(f"plots: {len(result.png_paths)} PNG files -> {png}/")
+
+
 def register(app: typer.Typer) -> None:
     app.command("import")(import_command)
     app.command("diagnose")(diagnose_command)
     app.command("compare")(compare_command)
+    app.command("report")(report_command)
 
 
 __all__ = ["register"]
