@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from nccl_k8s.cli._common import handle_errors
+from nccl_k8s.cli._common import err, handle_errors
 
 
 def register(app: typer.Typer) -> None:
@@ -30,4 +30,9 @@ def run(ctx: typer.Context) -> None:
         local.run_parser().print_help()
         raise typer.Exit(0)
     prepared = local.prepare(args)
-    raise typer.Exit(local.launch(prepared))
+    outcome = local.run_and_save(prepared)
+    if outcome.results is not None:
+        err.print(f"# results: {outcome.results}", markup=False)
+    elif prepared.run_id is not None:
+        err.print("# results: not saved (the ranks wrote none)", markup=False)
+    raise typer.Exit(outcome.exit_code)

@@ -3,6 +3,14 @@
 Everything the ranks will refuse is refused here first, in this process, so a bad flag costs
 one line and exit code 2 instead of N tracebacks. The ranks run `python -m nccl_k8s.bench`,
 the same entry point pods run; rank 0's stdout is the run's output.
+
+Every run that produced results (passed, or failed a check or a --min-busbw floor) is stored as
+runs/<run-id>/results.json, the schema `compare` and `report` read (`--no-save` skips it). Rank 0
+writes them in nccl-tests' -J layout, to the user's --json file or to a temporary one this module
+passes; `save_results` reads that file back through results.nccltests and completes the metadata
+the file cannot carry (torch and CUDA versions, dtype, redop, root, -a) from this process, which
+runs the same interpreter and torch as the ranks. Result lines would carry it all, but capturing
+rank 0's stdout through the elastic launcher prefixes every line of the table.
 """
 
 from __future__ import annotations
@@ -15,8 +23,10 @@ import shutil
 import signal
 import sys
 import tempfile
+import time
 import uuid
 from collections.abc import Sequence
+from pathlib import Path
 
 from nccl_k8s.bench.config import (
     BenchConfig,
@@ -26,6 +36,8 @@ from nccl_k8s.bench.config import (
     config_from_namespace,
 )
 from nccl_k8s.errors import RunFailed, UsageError
+from nccl_k8s.results import Run, import_file, new_run_id, store_run
+from nccl_k8s.results.store import check_new_run_id
 
 #: CPU ranks when there is no GPU: two, so every collective really crosses ranks.
 DEFAULT_CPU_RANKS = 2
@@ -39,6 +51,16 @@ class LocalRun:
     backend: str
     config: BenchConfig
     rank_argv: tuple[str, ...]
+    #: The id the results are stored under (runs/<id>/results.json); None with --no-save.
+    run_id: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalOutcome:
+    """How a local run ended: its exit code and where its results were stored (None: not saved)."""
+
+    exit_code: int
+    results: Path | None
 
 
 def run_parser() -> argparse.ArgumentParser:
@@ -55,6 +77,18 @@ def run_parser() -> argparse.ArgumentParser:
         "--result-lines",
         action="store_true",
         help="also print the NCCL_K8S_RESULT lines pods print",
+    )
+    parser.add_argument(
+        "--run-id",
+        default=None,
+        metavar="ID",
+        help="store the results as runs/ID/results.json (default: a new id, "
+        "nccl-<yyyymmdd-hhmmss>-<hex>; the runs directory is ./runs or $NCCL_K8S_RUNS_DIR)",
+    )
+    parser.add_argument(
+        "--no-save",
+        action="store_true",
+        help="do not store the results under runs/ (for compare and report)",
     )
     return parser
 
@@ -87,13 +121,19 @@ def prepare(argv: Sequence[str]) -> LocalRun:
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
 
-    rank_argv = [a for a in argv if not a.startswith("--nproc") and a != "--result-lines"]
+    if ns.no_save and ns.run_id is not None:
+        raise UsageError("--run-id names the stored results; it cannot go with --no-save")
+    run_id = None if ns.no_save else check_new_run_id(ns.run_id or new_run_id())
+
     rank_argv = _drop_value(list(argv), "--nproc")
-    rank_argv = [a for a in rank_argv if a != "--result-lines"]
+    rank_argv = _drop_value(rank_argv, "--run-id")
+    rank_argv = [a for a in rank_argv if a not in ("--result-lines", "--no-save")]
     rank_argv += ["--backend", backend]
     if not ns.result_lines:
         rank_argv.append("--no-result-lines")
-    return LocalRun(nproc=nproc, backend=backend, config=config, rank_argv=tuple(rank_argv))
+    return LocalRun(
+        nproc=nproc, backend=backend, config=config, rank_argv=tuple(rank_argv), run_id=run_id
+    )
 
 
 def _nproc(text: str | None, *, default: int) -> int:
@@ -124,7 +164,54 @@ def _drop_value(argv: list[str], flag: str) -> list[str]:
     return out
 
 
-def launch(run: LocalRun) -> int:
+def run_and_save(run: LocalRun) -> LocalOutcome:
+    """Launch the run and store its results under runs/<run-id>/ (unless --no-save).
+
+    A run whose ranks crashed raises RunFailed and stores nothing: there is no table to store.
+    """
+    if run.run_id is None:
+        return LocalOutcome(launch(run), None)
+    started = time.time()
+    with tempfile.TemporaryDirectory(prefix="nccl-k8s-results-") as tmp:
+        user_json = run.config.json_path
+        json_path = Path(user_json) if user_json else Path(tmp, "engine.json")
+        code = launch(run, extra_argv=() if user_json else ("--json", str(json_path)))
+        # An old --json file from an earlier run is not this run's result.
+        if not json_path.is_file() or json_path.stat().st_mtime < started - 1:
+            return LocalOutcome(code, None)
+        return LocalOutcome(code, save_results(run, json_path, keep_input=bool(user_json)))
+
+
+def save_results(run: LocalRun, json_path: Path, *, keep_input: bool = False) -> Path:
+    """Store rank 0's -J style JSON as runs/<run-id>/results.json; returns the path."""
+    import torch
+
+    stored = results_from_json(json_path, run.config)
+    stored.meta.torch = str(torch.__version__)
+    stored.meta.cuda = torch.version.cuda if run.backend == "nccl" else None
+    if not keep_input:
+        stored.meta.inputs = []  # a temporary file, gone after this call
+    return store_run(stored, run_id=run.run_id)
+
+
+def results_from_json(json_path: Path, config: BenchConfig) -> Run:
+    """The engine's --json file as a results Run, with what the run asked for that the file's
+    nccl-tests layout has no field for (-d, -o, -r, -a as given, the ops in order)."""
+    stored = import_file(json_path)
+    meta = stored.meta
+    meta.source = "nccl-k8s"
+    # The engine lists every NCCL_* variable; NCCL_K8S_* are ours (runs dir, run id), not NCCL's.
+    meta.env = {k: v for k, v in meta.env.items() if not k.startswith("NCCL_K8S_")}
+    if meta.backend == "gloo":
+        meta.gpu_model = None  # gloo ranks' "device" is the CPU, as the result lines say
+    cfg = meta.config
+    cfg.dtype, cfg.redop, cfg.root = config.dtype, config.redop, config.root
+    cfg.average, cfg.blocking = config.average, bool(config.blocking)
+    cfg.ops = list(config.ops)
+    return stored
+
+
+def launch(run: LocalRun, *, extra_argv: Sequence[str] = ()) -> int:
     """Start the ranks and wait; returns the run's exit code, or raises RunFailed naming the rank."""
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -148,7 +235,9 @@ def launch(run: LocalRun) -> int:
         logs_specs=DefaultLogsSpecs(log_dir=log_dir),
     )
     try:
-        elastic_launch(config, entrypoint=sys.executable)("-m", "nccl_k8s.bench", *run.rank_argv)
+        elastic_launch(config, entrypoint=sys.executable)(
+            "-m", "nccl_k8s.bench", *run.rank_argv, *extra_argv
+        )
         return 0
     except ChildFailedError as exc:
         return int(_failure(exc))
@@ -160,8 +249,15 @@ def _failure(exc: object) -> int:
     """Exit codes 1 and 2 are verdicts the table already printed; anything else is a crash."""
     failures = getattr(exc, "failures", {})
     codes = {f.exitcode for f in failures.values()}
-    if codes and codes <= {1, 2} and not any(_message(f) for f in failures.values()):
-        return int(max(codes))
+    verdicts = codes & {1, 2}
+    # When one rank has exited with its verdict, the launcher stops the others with SIGTERM; a
+    # rank caught in its own exit that way is not a crash either.
+    if (
+        verdicts
+        and codes <= verdicts | {-signal.SIGTERM}
+        and not any(_message(f) for f in failures.values())
+    ):
+        return int(max(verdicts))
     # A rank that dies takes its peers' connections with it; name the cause, not the echoes.
     rank, failure = min(
         failures.items(), key=lambda kv: (_secondary(_message(kv[1])), kv[1].timestamp, kv[0])
@@ -208,8 +304,21 @@ def _message(failure: object) -> str:
     if isinstance(data, dict):
         inner = data.get("message", data)
         text = str(inner.get("message", "")) if isinstance(inner, dict) else str(inner)
+        # torch fills in "<NONE>" when the rank wrote no error file: it exited, it did not raise.
+        if text.strip() == "<NONE>":
+            return ""
         return text.strip().splitlines()[-1] if text.strip() else ""
     return ""
 
 
-__all__ = ["DEFAULT_CPU_RANKS", "LocalRun", "launch", "prepare", "run_parser"]
+__all__ = [
+    "DEFAULT_CPU_RANKS",
+    "LocalOutcome",
+    "LocalRun",
+    "launch",
+    "prepare",
+    "results_from_json",
+    "run_and_save",
+    "run_parser",
+    "save_results",
+]

@@ -13,7 +13,7 @@ import secrets
 import time
 from pathlib import Path
 
-from nccl_k8s.errors import ResultsError
+from nccl_k8s.errors import ResultsError, UsageError
 from nccl_k8s.results.schema import Run, dump
 
 RESULTS_FILE = "results.json"
@@ -28,6 +28,24 @@ def runs_dir() -> Path:
 def new_run_id(prefix: str = "nccl") -> str:
     """A fresh id like the deployer's (spec.generate_run_id): nccl-20261203-045501-3fa2, UTC."""
     return f"{prefix}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{secrets.token_hex(2)}"
+
+
+def check_new_run_id(run_id: str, *, base: Path | None = None) -> str:
+    """A user-chosen id for a run about to be stored: well-formed, and not taken (a stored run is
+    evidence; a second run under its id would silently replace it)."""
+    if not _RUN_ID.match(run_id):
+        raise UsageError(
+            f"--run-id {run_id!r}: expected lower-case letters, digits, '-', '_' or '.', "
+            "starting and ending with a letter or digit, at most 63 characters",
+            key="run_id",
+        )
+    existing = results_path(run_id, base=base)
+    if existing.exists():
+        raise UsageError(
+            f"--run-id {run_id!r}: {existing} already exists: choose another id or remove it",
+            key="run_id",
+        )
+    return run_id
 
 
 def results_path(run_id: str, *, base: Path | None = None) -> Path:
@@ -64,4 +82,12 @@ def resolve(ref: str, *, base: Path | None = None) -> Path:
     raise ResultsError(f"{ref}: no such results file", path=ref)
 
 
-__all__ = ["RESULTS_FILE", "new_run_id", "resolve", "results_path", "runs_dir", "store_run"]
+__all__ = [
+    "RESULTS_FILE",
+    "check_new_run_id",
+    "new_run_id",
+    "resolve",
+    "results_path",
+    "runs_dir",
+    "store_run",
+]

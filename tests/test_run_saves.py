@@ -1,0 +1,109 @@
+"""`nccl-k8s run` stores its results: runs/<id>/results.json holds the rows the table printed."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nccl_k8s.errors import UsageError
+from nccl_k8s.launch import local
+from nccl_k8s.results import load, resolve
+
+ROW = re.compile(r"^\s+(\d+)\s+(\d+)\s+float\s+sum\s+-1\s+" + r"\s+".join([r"(\S+)"] * 8) + r"\s*$")
+
+
+def _run(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "NCCL_K8S_RUNS_DIR": str(cwd / "runs")}
+    return subprocess.run(
+        [sys.executable, "-m", "nccl_k8s.cli.main", "run", *args],
+        capture_output=True, text=True, timeout=240, env=env, cwd=cwd, check=False,
+    )  # fmt: skip
+
+
+@pytest.mark.slow
+def test_run_leaves_a_results_file_with_the_tables_rows(tmp_path: Path) -> None:
+    proc = _run(tmp_path, "--nproc", "2", "-b", "1K", "-e", "4K", "-f", "4", "-n", "2")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    said = re.findall(r"^# results: (\S+)$", proc.stderr, re.M)
+    assert len(said) == 1, proc.stderr
+    path = Path(said[0])
+    run_id = path.parent.name
+    assert path == tmp_path / "runs" / run_id / "results.json"
+    assert re.fullmatch(r"nccl-\d{8}-\d{6}-[0-9a-f]{4}", run_id)
+
+    run = load(resolve(run_id, base=tmp_path / "runs"))
+    assert run.meta.run_id == run_id and run.meta.source == "nccl-k8s"
+    assert (run.meta.world_size, run.meta.nodes, run.meta.backend) == (2, 1, "gloo")
+    assert run.meta.torch and run.meta.nccl_k8s
+    assert (run.meta.config.minbytes, run.meta.config.maxbytes, run.meta.config.iters) == (
+        1024,
+        4096,
+        2,
+    )
+    assert run.meta.config.ops == ["all_reduce"] and run.meta.config.dtype == "float"
+    assert not any(k.startswith("NCCL_K8S_") for k in run.meta.env)
+
+    printed = [m.groups() for line in proc.stdout.splitlines() if (m := ROW.match(line))]
+    assert len(printed) == 2  # 1K and 4K
+    stored = {(r.size_bytes, r.placement): r for r in run.rows}
+    assert len(stored) == len(run.rows) == 4
+    for size, count, *cells in printed:
+        for placement, (time_us, algbw, busbw, wrong) in (("out", cells[:4]), ("in", cells[4:])):
+            row = stored[(int(size), placement)]
+            assert row.count == int(count) and row.wrong == int(wrong)
+            # The table rounds; the file holds the unrounded numbers.
+            assert abs(row.time_us - float(time_us)) <= 0.006 * max(1.0, row.time_us / 1000)
+            assert abs(row.algbw - float(algbw)) <= 0.006
+            assert abs(row.busbw - float(busbw)) <= 0.006
+            assert row.time_us_min is not None and row.time_us_max is not None
+            assert row.time_us_min <= row.time_us <= row.time_us_max
+
+
+@pytest.mark.slow
+def test_a_failed_run_is_stored_too_under_its_id_with_the_users_json(tmp_path: Path) -> None:
+    """A --min-busbw miss fails the run (exit 1, no crash report) and its results are kept."""
+    user_json = tmp_path / "mine.json"
+    args = ["--nproc", "2", "-b", "1K", "-e", "1K", "-n", "2", "--min-busbw", "1000"]
+    proc = _run(tmp_path, *args, "--json", str(user_json), "--run-id", "floor-miss")
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "error:" not in proc.stderr  # a verdict the table printed, not a crashed rank
+    assert f"# results: {tmp_path / 'runs' / 'floor-miss' / 'results.json'}" in proc.stderr
+    run = load(tmp_path / "runs" / "floor-miss" / "results.json")
+    assert run.meta.run_id == "floor-miss" and run.meta.inputs == [str(user_json)]
+    assert user_json.is_file() and len(run.rows) == 2
+    assert run.summaries and run.summaries[0].avg_busbw is not None
+
+
+def test_run_id_and_no_save_flags() -> None:
+    pytest.importorskip("torch")
+    named = local.prepare(["--nproc", "2", "--run-id", "my-run.1", "-b", "1K"])
+    assert named.run_id == "my-run.1"
+    assert "--run-id" not in named.rank_argv and "my-run.1" not in named.rank_argv
+    unsaved = local.prepare(["--no-save", "-b", "1K"])
+    assert unsaved.run_id is None and "--no-save" not in unsaved.rank_argv
+    fresh = local.prepare(["-b", "1K"])
+    assert fresh.run_id is not None and fresh.run_id.startswith("nccl-")
+
+    with pytest.raises(UsageError, match="--run-id 'My Run'"):
+        local.prepare(["--run-id", "My Run"])
+    with pytest.raises(UsageError, match="cannot go with --no-save"):
+        local.prepare(["--run-id", "x", "--no-save"])
+
+
+def test_an_existing_run_id_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("torch")
+    monkeypatch.setenv("NCCL_K8S_RUNS_DIR", str(tmp_path))
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "results.json").write_text("{}")
+    with pytest.raises(UsageError, match="already exists"):
+        local.prepare(["--run-id", "taken"])
+
+
+def test_help_names_the_new_flags() -> None:
+    text = local.run_parser().format_help()
+    assert "--run-id ID" in text and "--no-save" in text and "NCCL_K8S_RUNS_DIR" in text
