@@ -96,6 +96,18 @@ def test_kubectl_apply_get_describe_and_delete(kubectl: Kubectl, namespace: str)
     assert "configmap/settings created" in out and "pod/parked created" in out
     again = kubectl("apply", "--validate=false", "-n", namespace, "-f", "-", input=manifest)
     assert "configmap/settings unchanged" in again.stdout
+    # --dry-run=server shows the result and stores nothing, for new and existing objects.
+    changed = json.dumps(cm("settings", {"app": "demo"}, size="16"))
+    dry = kubectl(
+        "apply", "--server-side", "--force-conflicts", "--validate=false", "--dry-run=server",
+        "-n", namespace,
+        "-f", "-", "-o", "jsonpath={.data.size}", input=changed,
+    )  # fmt: skip
+    assert dry.stdout == "16"
+    kubectl("create", "configmap", "dry", "-n", namespace, "--dry-run=server", "--from-literal=a=1")
+    stored = kubectl("get", "cm", "-n", namespace, "-o", "jsonpath={.items[*].data.size}").stdout
+    assert stored == "8"
+    assert kubectl("get", "cm", "dry", "-n", namespace, check=False).returncode == 1
     pods = kubectl("get", "pods", "-n", namespace).stdout
     assert "parked" in pods and "Pending" in pods and "0/2" in pods
     described = kubectl("describe", "pod", "parked", "-n", namespace).stdout
@@ -185,6 +197,27 @@ def test_kubectl_job_logs_wait_and_cascading_delete(
     kubectl("delete", "job", "bench", "-n", namespace)
     left = kubectl("get", "pods", "-l", "job-name=bench", "-n", namespace, "-o", "name").stdout
     assert left == ""
+
+
+def test_kubectl_create_sends_protobuf_that_the_server_decodes(
+    kubectl: Kubectl, namespace: str
+) -> None:
+    kubectl("create", "configmap", "c", "-n", namespace, "--from-literal=a=b")
+    kubectl("create", "secret", "generic", "s", "-n", namespace, "--from-literal=pw=x")
+    kubectl("create", "serviceaccount", "robot", "-n", namespace)
+    got = json.loads(kubectl("get", "cm,secret,sa", "-n", namespace, "-o", "json").stdout)
+    by_kind = {i["kind"]: i for i in got["items"]}
+    assert by_kind["ConfigMap"]["data"] == {"a": "b"}
+    assert by_kind["Secret"]["data"] == {"pw": "eA=="} and by_kind["Secret"]["type"] == "Opaque"
+    assert by_kind["ServiceAccount"]["metadata"]["name"] == "robot"
+    assert "generateName" not in by_kind["ConfigMap"]["metadata"]
+    ns = f"{namespace}-x"
+    kubectl("create", "namespace", ns)
+    assert kubectl("get", "ns", ns, "-o", "name").stdout.strip() == f"namespace/{ns}"
+    kubectl("delete", "namespace", ns)
+    # Kinds without a decoder say what to do instead.
+    job = kubectl("create", "job", "j", "--image=busybox", "-n", namespace, check=False)
+    assert job.returncode == 1 and "kubectl apply" in job.stderr
 
 
 # ---- create, get, list, selectors --------------------------------------------------------------

@@ -28,10 +28,10 @@ from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
 import yaml
-from tests.cluster import errors, patch, tables
+from tests.cluster import errors, patch, protobuf, tables
 from tests.cluster.errors import ApiError
 from tests.cluster.faults import Faults
-from tests.cluster.store import RESOURCES, ResourceInfo, Store, now_rfc3339
+from tests.cluster.store import RESOURCES, ResourceInfo, Store, clone, now_rfc3339
 
 log = logging.getLogger(__name__)
 
@@ -432,6 +432,15 @@ class APIServer:
         if not body:
             raise errors.bad_request("the request body is empty")
         ctype = h.headers.get("Content-Type", "application/json").split(";")[0].strip()
+        if "protobuf" in ctype:
+            return protobuf.decode(body)
+        if "cbor" in ctype:
+            raise ApiError(
+                415,
+                "UnsupportedMediaType",
+                "the body of the request was in an unknown format - accepted media types "
+                "include: application/json, application/yaml, application/vnd.kubernetes.protobuf",
+            )
         try:
             obj = yaml.safe_load(body.decode()) if "yaml" in ctype else json.loads(body)
         except (ValueError, yaml.YAMLError) as e:
@@ -488,7 +497,20 @@ class APIServer:
         manager = q.get("fieldManager", "")
         assert route.name is not None
         if route.sub == "status":
-            out = self.store.update(ri.plural, obj, subresource="status")
+
+            def put_status(current: Obj) -> None:
+                rv = obj["metadata"].get("resourceVersion")
+                if rv and rv != current["metadata"]["resourceVersion"]:
+                    raise errors.conflict(
+                        ri.plural,
+                        route.name or "",
+                        "the object has been modified; please apply your changes to the "
+                        "latest version and try again",
+                        ri.group,
+                    )
+                current["status"] = obj.get("status", {})
+
+            out = self._mutate(q, route, put_status, subresource="status")
         else:
             sub_status = "status" in ri.subresources
 
@@ -513,7 +535,7 @@ class APIServer:
                 current.clear()
                 current.update(new)
 
-            out = self.store.mutate(ri.plural, route.namespace, route.name, replace)
+            out = self._mutate(q, route, replace)
         self._send_obj(h, 200, out)
 
     def _patch(self, h: _Handler, route: _Route, q: dict[str, str], body: bytes) -> None:
@@ -574,13 +596,7 @@ class APIServer:
             current.clear()
             current.update(new)
 
-        out = self.store.mutate(
-            ri.plural,
-            route.namespace,
-            route.name,
-            mutate,
-            subresource="status" if status_only else None,
-        )
+        out = self._mutate(q, route, mutate, subresource="status" if status_only else None)
         self._send_obj(h, 200, out)
 
     def _apply(self, h: _Handler, route: _Route, q: dict[str, str], body: bytes) -> None:
@@ -604,6 +620,9 @@ class APIServer:
                 )
                 new.setdefault("apiVersion", ri.api_version)
                 new.setdefault("kind", ri.kind)
+                if q.get("dryRun"):
+                    self._send_obj(h, 201, new)
+                    return
                 try:
                     self._send_obj(h, 201, self.store.create(ri.plural, new))
                     return
@@ -621,19 +640,33 @@ class APIServer:
                 cur.clear()
                 cur.update(new)
 
-            self._send_obj(
-                h,
-                200,
-                self.store.mutate(
-                    ri.plural,
-                    route.namespace,
-                    route.name,
-                    mutate,
-                    subresource="status" if route.sub == "status" else None,
-                ),
-            )
+            status_only = route.sub == "status"
+            out = self._mutate(q, route, mutate, subresource="status" if status_only else None)
+            self._send_obj(h, 200, out)
             return
         raise ApiError(409, "Conflict", "apply raced with concurrent creates; try again")
+
+    def _mutate(
+        self,
+        q: dict[str, str],
+        route: _Route,
+        fn: Callable[[Obj], Any],
+        *,
+        subresource: str | None = None,
+    ) -> Obj:
+        """store.mutate, or with ?dryRun=All the object the write would produce, unsaved."""
+        assert route.name is not None
+        if not q.get("dryRun"):
+            return self.store.mutate(
+                route.ri.plural, route.namespace, route.name, fn, subresource=subresource
+            )
+        current = self.store.get(route.ri.plural, route.namespace, route.name)
+        new = clone(current)
+        fn(new)
+        if subresource == "status":
+            current["status"] = new.get("status", {})
+            return current
+        return new
 
     @staticmethod
     def _body_yaml(body: bytes) -> Any:
@@ -663,6 +696,9 @@ class APIServer:
         ri = route.ri
         assert route.name is not None
         propagation, grace = self._delete_options(h, q, body)
+        if q.get("dryRun"):
+            self._send_obj(h, 200, self.store.get(ri.plural, route.namespace, route.name))
+            return
         out = self.store.delete(
             ri.plural, route.namespace, route.name, propagation=propagation, grace_period_s=grace
         )
@@ -700,7 +736,7 @@ class APIServer:
             field_selector=q.get("fieldSelector") or None,
         )
         out = []
-        for item in items:
+        for item in [] if q.get("dryRun") else items:
             meta = item["metadata"]
             try:
                 out.append(
@@ -721,7 +757,7 @@ class APIServer:
                 "kind": f"{ri.kind}List",
                 "apiVersion": ri.api_version,
                 "metadata": {"resourceVersion": self.store.resource_version},
-                "items": out,
+                "items": items if q.get("dryRun") else out,
             },
         )
 
@@ -780,8 +816,7 @@ class APIServer:
                 )
             current.setdefault("spec", {})["replicas"] = replicas
 
-        out = self.store.mutate(ri.plural, route.namespace, route.name, edit)
-        h.send_json(200, view(out))
+        h.send_json(200, view(self._mutate({}, route, edit)))
 
     # ---- logs ------------------------------------------------------------------------------
 

@@ -1058,5 +1058,7 @@ def _default(ri: ResourceInfo, obj: Obj) -> None:
         spec.setdefault("updateStrategy", {"type": "RollingUpdate"})
         spec.setdefault("revisionHistoryLimit", 10)
         obj.setdefault("status", {"replicas": 0, "availableReplicas": 0})
+    elif ri.plural == "secrets":
+        obj["type"] = obj.get("type") or "Opaque"
     elif ri.plural == "persistentvolumeclaims":
         obj.setdefault("status", {"phase": "Bound"})
