@@ -1143,3 +1143,30 @@ def test_pod_active_deadline_fails_the_pod(cluster: Cluster, ns: str) -> None:
     )
     assert status["reason"] == "DeadlineExceeded"
     assert status["message"] == "Pod was active on the node longer than the specified deadline"
+
+
+def test_processes_that_left_the_container_session_die_with_it(cluster: Cluster, ns: str) -> None:
+    """torchrun starts its workers in sessions of their own: killing the container's process
+    group misses them, yet on a real node they die with the container's cgroup."""
+    marker = f"orphan-{uuid.uuid4().hex}"
+    spawn = (
+        "import subprocess, sys, time\n"
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)', sys.argv[1]],\n"
+        "                 start_new_session=True)\n"
+        "print('spawned', flush=True)\n"
+        "if sys.argv[2] == 'wait': time.sleep(300)\n"
+    )
+    done = pod_manifest("done", ns, spawn, container={"args": [marker + "-done", "exit"]})
+    cluster.store.create("pods", done)
+    wait_for("done succeeded", lambda: phase(cluster, ns, "done") == "Succeeded")
+    wait_for("its orphan killed", lambda: not processes_with(marker + "-done"))
+
+    again = pod_manifest(
+        "again", ns, spawn, restartPolicy="Always", container={"args": [marker + "-again", "wait"]}
+    )
+    cluster.store.create("pods", again)
+    first = wait_for("first orphan", lambda: processes_with(marker + "-again"))
+    cluster.faults.kubelet.kill_pod(ns, "again")
+    wait_for("restarted", lambda: container_state(cluster, ns, "again")["restartCount"] == 1)
+    second = wait_for("second run's orphan", lambda: processes_with(marker + "-again"))
+    assert not set(first) & set(second), "the first run's orphan died with its container"

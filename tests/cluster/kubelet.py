@@ -97,6 +97,8 @@ _POD_RANGE_BASE = 16  # third octet of node 0's pod range
 _GPU = "nvidia.com/gpu"
 _XATTR = "user.nccl-k8s.mountpoint"  # on host paths a kubelet created as mount points
 _HOLD = ".nccl-k8s-hold-"  # one per pod using such a mount point
+# In every container's environment, so what a container leaves behind can be found and killed.
+_MARKER = "NCCL_K8S_TEST_CONTAINER"
 
 
 class StoreLike(Protocol):
@@ -168,6 +170,7 @@ class _Pod:
     sandbox_pidfd: int | None = None
     sandbox_ready: bool = False
     sandbox_out: bytes = b""
+    ns_inode: int = 0  # the sandbox's mount namespace, valid while the sandbox lives
     mountpoints: list[Path] = field(default_factory=list)
     phase: str = "Pending"
     reason: str | None = None
@@ -247,6 +250,8 @@ class Kubelet:
         self._hosts_dirty = False
         self._hosts_due = 0.0
         self._dns: dict[str, list[tuple[str, list[str], list[str]]]] = {}
+        self._sweeps: list[tuple[int, subprocess.Popen[bytes]]] = []
+        self._sweep_timer: int | None = None
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._stopped = False
@@ -277,6 +282,7 @@ class Kubelet:
         if self._thread is not None:
             self._thread.join(timeout=30)
         with self._lock:
+            self._sweep()  # ended pods whose namespaces still wait for their sweep
             procs: list[subprocess.Popen[bytes]] = []
             for pod in self._pods.values():
                 for c in pod.containers:
@@ -1031,6 +1037,8 @@ class Kubelet:
             pod.sandbox_out += chunk
             if b"ready" in pod.sandbox_out and not pod.sandbox_ready:
                 pod.sandbox_ready = True
+                with contextlib.suppress(OSError):
+                    pod.ns_inode = os.stat(f"/proc/{proc.pid}/ns/mnt").st_ino
                 self._start_next(pod)
             return
         self._sel.unregister(proc.stdout)
@@ -1094,6 +1102,7 @@ class Kubelet:
         argv += [_expand(a, env) for a in (c.spec.get("args") or [])]
         if not argv:
             argv = ["sleep", "infinity"]
+        env[_MARKER] = f"{pod.uid}/{c.name}/{c.attempts}"
         if c.attempts > 0:
             c.restart_count += 1
         log_file = _log_file(pod, c, c.attempts)
@@ -1188,6 +1197,7 @@ class Kubelet:
         restart = policy == "Always" or (policy == "OnFailure" and code != 0)
         if c.init and code == 0:
             c.done = True
+            self._sweep_container(pod, c)
             self._start_next(pod)
             return
         if c.init and policy == "Never":
@@ -1195,6 +1205,7 @@ class Kubelet:
             self._pod_done(pod)
             return
         if restart:
+            self._sweep_container(pod, c)
             delay = min(
                 self._max_restart_backoff_s,
                 self._restart_backoff_s * (2 ** min(c.restart_count, 16)),
@@ -1222,6 +1233,7 @@ class Kubelet:
         if all(x.done for x in pod.containers if not x.init):
             self._pod_done(pod)
         else:
+            self._sweep_container(pod, c)
             self._write_status(pod)
 
     def _pod_done(self, pod: _Pod) -> None:
@@ -1286,10 +1298,19 @@ class Kubelet:
                 _killpg(c.proc.pid, signal.SIGKILL)
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     c.proc.wait(timeout=5)
-        if pod.sandbox is not None and pod.sandbox.returncode is None:
-            _killpg(pod.sandbox.pid, signal.SIGKILL)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                pod.sandbox.wait(timeout=5)
+        sb = pod.sandbox
+        if sb is not None and sb.returncode is None:
+            if pod.ns_inode:
+                # Processes that left the container's process group (torchrun's workers start
+                # their own sessions) still live in the pod's namespace: a sweep kills them
+                # before the sandbox, while the namespace's inode is still surely ours.
+                self._sweeps.append((pod.ns_inode, sb))
+                if self._sweep_timer is None:
+                    self._sweep_timer = self._timer(0.02, self._sweep)
+            else:
+                _killpg(sb.pid, signal.SIGKILL)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    sb.wait(timeout=5)
         self._close_fds(pod)
         self._release_mountpoints(pod)
         node = self._nodes.get(pod.node)
@@ -1298,6 +1319,42 @@ class Kubelet:
                 node.free_gpus |= {g for g in c.gpu_ids if g < node.gpus}
                 c.gpu_ids = []
         self._release_ip(pod)
+
+    def _sweep(self) -> None:
+        """Kill everything left in ended pods' namespaces, then their sandboxes: one /proc scan
+        for every pod that ended since the last sweep, so 1,024 pods ending cost a few scans."""
+        self._sweep_timer = None
+        batch, self._sweeps = self._sweeps, []
+        if not batch:
+            return
+        sandboxes = {sb.pid for _, sb in batch}
+        for pid in _namespace_members({ino for ino, _ in batch}):
+            if pid not in sandboxes:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+        for _, sb in batch:
+            _killpg(sb.pid, signal.SIGKILL)
+        for _, sb in batch:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                sb.wait(timeout=5)
+
+    def _sweep_container(self, pod: _Pod, c: _Container) -> None:
+        """Kill what a container that just ended left behind when its pod goes on (a restart, or
+        other containers still running): processes carrying that run's marker in their
+        environment, which children inherit even when they start their own session."""
+        if not pod.ns_inode or pod.sandbox is None or pod.sandbox.returncode is not None:
+            return
+        marker = f"{_MARKER}={pod.uid}/{c.name}/{c.attempts - 1}".encode()
+        for pid in _namespace_members({pod.ns_inode}):
+            if pid == pod.sandbox.pid:
+                continue
+            try:
+                environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if marker in environ:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
 
     def _close_fds(self, pod: _Pod) -> None:
         for c in pod.containers:
@@ -1701,12 +1758,12 @@ def _prune(target: Path) -> None:
         cur = cur.parent
 
 
-def _kill_namespace_members(namespaces: set[int]) -> None:
-    """SIGKILL every process living in one of our pods' mount namespaces, including children
-    that left their container's process group (a daemonising script)."""
+def _namespace_members(namespaces: set[int]) -> list[int]:
+    """PIDs living in one of these mount namespaces (inodes of namespaces we hold open)."""
     if not namespaces:
-        return
+        return []
     me = os.getpid()
+    found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == me:
             continue
@@ -1715,8 +1772,16 @@ def _kill_namespace_members(namespaces: set[int]) -> None:
         except OSError:
             continue
         if ino in namespaces:
-            with contextlib.suppress(OSError):
-                os.kill(int(entry), signal.SIGKILL)
+            found.append(int(entry))
+    return found
+
+
+def _kill_namespace_members(namespaces: set[int]) -> None:
+    """SIGKILL every process living in one of our pods' mount namespaces, including children
+    that left their container's process group (torchrun's workers, a daemonising script)."""
+    for pid in _namespace_members(namespaces):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
 
 
 __all__ = ["Kubelet"]
