@@ -638,6 +638,19 @@ def test_fail_requests_can_target_one_method(api: Api, cluster: Cluster, namespa
     assert api.post(base, cm("first"))[0] == 201
 
 
+def test_fault_control_endpoint_for_clusters_run_by_hand(api: Api, namespace: str) -> None:
+    base = f"/api/v1/namespaces/{namespace}/configmaps"
+    rule = {"pathRegex": f"/namespaces/{namespace}/", "status": 403, "count": 1}
+    assert api.post("/_test/faults/requests", rule) == (200, {"pending": 1})
+    code, body = api.get(base)
+    assert (code, body["reason"]) == (403, "Forbidden")
+    assert api.get(base)[0] == 200
+    assert api.post("/_test/faults/requests", {"status": 500})[0] == 400  # no pathRegex
+    api.post("/_test/faults/requests", rule)
+    assert api.request("DELETE", "/_test/faults/requests") == (200, {"pending": 0})
+    assert api.get(base)[0] == 200
+
+
 # ---- several clusters, standalone --------------------------------------------------------------
 
 

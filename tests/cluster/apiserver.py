@@ -226,7 +226,8 @@ class APIServer:
         body = h.read_body()
         self.requests += 1
         try:
-            fault = self.faults.take(method, path)
+            # The control endpoint itself is never failed, so a broad rule can be cleared.
+            fault = None if path.startswith("/_test/") else self.faults.take(method, path)
             if fault is not None:
                 raise fault
             self._dispatch(h, method, path, q, body)
@@ -246,6 +247,9 @@ class APIServer:
             if static is not None:
                 h.send_json(200, static)
                 return
+        if path.startswith("/_test/faults/"):
+            self._fault_endpoint(h, method, path, body)
+            return
         if path.startswith("/openapi") or path.startswith("/swagger"):
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         route = _parse_route(path)
@@ -286,6 +290,41 @@ class APIServer:
                 self._delete(h, route, q, body)
         else:
             raise errors.method_not_allowed(f"method {method} not allowed")
+
+    def _fault_endpoint(self, h: _Handler, method: str, path: str, body: bytes) -> None:
+        """The control endpoint for a cluster run by hand (python -m tests.cluster):
+        POST /_test/faults/requests {"pathRegex", "status", "count", "method"}, DELETE to clear;
+        POST /_test/faults/kill-pod {"namespace", "pod"}; POST /_test/faults/node-ready
+        {"node", "ready"}; POST /_test/faults/scheduling-delay {"seconds"}."""
+        what = path.removeprefix("/_test/faults/")
+        if what == "requests" and method == "DELETE":
+            self.faults.clear()
+            h.send_json(200, {"pending": 0})
+            return
+        if method != "POST":
+            raise errors.method_not_allowed(f"{method} {path}: use POST")
+        try:
+            args = json.loads(body or b"{}")
+            if what == "requests":
+                self.faults.fail_requests(
+                    args["pathRegex"],
+                    int(args["status"]),
+                    int(args.get("count", 1)),
+                    args.get("method"),
+                )
+            elif what == "kill-pod":
+                self.faults.kill_pod(args.get("namespace", "default"), args["pod"])
+            elif what == "node-ready":
+                self.faults.set_node_ready(args["node"], bool(args["ready"]))
+            elif what == "scheduling-delay":
+                self.faults.delay_scheduling(float(args["seconds"]))
+            else:
+                raise ApiError(404, "NotFound", f"no fault endpoint {path}")
+        except (ValueError, KeyError, TypeError, re.error) as e:
+            raise errors.bad_request(f"{path}: {type(e).__name__}: {e}") from None
+        except RuntimeError as e:
+            raise ApiError(503, "ServiceUnavailable", str(e)) from None
+        h.send_json(200, {"pending": self.faults.pending()})
 
     def _static(self, path: str) -> Obj | None:
         if path == "/version":
