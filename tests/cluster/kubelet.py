@@ -20,7 +20,19 @@ of timers (grace periods, restart back-off, image-pull back-off). Store changes 
 
 Pods share the host's network stack (no network namespace): a pod's address exists (every
 127.0.0.0/8 address is the loopback's), servers bind to it, but a client's source address is
-127.0.0.1 unless it binds one. Its root filesystem is the host's too: write only under volumes.
+127.0.0.1 unless it binds one, and a server bound to 0.0.0.0:<port> takes that port for every pod
+of every cluster on the machine (tests running at once must not share fixed ports). The root
+filesystem is the host's too: write only under volumes; a volume mounted over /work hides the
+venv (PATH then falls back to the real interpreter, without the venv's packages). stdout goes to
+a file, so Python buffers it as it would buffer a container's pipe: flush or PYTHONUNBUFFERED=1.
+
+A container is all its processes, as a cgroup would make it: when it ends, what it left in the
+pod's namespace is killed too (torchrun's workers run in sessions of their own, which the process
+group misses). Every process starts under `setpriv --pdeathsig KILL`, so even a SIGKILLed test run
+takes its pods with it.
+
+Fault injection (also reachable as `cluster.faults`): kill_pod(ns, pod), set_node_ready(node, b),
+set_image_pull_fail_pattern(re); the scheduler has set_delay(s).
 
 Addresses: node `node-<i>` has 127.<k>.<i//250>.<i%250+1> (set by the Cluster); the pods of node i get
 127.<k>.<16+i>.<1..254>, so a pod's address tells its node. hostNetwork pods use the node's address.
