@@ -533,6 +533,26 @@ def test_delete_cascades_through_owner_references(
     assert names(api.get(base)[1]) == ["kept"]
 
 
+def test_namespace_terminates_once_its_contents_are_gone(api: Api, namespace: str) -> None:
+    ns = f"{namespace}-gone"
+    api.post("/api/v1/namespaces", {"metadata": {"name": ns}})
+    held = cm("held")
+    held["metadata"]["finalizers"] = ["example.com/hold"]
+    api.post(f"/api/v1/namespaces/{ns}/configmaps", held)
+    assert api.request("DELETE", f"/api/v1/namespaces/{ns}")[0] == 200
+    _, terminating = api.get(f"/api/v1/namespaces/{ns}")
+    assert terminating["status"]["phase"] == "Terminating"
+    code, body = api.post(f"/api/v1/namespaces/{ns}/configmaps", cm("late"))
+    assert (code, body["reason"]) == (403, "Forbidden") and "being terminated" in body["message"]
+    api.request(
+        "PATCH",
+        f"/api/v1/namespaces/{ns}/configmaps/held",
+        {"metadata": {"finalizers": None}},
+        content_type="application/merge-patch+json",
+    )
+    assert api.get(f"/api/v1/namespaces/{ns}")[0] == 404
+
+
 # ---- errors ------------------------------------------------------------------------------------
 
 

@@ -406,6 +406,7 @@ class Store:
     _owned: dict[str, set[tuple[str, tuple[str, str]]]] = field(default_factory=dict, repr=False)
     _event_keys: dict[tuple[str, ...], str] = field(default_factory=dict, repr=False)
     _by_uid: dict[str, tuple[str, tuple[str, str]]] = field(default_factory=dict, repr=False)
+    _ns_count: dict[str, int] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         for r in RESOURCES:
@@ -778,7 +779,11 @@ class Store:
         key = self._key(ri, meta.get("namespace"), meta["name"])
         self._objects[ri.plural][key] = new
         self._record("MODIFIED", ri.plural, current, new)
-        if meta.get("deletionTimestamp") and not meta.get("finalizers") and ri.plural != "pods":
+        if (
+            meta.get("deletionTimestamp")
+            and not meta.get("finalizers")
+            and ri.plural not in ("pods", "namespaces")
+        ):
             return self._remove(ri, key, "Background")
         return clone(new)
 
@@ -803,6 +808,8 @@ class Store:
         self._collect(uid, propagation)
         for ref in obj["metadata"].get("ownerReferences") or []:
             self._finish_foreground(ref.get("uid", ""))
+        if ri.namespaced:
+            self._finish_namespace(obj["metadata"].get("namespace", ""))
         return gone
 
     def _collect(self, uid: str, propagation: str) -> None:
@@ -834,6 +841,8 @@ class Store:
         stays, marked with the foregroundDeletion finalizer, until they are gone."""
         current = self._objects[ri.plural][key]
         meta = current["metadata"]
+        if ri.plural == "namespaces":
+            return self._terminate_namespace(key)
         if ri.plural == "pods" and self._graceful(current, None):
             grace = self._grace(current, None)
             new = clone(current)
@@ -857,6 +866,35 @@ class Store:
             self._finish_foreground(meta["uid"])
             return out
         return self._remove(ri, key, propagation)
+
+    def _terminate_namespace(self, key: tuple[str, str]) -> Obj:
+        """As the namespace controller: mark it Terminating, delete what it holds (bound pods
+        gracefully), and remove it once empty (lock held)."""
+        ns_ri = RESOURCES["namespaces"]
+        current = self._objects["namespaces"][key]
+        name = current["metadata"]["name"]
+        new = clone(current)
+        new["metadata"]["deletionTimestamp"] = now_rfc3339()
+        new["metadata"]["deletionGracePeriodSeconds"] = 0
+        new.setdefault("spec", {})["finalizers"] = ["kubernetes"]
+        new["status"] = {"phase": "Terminating"}
+        out = self._replace(ns_ri, current, new, None, force=True)
+        for plural, rinfo in RESOURCES.items():
+            if not rinfo.namespaced:
+                continue
+            for k in [k for k in self._objects[plural] if k[0] == name]:
+                obj = self._objects[plural].get(k)
+                if obj is not None and not obj["metadata"].get("deletionTimestamp"):
+                    self._delete_now_or_mark(rinfo, k, "Background")
+        self._finish_namespace(name)
+        return self._objects["namespaces"].get(key) or out
+
+    def _finish_namespace(self, name: str) -> None:
+        ns = self._objects["namespaces"].get(("", name))
+        if ns is None or not ns["metadata"].get("deletionTimestamp"):
+            return
+        if self._ns_count.get(name, 0) == 0:
+            self._remove(RESOURCES["namespaces"], ("", name), "Background")
 
     def _finish_foreground(self, uid: str) -> None:
         """Remove a foreground-deleting owner once its last dependent is gone (lock held)."""
@@ -896,6 +934,9 @@ class Store:
                 self._by_uid[meta["uid"]] = (resource, key)
             else:
                 self._by_uid.pop(meta["uid"], None)
+            if ri.namespaced:
+                ns = meta.get("namespace", "")
+                self._ns_count[ns] = self._ns_count.get(ns, 0) + (1 if add else -1)
             for ref in meta.get("ownerReferences") or []:
                 uid = ref.get("uid", "")
                 if add:
