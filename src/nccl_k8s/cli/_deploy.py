@@ -1,8 +1,10 @@
-"""`nccl-k8s render`: the objects a deploy would create, printed, nothing sent anywhere.
+"""`nccl-k8s render|deploy|status|logs|results|cleanup|list`: a run on Kubernetes.
 
-No logic here: the options become `build_run_spec` keywords, `render` makes the objects, `dump`
-formats them. Engine flags are everything the command does not know (or everything after `--`),
-passed to the engine's own parser through the spec.
+No logic here: the options become `build_run_spec` keywords (render, deploy) or client settings,
+one function of nccl_k8s.k8s.lifecycle does the work, and this module prints what it returns.
+Engine flags are everything the command does not know (or everything after `--`), passed to the
+engine's own parser through the spec. `render` sends nothing anywhere; the others follow
+kubectl's conventions: -n/--namespace, --context, --kubeconfig, $KUBECONFIG.
 
 `with_spec_options` gives any command (render here, deploy next) the same deploy options and
 hands it the validated RunSpec, so the commands cannot drift apart and `--help` lists exactly
@@ -18,9 +20,9 @@ from typing import Annotated, Any, Literal, TypeVar, cast
 
 import typer
 
-from nccl_k8s.cli._common import handle_errors, out
+from nccl_k8s.cli._common import err, handle_errors, out
 from nccl_k8s.errors import UsageError
-from nccl_k8s.spec import RunSpec, build_run_spec
+from nccl_k8s.spec import RunSpec, build_run_spec, parse_duration
 
 R = TypeVar("R")
 
@@ -327,7 +329,387 @@ def render_command(
 SPEC_CONTEXT_SETTINGS: dict[str, Any] = {"ignore_unknown_options": True, "allow_extra_args": True}
 
 
+# ---- the cluster commands ----------------------------------------------------------------
+
+_CLUSTER = "Cluster"
+Namespace = Annotated[
+    str | None,
+    typer.Option(
+        "--namespace",
+        "-n",
+        help="Namespace. [default: the kubeconfig context's]",
+        rich_help_panel=_CLUSTER,
+    ),
+]
+Context = Annotated[
+    str | None,
+    typer.Option("--context", help="Kubeconfig context to use.", rich_help_panel=_CLUSTER),
+]
+Kubeconfig = Annotated[
+    str | None,
+    typer.Option(
+        "--kubeconfig",
+        help="Kubeconfig file. [default: $KUBECONFIG, ~/.kube/config, in-cluster]",
+        rich_help_panel=_CLUSTER,
+    ),
+]
+RunId = Annotated[
+    str | None,
+    typer.Option("--run", help="Run id. [default: the latest run in the namespace]"),
+]
+Output = Annotated[str, typer.Option("--output", "-o", help="text or json.")]
+
+
+def _settings(kubeconfig: str | None, context: str | None) -> Any:
+    from nccl_k8s.k8s.client import ClientSettings
+
+    return ClientSettings(kubeconfig=kubeconfig, context=context)
+
+
+def _output(value: str) -> str:
+    if value not in ("text", "json"):
+        raise UsageError(f'--output "{value}": expected text or json', key="--output")
+    return value
+
+
+def _seconds(flag: str, value: str | None) -> float | None:
+    if value is None:
+        return None
+    seconds = parse_duration(flag, value)
+    if seconds < 1:
+        raise UsageError(f'{flag} "{value}": expected at least 1s', key=flag)
+    return float(seconds)
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    s = int(seconds)
+    if s < 120:
+        return f"{s}s"
+    if s < 7200:
+        return f"{s // 60}m"
+    if s < 172800:
+        return f"{s // 3600}h"
+    return f"{s // 86400}d"
+
+
+class _LiveSummary:
+    """deploy --wait's summary on stderr: a rich Live line on a terminal, else one line per
+    change of the counts (CI logs)."""
+
+    def __init__(self) -> None:
+        self._live: Any = None
+        self._last: tuple[Any, ...] | None = None
+
+    def _text(self, p: Any) -> str:
+        counts = ", ".join(f"{v} {k}" for k, v in p.counts.items())
+        note = f"; {p.note}" if p.note else ""
+        return f"run {p.run_id}: {counts} of {p.expected} pods ({p.elapsed_s:.0f}s){note}"
+
+    def __call__(self, p: Any) -> None:
+        from rich.live import Live
+        from rich.text import Text
+
+        if err.is_terminal:
+            if self._live is None:
+                self._live = Live(console=err, auto_refresh=False, transient=False)
+                self._live.start()
+            self._live.update(Text(self._text(p)), refresh=True)
+            return
+        key = (tuple(p.counts.items()), p.note)
+        if key != self._last:
+            self._last = key
+            err.print(self._text(p), markup=False, highlight=False)
+
+    def close(self) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+
+
+def deploy_command(
+    ctx: typer.Context,
+    spec: RunSpec,
+    wait: Annotated[
+        bool,
+        typer.Option(
+            "--wait/--no-wait",
+            help="Follow the run until it ends, with a live summary on stderr.",
+            rich_help_panel=_CLUSTER,
+        ),
+    ] = True,
+    timeout: Annotated[
+        str | None,
+        typer.Option(
+            "--timeout",
+            help="Give up waiting after this long (e.g. 30m); the run keeps going.",
+            show_default="the Job's --active-deadline",
+            rich_help_panel=_CLUSTER,
+        ),
+    ] = None,
+    schedule_timeout: Annotated[
+        str,
+        typer.Option(
+            "--schedule-timeout",
+            help="Fail when no scheduler has touched the pods after this long.",
+            rich_help_panel=_CLUSTER,
+        ),
+    ] = "60s",
+    create_namespace: Annotated[
+        bool,
+        typer.Option(
+            "--create-namespace",
+            help="Create the namespace when it does not exist.",
+            rich_help_panel=_CLUSTER,
+        ),
+    ] = False,
+    context: Context = None,
+    kubeconfig: Kubeconfig = None,
+) -> None:
+    """Deploy a run: apply the objects `render` prints, then follow it until it ends."""
+    from nccl_k8s.k8s import lifecycle
+
+    settings = lifecycle.WaitSettings(
+        timeout_s=_seconds("--timeout", timeout),
+        schedule_timeout_s=_seconds("--schedule-timeout", schedule_timeout) or 60.0,
+    )
+    client = _settings(kubeconfig, context)
+
+    def deployed(d: Any) -> None:
+        made = " (namespace created)" if d.created_namespace else ""
+        err.print(
+            f"deployed run {d.run_id} in namespace {d.namespace}{made}: {', '.join(d.objects)}",
+            markup=False,
+            highlight=False,
+        )
+
+    live = _LiveSummary()
+    try:
+        _, outcome = lifecycle.deploy(
+            spec,
+            client=client,
+            create_namespace=create_namespace,
+            wait=wait,
+            wait_settings=settings,
+            progress=live,
+            on_deployed=deployed,
+        )
+    finally:
+        live.close()
+    if outcome is None:
+        out.print(spec.run_id, markup=False)
+        return
+    verb = "succeeded" if outcome.phase == "Succeeded" else "is running"
+    err.print(
+        f"run {outcome.run_id} {verb} after {outcome.elapsed_s:.0f}s; next: nccl-k8s results "
+        f"--run {outcome.run_id} -n {outcome.namespace}",
+        markup=False,
+        highlight=False,
+    )
+    out.print(spec.run_id, markup=False)
+
+
+@handle_errors
+def status_command(
+    run: RunId = None,
+    output: Output = "text",
+    namespace: Namespace = None,
+    context: Context = None,
+    kubeconfig: Kubeconfig = None,
+) -> None:
+    """A run's phase and its pods: rank, pod, node, phase, restarts, age, reason."""
+    import json
+
+    from rich.markup import escape
+    from rich.table import Table
+
+    from nccl_k8s.k8s import lifecycle
+
+    fmt = _output(output)
+    st = lifecycle.status(run, client=_settings(kubeconfig, context), namespace=namespace)
+    if fmt == "json":
+        typer.echo(json.dumps(st.to_dict(), indent=1))
+        return
+    detail = f" ({st.detail})" if st.detail else ""
+    out.print(f"run {st.run_id} in {st.namespace}: {st.phase}{detail}", markup=False)
+    table = Table(show_edge=False, pad_edge=False, box=None)
+    for col in ("RANK", "POD", "NODE", "PHASE", "RESTARTS", "AGE", "REASON"):
+        table.add_column(col, no_wrap=col != "REASON")
+    for p in st.pods:
+        reason = p.message if p.problem else p.reason
+        table.add_row(
+            "-" if p.rank is None else str(p.rank),
+            p.name,
+            p.node or "-",
+            p.phase + (" (deleting)" if p.deleting else ""),
+            str(p.restarts),
+            _age(p.age_s()),
+            escape(reason or ""),
+        )
+    out.print(table)
+
+
+@handle_errors
+def list_command(
+    output: Output = "text",
+    namespace: Namespace = None,
+    context: Context = None,
+    kubeconfig: Kubeconfig = None,
+) -> None:
+    """The runs in the namespace, oldest first."""
+    import json
+
+    from rich.table import Table
+
+    from nccl_k8s.k8s import lifecycle
+
+    fmt = _output(output)
+    runs = lifecycle.list_runs(client=_settings(kubeconfig, context), namespace=namespace)
+    if fmt == "json":
+        typer.echo(json.dumps([r.to_dict() for r in runs], indent=1))
+        return
+    if not runs:
+        err.print("no nccl-k8s runs in this namespace", markup=False)
+        return
+    table = Table(show_edge=False, pad_edge=False, box=None)
+    for col in ("RUN", "WORKLOAD", "PHASE", "PODS", "CREATED"):
+        table.add_column(col, no_wrap=True)
+    for r in runs:
+        pods = ", ".join(f"{v} {k}" for k, v in r.pods.items() if v) or "-"
+        table.add_row(r.run_id, r.kind or "-", r.phase, pods, r.created or "-")
+    out.print(table)
+
+
+@handle_errors
+def logs_command(
+    run: RunId = None,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Stream the logs as they are written.")
+    ] = False,
+    rank: Annotated[int | None, typer.Option("--rank", help="Only this rank's pod.")] = None,
+    tail: Annotated[
+        int | None, typer.Option("--tail", help="Only the last N lines of each pod.")
+    ] = None,
+    namespace: Namespace = None,
+    context: Context = None,
+    kubeconfig: Kubeconfig = None,
+) -> None:
+    """Every pod's log, each line prefixed by its rank (`[rank 0] ...`)."""
+    from nccl_k8s.k8s import lifecycle
+
+    if tail is not None and tail < 0:
+        raise UsageError(f"--tail {tail}: expected a whole number >= 0", key="--tail")
+
+    def line(r: int | None, text: str) -> None:
+        out.file.write(f"[rank {'?' if r is None else r}] {text}\n")
+        out.file.flush()
+
+    lifecycle.logs(
+        run,
+        client=_settings(kubeconfig, context),
+        namespace=namespace,
+        rank=rank,
+        follow=follow,
+        tail=tail,
+        on_line=line,
+    )
+
+
+@handle_errors
+def results_command(
+    run: RunId = None,
+    output: Output = "text",
+    concurrency: Annotated[
+        int, typer.Option("--concurrency", help="Pods whose logs are fetched at once.")
+    ] = 64,
+    namespace: Namespace = None,
+    context: Context = None,
+    kubeconfig: Kubeconfig = None,
+) -> None:
+    """Collect the results from every pod into runs/<run-id>/ and print the nccl-tests table."""
+    import json
+
+    from rich.markup import escape
+
+    from nccl_k8s.k8s import lifecycle
+    from nccl_k8s.results.schema import to_dict
+
+    fmt = _output(output)
+    if concurrency < 1:
+        raise UsageError(f"--concurrency {concurrency}: expected >= 1", key="--concurrency")
+    got = lifecycle.collect(
+        run, client=_settings(kubeconfig, context), namespace=namespace, concurrency=concurrency
+    )
+    if fmt == "json":
+        typer.echo(json.dumps(to_dict(got.run), indent=1))
+    else:
+        for text in lifecycle.nccl_tests_table(got.run):
+            out.print(text, markup=False, highlight=False)
+    err.print(
+        f"run {got.run_id}: {len(got.run.rows)} rows from {got.pods} pods in "
+        f"{got.elapsed_s:.1f}s -> {got.results_path} (raw logs in {got.log_dir})",
+        markup=False,
+        highlight=False,
+    )
+    if got.diagnosis is not None:
+        styles = {"error": "red", "warning": "yellow", "info": "cyan"}
+        for f in got.diagnosis.findings:
+            style = styles.get(f.severity, "")
+            err.print(f"[{style}]{f.severity}[/{style}] {f.code}: {escape(f.message)}", markup=True)
+            if f.hint:
+                err.print(f"  hint: {f.hint}", markup=False)
+    bad = [r for r in got.run.rows if r.wrong]
+    if bad:
+        err.print(f"[red]wrong results[/red] in {len(bad)} rows", markup=True)
+        raise typer.Exit(1)
+
+
+@handle_errors
+def cleanup_command(
+    run: RunId = None,
+    all_runs: Annotated[
+        bool, typer.Option("--all", help="Every nccl-k8s run in the namespace.")
+    ] = False,
+    timeout: Annotated[
+        str, typer.Option("--timeout", help="How long to wait for the pods to be gone.")
+    ] = "2m",
+    namespace: Namespace = None,
+    context: Context = None,
+    kubeconfig: Kubeconfig = None,
+) -> None:
+    """Delete a run's objects (only those labelled by nccl-k8s) and wait until its pods are gone."""
+    from nccl_k8s.k8s import lifecycle
+
+    if all_runs and run is not None:
+        raise UsageError("--run and --all: give one of them", key="--all")
+    done = lifecycle.cleanup(
+        run,
+        client=_settings(kubeconfig, context),
+        namespace=namespace,
+        all_runs=all_runs,
+        timeout_s=_seconds("--timeout", timeout) or 120.0,
+    )
+    if not done.run_ids:
+        err.print(f"no nccl-k8s runs in namespace {done.namespace}", markup=False)
+        return
+    err.print(
+        f"deleted {', '.join(done.run_ids)} in {done.namespace} ({len(done.deleted)} objects, "
+        f"{done.elapsed_s:.1f}s); its pods are gone",
+        markup=False,
+        highlight=False,
+    )
+
+
 def register(app: typer.Typer) -> None:
     app.command("render", context_settings=SPEC_CONTEXT_SETTINGS)(
         handle_errors(with_spec_options(render_command))
     )
+    app.command("deploy", context_settings=SPEC_CONTEXT_SETTINGS)(
+        handle_errors(with_spec_options(deploy_command))
+    )
+    app.command("status")(status_command)
+    app.command("logs")(logs_command)
+    app.command("results")(results_command)
+    app.command("cleanup")(cleanup_command)
+    app.command("list")(list_command)

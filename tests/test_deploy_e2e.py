@@ -1,0 +1,527 @@
+"""Issue 4 end to end: `nccl-k8s deploy|status|logs|results|cleanup|list` against the local test
+cluster over real HTTP, with the gloo backend and "GPUs" as the nodes' fake resource.
+
+The pods run the real engine: the zipapp travels in the run's ConfigMap, is mounted at
+/opt/nccl-k8s and put on PYTHONPATH, and `torchrun` is the test venv's (the kubelet puts the test
+interpreter's directory first on PATH). Each test asserts what a user would look at: the exit
+code, the one line that names the rank, pod, node and reason, the objects left in the store.
+
+One cluster (4 nodes x 4 GPUs) serves the module; every test works in its own namespace.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.cluster.cluster import Cluster
+from typer.testing import CliRunner
+
+from nccl_k8s.cli.main import app
+from nccl_k8s.results.schema import load
+
+pytestmark = pytest.mark.slow
+
+GPUS_PER_NODE = 4
+MANAGED = "app.kubernetes.io/managed-by=nccl-k8s"
+#: The acceptance run: 2 pods x 2 ranks, every op, 1K..64K.
+ACCEPTANCE = [
+    "--world-size",
+    "4",
+    "--gpus-per-node",
+    "2",
+    "--backend",
+    "gloo",
+    "--ops",
+    "all",
+    "-b",
+    "1K",
+    "-e",
+    "64K",
+    "-c",
+    "1",
+    "-w",
+    "1",
+    "--",
+    "-n",
+    "2",
+]
+RESOURCES = ("configmaps", "services", "jobs", "statefulsets", "pods")
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    c = Cluster(nodes=4, gpus_per_node=GPUS_PER_NODE)
+    try:
+        c.start()
+        yield c
+    finally:
+        c.stop()
+
+
+@pytest.fixture
+def ns(cluster: Cluster) -> Iterator[str]:
+    name = f"e2e-{uuid.uuid4().hex[:6]}"
+    cluster.store.create("namespaces", {"metadata": {"name": name}})
+    try:
+        yield name
+    finally:
+        with contextlib.suppress(Exception):
+            cluster.store.delete("namespaces", None, name)
+
+
+@pytest.fixture(autouse=True)
+def runs_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    d = tmp_path / "runs"
+    monkeypatch.setenv("NCCL_K8S_RUNS_DIR", str(d))
+    return d
+
+
+def run_id() -> str:
+    return f"r-{uuid.uuid4().hex[:6]}"
+
+
+def cli(cluster: Cluster, *args: str) -> Any:
+    """`nccl-k8s ARGS` in this process (fast); result.output holds stdout and stderr."""
+    return CliRunner().invoke(app, [*args, "--kubeconfig", str(cluster.kubeconfig)])
+
+
+def cli_process(cluster: Cluster, runs: Path, *args: str) -> subprocess.Popen[str]:
+    """`nccl-k8s ARGS` as its own process, for runs that go on while the test acts."""
+    env = dict(cluster.kubectl_env(), NCCL_K8S_RUNS_DIR=str(runs))
+    return subprocess.Popen(
+        [sys.executable, "-c", "from nccl_k8s.cli.main import main; main()", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def labelled(cluster: Cluster, ns: str, selector: str = MANAGED) -> list[str]:
+    found = []
+    for res in RESOURCES:
+        items, _ = cluster.store.list(res, ns, label_selector=selector)
+        found += [f"{res}/{o['metadata']['name']}" for o in items]
+    return found
+
+
+def wait_for(what: str, fn: Callable[[], Any], timeout_s: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    last: Any = None
+    while time.monotonic() < deadline:
+        with contextlib.suppress(Exception):
+            last = fn()
+            if last:
+                return last
+        time.sleep(0.05)
+    pytest.fail(f"timed out after {timeout_s}s waiting for {what}; last: {last!r}")
+
+
+class Writes:
+    """Every create/update/delete the store commits in a namespace, seen by subscription."""
+
+    def __init__(self, cluster: Cluster, ns: str) -> None:
+        self.ns = ns
+        self.seen: list[tuple[str, str, str]] = []
+        self._lock = threading.Lock()
+        cluster.store.subscribe(self._on)
+
+    def _on(self, etype: str, resource: str, obj: dict[str, Any]) -> None:
+        meta = obj.get("metadata", {})
+        if meta.get("namespace") == self.ns or (
+            resource == "namespaces" and meta.get("name") == self.ns
+        ):
+            with self._lock:
+                self.seen.append((etype, resource, meta.get("name", "")))
+
+
+# ---- acceptance 1 ------------------------------------------------------------------------------
+
+
+def test_two_runs_at_once_then_results_status_logs_cleanup(
+    cluster: Cluster, ns: str, runs_dir: Path
+) -> None:
+    # A ConfigMap the user made beforehand must survive everything below.
+    cluster.store.create(
+        "configmaps", {"metadata": {"name": "users-own", "namespace": ns}, "data": {"k": "v"}}
+    )
+    a, b = run_id(), run_id()
+    procs = {
+        rid: cli_process(cluster, runs_dir, "deploy", "-n", ns, "--run-id", rid, *ACCEPTANCE)
+        for rid in (a, b)
+    }
+    outs = {}
+    for rid, proc in procs.items():
+        stdout, stderr = proc.communicate(timeout=240)
+        outs[rid] = (proc.returncode, stdout, stderr)
+    for rid, (rc, stdout, stderr) in outs.items():
+        assert rc == 0, stderr
+        assert stdout.strip() == rid
+        assert f"deployed run {rid} in namespace {ns}" in stderr
+        assert re.search(
+            rf"run {rid}: 0 Pending, 0 Running, 2 Succeeded, 0 Failed of 2 pods", stderr
+        )
+        assert f"run {rid} succeeded" in stderr
+
+    # results: both pods' logs collected concurrently, merged into one results file.
+    res = cli(cluster, "results", "-n", ns, "--run", a)
+    assert res.exit_code == 0, res.output
+    path = runs_dir / a / "results.json"
+    run = load(path)
+    assert run.meta.run_id == a and run.meta.world_size == 4 and run.meta.backend == "gloo"
+    ops = set(run.ops())
+    assert ops == {
+        "all_reduce",
+        "all_gather",
+        "reduce_scatter",
+        "broadcast",
+        "reduce",
+        "alltoall",
+        "sendrecv",
+        "gather",
+        "scatter",
+    }
+    assert all(r.wrong in (0, None) for r in run.rows)
+    assert any(r.wrong == 0 for r in run.rows)
+    logs = sorted(p.name for p in (runs_dir / a / "logs").iterdir())
+    assert len(logs) == 2 and logs[0].startswith("rank-0-") and logs[1].startswith("rank-1-")
+    # The nccl-tests table: a header per op and rows with #wrong 0.
+    assert "#wrong" in res.output and "# all_reduce" in res.output
+    assert re.search(r"^\s+1024\s+256\s+float\s+sum\s+-1\s.*\s0$", res.output, re.M)
+
+    js = cli(cluster, "results", "-n", ns, "--run", b, "-o", "json")
+    assert js.exit_code == 0, js.output
+    doc = json.loads(js.output[: js.output.rindex("}") + 1])
+    assert doc["meta"]["run_id"] == b and len(doc["rows"]) == len(run.rows)
+
+    # status: the run and both pods, Succeeded, each on its own node.
+    st = cli(cluster, "status", "-n", ns, "--run", a, "-o", "json")
+    assert st.exit_code == 0, st.output
+    status = json.loads(st.output)
+    assert status["phase"] == "Succeeded"
+    assert [p["rank"] for p in status["pods"]] == [0, 1]
+    assert all(p["phase"] == "Succeeded" for p in status["pods"])
+    assert len({p["node"] for p in status["pods"]}) == 2
+    text = cli(cluster, "status", "-n", ns, "--run", a)
+    assert f"run {a} in {ns}: Succeeded" in text.output
+    assert re.search(r"^1\s+" + a + r"-1-\S+\s+node-\d\s+Succeeded\s+0\s+\d+s", text.output, re.M)
+
+    # list: both runs; the default run is the latest.
+    listed = cli(cluster, "list", "-n", ns, "-o", "json")
+    assert {r["run_id"] for r in json.loads(listed.output)} == {a, b}
+
+    # logs: every line prefixed by its rank; --rank and --tail narrow it.
+    lg = cli(cluster, "logs", "-n", ns, "--run", a)
+    assert lg.exit_code == 0, lg.output
+    lines = lg.output.splitlines()
+    assert lines and all(re.match(r"\[rank [01]\] ", line) for line in lines)
+    assert any(line.startswith("[rank 0] NCCL_K8S_RESULT ") for line in lines)
+    assert any(line.startswith("[rank 1] ") for line in lines)
+    one = cli(cluster, "logs", "-n", ns, "--run", a, "--rank", "1", "--tail", "2")
+    assert one.exit_code == 0 and len(one.output.splitlines()) == 2
+    assert all(line.startswith("[rank 1] ") for line in one.output.splitlines())
+
+    # cleanup: one run at a time, nothing labelled left, the user's ConfigMap untouched.
+    before = cluster.store.get("configmaps", ns, "users-own")
+    c1 = cli(cluster, "cleanup", "-n", ns, "--run", a)
+    assert c1.exit_code == 0, c1.output
+    assert labelled(cluster, ns, f"app.kubernetes.io/instance={a}") == []
+    assert labelled(cluster, ns, f"app.kubernetes.io/instance={b}") != []
+    c2 = cli(cluster, "cleanup", "-n", ns, "--all")
+    assert c2.exit_code == 0, c2.output
+    assert labelled(cluster, ns) == []
+    after = cluster.store.get("configmaps", ns, "users-own")
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    assert after["data"] == {"k": "v"}
+    gone = cli(cluster, "status", "-n", ns)
+    assert gone.exit_code == 1 and f"no nccl-k8s runs in namespace {ns}" in gone.output
+
+
+# ---- acceptance 2: failures are named ------------------------------------------------------------
+
+
+def marked_zipapp(tmp_path: Path) -> bytes:
+    """The engine zipapp with one line added to its entry point, printing where it runs from:
+    proof that the pods run the ConfigMap's engine, not the package installed in the venv."""
+    import shutil
+
+    import nccl_k8s
+    from nccl_k8s.k8s.zipapp import build_zipapp
+
+    root = tmp_path / "pkg" / "nccl_k8s"
+    src = Path(nccl_k8s.__file__).parent
+    shutil.copytree(src / "bench", root / "bench", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(src / "__init__.py", root / "__init__.py")
+    main = root / "bench" / "__main__.py"
+    future = "from __future__ import annotations\n"
+    main.write_text(
+        main.read_text().replace(
+            future, future + 'print("engine-from", __file__, flush=True)  # test marker\n', 1
+        )
+    )
+    return build_zipapp(root)
+
+
+def test_pod_killed_mid_run_fails_the_run_naming_rank_pod_node(
+    cluster: Cluster, ns: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import nccl_k8s.k8s.manifests as manifests
+
+    marked = marked_zipapp(tmp_path)
+    monkeypatch.setattr(manifests, "engine_zipapp", lambda: marked)
+    rid = run_id()
+    killed: dict[str, Any] = {}
+
+    def log_of(rank: int) -> str:
+        for pod in cluster.store.list(
+            "pods", ns, label_selector=f"app.kubernetes.io/instance={rid}"
+        )[0]:
+            if pod["metadata"]["annotations"].get(
+                "batch.kubernetes.io/job-completion-index"
+            ) == str(rank):
+                path = cluster.kubelet.log_path(ns, pod["metadata"]["name"], "bench")
+                killed.setdefault(f"pod{rank}", pod)
+                return path.read_text() if path else ""
+        return ""
+
+    def killer() -> None:
+        # Mid-run: both ranks run the engine and rank 0 has started measuring (its table header).
+        with contextlib.suppress(BaseException):
+            wait_for("rank 1 engine started", lambda: "engine-from" in log_of(1), 120)
+            wait_for("rank 0 measuring", lambda: "# Using devices" in log_of(0), 120)
+            pod = killed["pod1"]
+            killed["at"] = time.monotonic()
+            cluster.faults.kill_pod(ns, pod["metadata"]["name"])
+
+    thread = threading.Thread(target=killer, daemon=True)
+    thread.start()
+    res = cli(
+        cluster,
+        "deploy",
+        "-n",
+        ns,
+        "--run-id",
+        rid,
+        "--world-size",
+        "4",
+        "--gpus-per-node",
+        "2",
+        "--backend",
+        "gloo",
+        "-b",
+        "1K",
+        "-e",
+        "1K",
+        "--duration",
+        "60",
+        "--timeout",
+        "90s",
+    )
+    ended = time.monotonic()
+    thread.join(5)
+    assert "at" in killed, res.output
+    assert res.exit_code == 1, res.output
+    pod = cluster.store.get("pods", ns, killed["pod1"]["metadata"]["name"])
+    node = pod["spec"]["nodeName"]
+    assert (
+        f"rank 1 (pod {pod['metadata']['name']}, node {node}): exit code 137 (SIGKILL)"
+        in res.output
+    )
+    assert ended - killed["at"] < 10, f"named {ended - killed['at']:.1f}s after the kill"
+    # The rank's last log lines follow, and show the engine came from the ConfigMap's zipapp.
+    assert "last 20 log lines of rank 1:" in res.output
+    assert "engine-from /opt/nccl-k8s/nccl_k8s.pyz/nccl_k8s/bench/__main__.py" in log_of(1)
+    st = cli(cluster, "status", "-n", ns, "--run", rid, "-o", "json")
+    assert json.loads(st.output)["phase"] == "Failed"
+    assert cli(cluster, "cleanup", "-n", ns).exit_code == 0
+    assert labelled(cluster, ns) == []
+
+
+def test_more_gpus_than_any_node_is_named_unschedulable(cluster: Cluster, ns: str) -> None:
+    rid = run_id()
+    start = time.monotonic()
+    res = cli(
+        cluster,
+        "deploy",
+        "-n",
+        ns,
+        "--run-id",
+        rid,
+        "--world-size",
+        "16",
+        "--gpus-per-node",
+        "8",
+        "--backend",
+        "gloo",
+    )
+    assert res.exit_code == 1, res.output
+    assert time.monotonic() - start < 10
+    error = res.output[res.output.index("error:") :]
+    assert f"run {rid} cannot be scheduled: rank 0 (pod {rid}-0-" in error
+    assert f"rank 1 (pod {rid}-1-" in error
+    # The scheduler's FailedScheduling message, word for word.
+    events = [
+        e for e in cluster.store.list("events", ns)[0] if e.get("reason") == "FailedScheduling"
+    ]
+    assert events and events[0]["message"] in error
+    assert "Insufficient nvidia.com/gpu" in error
+    st = cli(cluster, "status", "-n", ns, "-o", "json")
+    assert json.loads(st.output)["phase"] == "Unschedulable"
+
+
+def test_absent_scheduler_is_named_within_the_schedule_timeout(cluster: Cluster, ns: str) -> None:
+    rid = run_id()
+    start = time.monotonic()
+    res = cli(
+        cluster,
+        "deploy",
+        "-n",
+        ns,
+        "--run-id",
+        rid,
+        "--scheduler",
+        "hami-scheduler",
+        "--schedule-timeout",
+        "3s",
+        "--world-size",
+        "4",
+        "--gpus-per-node",
+        "2",
+        "--backend",
+        "gloo",
+    )
+    took = time.monotonic() - start
+    assert res.exit_code == 1, res.output
+    assert 3 <= took < 10, took
+    assert "no scheduler has picked up its 2 pod(s)" in res.output
+    assert "schedulerName hami-scheduler" in res.output
+    assert cli(cluster, "cleanup", "-n", ns, "--run", rid).exit_code == 0
+    assert labelled(cluster, ns) == []
+
+
+# ---- acceptance 3: invalid input creates nothing -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["--world-size", "6", "--gpus-per-node", "4"], "--world-size 6 --gpus-per-node 4"),
+        (["--world-size", "4", "--namespace", "Bad_Name"], '--namespace "Bad_Name"'),
+        (["--world-size", "4", "--env", "NOEQUALS"], '--env "NOEQUALS"'),
+        (["--world-size", "4", "--", "-b", "1Q"], "engine arguments"),
+        (["--world-size", "4", "--timeout", "soon"], '--timeout "soon"'),
+    ],
+)
+def test_invalid_input_is_one_line_exit_2_and_sends_nothing(
+    cluster: Cluster, ns: str, args: list[str], named: str
+) -> None:
+    assert cluster.apiserver is not None
+    writes = Writes(cluster, ns)
+    before = cluster.apiserver.requests
+    res = cli(cluster, "deploy", "-n", ns, "--gpus-per-node", "2", *args)
+    assert res.exit_code == 2, res.output
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and named in lines[0], lines
+    assert cluster.apiserver.requests == before  # not one request, let alone a create
+    assert writes.seen == []
+
+
+def test_missing_namespace_and_taken_run_id_are_refused_before_any_write(
+    cluster: Cluster, ns: str
+) -> None:
+    missing = f"nope-{uuid.uuid4().hex[:6]}"
+    res = cli(cluster, "deploy", "-n", missing, "--world-size", "2", "--gpus-per-node", "1")
+    assert res.exit_code == 2, res.output
+    assert (
+        f"namespace {missing} does not exist" in res.output and "--create-namespace" in res.output
+    )
+    with pytest.raises(Exception, match="not found"):
+        cluster.store.get("namespaces", None, missing)
+
+    # A run id in use: refused, and the existing run is not touched.
+    rid = run_id()
+    base = ["deploy", "-n", ns, "--run-id", rid, "--no-wait", "--scheduler", "nobody"]
+    first = cli(cluster, *base, "--world-size", "2", "--gpus-per-node", "1")
+    assert first.exit_code == 0, first.output
+    job = cluster.store.get("jobs", ns, rid)
+    writes = Writes(cluster, ns)
+    again = cli(cluster, *base, "--world-size", "4", "--gpus-per-node", "2")
+    assert again.exit_code == 1, again.output
+    assert f"run {rid} already exists in namespace {ns}: use --run-id or cleanup" in again.output
+    assert [w for w in writes.seen if w[1] != "events"] == []
+    assert (
+        cluster.store.get("jobs", ns, rid)["metadata"]["resourceVersion"]
+        == job["metadata"]["resourceVersion"]
+    )
+    # The ConfigMap and Service are owned by the Job, so deleting it cascades.
+    cm = cluster.store.get("configmaps", ns, f"{rid}-engine")
+    assert [r["uid"] for r in cm["metadata"]["ownerReferences"]] == [job["metadata"]["uid"]]
+    assert cli(cluster, "cleanup", "-n", ns, "--all").exit_code == 0
+    assert labelled(cluster, ns) == []
+
+
+# ---- the client's error translation ----------------------------------------------------------------
+
+
+def test_a_500_half_way_removes_what_the_deploy_created(cluster: Cluster, ns: str) -> None:
+    cluster.faults.fail_requests(rf"/namespaces/{ns}/jobs/", 500, method="PATCH")
+    rid = run_id()
+    res = cli(
+        cluster, "deploy", "-n", ns, "--run-id", rid, "--world-size", "2", "--gpus-per-node", "1"
+    )
+    assert res.exit_code == 1, res.output
+    assert f"{cluster.url} answered 500 to apply jobs '{rid}' in namespace {ns}" in res.output
+    assert "injected fault" in res.output
+    # The ConfigMap and Service it had applied are gone again.
+    assert labelled(cluster, ns) == []
+
+
+def test_403_409_and_a_dead_server_are_one_actionable_line(
+    cluster: Cluster, ns: str, tmp_path: Path
+) -> None:
+    cluster.faults.fail_requests(rf"/namespaces/{ns}/configmaps$", 403, method="GET")
+    res = cli(cluster, "list", "-n", ns)
+    assert res.exit_code == 1, res.output
+    assert (
+        f"forbidden: user 'nccl-k8s-test-{cluster.number}' may not list configmaps in "
+        f"namespace {ns} on {cluster.url}"
+    ) in res.output
+    assert len(res.output.strip().splitlines()) == 1
+    cluster.faults.clear()
+
+    # A 409 from server-side apply (another field manager owns the fields).
+    cluster.faults.fail_requests(rf"/namespaces/{ns}/configmaps/", 409, method="PATCH")
+    rid = run_id()
+    res = cli(
+        cluster, "deploy", "-n", ns, "--run-id", rid, "--world-size", "2", "--gpus-per-node", "1"
+    )
+    assert res.exit_code == 1, res.output
+    assert f"run {rid} already exists in namespace {ns}: use --run-id or cleanup" in res.output
+    assert labelled(cluster, ns) == []
+    cluster.faults.clear()
+
+    # Nobody listening: the server's URL is named.
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dead = tmp_path / "kubeconfig"
+    dead.write_text(cluster.kubeconfig.read_text().replace(cluster.url, f"http://127.0.0.1:{port}"))
+    res = CliRunner().invoke(app, ["status", "-n", ns, "--kubeconfig", str(dead)])
+    assert res.exit_code == 1, res.output
+    assert f"cannot reach the API server at http://127.0.0.1:{port} (" in res.output
+    # A kubeconfig that is not there is a usage error.
+    res = CliRunner().invoke(app, ["status", "--kubeconfig", str(tmp_path / "none")])
+    assert res.exit_code == 2 and "no such file" in res.output
