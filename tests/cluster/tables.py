@@ -43,12 +43,20 @@ def _pod(o: Obj) -> list[Any]:
     ready = sum(1 for c in cs if c.get("ready"))
     restarts = sum(int(c.get("restartCount", 0)) for c in cs)
     status = st.get("reason") or st.get("phase", "Unknown")
-    for c in cs:
+    # As kubectl's pod printer: the last container with a waiting or terminated state names it.
+    for c in reversed(cs):
         state = c.get("state") or {}
-        if state.get("waiting", {}).get("reason"):
-            status = state["waiting"]["reason"]
-        elif state.get("terminated", {}).get("reason") and status not in ("Succeeded",):
-            status = state["terminated"]["reason"]
+        waiting, term = state.get("waiting") or {}, state.get("terminated") or {}
+        if waiting.get("reason"):
+            status = waiting["reason"]
+            break
+        if term:
+            status = term.get("reason") or (
+                f"Signal:{term['signal']}"
+                if term.get("signal")
+                else f"ExitCode:{term.get('exitCode')}"
+            )
+            break
     if o["metadata"].get("deletionTimestamp"):
         status = "Terminating"
     return [
