@@ -1,0 +1,352 @@
+"""The watch state machine (k8s.watch.informer) and the run monitor on scripted event streams.
+
+No cluster: a scripted source plays lists and watch streams, including 410 Gone, dropped
+connections, quiet streams and bookmarks, and the tests assert what the informer asked for next
+(which resourceVersion), what it yielded, and what the monitor concluded (which rank it named).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from nccl_k8s.errors import Expired, RunFailed, Unreachable
+from nccl_k8s.k8s import lifecycle
+from nccl_k8s.k8s.watch import Update, WatchSettings, informer
+
+Obj = dict[str, Any]
+FAST = WatchSettings(inactivity_timeout_s=0.2, max_reconnects=2, reconnect_backoff_s=0.0)
+
+
+def obj(name: str, rv: int, **extra: Any) -> Obj:
+    return {"metadata": {"name": name, "resourceVersion": str(rv)}, **extra}
+
+
+class Script:
+    """A WatchSource playing scripted lists and streams; records every call."""
+
+    def __init__(self, lists: list[tuple[list[Obj], str]], streams: list[list[Any]]) -> None:
+        self.lists = lists
+        self.streams = streams
+        self.calls: list[str] = []
+
+    async def list(self) -> tuple[list[Obj], str]:
+        self.calls.append("list")
+        return self.lists.pop(0)
+
+    def watch(self, resource_version: str) -> AsyncIterator[tuple[str, Obj]]:
+        self.calls.append(f"watch@{resource_version}")
+        steps = self.streams.pop(0) if self.streams else [("hang", None)]
+        return self._play(steps)
+
+    async def _play(self, steps: list[Any]) -> AsyncIterator[tuple[str, Obj]]:
+        for step in steps:
+            if isinstance(step, BaseException):
+                raise step
+            if step[0] == "hang":
+                await asyncio.sleep(3600)
+            yield step
+
+
+async def take(source: Script, n: int, settings: WatchSettings = FAST) -> list[Update]:
+    out: list[Update] = []
+    gen = informer(source, settings, sleep=lambda s: asyncio.sleep(0))
+    try:
+        async for u in gen:
+            out.append(Update(u.type, u.obj, dict(u.objects)))
+            if len(out) == n:
+                break
+    finally:
+        await gen.aclose()
+    return out
+
+
+def names(u: Update) -> list[str]:
+    return sorted(u.objects)
+
+
+def test_list_then_watch_from_its_version_applies_events() -> None:
+    src = Script(
+        [([obj("a", 5)], "10")],
+        [
+            [
+                ("ADDED", obj("b", 11)),
+                ("BOOKMARK", obj("", 12)),
+                ("MODIFIED", obj("a", 13, status={"phase": "Running"})),
+                ("DELETED", obj("b", 14)),
+            ]
+        ],
+    )
+    ups = asyncio.run(take(src, 4))
+    assert [u.type for u in ups] == ["SYNCED", "ADDED", "MODIFIED", "DELETED"]
+    assert names(ups[0]) == ["a"] and names(ups[1]) == ["a", "b"] and names(ups[3]) == ["a"]
+    assert ups[2].objects["a"]["status"] == {"phase": "Running"}
+    assert src.calls == ["list", "watch@10"]
+
+
+def test_server_closing_the_stream_rewatches_from_the_last_version_bookmarks_included() -> None:
+    src = Script(
+        [([], "10")],
+        [[("ADDED", obj("a", 11)), ("BOOKMARK", obj("", 20))], [("ADDED", obj("b", 21))]],
+    )
+    ups = asyncio.run(take(src, 3))
+    assert [u.type for u in ups] == ["SYNCED", "ADDED", "ADDED"]
+    assert src.calls == ["list", "watch@10", "watch@20"]
+
+
+def test_410_gone_relists_and_the_relist_replaces_the_set() -> None:
+    src = Script(
+        [([obj("a", 5), obj("b", 6)], "10"), ([obj("b", 30), obj("c", 31)], "40")],
+        [[("ADDED", obj("x", 11)), Expired("too old")], [("MODIFIED", obj("c", 41))]],
+    )
+    ups = asyncio.run(take(src, 4))
+    assert [u.type for u in ups] == ["SYNCED", "ADDED", "SYNCED", "MODIFIED"]
+    # a and x were deleted while we were away: the relist's set has only b and c.
+    assert names(ups[2]) == ["b", "c"]
+    assert src.calls == ["list", "watch@10", "list", "watch@40"]
+
+
+def test_410_as_the_first_answer_of_a_watch_relists_too() -> None:
+    src = Script([([], "10"), ([obj("a", 50)], "50")], [[Expired("gone")], []])
+    ups = asyncio.run(take(src, 2))
+    assert [u.type for u in ups] == ["SYNCED", "SYNCED"] and names(ups[1]) == ["a"]
+    assert src.calls[:3] == ["list", "watch@10", "list"]
+
+
+def test_a_dropped_connection_resumes_from_the_last_seen_version() -> None:
+    src = Script(
+        [([], "10")],
+        [[("ADDED", obj("a", 11)), Unreachable("reset")], [("ADDED", obj("b", 12))]],
+    )
+    ups = asyncio.run(take(src, 3))
+    assert [u.type for u in ups] == ["SYNCED", "ADDED", "ADDED"]
+    assert src.calls == ["list", "watch@10", "watch@11"]  # no relist: nothing was lost
+
+
+def test_a_quiet_stream_is_reopened_after_the_inactivity_timeout() -> None:
+    src = Script(
+        [([], "10")], [[("ADDED", obj("a", 11)), ("hang", None)], [("ADDED", obj("b", 12))]]
+    )
+    ups = asyncio.run(take(src, 3))
+    assert [u.type for u in ups] == ["SYNCED", "ADDED", "ADDED"]
+    assert src.calls == ["list", "watch@10", "watch@11"]
+
+
+def test_a_server_that_keeps_dropping_us_is_reported_not_retried_forever() -> None:
+    src = Script([([], "10")], [[Unreachable("refused")]] * 5)
+    with pytest.raises(Unreachable, match="refused"):
+        asyncio.run(take(src, 10))
+    assert src.calls == ["list", "watch@10", "watch@10", "watch@10"]  # 1 + max_reconnects
+
+
+# ---- pods as the monitor reads them ------------------------------------------------------------
+
+
+def pod(
+    name: str, rank: int, *, phase: str = "Pending", node: str | None = None, **status: Any
+) -> Obj:
+    p: Obj = {
+        "metadata": {
+            "name": name,
+            "resourceVersion": "1",
+            "annotations": {"batch.kubernetes.io/job-completion-index": str(rank)},
+            "labels": {"app.kubernetes.io/instance": "r"},
+            "creationTimestamp": "2026-12-03T05:00:00Z",
+        },
+        "spec": {"schedulerName": "default-scheduler"},
+        "status": {"phase": phase, **status},
+    }
+    if node:
+        p["spec"]["nodeName"] = node
+    return p
+
+
+def terminated(code: int, reason: str = "Error") -> list[Obj]:
+    return [
+        {
+            "name": "bench",
+            "restartCount": 0,
+            "state": {"terminated": {"exitCode": code, "reason": reason, "finishedAt": "t1"}},
+        }
+    ]
+
+
+@pytest.mark.parametrize(
+    ("status", "reason", "words"),
+    [
+        (
+            {
+                "conditions": [
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": "Unschedulable",
+                        "message": "0/4 nodes are available: 4 Insufficient nvidia.com/gpu.",
+                    }
+                ]
+            },
+            "Unschedulable",
+            "0/4 nodes are available: 4 Insufficient nvidia.com/gpu.",
+        ),
+        (
+            {
+                "containerStatuses": [
+                    {
+                        "name": "bench",
+                        "state": {
+                            "waiting": {
+                                "reason": "ImagePullBackOff",
+                                "message": "Back-off pulling image",
+                            }
+                        },
+                    }
+                ]
+            },
+            "ImagePullBackOff",
+            "ImagePullBackOff: Back-off pulling image",
+        ),
+        (
+            {"containerStatuses": terminated(137, "OOMKilled")},
+            "OOMKilled",
+            "more memory than its limit",
+        ),
+        ({"containerStatuses": terminated(137)}, "Error", "exit code 137 (SIGKILL)"),
+        ({"containerStatuses": terminated(1)}, "Error", "exit code 1"),
+        (
+            {"phase": "Failed", "reason": "Evicted", "message": "low on memory"},
+            "Evicted",
+            "Evicted: low on memory",
+        ),
+    ],
+)
+def test_pod_problems_are_worded(status: Obj, reason: str, words: str) -> None:
+    problem = lifecycle.pod_problem(pod("p", 0, **status))
+    assert problem is not None and problem.reason == reason and words in problem.message
+
+
+def test_a_waiting_or_running_pod_has_no_problem() -> None:
+    creating = {
+        "containerStatuses": [
+            {"name": "bench", "state": {"waiting": {"reason": "ContainerCreating"}}}
+        ]
+    }
+    assert lifecycle.pod_problem(pod("p", 0, **creating)) is None
+    assert lifecycle.pod_problem(pod("p", 0, phase="Running", node="n")) is None
+    assert (
+        lifecycle.pod_problem(pod("p", 0, phase="Succeeded", containerStatuses=terminated(0)))
+        is None
+    )
+
+
+# ---- the monitor on scripted streams -----------------------------------------------------------
+
+
+class FakeKube:
+    """What lifecycle._wait asks of KubeClient, scripted per kind."""
+
+    server = "http://fake"
+
+    def __init__(self, scripts: dict[str, Script], logs: str = "") -> None:
+        self.scripts = scripts
+        self.log_text = logs
+
+    async def list(self, kind: str, **kw: Any) -> tuple[list[Obj], str]:
+        if kind == "Event":
+            return [], "1"
+        return await self.scripts[kind].list()
+
+    def watch(
+        self, kind: str, *, resource_version: str, **kw: Any
+    ) -> AsyncIterator[tuple[str, Obj]]:
+        return self.scripts[kind].watch(resource_version)
+
+    async def logs(self, name: str, **kw: Any) -> str:
+        return self.log_text
+
+
+def job(**status: Any) -> Obj:
+    return {
+        "kind": "Job",
+        "metadata": {"name": "r", "resourceVersion": "1"},
+        "spec": {"completions": 2, "backoffLimit": 0},
+        "status": status,
+    }
+
+
+def wait(kube: FakeKube, **settings: Any) -> lifecycle.WaitOutcome:
+    s = lifecycle.WaitSettings(watch=FAST, tick_s=0.05, failure_settle_s=0.0, **settings)
+    return asyncio.run(
+        lifecycle._wait(kube, "ns", "r", expected=2, settings=s, progress=None)  # type: ignore[arg-type]
+    )
+
+
+def test_monitor_names_the_rank_that_exited_with_its_last_log_lines_across_a_410() -> None:
+    running = [
+        pod("r-0-a", 0, phase="Running", node="n0"),
+        pod("r-1-b", 1, phase="Running", node="n1"),
+    ]
+    killed = pod("r-1-b", 1, phase="Failed", node="n1", containerStatuses=terminated(137))
+    killed["metadata"]["resourceVersion"] = "30"
+    pods = Script(
+        [(running[:1], "10"), (running, "20")],
+        [[Expired("compacted")], [("MODIFIED", killed)]],
+    )
+    jobs = Script([([job()], "10")], [])
+    sts = Script([([], "10")], [])
+    kube = FakeKube({"Pod": pods, "Job": jobs, "StatefulSet": sts}, logs="step 1\nKilled\n")
+    with pytest.raises(RunFailed) as info:
+        wait(kube)
+    msg = str(info.value)
+    assert "rank 1 (pod r-1-b, node n1): exit code 137 (SIGKILL)" in msg
+    assert "last 20 log lines of rank 1:\n  step 1\n  Killed" in msg
+    assert info.value.rank == 1 and info.value.pod == "r-1-b" and info.value.node == "n1"
+    assert pods.calls[:3] == ["list", "watch@10", "list"]
+
+
+def test_monitor_returns_when_the_job_completes_after_a_dropped_connection() -> None:
+    done = [
+        pod("r-0-a", 0, phase="Succeeded", node="n0"),
+        pod("r-1-b", 1, phase="Succeeded", node="n1"),
+    ]
+    complete = job(conditions=[{"type": "Complete", "status": "True"}])
+    complete["metadata"]["resourceVersion"] = "12"
+    pods = Script([(done, "10")], [])
+    jobs = Script([([job()], "10")], [[Unreachable("reset")], [("MODIFIED", complete)]])
+    kube = FakeKube({"Pod": pods, "Job": jobs, "StatefulSet": Script([([], "1")], [])})
+    out = wait(kube)
+    assert out.phase == "Succeeded" and [p.rank for p in out.pods] == [0, 1]
+    assert jobs.calls[:3] == ["list", "watch@10", "watch@10"]
+
+
+def test_monitor_says_no_scheduler_picked_the_pods_up() -> None:
+    waiting = [pod("r-0-a", 0), pod("r-1-b", 1)]
+    for p in waiting:
+        p["spec"]["schedulerName"] = "hami-scheduler"
+    kube = FakeKube(
+        {
+            "Pod": Script([(waiting, "10")], []),
+            "Job": Script([([job()], "10")], []),
+            "StatefulSet": Script([([], "1")], []),
+        }
+    )
+    with pytest.raises(
+        RunFailed, match=r"no scheduler has picked up its 2 pod.*schedulerName hami-scheduler"
+    ):
+        wait(kube, schedule_timeout_s=0.2)
+
+
+def test_monitor_gives_up_at_the_timeout_and_says_the_run_goes_on() -> None:
+    kube = FakeKube(
+        {
+            "Pod": Script([([pod("r-0-a", 0, phase="Running", node="n")], "10")], []),
+            "Job": Script([([job()], "10")], []),
+            "StatefulSet": Script([([], "1")], []),
+        }
+    )
+    with pytest.raises(
+        RunFailed, match=r"has not finished after 0.3s \(1 Running\); it keeps running"
+    ):
+        wait(kube, timeout_s=0.3)
