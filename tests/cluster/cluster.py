@@ -134,6 +134,11 @@ class Cluster:
 
     def _start(self) -> None:
         self.number, self._claim = _claim_number()
+        tmp = Path(tempfile.gettempdir())
+        for stale in tmp.glob(f"nccl-k8s-cluster-{self.number}-*"):
+            # Holding number k proves no live cluster owns these: left by a process killed
+            # before it could stop (SIGKILL, or SIGTERM in a script without a handler).
+            shutil.rmtree(stale, ignore_errors=True)
         self.workdir = Path(tempfile.mkdtemp(prefix=f"nccl-k8s-cluster-{self.number}-"))
         for i in range(self.nodes):
             self.store.create("nodes", self._node(i))
