@@ -192,7 +192,7 @@ class APIServer:
         if self._httpd is None:
             raise RuntimeError("APIServer is not started")
         host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{host!s}:{port}"
 
     def start(self) -> None:
         self._httpd = _Server((self._host, self._port), _Handler)
@@ -872,7 +872,7 @@ class APIServer:
                 "kubectl.kubernetes.io/default-container"
             )
             if default in names:
-                container = default
+                container = str(default)
             elif len(names) == 1:
                 container = names[0]
             else:
@@ -1064,7 +1064,7 @@ class _Handler(BaseHTTPRequestHandler):
             readable, _, _ = select.select([self.connection], [], [], 0)
             if not readable:
                 return False
-            return self.connection.recv(1, socket.MSG_PEEK) == b""
+            return bool(self.connection.recv(1, socket.MSG_PEEK) == b"")
         except OSError:
             return True
 

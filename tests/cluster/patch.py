@@ -386,7 +386,7 @@ def server_side_apply(
             entry["time"] = stamp
         managed.append(entry)
     new.setdefault("metadata", {})["managedFields"] = managed
-    return new
+    return new  # type: ignore[no-any-return]
 
 
 def conflict_error(conflicts: list[tuple[str, Path]], api_version: str) -> ApiError:

@@ -84,6 +84,7 @@ def _fields(buf: bytes) -> list[tuple[int, int, Any]]:
     while i < len(buf):
         key, i = _varint(buf, i)
         num, wire = key >> 3, key & 7
+        value: Any
         if wire == 0:
             value, i = _varint(buf, i)
         elif wire == 2:
