@@ -98,7 +98,8 @@ def cluster_factory() -> Iterator[Callable[..., Cluster]]:
 
 @pytest.fixture(scope="session")
 def cluster(cluster_factory: Callable[..., Cluster]) -> Cluster:
-    return cluster_factory(nodes=4, gpus_per_node=8)
+    # Images whose name contains "does-not-exist" fail with ErrImagePull, for doctor-style tests.
+    return cluster_factory(nodes=4, gpus_per_node=8, image_pull_fail_pattern="does-not-exist")
 
 
 @pytest.fixture
