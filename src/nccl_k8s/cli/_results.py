@@ -234,7 +234,8 @@ def report_command(
     runs: Annotated[
         list[str],
         typer.Argument(
-            help="Results files or run ids (runs/<id>/results.json), overlaid in order."
+            metavar="RUN",
+            help="Results files or run ids (runs/<id>/results.json), overlaid in order.",
         ),
     ],
     output: Annotated[
@@ -242,13 +243,17 @@ def report_command(
         typer.Option(
             "--output",
             "-o",
-            help="HTML page to write, images embedded. [default: report.html, unless --png alone]",
+            metavar="FILE",
+            help="HTML page to write, images embedded (default: report.html, "
+            "or none when --png is given alone).",
         ),
     ] = None,
     png: Annotated[
         Path | None,
         typer.Option(
-            "--png", help="Also (or, without -o, only) write each plot as DIR/<plot>.png."
+            "--png",
+            metavar="DIR",
+            help="Write each plot as DIR/<plot>.png too (alone, without -o).",
         ),
     ] = None,
 ) -> None:
