@@ -216,16 +216,17 @@ def _scaled(value: float, time_us: float, other_us: float | None) -> float:
 
 def _size_plot(
     series: Sequence[Series], op: str, *, metric: str, max_size: int | None = None
-) -> tuple[Figure, Axes, bool] | None:
-    """busbw or time against size, every run and placement; the figure, its axes and whether a
-    per-rank band was drawn. None when no run has a row to draw."""
+) -> tuple[Figure, Axes, str] | None:
+    """busbw or time against size, every run and placement; the figure, its axes and how the
+    per-rank range was drawn ("shaded", "bars" for single sizes, "" for none). None when no run
+    has a row to draw."""
     placements = _placements(series, op, max_size=max_size)
     if not placements:
         return None
     fig, ax = _new_figure(_legend_rows(series, placements))
     sizes: list[int] = []
     drawn: list[tuple[int, str]] = []
-    band = False
+    band = ""
     for i, s in enumerate(series):
         plotted = False
         for placement in placements:
@@ -235,7 +236,11 @@ def _size_plot(
             x = [r.size_bytes for r in rows]
             sizes += x
             y = [r.busbw if metric == "busbw" else r.time_us for r in rows]
-            ax.plot(x, y, **_line_style(i, len(series), placement))
+            style = _line_style(i, len(series), placement)
+            if len(x) == 1 and style["marker"] is None:
+                # One size: a line has nothing to join, so the in-place point needs a marker.
+                style.update(marker=MARKERS[i % len(MARKERS)], markerfacecolor="none")
+            ax.plot(x, y, **style)
             plotted = True
             if placement == "out" and _has_spread(rows):
                 if metric == "busbw":
@@ -247,7 +252,17 @@ def _size_plot(
                     hi = [r.time_us if r.time_us_max is None else r.time_us_max for r in rows]
                 color = COLORS[i % len(COLORS)]
                 ax.fill_between(x, lo, hi, color=color, alpha=0.18, linewidth=0)
-                band = True
+                if len(x) == 1:  # a band of one point has no width: an error bar instead
+                    ax.errorbar(
+                        x,
+                        y,
+                        yerr=[[y[0] - lo[0]], [hi[0] - y[0]]],
+                        fmt="none",
+                        ecolor=color,
+                        elinewidth=1.2,
+                        capsize=6,
+                    )
+                band = "bars" if len(x) == 1 and band in ("", "bars") else "shaded"
         if plotted:
             drawn.append((i, s.label))
     _size_axis(ax, sizes)
@@ -265,7 +280,7 @@ def busbw_plot(series: Sequence[Series], op: str) -> Plot | None:
         return None
     fig, ax, band = made
     ax.set_ylabel("bus bandwidth (GB/s)")
-    note = "; shaded: fastest..slowest rank" if band else ""
+    note = f"; {band}: fastest..slowest rank" if band else ""
     ax.set_title(f"{op}: bus bandwidth vs message size{note}", loc="left", fontsize=12)
     return Plot(f"busbw-{op}", op, f"{op}: bus bandwidth (GB/s) vs message size", _png(fig))
 
@@ -278,7 +293,7 @@ def latency_plot(series: Sequence[Series], op: str, *, max_bytes: int = SMALL_BY
         return None
     fig, ax, band = made
     ax.set_ylabel("time per op (µs)")
-    note = "; shaded: fastest..slowest rank" if band else ""
+    note = f"; {band}: fastest..slowest rank" if band else ""
     ax.set_title(
         f"{op}: time for small messages (≤ {size_label(max_bytes)}){note}", loc="left", fontsize=12
     )
