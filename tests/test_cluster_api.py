@@ -582,6 +582,9 @@ def test_errors_are_status_objects_with_real_codes(api: Api, namespace: str) -> 
     no_containers = {"metadata": {"name": "empty"}, "spec": {}}
     code, reason, message = status(*api.post(f"/api/v1/namespaces/{namespace}/pods", no_containers))
     assert (code, reason) == (422, "Invalid") and "spec.containers" in message
+    too_big = cm("big", blob="x" * (1024 * 1024 + 1))
+    code, reason, message = status(*api.post(base, too_big))
+    assert (code, reason) == (422, "Invalid") and "must have at most 1048576 bytes" in message
     assert status(*api.get(base + q(labelSelector="a in (b")))[:2] == (400, "BadRequest")
     assert status(*api.request("POST", base, b"{not json"))[:2] == (400, "BadRequest")
     wrong_ns = cm("elsewhere")

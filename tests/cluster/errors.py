@@ -89,12 +89,23 @@ def invalid(kind: str, name: str, causes: list[tuple[str, str]], group: str = ""
         "name": name,
         "kind": kind,
         "causes": [
-            {"reason": "FieldValueRequired", "message": msg, "field": path} for path, msg in causes
+            {"reason": _cause_reason(msg), "message": msg, "field": path} for path, msg in causes
         ],
     }
     if group:
         details["group"] = group
     return ApiError(422, "Invalid", f'{kind} "{name}" is invalid: {text}', details=details)
+
+
+def _cause_reason(message: str) -> str:
+    for prefix, reason in (
+        ("Required value", "FieldValueRequired"),
+        ("Too long", "FieldValueTooLong"),
+        ("Invalid value", "FieldValueInvalid"),
+    ):
+        if message.startswith(prefix):
+            return reason
+    return "FieldValueInvalid"
 
 
 def bad_request(message: str) -> ApiError:

@@ -771,6 +771,8 @@ class Store:
                     meta.pop(k, None)
         new["apiVersion"] = current.get("apiVersion", ri.api_version)
         new["kind"] = current.get("kind", ri.kind)
+        if subresource is None and not force:
+            _validate(ri, new)
         meta["resourceVersion"] = old_meta["resourceVersion"]
         meta["generation"] = old_meta.get("generation", 1)
         if _spec_of(new) != _spec_of(current):
@@ -1016,6 +1018,14 @@ def _validate(ri: ResourceInfo, obj: Obj) -> None:
             )
         )
     spec = obj.get("spec") or {}
+    if ri.plural in ("configmaps", "secrets"):
+        # etcd's object limit, as kube-apiserver enforces it: a zipapp shipped in a ConfigMap
+        # must fit, and a test should see the same 422 a real cluster gives.
+        size = sum(len(k) + len(str(v)) for k, v in (obj.get("data") or {}).items())
+        for k, v in (obj.get("binaryData") or {}).items():
+            size += len(k) + len(str(v)) * 3 // 4
+        if size > 1024 * 1024:
+            causes.append(("[]", "Too long: must have at most 1048576 bytes"))
     if ri.plural == "pods":
         causes += _pod_spec_causes(spec, "spec")
     elif ri.plural in ("jobs", "statefulsets"):
