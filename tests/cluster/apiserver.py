@@ -978,6 +978,8 @@ class _Server(ThreadingHTTPServer):
 
     daemon_threads = True
     allow_reuse_address = True
+    # The default backlog (5) drops connections when a client opens ~100 log streams at once.
+    request_queue_size = 256
     api: APIServer
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
