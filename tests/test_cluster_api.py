@@ -220,6 +220,43 @@ def test_kubectl_create_sends_protobuf_that_the_server_decodes(
     assert job.returncode == 1 and "kubectl apply" in job.stderr
 
 
+@pytest.mark.timeout(60)  # readline() blocks if a row never comes
+def test_kubectl_get_watch_prints_rows_as_changes_happen(
+    cluster: Cluster, kubectl: Kubectl, namespace: str
+) -> None:
+    kubectl("create", "configmap", "first", "-n", namespace, "--from-literal=a=1")
+    proc = subprocess.Popen(
+        ["kubectl", "get", "configmaps", "-n", namespace, "--watch", "--no-headers"],
+        env=cluster.kubectl_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().split()[:2] == ["first", "1"]
+        kubectl("create", "configmap", "second", "-n", namespace, "--from-literal=a=1")
+        assert proc.stdout.readline().split()[:2] == ["second", "1"]
+        kubectl("patch", "configmap", "second", "-n", namespace, "-p", '{"data":{"b":"2"}}')
+        assert proc.stdout.readline().split()[:2] == ["second", "2"]
+    finally:
+        proc.kill()
+        proc.communicate(timeout=10)
+
+
+def test_pod_log_errors_say_what_to_do(api: Api, namespace: str) -> None:
+    pods = f"/api/v1/namespaces/{namespace}/pods"
+    api.post(pods, parked_pod("two"))
+    code, body = api.get(f"{pods}/two/log")
+    assert (code, body["reason"]) == (400, "BadRequest")
+    assert (
+        "a container name must be specified for pod two, choose one of: [main side]"
+        in (body["message"])
+    )
+    code, body = api.get(f"{pods}/two/log?container=main")
+    assert code == 400 and 'container "main" in pod "two" is waiting to start' in body["message"]
+    code, body = api.get(f"{pods}/two/log?container=nope")
+    assert code == 400 and "container nope is not valid for pod two" in body["message"]
+    assert api.get(f"{pods}/missing/log")[0] == 404
+
+
 # ---- create, get, list, selectors --------------------------------------------------------------
 
 
