@@ -407,26 +407,38 @@ def conflict_error(conflicts: list[tuple[str, Path]], api_version: str) -> ApiEr
 
 
 def record_update(before: Obj | None, after: Obj, *, manager: str, api_version: str) -> None:
-    """Give `manager` (an explicit fieldManager on create/update/patch) the fields it changed."""
-    if not manager:
+    """Account a non-apply write: fields it removed leave every manager; fields it changed move
+    to `manager` (the request's fieldManager, when it gave one), as kube-apiserver does."""
+    old = _config_leaves(before or {})
+    new = _config_leaves(after)
+    removed = set(old) - set(new)
+    changed = {p for p, v in new.items() if old.get(p, object()) != v} if manager else set()
+    entries = _managers(after)
+    if not entries and not changed:
         return
-    old = leaves(before or {})
-    changed = {p for p, v in _config_leaves(after).items() if old.get(p, object()) != v}
-    if not changed:
+    if not removed and not changed:
         return
-    entries = [e for e in _managers(after)]
     for e in entries:
-        if (e.get("manager"), e.get("operation")) != (manager, "Update"):
-            remaining = paths_of(e.get("fieldsV1") or {}) - changed
-            e["fieldsV1"] = fields_v1(remaining)
+        drop = (
+            removed
+            if (e.get("manager"), e.get("operation")) == (manager, "Update")
+            else (removed | changed)
+        )
+        e["fieldsV1"] = fields_v1(paths_of(e.get("fieldsV1") or {}) - drop)
     entries = [e for e in entries if e.get("fieldsV1")]
-    mine = next(
-        (e for e in entries if (e.get("manager"), e.get("operation")) == (manager, "Update")), None
-    )
-    if mine is None:
-        mine = {"manager": manager, "operation": "Update", "fieldsType": "FieldsV1"}
-        entries.append(mine)
-    mine["apiVersion"] = api_version
-    mine["time"] = now_rfc3339()
-    mine["fieldsV1"] = fields_v1(paths_of(mine.get("fieldsV1") or {}) | changed)
-    after.setdefault("metadata", {})["managedFields"] = entries
+    if changed:
+        mine = next(
+            (e for e in entries if (e.get("manager"), e.get("operation")) == (manager, "Update")),
+            None,
+        )
+        if mine is None:
+            mine = {"manager": manager, "operation": "Update", "fieldsType": "FieldsV1"}
+            entries.append(mine)
+        mine["apiVersion"] = api_version
+        mine["time"] = now_rfc3339()
+        mine["fieldsV1"] = fields_v1(paths_of(mine.get("fieldsV1") or {}) | changed)
+    meta = after.setdefault("metadata", {})
+    if entries:
+        meta["managedFields"] = entries
+    else:
+        meta.pop("managedFields", None)
