@@ -164,6 +164,10 @@ class KubeClient:
     """
 
     def __init__(self, config: SingleConfig, *, timeout_s: float = 10.0) -> None:
+        if config.cluster.server.startswith("http://") and not config.cluster.insecure:
+            # Plain HTTP has no TLS to verify; without this lightkube loads the system CA
+            # bundle anyway, 80 ms of the second `status` may take.
+            config = config._replace(cluster=msgspec.structs.replace(config.cluster, insecure=True))
         self.config = config
         self.server: str = config.cluster.server
         self.namespace: str = config.namespace
