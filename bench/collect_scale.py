@@ -1,0 +1,293 @@
+"""Scale of the deployer's read side (issue 4): `results` and `status` on a 1,024-pod run.
+
+Starts a test cluster, creates one run the way `nccl-k8s deploy` labels it (Indexed Job, our
+labels, container `bench`) whose pods do not run the engine but a load generator: each pod
+prints a log shaped like a real pod's (NCCL INFO lines, the nccl-tests table) and rank 0 adds
+the engine's result lines (meta, a row per op x size x placement, summaries). Then it times, as
+a user would run them (separate processes, over HTTP):
+
+- `nccl-k8s results`: every pod's log fetched, result lines merged, runs/<id>/ written;
+- `nccl-k8s status` (and `-o json`, and `list`): one list of the Job and one of the pods;
+
+with each command's peak RSS (getrusage of the child), so "bounded memory" is a number.
+Goals (issue 4): results within 5 s, status within 1 s. Not a test; figures go to BENCHMARKS.md.
+
+    python bench/collect_scale.py --pods 1024 --nodes 128
+
+Imports nothing of nccl_k8s.k8s: the commands run as the user runs them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.cluster.cluster import Cluster
+
+OPS = (
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "broadcast",
+    "reduce",
+    "alltoall",
+    "sendrecv",
+    "gather",
+    "scatter",
+)
+LABELS = {
+    "app.kubernetes.io/name": "nccl-k8s",
+    "app.kubernetes.io/managed-by": "nccl-k8s",
+}
+
+
+def result_line(kind: str, payload: dict[str, Any]) -> str:
+    # The engine's format (nccl_k8s.bench.report.result_line), written out here so this load
+    # generator stays independent of the code it measures.
+    return "NCCL_K8S_RESULT " + json.dumps({"v": 1, "kind": kind, **payload}, separators=(",", ":"))
+
+
+def rank0_log(run_id: str, world: int, nodes: int, sizes: int) -> str:
+    lines = [f"# nccl-k8s load generator, rank 0 of {world}"]
+    lines.append(
+        result_line(
+            "meta",
+            {
+                "run_id": run_id,
+                "time": "2026-12-03T05:00:00Z",
+                "nccl_k8s": "0.1.0",
+                "torch": "2.13.0",
+                "nccl": "2.28.9",
+                "cuda": "12.9",
+                "backend": "nccl",
+                "world_size": world,
+                "nodes": nodes,
+                "local_world_size": world // nodes,
+                "gpu_model": "NVIDIA H200",
+                "devices": [],
+                "env": {"NCCL_DEBUG": "INFO"},
+                "config": {"minbytes": 8, "maxbytes": 8 << (sizes - 1), "ops": list(OPS)},
+            },
+        )
+    )
+    for op in OPS:
+        total = 0.0
+        for i in range(sizes):
+            size = 8 << i
+            for placement in ("out", "in"):
+                t = 10.0 + size / 1e4
+                busbw = size / t / 1e3
+                total += busbw
+                lines.append(
+                    result_line(
+                        "row",
+                        {
+                            "op": op,
+                            "dtype": "float",
+                            "redop": "sum",
+                            "root": -1,
+                            "size": size,
+                            "count": max(1, size // 4),
+                            "placement": placement,
+                            "time_us": t,
+                            "algbw": size / t / 1e3,
+                            "busbw": busbw,
+                            "wrong": 0,
+                            "time_us_min": t * 0.98,
+                            "time_us_max": t * 1.02,
+                        },
+                    )
+                )
+        lines.append(
+            result_line(
+                "summary",
+                {"op": op, "out_of_bounds": 0, "avg_busbw": total / (2 * sizes), "ok": True},
+            )
+        )
+    return "\n".join(lines) + "\n"
+
+
+def any_rank_log(info_lines: int) -> str:
+    # What every pod prints besides results: NCCL's INFO lines and the engine's table.
+    lines = [
+        f"host-$$:{i}:{i} [0] NCCL INFO Channel {i % 32:02d}/0 : 0[0] -> 1[1] via P2P/CUMEM"
+        for i in range(info_lines)
+    ]
+    lines += [
+        f"{8 << i:12d}  {2 << i:12d}     float     sum      -1   12.34  0.00  0.00       0"
+        for i in range(30)
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def run_cli(args: list[str], env: dict[str, str]) -> tuple[float, float, str, str]:
+    """A CLI run with its own peak RSS: through a tiny wrapper that reports getrusage(SELF)."""
+    wrapper = (
+        "import resource, sys, json\n"
+        "from nccl_k8s.cli.main import app\n"
+        "try:\n"
+        "    app(sys.argv[1:], standalone_mode=False)\n"
+        "finally:\n"
+        "    sys.stderr.write('\\nRSS_MIB ' + str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024) + '\\n')\n"
+    )
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-c", wrapper, *args], env=env, capture_output=True, text=True, timeout=600
+    )
+    wall = time.monotonic() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"nccl-k8s {' '.join(args)} failed ({proc.returncode}): {proc.stderr}")
+    rss = float(proc.stderr.rsplit("RSS_MIB ", 1)[1].split()[0])
+    return wall, rss, proc.stdout, proc.stderr
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pods", type=int, default=1024)
+    ap.add_argument("--nodes", type=int, default=128)
+    ap.add_argument("--sizes", type=int, default=24, help="sizes per op in rank 0's results")
+    ap.add_argument("--info-lines", type=int, default=200, help="NCCL INFO lines per pod")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--timeout-s", type=float, default=900)
+    ap.add_argument("--concurrency", type=int, default=64, help="results --concurrency")
+    ap.add_argument(
+        "--as-is",
+        action="store_true",
+        help="leave the test API server's sockets as they are. By default two of its settings "
+        "are made what a real API server's are (Go's net/http): TCP_NODELAY (the test server "
+        "writes headers and body separately, so with Nagle each answer on a kept-alive "
+        "connection waits ~40 ms for the client's delayed ACK) and a listen backlog of 1024 "
+        "(socketserver's default is 5: a burst of new connections loses SYNs, which the client "
+        "retransmits after 1 s). Both measure the test server, not the collector.",
+    )
+    args = ap.parse_args()
+    if not args.as_is:
+        from tests.cluster import apiserver
+
+        apiserver._Handler.disable_nagle_algorithm = True
+        apiserver._Server.request_queue_size = 1024
+
+    ns, rid = "scale", "nccl-scale-0001"
+    gpus = max(1, -(-args.pods // args.nodes))
+    figures: dict[str, Any] = {
+        "pods": args.pods,
+        "nodes": args.nodes,
+        "cpus": os.cpu_count(),
+        "server_as_real": not args.as_is,
+        "concurrency": args.concurrency,
+    }
+    with (
+        Cluster(nodes=args.nodes, gpus_per_node=max(8, gpus)) as c,
+        tempfile.TemporaryDirectory() as tmp,
+    ):
+        store = c.store
+        store.create("namespaces", {"metadata": {"name": ns}})
+        labels = {**LABELS, "app.kubernetes.io/instance": rid}
+        data = {
+            "rank0.log": rank0_log(rid, args.pods * 8, args.pods, args.sizes),
+            "other.log": any_rank_log(args.info_lines),
+        }
+        figures["rank0_log_bytes"] = len(data["rank0.log"]) + len(data["other.log"])
+        figures["other_log_bytes"] = len(data["other.log"])
+        store.create(
+            "configmaps",
+            {
+                "metadata": {"name": f"{rid}-engine", "namespace": ns, "labels": labels},
+                "data": data,
+            },
+        )
+        script = (
+            'if [ "$JOB_COMPLETION_INDEX" = 0 ]; then cat /data/rank0.log; fi; cat /data/other.log'
+        )
+        finished: set[str] = set()
+
+        def on_change(etype: str, resource_: str, obj: dict[str, Any]) -> None:
+            if resource_ == "pods" and obj.get("status", {}).get("phase") == "Succeeded":
+                finished.add(obj["metadata"]["uid"])
+
+        store.subscribe(on_change)
+        t0 = time.monotonic()
+        store.create(
+            "jobs",
+            {
+                "metadata": {"name": rid, "namespace": ns, "labels": labels},
+                "spec": {
+                    "completionMode": "Indexed",
+                    "completions": args.pods,
+                    "parallelism": args.pods,
+                    "backoffLimit": 0,
+                    "template": {
+                        "metadata": {"labels": {**labels, "app.kubernetes.io/component": "worker"}},
+                        "spec": {
+                            "restartPolicy": "Never",
+                            "containers": [
+                                {
+                                    "name": "bench",
+                                    "image": "load-generator",
+                                    "command": ["sh", "-c", script],
+                                    "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                                    "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                                }
+                            ],
+                            "volumes": [{"name": "data", "configMap": {"name": f"{rid}-engine"}}],
+                        },
+                    },
+                },
+            },
+        )
+        deadline = time.monotonic() + args.timeout_s
+        while len(finished) < args.pods:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"only {len(finished)} of {args.pods} pods finished")
+            time.sleep(0.2)
+        figures["pods_finished_s"] = round(time.monotonic() - t0, 1)
+
+        env = dict(c.kubectl_env(), NCCL_K8S_RUNS_DIR=str(Path(tmp) / "runs"))
+        base = ["-n", ns, "--kubeconfig", str(c.kubeconfig)]
+        samples: dict[str, list[tuple[float, float]]] = {}
+        for _ in range(args.repeat):
+            for name, argv in (
+                ("status", ["status", "--run", rid, *base]),
+                ("status_latest_json", ["status", "-o", "json", *base]),
+                ("list", ["list", *base]),
+                (
+                    "results",
+                    ["results", "--run", rid, "--concurrency", str(args.concurrency), *base],
+                ),
+            ):
+                wall, rss, out, err = run_cli(argv, env)
+                samples.setdefault(name, []).append((wall, rss))
+                if name == "results":
+                    inner = err.split(" in ", 2)[1].split("s ->")[0] if " in " in err else "?"
+                    samples.setdefault("results_collect_inner", []).append((float(inner), rss))
+                    assert f"from {args.pods} pods" in err, err
+                if name == "status_latest_json":
+                    assert len(json.loads(out)["pods"]) == args.pods
+        # A bare interpreter importing the CLI, to separate start-up from the work.
+        wall, rss, _, _ = run_cli(["--version"], env)
+        figures["cli_startup_s"] = round(wall, 3)
+        for name, vals in samples.items():
+            walls = sorted(v[0] for v in vals)
+            figures[f"{name}_s_median"] = round(walls[len(walls) // 2], 3)
+            figures[f"{name}_s_max"] = round(walls[-1], 3)
+            figures[f"{name}_peak_rss_mib"] = round(max(v[1] for v in vals), 1)
+        logs = Path(tmp) / "runs" / rid / "logs"
+        figures["logs_written"] = len(list(logs.iterdir()))
+        figures["logs_bytes"] = sum(p.stat().st_size for p in logs.iterdir())
+        figures["results_rows"] = len(
+            json.loads((logs.parent / "results.json").read_text())["rows"]
+        )
+    print(json.dumps(figures, indent=1))
+
+
+if __name__ == "__main__":
+    main()
