@@ -199,6 +199,32 @@ def test_kubectl_job_logs_wait_and_cascading_delete(
     assert left == ""
 
 
+def test_kubectl_apply_validates_fields_on_the_server(kubectl: Kubectl, namespace: str) -> None:
+    """Without --validate=false kubectl asks the server for strict field validation, and a
+    typo is refused as a real cluster refuses it."""
+    good = json.dumps(cm("strict", size="8"))
+    out = kubectl("apply", "-n", namespace, "-f", "-", input=good).stdout
+    assert "configmap/strict created" in out
+    typo = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "typo"},
+        "spec": {
+            "completion": 2,
+            "template": {"spec": {"containers": [{"name": "c", "image": "i", "comand": ["x"]}]}},
+        },
+    }
+    bad = kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(typo), check=False)
+    assert bad.returncode == 1
+    assert "Error from server (BadRequest)" in bad.stderr
+    assert 'unknown field "spec.completion"' in bad.stderr
+    assert 'unknown field "spec.template.spec.containers[0].comand"' in bad.stderr
+    ssa = kubectl(
+        "apply", "--server-side", "-n", namespace, "-f", "-", input=json.dumps(typo), check=False
+    )  # fmt: skip
+    assert ssa.returncode == 1 and ".spec.completion: field not declared in schema" in ssa.stderr
+
+
 def test_kubectl_create_sends_protobuf_that_the_server_decodes(
     kubectl: Kubectl, namespace: str
 ) -> None:

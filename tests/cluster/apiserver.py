@@ -28,7 +28,7 @@ from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
 import yaml
-from tests.cluster import errors, patch, protobuf, tables
+from tests.cluster import errors, patch, protobuf, schema, tables
 from tests.cluster.errors import ApiError
 from tests.cluster.faults import Faults
 from tests.cluster.store import RESOURCES, ResourceInfo, Store, clone, now_rfc3339
@@ -141,6 +141,55 @@ def _discovery(group: str, version: str) -> Obj:
     }
 
 
+def _gv_path(group: str, version: str) -> str:
+    return f"apis/{group}/{version}" if group else f"api/{version}"
+
+
+def _openapi_v3(path: str) -> Obj | None:
+    """Just enough OpenAPI v3 for kubectl to see that the server validates fields itself.
+
+    kubectl (1.27+) asks whether each kind's PATCH takes `fieldValidation`; when it does, it
+    sends fieldValidation=Strict and skips client-side schema validation, so a plain
+    `kubectl apply -f` works without `--validate=false`. No schemas are served: kubectl then
+    builds strategic merge patches from its compiled-in types, as it does for built-in kinds.
+    """
+    groups = _groups()
+    if path == "/openapi/v3":
+        return {
+            "paths": {
+                _gv_path(g, v): {"serverRelativeURL": f"/openapi/v3/{_gv_path(g, v)}?hash=0"}
+                for g, v in sorted(groups.items())
+            }
+        }
+    for g, v in groups.items():
+        if path != f"/openapi/v3/{_gv_path(g, v)}":
+            continue
+        paths: Obj = {}
+        for ri in RESOURCES.values():
+            if ri.group != g:
+                continue
+            prefix = f"/{_gv_path(g, v)}" + ("/namespaces/{namespace}" if ri.namespaced else "")
+            gvk = {"group": g, "version": v, "kind": ri.kind}
+            operation = {
+                "x-kubernetes-group-version-kind": gvk,
+                "parameters": [
+                    {"name": "fieldValidation", "in": "query", "schema": {"type": "string"}},
+                    {"name": "fieldManager", "in": "query", "schema": {"type": "string"}},
+                    {"name": "dryRun", "in": "query", "schema": {"type": "string"}},
+                ],
+                "responses": {"200": {"description": "OK"}},
+            }
+            paths[f"{prefix}/{ri.plural}/{{name}}"] = {"patch": operation, "put": operation}
+            paths[f"{prefix}/{ri.plural}"] = {"post": operation}
+        return {
+            "openapi": "3.0.0",
+            "info": {"title": "nccl-k8s test cluster", "version": KUBE_VERSION["gitVersion"]},
+            "paths": paths,
+            "components": {"schemas": {}},
+        }
+    return None
+
+
 def _group_list() -> Obj:
     groups = []
     for group, version in sorted(_groups().items()):
@@ -250,6 +299,11 @@ class APIServer:
         if path.startswith("/_test/faults/"):
             self._fault_endpoint(h, method, path, body)
             return
+        if method == "GET" and path.startswith("/openapi/v3"):
+            doc = _openapi_v3(path)
+            if doc is not None:
+                h.send_json(200, doc)
+                return
         if path.startswith("/openapi") or path.startswith("/swagger"):
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         route = _parse_route(path)
@@ -522,6 +576,7 @@ class APIServer:
                 f"create {route.ri.plural} needs a namespace in the path"
             )
         obj = self._check_target(route, self._body(h, body))
+        self._strict(q, route, obj)
         obj.get("metadata", {}).pop("managedFields", None)
         manager = q.get("fieldManager", "")
         patch.record_update(None, obj, manager=manager, api_version=route.ri.api_version)
@@ -533,6 +588,7 @@ class APIServer:
     def _update(self, h: _Handler, route: _Route, q: dict[str, str], body: bytes) -> None:
         ri = route.ri
         obj = self._check_target(route, self._body(h, body))
+        self._strict(q, route, obj)
         manager = q.get("fieldManager", "")
         assert route.name is not None
         if route.sub == "status":
@@ -594,6 +650,8 @@ class APIServer:
                 doc = yaml.safe_load(body.decode())
             except yaml.YAMLError as e:
                 raise errors.bad_request(f"the patch is not valid JSON: {e}") from None
+        if ctype != "application/json-patch+json":
+            self._strict(q, route, patch.strip_directives(doc))
         apply_fn: Callable[[Obj], Any]
         if ctype == "application/merge-patch+json":
 
@@ -642,6 +700,7 @@ class APIServer:
         ri = route.ri
         assert route.name is not None
         config = self._check_target(route, self._body_yaml(body))
+        self._strict(q, route, config, apply=True)
         manager = q.get("fieldManager", "")
         force = _bool(q, "force")
         if not manager:
@@ -684,6 +743,14 @@ class APIServer:
             self._send_obj(h, 200, out)
             return
         raise ApiError(409, "Conflict", "apply raced with concurrent creates; try again")
+
+    @staticmethod
+    def _strict(q: dict[str, str], route: _Route, obj: Any, *, apply: bool = False) -> None:
+        """?fieldValidation=Strict (kubectl's default): unknown fields are a 400, as upstream."""
+        if q.get("fieldValidation") == "Strict" and route.sub is None:
+            schema.check_strict(
+                obj, kind=route.ri.kind, api_version=route.ri.api_version, apply=apply
+            )
 
     def _mutate(
         self,

@@ -74,7 +74,7 @@ def strategic_merge(target: Any, patch: Any, field: str = "") -> Any:
         directive = patch.get("$patch")
         clean = {k: v for k, v in patch.items() if not k.startswith("$")}
         if directive == "replace":
-            return _strip_directives(clean)
+            return strip_directives(clean)
         if directive == "delete":
             return None
         out = copy.deepcopy(target) if isinstance(target, dict) else {}
@@ -91,7 +91,7 @@ def strategic_merge(target: Any, patch: Any, field: str = "") -> Any:
     if isinstance(patch, list):
         key = _merge_key(field, [i for i in patch if not _is_directive(i)] + (target or []))
         if key is None or not isinstance(target, list):
-            return [_strip_directives(i) for i in patch if not _is_directive(i)]
+            return [strip_directives(i) for i in patch if not _is_directive(i)]
         out_list = copy.deepcopy(target)
         for item in patch:
             if not isinstance(item, dict) or key not in item:
@@ -101,7 +101,7 @@ def strategic_merge(target: Any, patch: Any, field: str = "") -> Any:
                 if idx is not None:
                     out_list.pop(idx)
             elif idx is None:
-                out_list.append(_strip_directives(item))
+                out_list.append(strip_directives(item))
             else:
                 out_list[idx] = strategic_merge(out_list[idx], item, field)
         return out_list
@@ -112,11 +112,11 @@ def _is_directive(item: Any) -> bool:
     return isinstance(item, dict) and set(item) == {"$patch"}
 
 
-def _strip_directives(value: Any) -> Any:
+def strip_directives(value: Any) -> Any:
     if isinstance(value, dict):
-        return {k: _strip_directives(v) for k, v in value.items() if not k.startswith("$")}
+        return {k: strip_directives(v) for k, v in value.items() if not k.startswith("$")}
     if isinstance(value, list):
-        return [_strip_directives(i) for i in value]
+        return [strip_directives(i) for i in value]
     return value
 
 
