@@ -45,6 +45,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.nodes < 1 or args.gpus_per_node < 0:
         parser.error("--nodes must be >= 1 and --gpus-per-node >= 0")
+    if not _ours_or_absent(args.kubeconfig):
+        parser.error(
+            f"--kubeconfig {args.kubeconfig}: the file exists and is not a test cluster's "
+            "kubeconfig; give a new path (e.g. /tmp/kc) so your real one is not overwritten"
+        )
 
     stop = threading.Event()
 
@@ -67,6 +72,17 @@ def main(argv: list[str] | None = None) -> int:
         stop.wait()
         print("stopping cluster", file=sys.stderr, flush=True)
     return 0
+
+
+def _ours_or_absent(path: Path) -> bool:
+    """Overwrite only a kubeconfig a test cluster wrote (its context is nccl-k8s-test-<k>)."""
+    if not path.exists():
+        return True
+    try:
+        text = path.read_text()
+    except OSError:
+        return False
+    return not text.strip() or "current-context: nccl-k8s-test-" in text
 
 
 if __name__ == "__main__":
