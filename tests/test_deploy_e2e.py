@@ -33,6 +33,7 @@ from nccl_k8s.results.schema import load
 pytestmark = pytest.mark.slow
 
 GPUS_PER_NODE = 4
+PULL_FAIL = "no-such-registry"
 MANAGED = "app.kubernetes.io/managed-by=nccl-k8s"
 #: The acceptance run: 2 pods x 2 ranks, every op, 1K..64K.
 ACCEPTANCE = [
@@ -61,7 +62,7 @@ RESOURCES = ("configmaps", "services", "jobs", "statefulsets", "pods")
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
-    c = Cluster(nodes=4, gpus_per_node=GPUS_PER_NODE)
+    c = Cluster(nodes=4, gpus_per_node=GPUS_PER_NODE, image_pull_fail_pattern=PULL_FAIL)
     try:
         c.start()
         yield c
@@ -410,6 +411,36 @@ def test_absent_scheduler_is_named_within_the_schedule_timeout(cluster: Cluster,
     assert labelled(cluster, ns) == []
 
 
+def test_an_image_that_cannot_be_pulled_is_named_and_create_namespace_works(
+    cluster: Cluster,
+) -> None:
+    fresh = f"new-{uuid.uuid4().hex[:6]}"
+    rid = run_id()
+    res = cli(
+        cluster,
+        "deploy",
+        "-n",
+        fresh,
+        "--create-namespace",
+        "--run-id",
+        rid,
+        "--image",
+        f"{PULL_FAIL}.example/pytorch:1",
+        "--world-size",
+        "2",
+        "--gpus-per-node",
+        "1",
+    )
+    assert res.exit_code == 1, res.output
+    assert f"deployed run {rid} in namespace {fresh} (namespace created)" in res.output
+    assert re.search(
+        rf"rank 0 \(pod {rid}-0-\w+, node node-\d\): (ErrImagePull|ImagePullBackOff)", res.output
+    )
+    assert cli(cluster, "cleanup", "-n", fresh).exit_code == 0
+    assert labelled(cluster, fresh) == []
+    cluster.store.delete("namespaces", None, fresh)
+
+
 # ---- acceptance 3: invalid input creates nothing -------------------------------------------------
 
 
@@ -522,6 +553,12 @@ def test_403_409_and_a_dead_server_are_one_actionable_line(
     res = CliRunner().invoke(app, ["status", "-n", ns, "--kubeconfig", str(dead)])
     assert res.exit_code == 1, res.output
     assert f"cannot reach the API server at http://127.0.0.1:{port} (" in res.output
+    # An unknown context is a usage error naming the ones there are.
+    res = cli(cluster, "status", "-n", ns, "--context", "nope")
+    assert res.exit_code == 2, res.output
+    assert (
+        "Context 'nope' not found" in res.output and f"nccl-k8s-test-{cluster.number}" in res.output
+    )
     # A kubeconfig that is not there is a usage error.
     res = CliRunner().invoke(app, ["status", "--kubeconfig", str(tmp_path / "none")])
     assert res.exit_code == 2 and "no such file" in res.output
