@@ -315,6 +315,8 @@ class APIServer:
         if route.sub == "scale":
             self._scale(h, method, route, body)
             return
+        if (route.sub == "log" and method != "GET") or (route.sub and method in ("POST", "DELETE")):
+            raise errors.method_not_allowed(f"{method} is not supported on {path}")
         if method == "GET":
             if route.sub == "log":
                 self._logs(h, route, q)
