@@ -229,6 +229,9 @@ def test_two_runs_at_once_then_results_status_logs_cleanup(
     assert lines and all(re.match(r"\[rank [01]\] ", line) for line in lines)
     assert any(line.startswith("[rank 0] NCCL_K8S_RESULT ") for line in lines)
     assert any(line.startswith("[rank 1] ") for line in lines)
+    followed = cli(cluster, "logs", "-n", ns, "--run", a, "-f", "--rank", "0")
+    assert followed.exit_code == 0, followed.output  # the container has ended: so does -f
+    assert [x for x in lines if x.startswith("[rank 0] ")] == followed.output.splitlines()
     one = cli(cluster, "logs", "-n", ns, "--run", a, "--rank", "1", "--tail", "2")
     assert one.exit_code == 0 and len(one.output.splitlines()) == 2
     assert all(line.startswith("[rank 1] ") for line in one.output.splitlines())
@@ -247,6 +250,42 @@ def test_two_runs_at_once_then_results_status_logs_cleanup(
     assert after["data"] == {"k": "v"}
     gone = cli(cluster, "status", "-n", ns)
     assert gone.exit_code == 1 and f"no nccl-k8s runs in namespace {ns}" in gone.output
+
+
+def test_statefulset_mode_waits_until_every_rank_runs_then_cleans_up(
+    cluster: Cluster, ns: str
+) -> None:
+    rid = run_id()
+    res = cli(
+        cluster,
+        "deploy",
+        "-n",
+        ns,
+        "--run-id",
+        rid,
+        "--workload",
+        "statefulset",
+        "--interval",
+        "1h",
+        "--world-size",
+        "2",
+        "--gpus-per-node",
+        "1",
+        "--backend",
+        "gloo",
+        "-b",
+        "1K",
+        "-e",
+        "1K",
+    )
+    assert res.exit_code == 0, res.output
+    assert f"run {rid} is running after" in res.output
+    st = json.loads(cli(cluster, "status", "-n", ns, "-o", "json").output)
+    assert st["workload"] == "StatefulSet" and st["phase"] == "Running"
+    assert [p["rank"] for p in st["pods"]] == [0, 1]
+    done = cli(cluster, "cleanup", "-n", ns, "--run", rid)
+    assert done.exit_code == 0, done.output
+    assert labelled(cluster, ns) == []
 
 
 # ---- acceptance 2: failures are named ------------------------------------------------------------
