@@ -601,3 +601,49 @@ def test_403_409_and_a_dead_server_are_one_actionable_line(
     # A kubeconfig that is not there is a usage error.
     res = CliRunner().invoke(app, ["status", "--kubeconfig", str(tmp_path / "none")])
     assert res.exit_code == 2 and "no such file" in res.output
+
+
+def test_410_over_http_is_expired_and_a_namespace_we_may_not_read_is_no_obstacle(
+    cluster: Cluster, ns: str
+) -> None:
+    import asyncio
+
+    from nccl_k8s.errors import Expired
+    from nccl_k8s.k8s.client import ClientSettings, KubeClient
+
+    async def watch_from_compacted() -> None:
+        async with KubeClient.connect(ClientSettings(kubeconfig=str(cluster.kubeconfig))) as kc:
+            _, rv = await kc.list("ConfigMap", namespace=ns)
+            cluster.store.create("configmaps", {"metadata": {"name": "x", "namespace": ns}})
+            cluster.store.compact()
+            async for _ in kc.watch("ConfigMap", namespace=ns, resource_version=rv):
+                pass
+
+    with pytest.raises(Expired, match="expired"):
+        asyncio.run(watch_from_compacted())
+
+    # Users often may not get namespaces: deploy then goes on and lets the apply speak.
+    cluster.faults.fail_requests(rf"^/api/v1/namespaces/{ns}$", 403, method="GET")
+    rid = run_id()
+    res = cli(
+        cluster,
+        "deploy",
+        "-n",
+        ns,
+        "--run-id",
+        rid,
+        "--no-wait",
+        "--scheduler",
+        "nobody",
+        "--world-size",
+        "2",
+        "--gpus-per-node",
+        "1",
+    )
+    cluster.faults.clear()
+    assert res.exit_code == 0, res.output
+    assert (
+        cluster.store.get("jobs", ns, rid)["metadata"]["labels"]["app.kubernetes.io/instance"]
+        == rid
+    )
+    assert cli(cluster, "cleanup", "-n", ns, "--all").exit_code == 0
