@@ -63,6 +63,18 @@ def test_run_leaves_a_results_file_with_the_tables_rows(tmp_path: Path) -> None:
             assert row.time_us_min is not None and row.time_us_max is not None
             assert row.time_us_min <= row.time_us <= row.time_us_max
 
+    # The stored run is what `report` reads: its three plots (busbw, small sizes, spread).
+    pytest.importorskip("matplotlib")
+    from nccl_k8s.results.report import write_report
+
+    report = write_report([str(path)], output=tmp_path / "r.html")
+    assert [p.name for p in report.plots] == [
+        "busbw-all_reduce",
+        "latency-all_reduce",
+        "spread-all_reduce",
+    ]
+    assert f"{run_id} (nccl-k8s, 2× CPU)" in (tmp_path / "r.html").read_text(encoding="utf-8")
+
 
 @pytest.mark.slow
 def test_a_failed_run_is_stored_too_under_its_id_with_the_users_json(tmp_path: Path) -> None:
