@@ -210,8 +210,8 @@ def _summary_table(runs: Sequence[ReportRun]) -> str:
                 wrong = f'<span class="{cls}">{total}</span>'
             body.append(
                 f"<tr><td>{_e(op)}</td><td>{_swatch(i)}{_e(r.label)}</td>"
-                f'<td class="num">{"–" if avg is None else f"{avg:.2f}"}</td>'
-                f'<td class="num">{peak.busbw:.2f}</td>'
+                f'<td class="num">{"–" if avg is None else _num(avg)}</td>'
+                f'<td class="num">{_num(peak.busbw)}</td>'
                 f'<td class="num">{_e(size_label(peak.size_bytes))}</td>'
                 f'<td class="num">{fastest.time_us:.2f} at {_e(size_label(fastest.size_bytes))}</td>'
                 f'<td class="num">{wrong}</td></tr>'
@@ -219,6 +219,11 @@ def _summary_table(runs: Sequence[ReportRun]) -> str:
     if not body:
         return "<p>No rows in any run: nothing to summarise or plot.</p>"
     return f"<table>{head}{''.join(body)}</table>"
+
+
+def _num(x: float) -> str:
+    """Two decimals as nccl-tests prints, but three significant digits below 1 (CPU runs' GB/s)."""
+    return f"{x:.2f}" if x >= 1 or x == 0 else f"{x:.3g}"
 
 
 def _swatch(i: int) -> str:
