@@ -469,6 +469,8 @@ def test_an_image_that_cannot_be_pulled_is_named_and_create_namespace_works(
         "2",
         "--gpus-per-node",
         "1",
+        "--timeout",
+        "8s",
     )
     assert res.exit_code == 1, res.output
     assert f"deployed run {rid} in namespace {fresh} (namespace created)" in res.output

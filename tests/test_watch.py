@@ -15,7 +15,7 @@ import pytest
 
 from nccl_k8s.errors import Expired, RunFailed, Unreachable
 from nccl_k8s.k8s import lifecycle
-from nccl_k8s.k8s.watch import Update, WatchSettings, informer
+from nccl_k8s.k8s.watch import Update, WatchSettings, informer, within
 
 Obj = dict[str, Any]
 FAST = WatchSettings(inactivity_timeout_s=0.2, max_reconnects=2, reconnect_backoff_s=0.0)
@@ -350,3 +350,28 @@ def test_monitor_gives_up_at_the_timeout_and_says_the_run_goes_on() -> None:
         RunFailed, match=r"has not finished after 0.3s \(1 Running\); it keeps running"
     ):
         wait(kube, timeout_s=0.3)
+
+
+def test_within_never_swallows_a_cancellation_that_meets_a_result() -> None:
+    # asyncio.wait_for on 3.11 returns the result and drops the cancellation here (gh-86296);
+    # a monitor task that ignores its cancellation hangs deploy at the end of a run.
+    async def main() -> None:
+        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        task = asyncio.create_task(within(fut, 10))
+        await asyncio.sleep(0)
+        fut.set_result(1)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+
+
+def test_within_times_out_and_cancels_what_it_waited_for() -> None:
+    async def main() -> None:
+        slow = asyncio.create_task(asyncio.sleep(10))
+        with pytest.raises(asyncio.TimeoutError):
+            await within(slow, 0.05)
+        assert slow.cancelled()
+
+    asyncio.run(main())

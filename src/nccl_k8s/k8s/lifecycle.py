@@ -40,7 +40,7 @@ from nccl_k8s.errors import (
 )
 from nccl_k8s.k8s.client import ClientSettings, Kind, KubeClient
 from nccl_k8s.k8s.manifests import APP_NAME, CONTAINER_NAME, attach_owner, render
-from nccl_k8s.k8s.watch import Update, WatchSettings, informer
+from nccl_k8s.k8s.watch import Update, WatchSettings, informer, within
 from nccl_k8s.spec import LABEL_INSTANCE, LABEL_MANAGED_BY, LABEL_NAME, RunSpec
 
 Obj = dict[str, Any]
@@ -660,7 +660,7 @@ async def _wait(
     try:
         while True:
             try:
-                source, update = await asyncio.wait_for(queue.get(), settings.tick_s)
+                source, update = await within(queue.get(), settings.tick_s)
             except asyncio.TimeoutError:
                 source, update = "tick", None
             if source == "error":
@@ -929,7 +929,7 @@ def logs(
     follow: bool = False,
     tail: int | None = None,
     on_line: LineFn,
-    concurrency: int = 64,
+    concurrency: int = 32,
 ) -> str:
     """Every pod's log (one pod per rank, the newest), each line handed to `on_line(rank, line)`:
     rank by rank, or interleaved as written with `follow`. Returns the run id."""
@@ -992,7 +992,7 @@ async def _bounded(limit: int, factories: Sequence[Callable[[], Awaitable[T]]]) 
 
 # ---- results -------------------------------------------------------------------------------
 
-_NCCL_LINE = re.compile(r"NCCL (INFO|WARN)")
+_NCCL_LINE = re.compile(r"^.*NCCL (?:INFO|WARN).*$", re.MULTILINE)
 
 
 def collect(
@@ -1001,13 +1001,16 @@ def collect(
     client: ClientSettings,
     namespace: str | None = None,
     runs_dir: Path | None = None,
-    concurrency: int = 64,
+    concurrency: int = 32,
 ) -> Collected:
     """Fetch every pod's log concurrently (at most `concurrency` at once) into
     `<runs_dir>/<run-id>/logs/`, merge the engine's result lines into `results.json` there, and
-    diagnose the NCCL lines. Only result and NCCL lines stay in memory, not whole logs."""
+    diagnose the NCCL lines. A whole log is in memory only while it is in flight (at most
+    `concurrency` of them); afterwards only its result and NCCL lines are kept."""
     from nccl_k8s.results import RESULT_PREFIX, collect_results, diagnose_text
     from nccl_k8s.results.store import runs_dir as default_runs_dir
+
+    result_line = re.compile(f"^.*{re.escape(RESULT_PREFIX)}.*$", re.MULTILINE)
 
     async def main(kc: KubeClient) -> Collected:
         start = time.monotonic()
@@ -1029,8 +1032,9 @@ def collect(
                 raise
             name = f"rank-{_r(p)}-{p.name}.log"
             await asyncio.to_thread((log_dir / name).write_text, text)
-            results = [line for line in text.splitlines() if RESULT_PREFIX in line]
-            nccl = [line for line in text.splitlines() if _NCCL_LINE.search(line)]
+            # Whole-text regexes (C speed) rather than a Python loop over every line.
+            results = result_line.findall(text) if RESULT_PREFIX in text else []
+            nccl = _NCCL_LINE.findall(text) if "NCCL " in text else []
             return results, nccl
 
         parts = await _bounded(concurrency, [functools.partial(one, p) for p in pods])
@@ -1195,7 +1199,7 @@ async def _wait_pods_gone(
                             deleted.append(f"Pod/{name}")
 
     try:
-        await asyncio.wait_for(until_gone(), timeout_s)
+        await within(until_gone(), timeout_s)
     except asyncio.TimeoutError:
         raise RunFailed(
             f"the pods of {', '.join(sorted(rids))} are still terminating after {timeout_s:g}s "

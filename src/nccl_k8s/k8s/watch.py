@@ -25,12 +25,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import AsyncIterator, Callable
-from typing import Any, Protocol
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, Protocol, TypeVar
 
 from nccl_k8s.errors import Expired, Unreachable
 
 Obj = dict[str, Any]
+T = TypeVar("T")
 
 
 class WatchSource(Protocol):
@@ -69,6 +70,31 @@ class Update:
     """Every current object by name (the informer's own dict: read it, do not keep it)."""
 
 
+async def within(awaitable: Awaitable[T], timeout_s: float) -> T:
+    """`awaitable`'s result, or asyncio.TimeoutError after `timeout_s` (the awaitable is then
+    cancelled).
+
+    Not asyncio.wait_for: on Python 3.11 it swallows a cancellation that arrives just as the
+    awaited thing completes (gh-86296), and a watch that delivers events while the run ends hit
+    exactly that: the informer's task never stopped and deploy hung.
+    """
+    task = asyncio.ensure_future(awaitable)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=timeout_s)
+    except BaseException:
+        task.cancel()
+        raise
+    if not done:
+        task.cancel()
+        await asyncio.wait({task}, timeout=_CANCEL_WAIT_S)
+        raise asyncio.TimeoutError
+    return task.result()
+
+
+#: How long a timed-out read may take to unwind (close its response) before it is left behind.
+_CANCEL_WAIT_S = 1.0
+
+
 def _name(obj: Obj) -> str:
     return str(obj.get("metadata", {}).get("name", ""))
 
@@ -98,9 +124,7 @@ async def informer(
         try:
             while True:
                 try:
-                    etype, obj = await asyncio.wait_for(
-                        stream.__anext__(), settings.inactivity_timeout_s
-                    )
+                    etype, obj = await within(stream.__anext__(), settings.inactivity_timeout_s)
                 except StopAsyncIteration:
                     break  # the server's timeout: watch again from rv
                 except asyncio.TimeoutError:
@@ -129,4 +153,4 @@ async def informer(
                 await stream.aclose()  # type: ignore[attr-defined]  # async generators have it
 
 
-__all__ = ["Update", "WatchSettings", "WatchSource", "informer"]
+__all__ = ["Update", "WatchSettings", "WatchSource", "informer", "within"]
