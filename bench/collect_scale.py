@@ -161,7 +161,7 @@ def main() -> None:
     ap.add_argument("--info-lines", type=int, default=200, help="NCCL INFO lines per pod")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--timeout-s", type=float, default=900)
-    ap.add_argument("--concurrency", type=int, default=64, help="results --concurrency")
+    ap.add_argument("--concurrency", type=int, default=32, help="results --concurrency")
     ap.add_argument(
         "--as-is",
         action="store_true",

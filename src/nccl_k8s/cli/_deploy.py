@@ -625,7 +625,7 @@ def results_command(
     output: Output = "text",
     concurrency: Annotated[
         int, typer.Option("--concurrency", help="Pods whose logs are fetched at once.")
-    ] = 64,
+    ] = 32,
     namespace: Namespace = None,
     context: Context = None,
     kubeconfig: Kubeconfig = None,

@@ -32,7 +32,7 @@ from lightkube.config.kubeconfig import KubeConfig, SingleConfig
 from lightkube.core.exceptions import LoadResourceError
 from lightkube.resources.apps_v1 import StatefulSet
 from lightkube.resources.batch_v1 import Job
-from lightkube.resources.core_v1 import ConfigMap, Event, Namespace, Pod, Service
+from lightkube.resources.core_v1 import ConfigMap, Event, Namespace, Pod, PodLog, Service
 from lightkube.types import CascadeType, PatchType
 
 from nccl_k8s.errors import (
@@ -380,15 +380,22 @@ class KubeClient:
     ) -> str:
         """The container's log so far (its last `tail_lines` lines when given)."""
         ns = namespace or self.namespace
-        parts: list[str] = []
+        # One body, not lightkube's line iterator: an async step per line cost 4 of the 5 s
+        # that collecting 1,024 pods took. The request is still lightkube's (auth, TLS, URL).
+        gc = self._client._client
+        br = gc.prepare_request(
+            "get",
+            PodLog,
+            name=pod,
+            namespace=ns,
+            params={"container": container, "tailLines": tail_lines},
+        )
         try:
-            async for line in self._client.log(
-                pod, namespace=ns, container=container, tail_lines=tail_lines
-            ):
-                parts.append(line)
+            resp = await gc.send(gc.build_adapter_request(br))  # type: ignore[no-untyped-call]  # lightkube's generic client is untyped
+            gc.raise_for_status(resp)  # type: ignore[no-untyped-call]  # as above
+            return str(resp.text)
         except (ApiError, httpx.HTTPError) as e:
             self._raise(e, verb="get logs of", kind="Pod", namespace=ns, name=pod)
-        return "".join(parts)
 
     async def follow_logs(
         self,
