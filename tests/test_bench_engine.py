@@ -28,6 +28,12 @@ pytestmark = pytest.mark.slow
 ROW = re.compile(r"^\s+\d+\s+\d+\s+\w+")
 
 
+@pytest.fixture(autouse=True)
+def _runs_dir(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """nccl-k8s run stores runs/<id>/; keep them out of the working directory."""
+    monkeypatch.setenv("NCCL_K8S_RUNS_DIR", str(tmp_path / "runs"))
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
