@@ -257,7 +257,8 @@ class Cluster:
                     **self._node_labels,
                 },
             },
-            "spec": {"podCIDR": f"127.{self.number}.{200 + i // 250}.0/24"},
+            # The kubelet gives node i's pods 127.<k>.<16+i>.x (INTERFACE.md); say so in podCIDR.
+            "spec": {"podCIDR": f"127.{self.number}.{16 + i}.0/24"},
             "status": {
                 "capacity": dict(resources),
                 "allocatable": dict(resources),
