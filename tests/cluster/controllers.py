@@ -24,13 +24,13 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from tests.cluster.errors import ApiError
 from tests.cluster.node_common import (
     Obj,
+    StoreLike,
     condition_true,
     controller_ref,
     get_condition,
@@ -43,40 +43,6 @@ from tests.cluster.node_common import (
 log = logging.getLogger(__name__)
 
 INDEX_KEY = "batch.kubernetes.io/job-completion-index"
-
-
-class StoreLike(Protocol):
-    def get(self, resource: str, namespace: str | None, name: str) -> Obj: ...
-    def list(
-        self,
-        resource: str,
-        namespace: str | None = None,
-        label_selector: Any = None,
-        field_selector: Any = None,
-    ) -> tuple[list[Obj], str]: ...
-    def create(self, resource: str, obj: Obj) -> Obj: ...
-    def mutate(
-        self,
-        resource: str,
-        namespace: str | None,
-        name: str,
-        fn: Callable[[Obj], Any],
-        *,
-        subresource: str | None = None,
-    ) -> Obj: ...
-    def delete(
-        self,
-        resource: str,
-        namespace: str | None,
-        name: str,
-        *,
-        propagation: str = ...,
-        grace_period_s: int | None = ...,
-    ) -> Obj: ...
-    def subscribe(self, callback: Callable[[str, str, Obj], None]) -> None: ...
-    def record_event(
-        self, involved: Obj, reason: str, message: str, *, type: str = ..., component: str = ...
-    ) -> Obj | None: ...
 
 
 class _Controller:

@@ -65,11 +65,12 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from tests.cluster.errors import ApiError
 from tests.cluster.node_common import (
     Obj,
+    StoreLike,
     container_requests,
     now_iso,
     parse_quantity,
@@ -111,33 +112,6 @@ _XATTR = "user.nccl-k8s.mountpoint"  # on host paths a kubelet created as mount 
 _HOLD = ".nccl-k8s-hold-"  # one per pod using such a mount point
 # In every container's environment, so what a container leaves behind can be found and killed.
 _MARKER = "NCCL_K8S_TEST_CONTAINER"
-
-
-class StoreLike(Protocol):
-    """The part of tests.cluster.store.Store the kubelet uses (see INTERFACE.md)."""
-
-    def get(self, resource: str, namespace: str | None, name: str) -> Obj: ...
-    def list(
-        self,
-        resource: str,
-        namespace: str | None = None,
-        label_selector: Any = None,
-        field_selector: Any = None,
-    ) -> tuple[list[Obj], str]: ...
-    def mutate(
-        self,
-        resource: str,
-        namespace: str | None,
-        name: str,
-        fn: Callable[[Obj], Any],
-        *,
-        subresource: str | None = None,
-    ) -> Obj: ...
-    def finalize_delete(self, resource: str, namespace: str | None, name: str) -> None: ...
-    def subscribe(self, callback: Callable[[str, str, Obj], None]) -> None: ...
-    def record_event(
-        self, involved: Obj, reason: str, message: str, *, type: str = ..., component: str = ...
-    ) -> Obj | None: ...
 
 
 class _PodError(Exception):

@@ -11,9 +11,47 @@ import datetime as _dt
 import random
 import re
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 Obj = dict[str, Any]
+
+
+class StoreLike(Protocol):
+    """The part of tests.cluster.store.Store the scheduler, controllers and kubelet use (INTERFACE.md)."""
+
+    def get(self, resource: str, namespace: str | None, name: str) -> Obj: ...
+    def list(
+        self,
+        resource: str,
+        namespace: str | None = None,
+        label_selector: Any = None,
+        field_selector: Any = None,
+    ) -> tuple[list[Obj], str]: ...
+    def create(self, resource: str, obj: Obj) -> Obj: ...
+    def mutate(
+        self,
+        resource: str,
+        namespace: str | None,
+        name: str,
+        fn: Callable[[Obj], Any],
+        *,
+        subresource: str | None = None,
+    ) -> Obj: ...
+    def delete(
+        self,
+        resource: str,
+        namespace: str | None,
+        name: str,
+        *,
+        propagation: str = ...,
+        grace_period_s: int | None = ...,
+    ) -> Obj: ...
+    def finalize_delete(self, resource: str, namespace: str | None, name: str) -> None: ...
+    def subscribe(self, callback: Callable[[str, str, Obj], None]) -> None: ...
+    def record_event(
+        self, involved: Obj, reason: str, message: str, *, type: str = ..., component: str = ...
+    ) -> Obj | None: ...
+
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {"n": 1e-9, "u": 1e-6, "m": 1e-3, "": 1.0, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}

@@ -23,13 +23,13 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from tests.cluster.errors import ApiError
 from tests.cluster.node_common import (
     Obj,
+    StoreLike,
     match_expression,
     match_label_selector,
     parse_quantity,
@@ -42,30 +42,6 @@ log = logging.getLogger(__name__)
 _NOT_READY_TAINT = {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}
 _UNSCHEDULABLE_TAINT = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
 _HOSTNAME = "kubernetes.io/hostname"
-
-
-class StoreLike(Protocol):
-    def get(self, resource: str, namespace: str | None, name: str) -> Obj: ...
-    def list(
-        self,
-        resource: str,
-        namespace: str | None = None,
-        label_selector: Any = None,
-        field_selector: Any = None,
-    ) -> tuple[list[Obj], str]: ...
-    def mutate(
-        self,
-        resource: str,
-        namespace: str | None,
-        name: str,
-        fn: Callable[[Obj], Any],
-        *,
-        subresource: str | None = None,
-    ) -> Obj: ...
-    def subscribe(self, callback: Callable[[str, str, Obj], None]) -> None: ...
-    def record_event(
-        self, involved: Obj, reason: str, message: str, *, type: str = ..., component: str = ...
-    ) -> Obj | None: ...
 
 
 @dataclass
