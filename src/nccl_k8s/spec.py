@@ -252,8 +252,10 @@ def _is_qualified_name(key: str) -> bool:
     return 0 < len(name) <= 63 and bool(_LABEL_NAME.match(name))
 
 
-def _label_pairs(flag: str, items: Sequence[str], *, what: str) -> tuple[tuple[str, str], ...]:
-    """Parse `key=value` labels (or node-selector terms)."""
+def _label_pairs(
+    flag: str, items: Sequence[str], *, what: str, check_value: bool = True
+) -> tuple[tuple[str, str], ...]:
+    """Parse `key=value` labels, node-selector terms or (check_value=False) annotations."""
     pairs: dict[str, str] = {}
     for item in items:
         key, eq, value = item.partition("=")
@@ -265,26 +267,10 @@ def _label_pairs(flag: str, items: Sequence[str], *, what: str) -> tuple[tuple[s
                 "name of letters, digits, '-', '_', '.', at most 63 characters)",
                 key=flag,
             )
-        if len(value) > 63 or not _LABEL_VALUE.match(value):
+        if check_value and (len(value) > 63 or not _LABEL_VALUE.match(value)):
             raise UsageError(
                 f"{flag} {_q(item)}: {_q(value)} is not a valid {what} value (expected at most 63 "
                 "letters, digits, '-', '_', '.', starting and ending with a letter or digit)",
-                key=flag,
-            )
-        pairs[key] = value
-    return tuple(pairs.items())
-
-
-def _annotation_pairs(flag: str, items: Sequence[str]) -> tuple[tuple[str, str], ...]:
-    pairs: dict[str, str] = {}
-    for item in items:
-        key, eq, value = item.partition("=")
-        if not eq:
-            raise UsageError(f"{flag} {_q(item)}: expected KEY=VALUE", key=flag)
-        if not _is_qualified_name(key):
-            raise UsageError(
-                f"{flag} {_q(item)}: {_q(key)} is not a valid annotation key (expected "
-                "[prefix/]name, name of letters, digits, '-', '_', '.', at most 63 characters)",
                 key=flag,
             )
         pairs[key] = value
@@ -614,7 +600,7 @@ def build_run_spec(
         ttl_s=ttl_s,
         backoff_limit=backoff,
         labels=labels,
-        annotations=_annotation_pairs("--annotation", annotation),
+        annotations=_label_pairs("--annotation", annotation, what="annotation", check_value=False),
         master_port=master_port_for(run_id),
         rendezvous_timeout_s=rdzv_s,
         engine_args=_engine_args(engine_args, world_size=world),
