@@ -315,24 +315,14 @@ class JobController(_Controller):
 
         if fail_job is not None:
             reason, message = fail_job
-            for pod in active:
-                self._delete_pod(job, pod)
             conditions = [
                 ("FailureTarget", "True", reason, message),
                 ("Failed", "True", reason, message),
             ]
             self._event(job, reason, message, "Warning")
-            self._write_status(
-                job,
-                [],
-                terminating + len(active),
-                mem,
-                n_succeeded,
-                n_failed,
-                conditions,
-                completion_time,
+            self._finish(
+                job, active, terminating, mem, n_succeeded, n_failed, conditions, completion_time
             )
-            self._enqueue_ttl(job)
             return
 
         complete = False
@@ -343,25 +333,15 @@ class JobController(_Controller):
         else:
             complete = n_succeeded >= int(completions)
         if complete:
-            for pod in active:
-                self._delete_pod(job, pod)
             msg = "Reached expected number of succeeded pods"
             conditions = [
                 ("SuccessCriteriaMet", "True", "CompletionsReached", msg),
                 ("Complete", "True", "CompletionsReached", msg),
             ]
             self._event(job, "Completed", "Job completed")
-            self._write_status(
-                job,
-                [],
-                terminating + len(active),
-                mem,
-                n_succeeded,
-                n_failed,
-                conditions,
-                now_iso(),
+            self._finish(
+                job, active, terminating, mem, n_succeeded, n_failed, conditions, now_iso()
             )
-            self._enqueue_ttl(job)
             return
 
         if suspended:
@@ -491,6 +471,32 @@ class JobController(_Controller):
     def _after_finish(self, job: Obj, active: list[Obj]) -> None:
         for pod in active:
             self._delete_pod(job, pod)
+        self._enqueue_ttl(job)
+
+    def _finish(
+        self,
+        job: Obj,
+        active: list[Obj],
+        terminating: int,
+        mem: _JobMemory,
+        n_succeeded: int,
+        n_failed: int,
+        conditions: list[tuple[str, str, str | None, str | None]],
+        completion_time: str | None,
+    ) -> None:
+        """A Job that ended (Complete or Failed): its running pods go, status and TTL follow."""
+        for pod in active:
+            self._delete_pod(job, pod)
+        self._write_status(
+            job,
+            [],
+            terminating + len(active),
+            mem,
+            n_succeeded,
+            n_failed,
+            conditions,
+            completion_time,
+        )
         self._enqueue_ttl(job)
 
     def _enqueue_ttl(self, job: Obj) -> None:
