@@ -21,18 +21,16 @@ import socket
 import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
 from nccl_k8s import __version__
 from nccl_k8s.bench import report
-from nccl_k8s.bench.config import ROOTED_OPS, BenchConfig, check_backend
+from nccl_k8s.bench.config import DTYPES, ROOTED_OPS, BenchConfig, check_backend
 from nccl_k8s.bench.counts import SHAPES, buffer_bytes, memory_limit, rotation_shifts
 from nccl_k8s.bench.ops import Bound, Collectives, all_gather_fn
 
 if TYPE_CHECKING:
-    import torch
-
     from nccl_k8s.bench.nccl import Communicator
 
 GIB = 1 << 30
@@ -599,7 +597,7 @@ class Engine:
         maxbytes = self.limit_maxbytes(devices)
         self.p.result("meta", self._meta(devices, versions, maxbytes))
 
-        elt = torch.empty(0, dtype=_torch_dtype(cfg.dtype)).element_size()
+        elt = DTYPES[cfg.dtype]
         send_bytes = recv_bytes = 16
         for op in cfg.ops:
             s, rv = buffer_bytes(op, maxbytes, elt, r.world)
@@ -643,12 +641,6 @@ class Engine:
                 "duration_s": cfg.duration_s,
             },
         }  # fmt: skip
-
-
-def _torch_dtype(name: str) -> torch.dtype:
-    from nccl_k8s.bench.data import torch_dtype
-
-    return torch_dtype(name)
 
 
 def write_json(path: str, cfg: BenchConfig, outcome: RunOutcome, argv: Sequence[str], devices: list[dict[str, Any]],
@@ -717,8 +709,6 @@ def run_rank(cfg: BenchConfig, argv: Sequence[str], *, stdout: TextIO = sys.stdo
     finally:
         rank.close()
 
-
-Main = Callable[[Sequence[str]], int]
 
 __all__ = [
     "Engine",
