@@ -29,8 +29,8 @@ run: $(STAMP_RUN)
 	$(VENV)/bin/nccl-k8s run -b 8 -e 1M -f 4
 
 lint: $(STAMP_TEST)
-	$(VENV)/bin/ruff check src tests bench
-	$(VENV)/bin/ruff format --check src tests bench
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff format --check src tests benchmarks
 
 typecheck: $(STAMP_TEST)
 	$(VENV)/bin/mypy

@@ -96,7 +96,7 @@ def _check_worker(rank: int, world: int, port: int, out: str, cases: list[tuple[
 def test_every_op_is_exact_and_the_checker_catches_one_wrong_element(
     tmp_path: pathlib.Path, world: int, cases: list[tuple[str, str]]
 ) -> None:
-    mp.spawn(
+    mp.spawn(  # type: ignore[attr-defined,no-untyped-call]
         _check_worker, args=(world, _free_port(), str(tmp_path), cases), nprocs=world, join=True
     )
     for rank in range(world):

@@ -49,7 +49,7 @@ def test_size_and_count_columns_follow_nccl_tests(path: pathlib.Path) -> None:
     rows = [line.split() for line in text.splitlines() if ROW.match(line)]
     dtype = rows[0][2]
     shape = SHAPES[_op_of(path)]
-    size, expected = lo, []
+    size, expected = lo, list[tuple[int, int]]()
     while size <= hi and len(expected) < len(rows):
         c = shape.counts(size, DTYPES[dtype], 1)
         expected.append((c.size_bytes(DTYPES[dtype]), c.param))

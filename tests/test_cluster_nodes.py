@@ -448,14 +448,14 @@ def test_kill_pod_fails_a_never_pod_and_restarts_an_always_pod(cluster: Cluster,
     cluster.store.create("pods", pod_manifest("never", ns, script))
     cluster.store.create("pods", pod_manifest("always", ns, script, restartPolicy="Always"))
     for name in ("never", "always"):
-        wait_for(f"{name} running", lambda n=name: phase(cluster, ns, n) == "Running")
-        wait_for(f"{name} printed", lambda n=name: "up" in log_text(cluster, ns, n))
-    cluster.faults.kubelet.kill_pod(ns, "never")
+        wait_for(f"{name} running", lambda n=name: phase(cluster, ns, n) == "Running")  # type: ignore[misc]
+        wait_for(f"{name} printed", lambda n=name: "up" in log_text(cluster, ns, n))  # type: ignore[misc]
+    cluster.faults.kill_pod(ns, "never")
     wait_for("never failed", lambda: phase(cluster, ns, "never") == "Failed")
     term = container_state(cluster, ns, "never")["state"]["terminated"]
     assert (term["exitCode"], term["reason"]) == (137, "Error")
 
-    cluster.faults.kubelet.kill_pod(ns, "always")
+    cluster.faults.kill_pod(ns, "always")
     status = wait_for(
         "always restarted",
         lambda: (
@@ -482,7 +482,7 @@ def test_node_not_ready_fails_its_pods_and_taints_the_node(cluster: Cluster, ns:
     pod["spec"]["containers"][0]["command"].append(marker)
     cluster.store.create("pods", pod)
     wait_for("victim running", lambda: phase(cluster, ns, "victim") == "Running")
-    cluster.faults.kubelet.set_node_ready("node-2", False)
+    cluster.faults.set_node_ready("node-2", False)
     try:
         pod = wait_for(
             "victim failed",
@@ -504,12 +504,12 @@ def test_node_not_ready_fails_its_pods_and_taints_the_node(cluster: Cluster, ns:
             "{node.kubernetes.io/not-ready: }, 3 node(s) didn't match Pod's node affinity/selector."
         )
     finally:
-        cluster.faults.kubelet.set_node_ready("node-2", True)
+        cluster.faults.set_node_ready("node-2", True)
     wait_for("later ran once the node healed", lambda: phase(cluster, ns, "later") == "Succeeded")
 
 
 def test_scheduling_delay_holds_pods_pending(cluster: Cluster, ns: str) -> None:
-    cluster.faults.scheduler.set_delay(3.0)
+    cluster.faults.delay_scheduling(3.0)
     try:
         t0 = time.monotonic()
         cluster.store.create("pods", pod_manifest("slow", ns, "pass"))
@@ -520,7 +520,7 @@ def test_scheduling_delay_holds_pods_pending(cluster: Cluster, ns: str) -> None:
         wait_for("bound", lambda: cluster.store.get("pods", ns, "slow")["spec"].get("nodeName"))
         assert time.monotonic() - t0 >= 2.9
     finally:
-        cluster.faults.scheduler.set_delay(0)
+        cluster.faults.delay_scheduling(0)
 
 
 def test_image_pull_failure_never_runs(cluster: Cluster, ns: str) -> None:
@@ -804,7 +804,7 @@ def test_statefulset_ordered_pods_scaling_and_in_place_restart(cluster: Cluster,
     assert p0["spec"]["hostname"] == "web-0" and p0["spec"]["subdomain"] == "web-svc"
     wait_for("hostname printed", lambda: "web-1" in log_text(cluster, ns, "web-1"))
 
-    cluster.faults.kubelet.kill_pod(ns, "web-0", sig=signal.SIGKILL)
+    cluster.faults.kill_pod(ns, "web-0", sig=signal.SIGKILL)
     wait_for(
         "web-0 restarted in place",
         lambda: container_state(cluster, ns, "web-0")["restartCount"] == 1,
@@ -895,7 +895,7 @@ def test_delete_sends_sigterm_then_sigkill_after_the_grace_period(
         pod["spec"]["containers"][0]["command"].append(mode)
         cluster.store.create("pods", pod)
     for mode in ("polite", "stubborn"):
-        wait_for(f"{mode} up", lambda m=mode: "up" in log_text(cluster, ns, m))
+        wait_for(f"{mode} up", lambda m=mode: "up" in log_text(cluster, ns, m))  # type: ignore[misc]
     t0 = time.monotonic()
     cluster.store.delete("pods", ns, "polite")
     cluster.store.delete("pods", ns, "stubborn")
@@ -1036,11 +1036,11 @@ def test_pod_failure_policy_ignores_pods_lost_with_their_node(cluster: Cluster, 
         lambda: [p for p in cluster.store.list("pods", ns)[0] if p["status"]["phase"] == "Running"],
     )[0]
     node = first["spec"]["nodeName"]
-    cluster.faults.kubelet.set_node_ready(node, False)
+    cluster.faults.set_node_ready(node, False)
     try:
         wait_for("complete", lambda: _job_condition(cluster, ns, "survivor", "Complete"))
     finally:
-        cluster.faults.kubelet.set_node_ready(node, True)
+        cluster.faults.set_node_ready(node, True)
     status = cluster.store.get("jobs", ns, "survivor")["status"]
     assert status["succeeded"] == 1 and not status.get("failed"), "the lost pod is not counted"
     phases = sorted(p["status"]["phase"] for p in cluster.store.list("pods", ns)[0])
@@ -1117,7 +1117,7 @@ def test_cordoned_node_and_statefulset_pod_replaced_after_its_node_is_lost(
     wait_for("db-0 running", lambda: phase(cluster, ns, "db-0") == "Running")
     old = cluster.store.get("pods", ns, "db-0")
     lost_node = old["spec"]["nodeName"]
-    cluster.faults.kubelet.set_node_ready(lost_node, False)
+    cluster.faults.set_node_ready(lost_node, False)
     try:
         new = wait_for(
             "db-0 recreated elsewhere",
@@ -1129,7 +1129,7 @@ def test_cordoned_node_and_statefulset_pod_replaced_after_its_node_is_lost(
             ),
         )
     finally:
-        cluster.faults.kubelet.set_node_ready(lost_node, True)
+        cluster.faults.set_node_ready(lost_node, True)
     assert new["spec"]["nodeName"] != lost_node
     assert new["spec"]["hostname"] == "db-0" and new["spec"]["subdomain"] == "db"
 
@@ -1166,7 +1166,7 @@ def test_processes_that_left_the_container_session_die_with_it(cluster: Cluster,
     )
     cluster.store.create("pods", again)
     first = wait_for("first orphan", lambda: processes_with(marker + "-again"))
-    cluster.faults.kubelet.kill_pod(ns, "again")
+    cluster.faults.kill_pod(ns, "again")
     wait_for("restarted", lambda: container_state(cluster, ns, "again")["restartCount"] == 1)
     second = wait_for("second run's orphan", lambda: processes_with(marker + "-again"))
     assert not set(first) & set(second), "the first run's orphan died with its container"

@@ -590,6 +590,7 @@ def test_403_409_and_a_dead_server_are_one_actionable_line(
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     dead = tmp_path / "kubeconfig"
+    assert cluster.kubeconfig is not None
     dead.write_text(cluster.kubeconfig.read_text().replace(cluster.url, f"http://127.0.0.1:{port}"))
     res = CliRunner().invoke(app, ["status", "-n", ns, "--kubeconfig", str(dead)])
     assert res.exit_code == 1, res.output

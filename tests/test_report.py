@@ -85,7 +85,8 @@ def _has_color(img: Image.Image, hex_color: str, *, at_least: int = 50) -> bool:
 
 
 def _colors(img: Image.Image) -> list[tuple[int, tuple[int, int, int]]]:
-    return img.getcolors(maxcolors=img.width * img.height) or []
+    # An RGB image: every colour is a 3-tuple.
+    return img.getcolors(maxcolors=img.width * img.height) or []  # type: ignore[return-value]
 
 
 def test_report_of_two_runs_embeds_the_plots_metadata_and_diagnosis(

@@ -54,7 +54,7 @@ def test_run_leaves_a_results_file_with_the_tables_rows(tmp_path: Path) -> None:
     assert len(stored) == len(run.rows) == 4
     for size, count, *cells in printed:
         for placement, (time_us, algbw, busbw, wrong) in (("out", cells[:4]), ("in", cells[4:])):
-            row = stored[(int(size), placement)]
+            row = stored[(int(size), placement)]  # type: ignore[index]  # placement is "out"/"in"
             assert row.count == int(count) and row.wrong == int(wrong)
             # The table rounds; the file holds the unrounded numbers.
             assert abs(row.time_us - float(time_us)) <= 0.006 * max(1.0, row.time_us / 1000)

@@ -8,6 +8,7 @@ connections, quiet streams and bookmarks, and the tests assert what the informer
 from __future__ import annotations
 
 import asyncio
+import builtins
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -33,7 +34,7 @@ class Script:
         self.streams = streams
         self.calls: list[str] = []
 
-    async def list(self) -> tuple[list[Obj], str]:
+    async def list(self) -> tuple[builtins.list[Obj], str]:
         self.calls.append("list")
         return self.lists.pop(0)
 
@@ -42,7 +43,7 @@ class Script:
         steps = self.streams.pop(0) if self.streams else [("hang", None)]
         return self._play(steps)
 
-    async def _play(self, steps: list[Any]) -> AsyncIterator[tuple[str, Obj]]:
+    async def _play(self, steps: builtins.list[Any]) -> AsyncIterator[tuple[str, Obj]]:
         for step in steps:
             if isinstance(step, BaseException):
                 raise step
@@ -228,7 +229,7 @@ def test_pod_problems_are_worded(status: Obj, reason: str, words: str) -> None:
 
 
 def test_a_waiting_or_running_pod_has_no_problem() -> None:
-    creating = {
+    creating: dict[str, Any] = {
         "containerStatuses": [
             {"name": "bench", "state": {"waiting": {"reason": "ContainerCreating"}}}
         ]

@@ -1181,7 +1181,7 @@ async def _wait_pods_gone(
 
     async def until_gone() -> None:
         source = _ListWatch(kc, "Pod", ns, labels)
-        async with contextlib.aclosing(informer(source, watch)) as updates:  # type: ignore[type-var]  # async generator
+        async with contextlib.aclosing(informer(source, watch)) as updates:
             async for update in updates:
                 left = [p for p in update.objects.values() if ours(p)]
                 if not left:

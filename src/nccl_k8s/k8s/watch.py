@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
 from nccl_k8s.errors import Expired, Unreachable
@@ -109,7 +109,7 @@ async def informer(
     settings: WatchSettings | None = None,
     *,
     sleep: Callable[[float], Any] = asyncio.sleep,
-) -> AsyncIterator[Update]:
+) -> AsyncGenerator[Update, None]:
     """Updates for the source's objects, forever (the caller stops iterating when it is done)."""
     settings = settings or WatchSettings()
     objects: dict[str, Obj] = {}

@@ -12,7 +12,7 @@ a user would run them (separate processes, over HTTP):
 with each command's peak RSS (its VmHWM), so "bounded memory" is a number.
 Goals (issue 4): results within 5 s, status within 1 s. Not a test; figures go to BENCHMARKS.md.
 
-    python bench/collect_scale.py --pods 1024 --nodes 128
+    python benchmarks/collect_scale.py --pods 1024 --nodes 128
 
 Imports nothing of nccl_k8s.k8s: the commands run as the user runs them.
 """

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Engine vs nccl-tests on the lent GPU machine (world size = visible GPUs, default 1).
-# Reproduce: through the `device` tool, from the repo root:  bash bench/device_parity.sh
+# Reproduce: through the `device` tool, from the repo root:  bash benchmarks/device_parity.sh
 # Writes every output under $OUT (or ./parity-out). Same flags as the nccl-tests reference runs
 # in ../shared/data/nccl-tests/h200x1-b: -b 8 -e 256M -f 4 -n 20 -w 5.
 set -uo pipefail

@@ -1,6 +1,6 @@
 """Host cost of one ctypes call shaped like ncclAllReduce, by how the call is made.
 
-    python bench/ctypes_overhead.py
+    python benchmarks/ctypes_overhead.py
 
 Compiles a do-nothing C function with seven arguments (gcc) and times 200,000 calls each way.
 The engine's timed loop uses the cheapest: arguments converted to ctypes values once, function

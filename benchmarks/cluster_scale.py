@@ -5,7 +5,7 @@ decoding), all of them scheduled, all of them run to Succeeded by the process ku
 listing them through the store, over HTTP (GET /api/v1/namespaces/<ns>/pods) and with
 `kubectl get pods`. Not a test: the numbers depend on the machine; record them in BENCHMARKS.md.
 
-    python bench/cluster_scale.py --nodes 128 --pods 1024
+    python benchmarks/cluster_scale.py --nodes 128 --pods 1024
 """
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -51,7 +53,7 @@ def main() -> None:
     args = ap.parse_args()
 
     ns = "scale"
-    figures: dict[str, float | int | str] = {
+    figures: dict[str, Any] = {
         "nodes": args.nodes,
         "pods": args.pods,
         "workload": args.workload,
@@ -64,13 +66,17 @@ def main() -> None:
         store.create("namespaces", {"metadata": {"name": ns}})
         finished: set[str] = set()  # counted from store events: polling lists would skew the run
 
-        def on_change(etype: str, resource: str, obj: dict) -> None:
+        def on_change(etype: str, resource: str, obj: dict[str, Any]) -> None:
             if resource == "pods" and obj.get("status", {}).get("phase") in ("Succeeded", "Failed"):
                 finished.add(obj["metadata"]["uid"])
 
         store.subscribe(on_change)
         t0 = time.monotonic()
-        container = {"name": "main", "image": "busybox", "command": ["sh", "-c", args.command]}
+        container: dict[str, Any] = {
+            "name": "main",
+            "image": "busybox",
+            "command": ["sh", "-c", args.command],
+        }
         if args.workload == "pods":
             for i in range(args.pods):
                 store.create(
@@ -113,11 +119,11 @@ def main() -> None:
             )
         figures["create_s"] = round(time.monotonic() - t0, 3)
 
-        def count(pred: object) -> int:
-            return sum(1 for p in store.list("pods", ns)[0] if pred(p))  # type: ignore[operator]
+        def count(pred: Callable[[dict[str, Any]], bool]) -> int:
+            return sum(1 for p in store.list("pods", ns)[0] if pred(p))
 
         figures["all_scheduled_s"] = round(
-            figures["create_s"]  # type: ignore[operator]
+            figures["create_s"]
             + _wait("scheduled", lambda: c.scheduler.bound >= args.pods, args.timeout_s),
             3,
         )

@@ -1,6 +1,6 @@
 """Markdown table: our engine's times next to nccl-tests' for the same op, size and GPU.
 
-    python bench/parity_table.py bench/data/h200x1-parity tests/data/nccl-tests/h200x1-b
+    python benchmarks/parity_table.py benchmarks/data/h200x1-parity tests/data/nccl-tests/h200x1-b
 
 Reads our `default.txt` (eager) and `graph.txt` (-G 1) from the first folder and nccl-tests'
 `<op>_perf.txt` files from the second; prints one table per op.
