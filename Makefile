@@ -10,7 +10,7 @@ TORCH  := torch==2.13.0
 STAMP_RUN  := $(VENV)/.stamp-run
 STAMP_TEST := $(VENV)/.stamp-test
 
-.PHONY: run test lint typecheck unit clean
+.PHONY: run test lint typecheck contracts unit clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -35,10 +35,14 @@ lint: $(STAMP_TEST)
 typecheck: $(STAMP_TEST)
 	$(VENV)/bin/mypy
 
+# The layer contracts of DESIGN.md (import-linter; see [tool.importlinter] in pyproject.toml).
+contracts: $(STAMP_TEST)
+	$(VENV)/bin/lint-imports
+
 unit: $(STAMP_TEST)
 	$(PY) -m pytest -q
 
-test: lint typecheck unit
+test: lint typecheck contracts unit
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info

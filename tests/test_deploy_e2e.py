@@ -41,6 +41,7 @@ ACCEPTANCE = [
     "4",
     "--gpus-per-node",
     "2",
+    "--",
     "--backend",
     "gloo",
     "--ops",
@@ -53,7 +54,6 @@ ACCEPTANCE = [
     "1",
     "-w",
     "1",
-    "--",
     "-n",
     "2",
 ]
@@ -94,7 +94,10 @@ def run_id() -> str:
 
 def cli(cluster: Cluster, *args: str) -> Any:
     """`nccl-k8s ARGS` in this process (fast); result.output holds stdout and stderr."""
-    return CliRunner().invoke(app, [*args, "--kubeconfig", str(cluster.kubeconfig)])
+    # Our options go before `--`: what follows it is the engine's.
+    cut = args.index("--") if "--" in args else len(args)
+    argv = [*args[:cut], "--kubeconfig", str(cluster.kubeconfig), *args[cut:]]
+    return CliRunner().invoke(app, argv)
 
 
 def cli_process(cluster: Cluster, runs: Path, *args: str) -> subprocess.Popen[str]:
@@ -271,6 +274,7 @@ def test_statefulset_mode_waits_until_every_rank_runs_then_cleans_up(
         "2",
         "--gpus-per-node",
         "1",
+        "--",
         "--backend",
         "gloo",
         "-b",
@@ -297,7 +301,7 @@ def marked_zipapp(tmp_path: Path) -> bytes:
     import shutil
 
     import nccl_k8s
-    from nccl_k8s.k8s.zipapp import build_zipapp
+    from nccl_k8s.k8s._zipapp import build_zipapp
 
     root = tmp_path / "pkg" / "nccl_k8s"
     src = Path(nccl_k8s.__file__).parent
@@ -316,7 +320,7 @@ def marked_zipapp(tmp_path: Path) -> bytes:
 def test_pod_killed_mid_run_fails_the_run_naming_rank_pod_node(
     cluster: Cluster, ns: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import nccl_k8s.k8s.manifests as manifests
+    import nccl_k8s.k8s._manifests as manifests
 
     marked = marked_zipapp(tmp_path)
     monkeypatch.setattr(manifests, "engine_zipapp", lambda: marked)
@@ -357,6 +361,9 @@ def test_pod_killed_mid_run_fails_the_run_naming_rank_pod_node(
         "4",
         "--gpus-per-node",
         "2",
+        "--timeout",
+        "90s",
+        "--",
         "--backend",
         "gloo",
         "-b",
@@ -365,8 +372,6 @@ def test_pod_killed_mid_run_fails_the_run_naming_rank_pod_node(
         "1K",
         "--duration",
         "60",
-        "--timeout",
-        "90s",
     )
     ended = time.monotonic()
     thread.join(5)
@@ -402,6 +407,7 @@ def test_more_gpus_than_any_node_is_named_unschedulable(cluster: Cluster, ns: st
         "16",
         "--gpus-per-node",
         "8",
+        "--",
         "--backend",
         "gloo",
     )
@@ -438,6 +444,7 @@ def test_absent_scheduler_is_named_within_the_schedule_timeout(cluster: Cluster,
         "4",
         "--gpus-per-node",
         "2",
+        "--",
         "--backend",
         "gloo",
     )
@@ -612,7 +619,7 @@ def test_410_over_http_is_expired_and_a_namespace_we_may_not_read_is_no_obstacle
     import asyncio
 
     from nccl_k8s.errors import Expired
-    from nccl_k8s.k8s.client import ClientSettings, KubeClient
+    from nccl_k8s.k8s._client import ClientSettings, KubeClient
 
     async def watch_from_compacted() -> None:
         async with KubeClient.connect(ClientSettings(kubeconfig=str(cluster.kubeconfig))) as kc:

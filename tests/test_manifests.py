@@ -26,8 +26,8 @@ import typer
 import yaml
 from typer.testing import CliRunner
 
-from nccl_k8s.k8s.manifests import attach_owner, dump, render
-from nccl_k8s.k8s.zipapp import MAX_ZIPAPP_BYTES, ZIPAPP_NAME, build_zipapp, engine_zipapp
+from nccl_k8s.k8s._manifests import attach_owner, dump, render
+from nccl_k8s.k8s._zipapp import MAX_ZIPAPP_BYTES, ZIPAPP_NAME, build_zipapp, engine_zipapp
 from nccl_k8s.spec import RunSpec, build_run_spec
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -47,7 +47,7 @@ CONFIGS: dict[str, list[str]] = {
     "job-2x8-ib": [
         "--world-size", "16", "--gpus-per-node", "8", "--network", "ib",
         "--rdma-resource", "rdma/ib=1", "--run-id", "nccl-golden-2x8-ib", "--namespace", "bench",
-        "-b", "1M", "-e", "8G", "-f", "2",
+        "--", "-b", "1M", "-e", "8G", "-f", "2",
     ],
     "statefulset-2x8": [
         "--nodes", "2", "--gpus-per-node", "8", "--workload", "statefulset", "--interval", "10m",
@@ -536,17 +536,24 @@ def test_json_output_is_a_kubectl_list() -> None:
     assert doc["items"] == render(_SPECS["job-8x4"])
 
 
-def test_engine_flags_pass_through_with_or_without_separator() -> None:
+def test_engine_flags_pass_through_after_the_separator_only() -> None:
+    """After `--` every flag is the engine's (-n is nccl-tests' iterations, not the namespace);
+    before it an engine flag is refused in one line, never taken silently."""
     from nccl_k8s.cli.main import app
 
     base = ["render", "--world-size", "16", "--gpus-per-node", "8", "--run-id", "r"]
     a = CliRunner().invoke(app, [*base, "--", "-b", "8", "-e", "1G", "-n", "5"])
-    b = CliRunner().invoke(app, [*base, "-b", "8", "-e", "1G", "--iters", "5"])
-    assert a.exit_code == b.exit_code == 0, a.output + b.output
+    assert a.exit_code == 0, a.output
     args_a = container(list(yaml.safe_load_all(a.stdout)))["args"]
-    args_b = container(list(yaml.safe_load_all(b.stdout)))["args"]
     assert args_a[args_a.index("nccl_k8s.bench") + 1 :] == ["-b", "8", "-e", "1G", "-n", "5"]
-    assert args_b[args_b.index("nccl_k8s.bench") + 1 :] == ["-b", "8", "-e", "1G", "--iters", "5"]
+    assert "namespace" not in yaml.safe_load_all(a.stdout).__next__()["metadata"]
+
+    b = CliRunner().invoke(app, [*base, "-b", "8", "-e", "1G", "-n", "50"])
+    assert b.exit_code == 2 and b.stdout == ""
+    assert b.stderr.splitlines() == [
+        "error: No such option: -b; engine flags go after `--`, e.g. `nccl-k8s render "
+        "--world-size 16 -- -b 8 -e 1G` (see `nccl-k8s render --help`)"
+    ]
 
 
 def test_render_help_names_every_deploy_option() -> None:
@@ -566,18 +573,18 @@ def test_render_help_names_every_deploy_option() -> None:
 
 def test_spec_options_are_reusable_by_another_command() -> None:
     """What `deploy` will do: the same options and spec, plus its own flags."""
-    from nccl_k8s.cli._deploy import SPEC_CONTEXT_SETTINGS, with_spec_options
+    from nccl_k8s.cli._options import with_spec_options
 
     seen: dict[str, object] = {}
 
-    def fake_deploy(ctx: typer.Context, spec: RunSpec, wait: bool = True) -> None:
+    def fake_deploy(spec: RunSpec, wait: bool = True) -> None:
         seen.update(spec=spec, wait=wait)
 
     app = typer.Typer()
     app.callback()(lambda: None)
-    app.command("deploy", context_settings=SPEC_CONTEXT_SETTINGS)(with_spec_options(fake_deploy))
+    app.command("deploy")(with_spec_options(fake_deploy))
     argv = ["deploy", "--world-size", "4", "--gpus-per-node", "2", "--run-id", "r", "--no-wait"]
-    result = CliRunner().invoke(app, [*argv, "--backend", "gloo", "--ops", "all", "-b", "1K"])
+    result = CliRunner().invoke(app, [*argv, "--", "--backend", "gloo", "--ops", "all", "-b", "1K"])
     assert result.exit_code == 0, result.output
     assert seen["wait"] is False
     assert seen["spec"] == build_run_spec(

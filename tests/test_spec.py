@@ -306,7 +306,15 @@ def test_toleration_dict_shape() -> None:
             '--namespace "Bad_Name": expected a DNS-1123 label',
         ),
         (["--world-size", "8", "--env", "NOEQUALS"], '--env "NOEQUALS": expected KEY=VALUE'),
-        (["--world-size", "8", "-b", "1Q"], "engine arguments: -b '1Q': expected a byte size"),
+        (
+            ["--world-size", "8", "--", "-b", "1Q"],
+            "engine arguments: -b '1Q': expected a byte size",
+        ),
+        # Engine flags before `--`: refused, never silently taken (-n would be the namespace).
+        (
+            ["--world-size", "8", "-b", "8", "-e", "1G", "-n", "50"],
+            "No such option: -b; engine flags go after `--`",
+        ),
         (["--world-size", "8", "-o", "xml"], '--output "xml": expected yaml or json'),
         (["--world-size", "six"], '--world-size "six": expected a whole number >= 1'),
         (

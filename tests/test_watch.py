@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from nccl_k8s.errors import Expired, RunFailed, Unreachable
-from nccl_k8s.k8s import lifecycle
-from nccl_k8s.k8s.watch import Update, WatchSettings, informer, within
+from nccl_k8s.k8s import WaitOutcome, WaitSettings, _monitor, _pods
+from nccl_k8s.k8s._watch import Update, WatchSettings, informer, within
 
 Obj = dict[str, Any]
 FAST = WatchSettings(inactivity_timeout_s=0.2, max_reconnects=2, reconnect_backoff_s=0.0)
@@ -224,7 +224,7 @@ def terminated(code: int, reason: str = "Error") -> list[Obj]:
     ],
 )
 def test_pod_problems_are_worded(status: Obj, reason: str, words: str) -> None:
-    problem = lifecycle.pod_problem(pod("p", 0, **status))
+    problem = _pods.pod_problem(pod("p", 0, **status))
     assert problem is not None and problem.reason == reason and words in problem.message
 
 
@@ -234,11 +234,10 @@ def test_a_waiting_or_running_pod_has_no_problem() -> None:
             {"name": "bench", "state": {"waiting": {"reason": "ContainerCreating"}}}
         ]
     }
-    assert lifecycle.pod_problem(pod("p", 0, **creating)) is None
-    assert lifecycle.pod_problem(pod("p", 0, phase="Running", node="n")) is None
+    assert _pods.pod_problem(pod("p", 0, **creating)) is None
+    assert _pods.pod_problem(pod("p", 0, phase="Running", node="n")) is None
     assert (
-        lifecycle.pod_problem(pod("p", 0, phase="Succeeded", containerStatuses=terminated(0)))
-        is None
+        _pods.pod_problem(pod("p", 0, phase="Succeeded", containerStatuses=terminated(0))) is None
     )
 
 
@@ -246,7 +245,7 @@ def test_a_waiting_or_running_pod_has_no_problem() -> None:
 
 
 class FakeKube:
-    """What lifecycle._wait asks of KubeClient, scripted per kind."""
+    """What _monitor.follow_run asks of KubeClient, scripted per kind."""
 
     server = "http://fake"
 
@@ -277,10 +276,10 @@ def job(**status: Any) -> Obj:
     }
 
 
-def wait(kube: FakeKube, **settings: Any) -> lifecycle.WaitOutcome:
-    s = lifecycle.WaitSettings(watch=FAST, tick_s=0.05, failure_settle_s=0.0, **settings)
+def wait(kube: FakeKube, **settings: Any) -> WaitOutcome:
+    s = WaitSettings(watch=FAST, tick_s=0.05, failure_settle_s=0.0, **settings)
     return asyncio.run(
-        lifecycle._wait(kube, "ns", "r", expected=2, settings=s, progress=None)  # type: ignore[arg-type]
+        _monitor.follow_run(kube, "ns", "r", expected=2, settings=s, progress=None)  # type: ignore[arg-type]
     )
 
 

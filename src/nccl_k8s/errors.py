@@ -11,7 +11,7 @@
          ├─ Expired              410: a watch's resourceVersion is too old; relist (internal)
          └─ Unreachable          the server does not answer (refused, timed out, connection lost)
 
-Cluster errors are raised only by nccl_k8s.k8s.client, which translates the HTTP client's
+Cluster errors are raised only by nccl_k8s.k8s._client, which translates the HTTP client's
 exceptions once, with messages a user can act on.
 
 Exceptions carry fields, not just text, so callers can act on them.

@@ -1,16 +1,18 @@
-"""What every command shares: the consoles and the one place errors become exit codes."""
+"""What every command shares: the consoles, the help style, and the one place errors become exit
+codes (one red line; a traceback only with --debug)."""
 
 from __future__ import annotations
 
 import functools
 import os
 import sys
-from collections.abc import Callable
-from typing import ParamSpec, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, ParamSpec, TypeVar
 
 import typer
 from rich.console import Console
 from rich.markup import escape
+from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 from nccl_k8s.errors import NcclK8sError
 
@@ -20,6 +22,13 @@ R = TypeVar("R")
 #: Tables and results go to stdout; progress, findings and errors to stderr.
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+#: Every command ends with one of these; the top-level --help lists them.
+EXIT_CODES = (
+    "Exit codes: 0 ok; 1 the run failed (wrong results, a failed rank, a regression, the "
+    "cluster refused); 2 bad input or configuration (nothing was started); 130/143 "
+    "interrupted (Ctrl-C / SIGTERM)."
+)
 
 
 def debug_enabled() -> bool:
@@ -44,7 +53,107 @@ def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
                 raise
             raise fail(exc) from None
         except KeyboardInterrupt:
-            err.print("interrupted")
+            err.print("interrupted", markup=False)
             sys.exit(130)
 
     return wrapper
+
+
+class Command(TyperCommand):
+    """Every command's help in one style: an option shows its metavar (SIZE, DURATION, N), a
+    flag shows none, arguments read `FILE...` in the usage line (not typer's `{files}`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _tidy(self.params)
+
+    def get_help_option(self, ctx: Any) -> Any:
+        option = super().get_help_option(ctx)
+        _tidy([option] if option is not None else [])
+        return option
+
+    def collect_usage_pieces(self, ctx: typer.Context) -> list[str]:  # type: ignore[override]  # typer's Context is click's
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for param in self.get_params(ctx):
+            if isinstance(param, TyperArgument):
+                name = f"{param.metavar}{'...' if param.nargs != 1 else ''}"
+                pieces.append(name if param.required else f"[{name}]")
+        return pieces
+
+
+def _tidy(params: Sequence[Any]) -> None:
+    for param in params:
+        if isinstance(param, TyperOption) and param.is_flag:
+            param.metavar = ""
+        elif isinstance(param, TyperArgument):
+            if param.metavar is None:
+                param.metavar = (param.name or "ARG").upper()
+            # The name column already shows the metavar; no `<list[str]>` type column.
+            param.display_type_rich = lambda ctx: None  # type: ignore[method-assign]
+
+
+def with_default(help_text: str, default: object) -> str:
+    """Help text ending in `[default: X]` exactly as typer shows a plain default (typer shows a
+    described default as `(X)`); the bracket is escaped for rich markup."""
+    return f"{help_text} \\[default: {default}]"
+
+
+class Group(TyperGroup):
+    """The `nccl-k8s` group: a usage error (unknown option, missing value) is one red line
+    naming the command's --help, exit 2, like every other bad input."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _tidy(self.params)
+
+    def get_help_option(self, ctx: Any) -> Any:
+        option = super().get_help_option(ctx)
+        _tidy([option] if option is not None else [])
+        return option
+
+    def main(  # type: ignore[override]  # same call, standalone handling is ours
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        try:
+            rv = super().main(
+                args=args,
+                prog_name=prog_name,
+                complete_var=complete_var,
+                standalone_mode=False,
+                **extra,
+            )
+        except typer.TyperException as e:  # click's UsageError and friends (typer vendors click)
+            rv = int(getattr(e, "exit_code", 2))
+            ctx = getattr(e, "ctx", None)
+            where = f" (see `{ctx.command_path} --help`)" if rv == 2 and ctx is not None else ""
+            err.print(
+                f"[red]error:[/red] {escape(e.format_message() + _engine_hint(e) + where)}",
+                markup=True,
+                highlight=False,
+            )
+        except typer.Abort:
+            err.print("interrupted", markup=False)
+            rv = 130
+        if not standalone_mode:
+            return rv
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _engine_hint(e: typer.TyperException) -> str:
+    """Engine flags given to render/deploy without `--` in front of them (NoSuchOption)."""
+    ctx = getattr(e, "ctx", None)
+    if getattr(e, "option_name", None) and ctx is not None and ctx.info_name in _TAKES_ENGINE:
+        return (
+            "; engine flags go after `--`, e.g. "
+            f"`nccl-k8s {ctx.info_name} --world-size 16 -- -b 8 -e 1G`"
+        )
+    return ""
+
+
+#: Commands whose arguments after `--` are engine flags.
+_TAKES_ENGINE = ("render", "deploy")

@@ -7,11 +7,14 @@ import os
 import typer
 
 from nccl_k8s import __version__
+from nccl_k8s.cli._common import EXIT_CODES, Group
 
 app = typer.Typer(
     name="nccl-k8s",
     help="Measure NCCL collective performance on this machine or across a Kubernetes cluster, "
     "and tell whether the numbers are right.",
+    epilog=EXIT_CODES,
+    cls=Group,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -43,6 +46,9 @@ def _register() -> None:
     from nccl_k8s.cli import _deploy
 
     _deploy.register(app)
+    from nccl_k8s.cli import _cluster
+
+    _cluster.register(app)
     from nccl_k8s.cli import _results
 
     _results.register(app)

@@ -44,10 +44,9 @@ from nccl_k8s.errors import (
     Unreachable,
     UsageError,
 )
+from nccl_k8s.k8s._types import Kind, Obj
 from nccl_k8s.spec import LABEL_INSTANCE
 
-Obj = dict[str, Any]
-Kind = Literal["ConfigMap", "Service", "Pod", "Namespace", "Event", "Job", "StatefulSet"]
 Propagation = Literal["Background", "Foreground", "Orphan"]
 
 #: The field manager of every write: kubectl shows it in managedFields, and a second apply by

@@ -23,12 +23,13 @@ import base64
 import copy
 import json
 import shlex
-from typing import Any, Literal
+from typing import Literal
 
 import yaml
 
-from nccl_k8s.k8s.presets import pod_env, security_profile
-from nccl_k8s.k8s.zipapp import ZIPAPP_NAME, engine_zipapp
+from nccl_k8s.k8s._presets import pod_env, security_profile
+from nccl_k8s.k8s._types import Obj
+from nccl_k8s.k8s._zipapp import ZIPAPP_NAME, engine_zipapp
 from nccl_k8s.spec import (
     LABEL_COMPONENT,
     LABEL_INSTANCE,
@@ -37,8 +38,6 @@ from nccl_k8s.spec import (
     LABEL_NAME,
     RunSpec,
 )
-
-Obj = dict[str, Any]
 
 APP_NAME = "nccl-k8s"
 CONTAINER_NAME = "bench"

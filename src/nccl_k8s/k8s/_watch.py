@@ -29,8 +29,8 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
 from nccl_k8s.errors import Expired, Unreachable
+from nccl_k8s.k8s._types import Obj
 
-Obj = dict[str, Any]
 T = TypeVar("T")
 
 

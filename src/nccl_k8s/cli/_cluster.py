@@ -1,0 +1,252 @@
+"""`nccl-k8s status|list|logs|results|cleanup`: a deployed run, read back or removed.
+
+No logic here: one function of nccl_k8s.k8s does the work; this module prints what it returns.
+Every command takes kubectl's -n/--namespace, --context, --kubeconfig and acts on `--run ID` or,
+without it, the latest run in the namespace.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from nccl_k8s.cli._common import Command, err, handle_errors, out
+from nccl_k8s.cli._options import (
+    Context,
+    Kubeconfig,
+    Namespace,
+    Output,
+    RunId,
+    client_settings,
+    output_format,
+    seconds,
+)
+from nccl_k8s.errors import UsageError
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    s = int(seconds)
+    if s < 120:
+        return f"{s}s"
+    if s < 7200:
+        return f"{s // 60}m"
+    if s < 172800:
+        return f"{s // 3600}h"
+    return f"{s // 86400}d"
+
+
+@handle_errors
+def status_command(
+    run: RunId = None,
+    output: Output = "text",
+    namespace: Namespace = None,
+    context: Context = None,
+    kubeconfig: Kubeconfig = None,
+) -> None:
+    """A run's phase and its pods: rank, pod, node, phase, restarts, age, reason."""
+    import json
+
+    from nccl_k8s import k8s
+
+    fmt = output_format(output)
+    st = k8s.status(run, client=client_settings(kubeconfig, context), namespace=namespace)
+    if fmt == "json":
+        typer.echo(json.dumps(st.to_dict(), indent=1))
+        return
+    detail = f" ({st.detail})" if st.detail else ""
+    out.print(f"run {st.run_id} in {st.namespace}: {st.phase}{detail}", markup=False)
+    rows: list[tuple[str, ...]] = [("RANK", "POD", "NODE", "PHASE", "RESTARTS", "AGE", "REASON")]
+    for p in st.pods:
+        reason = p.message if p.problem else p.reason
+        rows.append(
+            (
+                "-" if p.rank is None else str(p.rank),
+                p.name,
+                p.node or "-",
+                p.phase + (" (deleting)" if p.deleting else ""),
+                str(p.restarts),
+                _age(p.age_s()),
+                reason or "",
+            )
+        )
+    # Plain columns, as kubectl prints them: a rich Table takes a third of a second for a
+    # thousand pods, and status should answer within one.
+    out.file.write(_columns(rows))
+
+
+def _columns(rows: list[tuple[str, ...]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    lines = (
+        "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) + "  " + r[-1] for r in rows
+    )
+    return "\n".join(line.rstrip() for line in lines) + "\n"
+
+
+@handle_errors
+def list_command(
+    output: Output = "text",
+    namespace: Namespace = None,
+    context: Context = None,
+    kubeconfig: Kubeconfig = None,
+) -> None:
+    """The runs in the namespace, oldest first."""
+    import json
+
+    from nccl_k8s import k8s
+
+    fmt = output_format(output)
+    runs = k8s.list_runs(client=client_settings(kubeconfig, context), namespace=namespace)
+    if fmt == "json":
+        typer.echo(json.dumps([r.to_dict() for r in runs], indent=1))
+        return
+    if not runs:
+        err.print("no nccl-k8s runs in this namespace", markup=False)
+        return
+    rows: list[tuple[str, ...]] = [("RUN", "WORKLOAD", "PHASE", "PODS", "CREATED")]
+    for r in runs:
+        pods = ", ".join(f"{v} {k}" for k, v in r.pods.items() if v) or "-"
+        rows.append((r.run_id, r.kind or "-", r.phase, pods, r.created or "-"))
+    out.file.write(_columns(rows))
+
+
+@handle_errors
+def logs_command(
+    run: RunId = None,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Stream the logs as they are written.")
+    ] = False,
+    rank: Annotated[
+        int | None, typer.Option("--rank", metavar="N", help="Only this rank's pod.")
+    ] = None,
+    tail: Annotated[
+        int | None, typer.Option("--tail", metavar="N", help="Only the last N lines of each pod.")
+    ] = None,
+    namespace: Namespace = None,
+    context: Context = None,
+    kubeconfig: Kubeconfig = None,
+) -> None:
+    """Every pod's log, each line prefixed by its rank (`\\[rank 0] ...`)."""
+    from nccl_k8s import k8s
+
+    if tail is not None and tail < 0:
+        raise UsageError(f"--tail {tail}: expected a whole number >= 0", key="--tail")
+
+    def line(r: int | None, text: str) -> None:
+        out.file.write(f"[rank {'?' if r is None else r}] {text}\n")
+        out.file.flush()
+
+    k8s.logs(
+        run,
+        client=client_settings(kubeconfig, context),
+        namespace=namespace,
+        rank=rank,
+        follow=follow,
+        tail=tail,
+        on_line=line,
+    )
+
+
+@handle_errors
+def results_command(
+    run: RunId = None,
+    output: Output = "text",
+    concurrency: Annotated[
+        int, typer.Option("--concurrency", metavar="N", help="Pods whose logs are fetched at once.")
+    ] = 32,
+    namespace: Namespace = None,
+    context: Context = None,
+    kubeconfig: Kubeconfig = None,
+) -> None:
+    """Collect the results from every pod into runs/<run-id>/ and print the nccl-tests table."""
+    import json
+
+    from rich.markup import escape
+
+    from nccl_k8s import k8s
+    from nccl_k8s.results.schema import to_dict
+    from nccl_k8s.results.tables import nccl_tests_table
+
+    fmt = output_format(output)
+    if concurrency < 1:
+        raise UsageError(f"--concurrency {concurrency}: expected >= 1", key="--concurrency")
+    got = k8s.collect(
+        run,
+        client=client_settings(kubeconfig, context),
+        namespace=namespace,
+        concurrency=concurrency,
+    )
+    if fmt == "json":
+        typer.echo(json.dumps(to_dict(got.run), indent=1))
+    else:
+        for text in nccl_tests_table(got.run):
+            out.print(text, markup=False, highlight=False)
+    err.print(
+        f"run {got.run_id}: {len(got.run.rows)} rows from {got.pods} pods in "
+        f"{got.elapsed_s:.1f}s -> {got.results_path} (raw logs in {got.log_dir})",
+        markup=False,
+        highlight=False,
+    )
+    if got.diagnosis is not None:
+        styles = {"error": "red", "warning": "yellow", "info": "cyan"}
+        for f in got.diagnosis.findings:
+            style = styles.get(f.severity, "")
+            err.print(f"[{style}]{f.severity}[/{style}] {f.code}: {escape(f.message)}", markup=True)
+            if f.hint:
+                err.print(f"  hint: {f.hint}", markup=False)
+    bad = [r for r in got.run.rows if r.wrong]
+    if bad:
+        err.print(f"[red]wrong results[/red] in {len(bad)} rows", markup=True)
+        raise typer.Exit(1)
+
+
+@handle_errors
+def cleanup_command(
+    run: RunId = None,
+    all_runs: Annotated[
+        bool, typer.Option("--all", help="Every nccl-k8s run in the namespace.")
+    ] = False,
+    timeout: Annotated[
+        str,
+        typer.Option(
+            "--timeout", metavar="DURATION", help="How long to wait for the pods to be gone."
+        ),
+    ] = "2m",
+    namespace: Namespace = None,
+    context: Context = None,
+    kubeconfig: Kubeconfig = None,
+) -> None:
+    """Delete a run's objects (only those labelled by nccl-k8s) and wait until its pods are gone."""
+    from nccl_k8s import k8s
+
+    if all_runs and run is not None:
+        raise UsageError("--run and --all: give one of them", key="--all")
+    done = k8s.cleanup(
+        run,
+        client=client_settings(kubeconfig, context),
+        namespace=namespace,
+        all_runs=all_runs,
+        timeout_s=seconds("--timeout", timeout) or 120.0,
+    )
+    if not done.run_ids:
+        err.print(f"no nccl-k8s runs in namespace {done.namespace}", markup=False)
+        return
+    err.print(
+        f"deleted {', '.join(done.run_ids)} in {done.namespace} ({len(done.deleted)} objects, "
+        f"{done.elapsed_s:.1f}s); its pods are gone",
+        markup=False,
+        highlight=False,
+    )
+
+
+def register(app: typer.Typer) -> None:
+    for name, fn in (
+        ("status", status_command),
+        ("logs", logs_command),
+        ("results", results_command),
+        ("cleanup", cleanup_command),
+        ("list", list_command),
+    ):
+        app.command(name, cls=Command)(fn)

@@ -1,0 +1,100 @@
+"""What the run functions return: plain dataclasses the CLI prints (or dumps as JSON)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from nccl_k8s.k8s._pods import PodInfo
+
+
+@dataclasses.dataclass(frozen=True)
+class RunStatus:
+    run_id: str
+    namespace: str
+    kind: str | None
+    phase: str
+    detail: str | None
+    created: str | None
+    pods: list[PodInfo]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "namespace": self.namespace,
+            "workload": self.kind,
+            "phase": self.phase,
+            "detail": self.detail,
+            "created": self.created,
+            "pods": [p.to_dict() for p in self.pods],
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSummary:
+    run_id: str
+    kind: str | None
+    phase: str
+    created: str | None
+    pods: dict[str, int]
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class Progress:
+    """What the live summary shows."""
+
+    run_id: str
+    namespace: str
+    elapsed_s: float
+    counts: dict[str, int]
+    expected: int
+    note: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Deployed:
+    run_id: str
+    namespace: str
+    objects: list[str]
+    """`Kind/name` of every object applied, in order."""
+    created_namespace: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class WaitOutcome:
+    run_id: str
+    namespace: str
+    phase: str
+    elapsed_s: float
+    pods: list[PodInfo]
+
+
+@dataclasses.dataclass(frozen=True)
+class Collected:
+    run_id: str
+    namespace: str
+    run: Any
+    """The merged nccl_k8s.results Run."""
+    results_path: Path
+    log_dir: Path
+    pods: int
+    diagnosis: Any
+    """nccl_k8s.results Diagnosis of the pods' NCCL lines (None when there were none)."""
+    elapsed_s: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Cleaned:
+    namespace: str
+    run_ids: list[str]
+    deleted: list[str]
+    """`Kind/name` of every object deleted."""
+    elapsed_s: float
+
+
+ProgressFn = Callable[[Progress], None]

@@ -1,0 +1,64 @@
+"""Results as nccl-tests prints them: one table per op (and dtype/redop/root), out and in
+placements side by side, then the op's summary. Used by `results`, which shows a deployed run
+in the form the user knows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nccl_k8s.bench.report import Cell, footer_lines, row_line, table_header
+from nccl_k8s.bench.report import Row as TableRow
+from nccl_k8s.results.schema import Row, Run
+
+
+def nccl_tests_table(run: Run) -> list[str]:
+    """The run's rows as nccl-tests prints them: one table per op (and dtype/redop/root), out
+    and in placements side by side, then the op's summary."""
+
+    def cell(row: Row) -> Cell:
+        nan = float("nan")
+        return Cell(
+            time_us=row.time_us,
+            algbw=row.algbw,
+            busbw=row.busbw,
+            wrong=row.wrong,
+            time_us_min=row.time_us_min or nan,
+            time_us_max=row.time_us_max or nan,
+        )
+
+    out: list[str] = []
+    for op in run.ops():
+        rows = [r for r in run.rows if r.op == op]
+        keys: dict[tuple[Any, ...], dict[str, Any]] = {}
+        for r in rows:
+            keys.setdefault((r.size_bytes, r.dtype, r.redop, r.root), {})[r.placement] = r
+        out.append(f"# {op}")
+        out += table_header()
+        for (size, dtype, redop, root), places in keys.items():
+            o = places.get("out") or places["in"]
+            i = places.get("in") or o
+            out.append(
+                " "
+                + row_line(
+                    TableRow(
+                        op=op,
+                        size=size,
+                        count=int(o.count or 0),
+                        dtype=str(dtype or "-"),
+                        redop=str(redop or "-"),
+                        root=int(root if root is not None else -1),
+                        out=cell(o),
+                        inp=cell(i),
+                    )
+                )
+            )
+        summary = next((s for s in run.summaries if s.op == op), None)
+        if summary is not None and summary.avg_busbw is not None:
+            out += footer_lines(
+                out_of_bounds=int(summary.out_of_bounds or 0),
+                avg_busbw=summary.avg_busbw,
+                min_busbw=None,
+                program=op,
+            )[:2]
+        out.append("#")
+    return out

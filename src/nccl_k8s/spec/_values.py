@@ -1,0 +1,214 @@
+"""Parsers of the values users type (names, labels, quantities, durations, tolerations), each
+raising UsageError with one line that names the value and the expected form."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from collections.abc import Sequence
+from typing import Literal, cast, get_args
+
+from nccl_k8s.errors import UsageError
+
+TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+
+#: Environment variables the manifests set themselves; a user value would break the pod's wiring.
+RESERVED_ENV = frozenset({"NCCL_K8S_RUN_ID", "JOB_COMPLETION_INDEX", "POD_NAME", "PYTHONPATH"})
+
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS1123_SUBDOMAIN = re.compile(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+)
+_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
+_ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+# Kubernetes resource.Quantity, positive only: a decimal number with a binary (Ki..Ei) or
+# decimal (m, k, M..E) suffix, or an exponent.
+_QUANTITY = re.compile(r"^(\d+(\.\d*)?|\.\d+)([KMGTPE]i|[mkMGTPE]|[eE]\d+)?$")
+_DURATION = re.compile(r"^(\d+)([smhd]?)$")
+_DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Toleration:
+    """One pod toleration, parsed from kubectl's taint syntax."""
+
+    key: str
+    """Taint key; the toleration matches taints with this key."""
+    operator: Literal["Equal", "Exists"]
+    """Equal when a value was given (`key=value`), Exists otherwise (`key`, `key:Effect`)."""
+    value: str | None = None
+    """Taint value for Equal; None for Exists."""
+    effect: TaintEffect | None = None
+    """Only taints with this effect; None tolerates every effect of the key."""
+
+    def to_dict(self) -> dict[str, str]:
+        out: dict[str, str] = {"key": self.key, "operator": self.operator}
+        if self.value is not None:
+            out["value"] = self.value
+        if self.effect is not None:
+            out["effect"] = self.effect
+        return out
+
+
+def quote(value: object) -> str:
+    """Quote a user value for a one-line message (escapes newlines and quotes)."""
+    return json.dumps(str(value))
+
+
+_LABEL_FORM = (
+    "a DNS-1123 label (lowercase letters, digits and '-', starting and ending with a letter "
+    "or digit, at most {n} characters)"
+)
+
+
+def dns_label(flag: str, value: str, *, max_len: int = 63) -> str:
+    if len(value) > max_len or not _DNS1123_LABEL.match(value):
+        raise UsageError(
+            f"{flag} {quote(value)}: expected {_LABEL_FORM.format(n=max_len)}", key=flag
+        )
+    return value
+
+
+def dns_subdomain(flag: str, value: str) -> str:
+    if len(value) > 253 or not _DNS1123_SUBDOMAIN.match(value):
+        raise UsageError(
+            f"{flag} {quote(value)}: expected a DNS-1123 name (lowercase letters, digits, '-' and '.', "
+            "at most 253 characters)",
+            key=flag,
+        )
+    return value
+
+
+def is_qualified_name(key: str) -> bool:
+    """Kubernetes' qualified name: an optional DNS subdomain prefix and '/', then a name."""
+    prefix, slash, name = key.rpartition("/")
+    if slash and (not prefix or len(prefix) > 253 or not _DNS1123_SUBDOMAIN.match(prefix)):
+        return False
+    return 0 < len(name) <= 63 and bool(_LABEL_NAME.match(name))
+
+
+def label_pairs(
+    flag: str, items: Sequence[str], *, what: str, check_value: bool = True
+) -> tuple[tuple[str, str], ...]:
+    """Parse `key=value` labels, node-selector terms or (check_value=False) annotations."""
+    pairs: dict[str, str] = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise UsageError(f"{flag} {quote(item)}: expected KEY=VALUE", key=flag)
+        if not is_qualified_name(key):
+            raise UsageError(
+                f"{flag} {quote(item)}: {quote(key)} is not a valid {what} key (expected [prefix/]name, "
+                "name of letters, digits, '-', '_', '.', at most 63 characters)",
+                key=flag,
+            )
+        if check_value and (len(value) > 63 or not LABEL_VALUE.match(value)):
+            raise UsageError(
+                f"{flag} {quote(item)}: {quote(value)} is not a valid {what} value (expected at most 63 "
+                "letters, digits, '-', '_', '.', starting and ending with a letter or digit)",
+                key=flag,
+            )
+        pairs[key] = value
+    return tuple(pairs.items())
+
+
+def env_pairs(items: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    pairs: dict[str, str] = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise UsageError(f"--env {quote(item)}: expected KEY=VALUE", key="--env")
+        if not _ENV_NAME.match(key):
+            raise UsageError(
+                f"--env {quote(item)}: {quote(key)} is not a valid variable name (expected letters, "
+                "digits, '_', '-', '.', not starting with a digit)",
+                key="--env",
+            )
+        if key in RESERVED_ENV:
+            raise UsageError(
+                f"--env {quote(item)}: {key} is set by nccl-k8s to wire the pods together; "
+                f"expected another name (reserved: {', '.join(sorted(RESERVED_ENV))})",
+                key="--env",
+            )
+        pairs[key] = value
+    return tuple(pairs.items())
+
+
+def parse_toleration(text: str) -> Toleration:
+    """kubectl taint syntax: `key=value:Effect`, `key:Effect`, `key=value`, `key`."""
+    form = "expected key=value:Effect, key:Effect, key=value or key (Effect: NoSchedule, PreferNoSchedule, NoExecute)"
+    body, colon, effect_text = text.rpartition(":") if ":" in text else (text, "", "")
+    effect: TaintEffect | None = None
+    if colon:
+        if effect_text not in get_args(TaintEffect):
+            raise UsageError(f"--toleration {quote(text)}: {form}", key="--toleration")
+        effect = cast(TaintEffect, effect_text)
+    key, eq, value = body.partition("=")
+    if not is_qualified_name(key):
+        raise UsageError(f"--toleration {quote(text)}: {form}", key="--toleration")
+    if eq:
+        if len(value) > 63 or not LABEL_VALUE.match(value):
+            raise UsageError(f"--toleration {quote(text)}: {form}", key="--toleration")
+        return Toleration(key=key, operator="Equal", value=value, effect=effect)
+    return Toleration(key=key, operator="Exists", effect=effect)
+
+
+def quantity(flag: str, value: str) -> str:
+    match = _QUANTITY.match(value)
+    if not match or float(match.group(1)) <= 0:
+        raise UsageError(
+            f"{flag} {quote(value)}: expected a positive Kubernetes quantity such as 500m, 4, 64Gi, 1G",
+            key=flag,
+        )
+    return value
+
+
+def parse_duration(flag: str, value: str) -> int:
+    """Whole seconds from `90`, `90s`, `15m`, `2h`, `1d`."""
+    match = _DURATION.match(value.strip())
+    if not match:
+        raise UsageError(
+            f"{flag} {quote(value)}: expected a duration such as 90, 90s, 15m, 2h, 1d", key=flag
+        )
+    return int(match.group(1)) * _DURATION_UNITS[match.group(2)]
+
+
+def choice(flag: str, value: str, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise UsageError(f"{flag} {quote(value)}: expected one of {', '.join(choices)}", key=flag)
+    return value
+
+
+def rdma_resources(items: Sequence[str]) -> tuple[tuple[str, int], ...]:
+    out: dict[str, int] = {}
+    for item in items:
+        name, eq, count_text = item.partition("=")
+        if not eq or "/" not in name or not is_qualified_name(name):
+            raise UsageError(
+                f"--rdma-resource {quote(item)}: expected NAME=COUNT with an extended resource name "
+                "such as rdma/ib=1",
+                key="--rdma-resource",
+            )
+        if not count_text.isdigit() or int(count_text) < 1:
+            raise UsageError(
+                f"--rdma-resource {quote(item)}: expected a whole count >= 1 after '='",
+                key="--rdma-resource",
+            )
+        out[name] = int(count_text)
+    return tuple(out.items())
+
+
+def whole(flag: str, value: object, *, minimum: int = 1) -> int:
+    """A whole number from the CLI (a string there, so a typo gets our one-line message)."""
+    text = str(value).strip()
+    try:
+        number = int(text)
+    except ValueError:
+        raise UsageError(
+            f"{flag} {quote(text)}: expected a whole number >= {minimum}", key=flag
+        ) from None
+    if number < minimum:
+        raise UsageError(f"{flag} {number}: expected a whole number >= {minimum}", key=flag)
+    return number
