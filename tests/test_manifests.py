@@ -80,6 +80,7 @@ EVERYTHING = {
     "backoff_limit": 1,
     "label": ["team=infra"],
     "annotation": ["owner=someone@example.com"],
+    "pod_annotation": ["k8s.v1.cni.cncf.io/networks=sriov-a,sriov-b"],
     "engine_args": ["-b", "8", "-e", "1G", "--ops", "all"],
 }
 
@@ -435,6 +436,13 @@ def test_everything_option_lands_where_it_belongs() -> None:
     assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "gpu-queue"
     assert job["metadata"]["labels"]["team"] == "infra"
     assert job["metadata"]["annotations"] == {"owner": "someone@example.com"}
+    # --pod-annotation lands on the pods only, beside --annotation; not on ConfigMap or Service.
+    assert job["spec"]["template"]["metadata"]["annotations"] == {
+        "owner": "someone@example.com",
+        "k8s.v1.cni.cncf.io/networks": "sriov-a,sriov-b",
+    }
+    for kind in ("ConfigMap", "Service"):
+        assert by_kind(objs)[kind]["metadata"]["annotations"] == {"owner": "someone@example.com"}
     assert (job["spec"]["activeDeadlineSeconds"], job["spec"]["ttlSecondsAfterFinished"]) == (
         7200,
         600,
@@ -566,7 +574,7 @@ def test_render_help_names_every_deploy_option() -> None:
         "--scheduler", "--node-selector", "--toleration", "--spread", "--gpu-resource", "--rdma-resource",
         "--network", "--host-network", "--security", "--cpu", "--memory", "--shm-size", "--env", "--pvc",
         "--queue", "--priority-class", "--active-deadline", "--ttl", "--backoff-limit", "--run-id",
-        "--label", "--annotation", "--namespace", "--output", "ENGINE_FLAGS",
+        "--label", "--annotation", "--pod-annotation", "--namespace", "--output", "ENGINE_FLAGS",
     ):  # fmt: skip
         assert flag in result.stdout, flag
 

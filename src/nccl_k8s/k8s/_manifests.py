@@ -301,8 +301,8 @@ def pod_template(spec: RunSpec) -> Obj:
     pod["volumes"] = volumes
 
     meta: Obj = {"labels": {**common_labels(spec), **selector_labels(spec)}}
-    if spec.annotations:
-        meta["annotations"] = dict(spec.annotations)
+    if spec.annotations or spec.pod_annotations:
+        meta["annotations"] = {**dict(spec.annotations), **dict(spec.pod_annotations)}
     return {"metadata": meta, "spec": pod}
 
 

@@ -165,6 +165,10 @@ class RunSpec:
     """Extra labels on every object (the app.kubernetes.io/* ones are reserved)."""
     annotations: tuple[tuple[str, str], ...]
     """Extra annotations on every object."""
+    pod_annotations: tuple[tuple[str, str], ...]
+    """Extra annotations on the pods only (after `annotations`, which they override): what pod
+    admission webhooks read (Multus networks, sidecar injection) belongs on pods, not on the
+    ConfigMap or Service."""
     master_port: int
     """torchrun's rendezvous port, derived from the run id (see master_port_for) so that two
     host-network runs on the same nodes do not collide, and the same run renders the same port."""
@@ -427,7 +431,10 @@ def _metadata(v: _Given) -> dict[str, Any]:
     annotations = label_pairs(
         "--annotation", v.items("annotation"), what="annotation", check_value=False
     )
-    return {"labels": labels, "annotations": annotations}
+    pod_annotations = label_pairs(
+        "--pod-annotation", v.items("pod_annotation"), what="annotation", check_value=False
+    )
+    return {"labels": labels, "annotations": annotations, "pod_annotations": pod_annotations}
 
 
 def build_run_spec(

@@ -69,6 +69,10 @@ OPTIONS: tuple[Option, ...] = (
            help="Label on every object (repeatable)."),
     Option(name="annotation", flags=("--annotation",), metavar="KEY=VALUE", kind="list",
            panel=METADATA, help="Annotation on every object (repeatable)."),
+    Option(name="pod_annotation", flags=("--pod-annotation",), metavar="KEY=VALUE", kind="list",
+           panel=METADATA,
+           help="Annotation on the pods only, e.g. a Multus network or a mesh opt-out "
+           "(repeatable)."),
     Option(name="image", flags=("--image",), metavar="IMAGE", panel=PODS,
            default_note="a pinned pytorch/pytorch image", help="Container image."),
     Option(name="engine", flags=("--engine",), metavar="zipapp|image", panel=PODS,
