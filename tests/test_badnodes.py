@@ -1,0 +1,136 @@
+"""The bad-node finder's pairing and scoring, on synthetic clusters: a model of per-node speed
+and per-link factors gives each 2-node test its busbw, the plan decides which pairs run."""
+
+from __future__ import annotations
+
+import pytest
+
+from nccl_k8s.k8s._badnodes import (
+    PairResult,
+    first_pass,
+    second_pass,
+    suspects,
+    verdicts,
+)
+
+NODES = [f"node-{i}" for i in range(1, 7)]
+BASE = 100.0  # GB/s between two healthy nodes
+
+
+def run_finder(
+    nodes: list[str],
+    *,
+    speed: dict[str, float] | None = None,
+    link: dict[frozenset[str], float] | None = None,
+    crashing: frozenset[str] = frozenset(),
+    jitter: float = 0.0,
+    threshold: float = 0.9,
+):
+    """Both passes over the model; returns the findings and the pairs each pass tested."""
+    speed = speed or {}
+    link = link or {}
+    calls = {"n": 0}
+
+    def test(a: str, b: str, pass_no: int) -> PairResult:
+        calls["n"] += 1
+        if a in crashing or b in crashing:
+            return PairResult(
+                a, b, None, error=f"rank on {a if a in crashing else b} exited 1", pass_no=pass_no
+            )
+        bw = BASE * min(speed.get(a, 1.0), speed.get(b, 1.0)) * link.get(frozenset((a, b)), 1.0)
+        bw *= 1.0 + (jitter if calls["n"] % 2 else -jitter)
+        return PairResult(a, b, bw, pass_no=pass_no)
+
+    rounds = first_pass(nodes)
+    results = [test(a, b, 1) for pairs in rounds for a, b in pairs]
+    sus, good = suspects(nodes, results, threshold)
+    pairs2 = second_pass(sus, good, results)
+    results += [test(a, b, 2) for a, b in pairs2]
+    return verdicts(nodes, results, threshold), rounds, pairs2
+
+
+def flagged(findings) -> dict[str, str]:
+    return {v.node: v.verdict for v in findings.flagged}
+
+
+def test_round_robin_gives_every_node_two_different_partners() -> None:
+    rounds = first_pass(NODES)
+    assert len(rounds) == 2 and all(len(r) == 3 for r in rounds)
+    partners: dict[str, set[str]] = {n: set() for n in NODES}
+    for pairs in rounds:
+        assert sorted(n for p in pairs for n in p) == NODES  # each node once per round
+        for a, b in pairs:
+            partners[a].add(b)
+            partners[b].add(a)
+    assert all(len(p) == 2 for p in partners.values())
+    odd = first_pass(NODES[:5])
+    assert [len(r) for r in odd] == [2, 2]  # one node sits out each round, a different one
+    assert {n for p in odd[0] for n in p} != {n for p in odd[1] for n in p}
+
+
+def test_all_healthy_flags_nothing_and_runs_only_the_first_pass() -> None:
+    f, _, pairs2 = run_finder(NODES, jitter=0.05)
+    assert pairs2 == []
+    assert flagged(f) == {} and f.links == []
+    assert f.reference == pytest.approx(BASE, rel=0.06)
+    assert all(v.score is not None and v.score > 90 for v in f.nodes)
+
+
+def test_one_slow_node_is_flagged_and_its_partner_cleared() -> None:
+    f, _, pairs2 = run_finder(NODES, speed={"node-2": 0.25})
+    # Only node-2 is slow with both of its partners; it is retested with a good node.
+    assert [a for a, _ in pairs2] == ["node-2"]
+    assert flagged(f) == {"node-2": "bad"}
+    bad = next(v for v in f.nodes if v.node == "node-2")
+    assert "25 GB/s with good node" in bad.why and "below 0.9 x the cluster's 100 GB/s" in bad.why
+    assert f.links == []
+
+
+def test_two_slow_nodes_in_different_pairs_are_both_flagged() -> None:
+    f, _, _ = run_finder(NODES, speed={"node-2": 0.25, "node-4": 0.5})
+    assert flagged(f) == {"node-2": "bad", "node-4": "bad"}
+
+
+def test_a_node_whose_two_partners_were_slow_is_cleared_by_the_second_pass() -> None:
+    # node-1 meets node-6 and node-5 in pass 1 (circle method), both slow.
+    rounds = first_pass(NODES)
+    assert ("node-1", "node-6") in rounds[0] and ("node-1", "node-5") in rounds[1]
+    f, _, pairs2 = run_finder(NODES, speed={"node-5": 0.3, "node-6": 0.3})
+    assert "node-1" in [a for a, _ in pairs2]
+    assert flagged(f) == {"node-5": "bad", "node-6": "bad"}
+
+
+def test_two_slow_nodes_paired_together_are_both_flagged() -> None:
+    f, _, _ = run_finder(NODES, speed={"node-3": 0.3, "node-4": 0.3})
+    assert flagged(f) == {"node-3": "bad", "node-4": "bad"}
+
+
+def test_a_slow_link_between_two_good_nodes_flags_neither_and_reports_the_pair() -> None:
+    f, _, _ = run_finder(NODES, link={frozenset(("node-2", "node-5")): 0.4})
+    assert flagged(f) == {}
+    assert [(link.a, link.b) for link in f.links] == [("node-2", "node-5")]
+    assert "between two good nodes" in f.links[0].why
+
+
+def test_a_crashing_node_is_flagged_with_its_error() -> None:
+    f, _, _ = run_finder(NODES, crashing=frozenset({"node-4"}))
+    assert flagged(f) == {"node-4": "bad"}
+    bad = next(v for v in f.nodes if v.node == "node-4")
+    assert "failed: rank on node-4 exited 1" in bad.why
+
+
+def test_slow_and_crashing_nodes_of_the_acceptance_are_exactly_those_flagged() -> None:
+    f, _, _ = run_finder(NODES, speed={"node-2": 0.25}, crashing=frozenset({"node-4"}), jitter=0.05)
+    assert flagged(f) == {"node-2": "bad", "node-4": "bad"}
+
+
+def test_an_odd_node_out_is_tested_in_the_second_pass() -> None:
+    f, _, _ = run_finder(NODES[:5], speed={"node-5": 0.2})
+    assert flagged(f) == {"node-5": "bad"}
+
+
+def test_with_no_good_node_nothing_can_be_isolated() -> None:
+    f, _, pairs2 = run_finder(NODES[:2], crashing=frozenset({"node-1"}))
+    assert pairs2 == []
+    assert flagged(f) == {"node-1": "unknown", "node-2": "unknown"}
+    assert all("no known-good node" in v.why for v in f.flagged)
