@@ -16,9 +16,10 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 
+# The run environment holds what every command of the README needs, `report` (matplotlib) included.
 $(STAMP_RUN): pyproject.toml | $(PY)
 	$(PIP) install -q $(TORCH)
-	$(PIP) install -q -e '.[engine,k8s,metrics]'
+	$(PIP) install -q -e '.[engine,k8s,metrics,report]'
 	touch $@
 
 $(STAMP_TEST): pyproject.toml $(STAMP_RUN)

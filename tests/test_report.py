@@ -215,3 +215,53 @@ def test_size_labels() -> None:
         "1M",
         "1G",
     ]
+
+
+DALL = DATA / "nccl-tests" / "public" / "spectrumx_h200x16_all_reduce_d_all.txt"
+DTYPES = [
+    "int8",
+    "uint8",
+    "int32",
+    "uint32",
+    "int64",
+    "uint64",
+    "half",
+    "float",
+    "double",
+    "bfloat16",
+    "f8e4m3",
+    "f8e5m2",
+]
+
+
+def test_d_all_run_gets_one_plot_per_dtype_and_dtype_filters(tmp_path: Path) -> None:
+    """Issue 10, acceptance 2 (report): a 12-dtype -d all output draws 12 busbw plots, one per
+    dtype, none dropped; --dtype float keeps one."""
+    path = dump(import_file(DALL), tmp_path / "dall.json")
+    out = tmp_path / "r.html"
+    res = CliRunner().invoke(_app(), ["report", str(path), "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    assert f"report: 12 plots of 1 run, 0 diagnosed -> {out}" in res.stdout
+    page = out.read_text(encoding="utf-8")
+    images = IMG.findall(page)
+    # Sizes are 10G..40G: no small-message plot, and nccl-tests gives no per-rank times.
+    assert [t for t, _ in images] == [
+        f"all_reduce ({dt} sum): bus bandwidth (GB/s) vs message size" for dt in DTYPES
+    ]
+    for _, data in images:
+        assert _has_color(_png(base64.b64decode(data)), COLORS[0])
+    summary = page[page.index("<h2>Summary</h2>") : page.index("<h2>Plots</h2>")]
+    assert [m for m in re.findall(r"<tr><td>all_reduce</td><td>([^<]*)</td>", summary)] == [
+        f"{dt} sum" for dt in DTYPES
+    ]
+    # The float row's peak: 487.34 GB/s at 20G (read from the file).
+    assert re.search(r"float sum</td>.*?>487\.34</td><td[^>]*>20G</td>", summary)
+
+    res = CliRunner().invoke(
+        _app(), ["report", str(path), "--png", str(tmp_path / "png"), "--dtype", "float"]
+    )
+    assert res.exit_code == 0, res.output
+    assert sorted(p.name for p in (tmp_path / "png").iterdir()) == ["busbw-all_reduce.png"]
+    res = CliRunner().invoke(_app(), ["report", str(path), "-o", "x.html", "--redop", "max"])
+    assert res.exit_code == 2
+    assert "--redop 'max': the run dall" in res.stderr and "(it has sum)" in res.stderr

@@ -63,9 +63,11 @@ def test_20_percent_slower_exits_1_naming_exactly_the_regressed_rows(
     cur, base = _files(tmp_path, baseline, _slower(baseline, "all_reduce", 0.20))
     res = CliRunner().invoke(_app(), ["compare", cur, "--baseline", base])
     assert res.exit_code == 1, res.output
+    # 10 rows print busbw 0.00 in both runs (all_reduce 8 and 32 B, broadcast 8 to 128 B, both
+    # placements): they are decided on time, unchanged, so ok.
     assert (
-        "52 rows compared on busbw (tolerance 5%): 46 ok, 6 regressed, 0 improved, 0 missing"
-        in (res.stdout)
+        "52 rows compared on busbw, 10 of them on time because busbw is 0 on both sides "
+        "(tolerance 5%): 46 ok, 6 regressed, 0 improved, 0 missing" in res.stdout
     )
     assert res.stderr.strip() == (
         "regressed: 6 rows past 5% on busbw: all_reduce 8M out (0.80x), all_reduce 8M in (0.80x), "
@@ -122,11 +124,11 @@ def test_improved_and_missing_rows_do_not_fail(baseline: Run) -> None:
     assert {(r.op, r.size_bytes, r.missing_in) for r in missing} == {("all_reduce", 8, "current")}
 
 
-def test_zero_busbw_both_sides_is_ok() -> None:
+def test_zero_busbw_both_sides_is_decided_on_time() -> None:
     run = import_file(OLD.parent.parent / "h200x1-b" / "all_reduce_perf.txt")  # 1 GPU: busbw 0
     c = compare(run, run)
-    assert c.ok and c.count("ok") == len(run.rows)
-    assert {r.ratio for r in c.rows} == {None}
+    assert c.ok and c.count("ok") == len(run.rows) == c.fell_back
+    assert {(r.metric, r.ratio) for r in c.rows} == {("time", 1.0)}
 
 
 def test_min_busbw_gate(tmp_path: Path, baseline: Run) -> None:
@@ -168,3 +170,98 @@ def test_duplicate_keys_are_refused(baseline: Run) -> None:
     twice.rows.append(copy.deepcopy(twice.rows[0]))
     with pytest.raises(ResultsError, match="two rows for all_reduce 8 B out-of-place"):
         compare(twice, baseline)
+
+
+PUBLIC = OLD.parent.parent / "public"
+
+
+def _scaled(run: Run, *, time: float, dtype: str | None = None) -> Run:
+    """The same run with every time (of one dtype) multiplied by `time`, bandwidths divided."""
+    cur = copy.deepcopy(run)
+    for row in cur.rows:
+        if dtype is None or row.dtype == dtype:
+            row.time_us *= time
+            row.algbw /= time
+            row.busbw /= time
+    return cur
+
+
+def test_world_size_1_run_25_percent_slower_fails_on_time(tmp_path: Path) -> None:
+    """Issue 9, acceptance 5: busbw is 0.00 everywhere at one rank; compare must not pass it."""
+    base = import_file(PUBLIC / "nccl-tests-287_rtx5090x1.txt")  # one RTX 5090, all_reduce
+    assert {r.busbw for r in base.rows} == {0.0}
+    cur, ref = _files(tmp_path, base, _scaled(base, time=1.25))
+    res = CliRunner().invoke(_app(), ["compare", cur, "--baseline", ref])
+    assert res.exit_code == 1, res.output
+    assert (
+        "50 rows compared on busbw, 50 of them on time because busbw is 0 on both sides "
+        "(tolerance 5%): 0 ok, 50 regressed, 0 improved, 0 missing" in res.stdout
+    )
+    first = res.stderr.splitlines()[0]
+    assert first.startswith(
+        "regressed: 50 rows past 5% on time (busbw is 0 on both sides): all_reduce 8 out (1.25x), "
+        "all_reduce 8 in (1.25x), all_reduce 16 out (1.25x)"
+    )
+    doc = json.loads(
+        CliRunner().invoke(_app(), ["compare", cur, "--baseline", ref, "-o", "json"]).stdout
+    )
+    assert doc["compare"]["decided_on_time"] == 50
+    assert {r["metric"] for r in doc["compare"]["rows"]} == {"time"}
+    # Within tolerance it passes, and still says which metric decided.
+    cur, ref = _files(tmp_path, base, _scaled(base, time=1.02))
+    res = CliRunner().invoke(_app(), ["compare", cur, "--baseline", ref])
+    assert res.exit_code == 0 and "50 of them on time" in res.stdout
+
+
+def test_zero_byte_rows_are_skipped_and_counted(tmp_path: Path) -> None:
+    # nccl-tests prints two 0-byte rows (0 B out and in, twice) before 4 B in this 2-rank log.
+    run = import_file(PUBLIC / "aws-eks-efa_t4x2_mpijob_launcher.log")
+    c = compare(run, run)
+    assert c.skipped_empty == 8 and c.ok
+    assert {r.size_bytes for r in c.rows} == {4 << i for i in range(29)}
+    assert c.summary().endswith("; 8 rows of 0 bytes skipped (both runs)")
+
+
+def test_different_world_sizes_and_gpus_are_warned(tmp_path: Path) -> None:
+    one_node = import_file(PUBLIC / "nccl-tests-290_h100x8_single_node.txt")
+    two_nodes = import_file(PUBLIC / "nccl-tests-290_h100x16_srun.txt")
+    cur, ref = _files(tmp_path, one_node, two_nodes)
+    res = CliRunner().invoke(_app(), ["compare", cur, "--baseline", ref])
+    warnings = [ln for ln in res.stderr.splitlines() if ln.startswith("warning:")]
+    assert warnings == [
+        "warning: world size differs: current 16, baseline 8",
+        "warning: node count differs: current 2, baseline 1",
+    ]
+    k80 = import_file(PUBLIC / "pkb_k80x2_nccl_output.txt")
+    t4 = import_file(PUBLIC / "aws-eks-efa_t4x2_mpijob_launcher.log")
+    assert compare(k80, t4).warnings == ["GPU model differs: current Tesla K80, baseline Tesla T4"]
+
+
+def test_d_all_run_compares_per_dtype_and_filters(tmp_path: Path) -> None:
+    """Issue 10, acceptance 2 (compare): 12 dtypes, each compared with itself."""
+    dall = import_file(PUBLIC / "spectrumx_h200x16_all_reduce_d_all.txt")
+    path = str(dump(dall, tmp_path / "dall.json"))
+    res = CliRunner().invoke(_app(), ["compare", path, "--baseline", path])
+    assert res.exit_code == 0, res.output
+    assert "72 rows compared on busbw (tolerance 5%): 72 ok, 0 regressed" in res.stdout
+    res = CliRunner().invoke(_app(), ["compare", path, "--baseline", path, "--dtype", "float"])
+    assert res.exit_code == 0
+    assert "6 rows compared on busbw (tolerance 5%): 6 ok" in res.stdout
+    # bfloat16 alone 10% slower: exactly its rows regress, named with their dtype.
+    cur = str(dump(_scaled(dall, time=1 / 0.9, dtype="bfloat16"), tmp_path / "cur.json"))
+    res = CliRunner().invoke(_app(), ["compare", cur, "--baseline", path])
+    assert res.exit_code == 1
+    assert res.stderr.strip() == (
+        "regressed: 6 rows past 5% on busbw: all_reduce bfloat16 sum 10G out (0.90x), "
+        "all_reduce bfloat16 sum 10G in (0.90x), all_reduce bfloat16 sum 20G out (0.90x), "
+        "all_reduce bfloat16 sum 20G in (0.90x), all_reduce bfloat16 sum 40G out (0.90x), "
+        "all_reduce bfloat16 sum 40G in (0.90x)"
+    )
+    res = CliRunner().invoke(_app(), ["compare", cur, "--baseline", path, "--dtype", "float"])
+    assert res.exit_code == 0
+    res = CliRunner().invoke(_app(), ["compare", path, "--baseline", path, "--dtype", "fp32"])
+    assert res.exit_code == 2
+    assert res.stderr.strip() == (
+        "error: --dtype 'fp32': the current run has no such rows (it has bfloat16, double, "
+        "f8e4m3, f8e5m2, float, half, int32, int64, int8, uint32, uint64, uint8)"
+    )

@@ -12,6 +12,8 @@ from typer.testing import CliRunner
 
 from nccl_k8s.cli import _results
 from nccl_k8s.results import diagnose_files, diagnose_text
+from nccl_k8s.results.diagnose import Diagnosis
+from nccl_k8s.results.nccllog import RankReport
 
 LOGS = Path(__file__).parent / "data" / "nccl-logs"
 
@@ -160,21 +162,176 @@ def test_roce_is_told_from_ib() -> None:
     assert [f.severity for f in mismatch.findings if f.code == "expect-ib"] == ["warning"]
 
 
-def test_bad_input() -> None:
-    code, stdout, stderr = _diagnose(str(LOGS / "README.md"))
+def test_bad_input(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("no NCCL here\njust text\n")
+    code, stdout, stderr = _diagnose(str(tmp_path / "notes.txt"))
     assert code == 2 and stdout == ""
     assert stderr.strip().endswith(
         "no NCCL log lines found: run with NCCL_DEBUG=INFO (and "
         "NCCL_DEBUG_SUBSYS=INIT,NET or unset) and pass the pods' logs"
     )
-    code, _, stderr = _diagnose(str(LOGS / "ib_gdr_a100.log"), "--expect-fabric", "efa")
+    code, _, stderr = _diagnose(str(LOGS / "ib_gdr_a100.log"), "--expect-fabric", "infiniband")
     assert code == 2
-    assert (
-        stderr.strip() == "error: --expect-fabric 'efa': expected one of ib, roce, socket, nvlink"
+    assert stderr.strip() == (
+        "error: --expect-fabric 'infiniband': expected one of ib, roce, efa, socket, nvlink"
     )
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in LOGS.glob("*.log")))
-def test_every_fixture_names_a_transport_or_no_network(name: str) -> None:
+PUBLIC = LOGS.parent / "nccl-tests" / "public"
+EFA = PUBLIC / "aws-eks-efa_t4x2_mpijob_launcher.log"
+FAILED_5090 = PUBLIC / "nccl-tests-287_rtx5090x2_debug_failure.log"
+
+# What each log says, read from the file: nodes (nNodes, hosts, or None), whether a network was
+# needed, the fabric of the inter-node traffic, GPUDirect RDMA on RDMA connections.
+EXPECTED = {
+    "h200x1_single_gpu_info.log": (1, False, None, None),
+    "handmade_nvlink_only_4gpu.log": (1, False, None, None),
+    "ib_gdr_a100.log": (None, True, "ib", True),
+    "ib_no_gdr_module.log": (2, True, "ib", False),
+    "ibext_v8_a100x8_4nodes_gdr.log": (4, True, "ib", True),
+    "ibext_v8_a100x8_4nodes_init.log": (4, True, "ib", None),
+    "nccl-1773_single_process_8gpu_p2p.log": (1, False, None, None),
+    "nccl-226_legacy_ring_net_socket.log": (15, True, "socket", None),
+    "nccl-302_legacy_ring_rank_prefix_ib_roce.log": (None, None, "ib", None),
+    "nccl-952_socket_net_p2p_ipc.log": (None, True, "socket", None),
+    "nccl-tests-185_roce_h100x2.log": (2, True, "roce", None),
+    "nccl-tests-29_legacy_ring_p2p_4nodes.log": (4, True, None, None),
+    "socket_fallback_h100.log": (None, None, "socket", None),
+}
+
+
+def test_every_log_of_the_corpus_is_listed() -> None:
+    assert sorted(p.name for p in LOGS.glob("*.log")) == sorted(EXPECTED)
+    readme = (LOGS / "README.md").read_text()
+    for name in EXPECTED:
+        assert name in readme, name
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_every_log_says_its_nodes_and_fabric(name: str) -> None:
     d = diagnose_files([LOGS / name])
-    assert d.network_needed is False or d.inter_node in ("ib", "socket")
+    assert (d.nodes, d.network_needed, d.inter_node, d.gdr) == EXPECTED[name]
+
+
+def test_ibext_gdr_log_passes_expect_ib() -> None:
+    """Issue 10, acceptance 3: HPC-X's IBext_v8 plugin carries InfiniBand."""
+    log = str(LOGS / "ibext_v8_a100x8_4nodes_gdr.log")
+    d = diagnose_files([log], expect_fabric="ib")
+    assert not d.failed
+    assert {t for r in d.ranks for t in r.transports} == {"NET/IBext_v8", "P2P/CUMEM"}
+    assert d.ranks[0].net_summary() == "NET/IBext_v8 dev 1 GDR on"
+    code, stdout, stderr = _diagnose(log, "--expect-fabric", "ib")
+    assert code == 0
+    assert "nodes: 4; inter-node: ib, GPUDirect RDMA on" in stdout
+    assert "info expect-ib: inter-node traffic uses ib, as expected" in stderr
+    # The plugin's selection line and IB link layer, without connection lines, say the same.
+    init = diagnose_files([LOGS / "ibext_v8_a100x8_4nodes_init.log"], expect_fabric="ib")
+    assert {r.network for r in init.ranks} == {"IBext_v8"} and not init.failed
+    assert diagnose_files([log], expect_fabric="efa").failed
+
+
+def test_roce_efa_and_socket_are_told_apart() -> None:
+    roce = str(LOGS / "nccl-tests-185_roce_h100x2.log")
+    assert _diagnose(roce, "--expect-fabric", "roce")[0] == 0
+    d = diagnose_files([roce], expect_fabric="ib")
+    assert not d.failed
+    assert [f.message for f in d.findings if f.code == "expect-ib"] == [
+        "inter-node traffic uses RoCE links, expected ib"
+    ]
+    code, stdout, stderr = _diagnose(str(EFA), "--expect-fabric", "efa")
+    assert code == 0 and "inter-node: efa" in stdout
+    code, _, stderr = _diagnose(str(EFA), "--expect-fabric", "ib")
+    assert code == 1
+    assert stderr.splitlines()[0] == (
+        "error expect-ib: rank 0 on host test-nccl-efa-worker-0, rank 1 on host "
+        "test-nccl-efa-worker-1 use efa, expected ib [rank 0, rank 1]"
+    )
+
+
+def test_one_rank_on_socket_among_ib_ranks_fails_naming_its_host(tmp_path: Path) -> None:
+    """Issue 10, acceptance 3: two pods' logs, one of whose images lacks libibverbs."""
+    ib_pod = [
+        ln
+        for ln in (LOGS / "ib_no_gdr_module.log").read_text().splitlines()
+        if ln.startswith("6a5a91752e39:")  # rank 0's host
+    ]
+    socket_pod = [
+        ln
+        for ln in (LOGS / "socket_fallback_h100.log").read_text().splitlines()
+        if ":2337:" in ln  # one process of that pod
+    ]
+    (tmp_path / "pod-0.log").write_text("\n".join(ib_pod) + "\n")
+    (tmp_path / "pod-1.log").write_text("\n".join(socket_pod) + "\n")
+    logs = [str(tmp_path / "pod-0.log"), str(tmp_path / "pod-1.log")]
+    d = diagnose_files(logs)
+    assert (d.nodes, d.inter_node) == (2, "mixed")
+    code, _, stderr = _diagnose(*logs, "--expect-fabric", "ib")
+    assert code == 1
+    host = "h100-kickoff-llama-70b-chat-20230328-bcf75c4f6-gn6nd"
+    assert stderr.splitlines()[0] == (
+        f"error socket-fallback: {host}:2337 [1] selected TCP sockets while the other ranks "
+        f"use ib, expected ib [{host}:2337 [1]]"
+    )
+    # Without an expectation it is still a warning: one slow rank sets every collective's pace.
+    code, _, stderr = _diagnose(*logs)
+    assert code == 0 and "warning socket-fallback:" in stderr
+
+
+def test_single_node_p2p_log_needs_no_network() -> None:
+    """Issue 10, acceptance 3: one host, one process, eight GPUs, no nNodes line."""
+    log = str(LOGS / "nccl-1773_single_process_8gpu_p2p.log")
+    d = diagnose_files([log], expect_fabric="nvlink")
+    assert (d.nodes, d.network_needed, d.inter_node) == (1, False, None)
+    assert d.nodes_evidence == "one host (10-4-3-3), one process, every rank on its 7 GPUs"
+    assert not d.failed
+    assert [f.code for f in d.findings] == ["expect-nvlink"]  # no socket-fallback, no GDR warning
+    code, stdout, stderr = _diagnose(log, "--expect-fabric", "nvlink")
+    assert code == 0
+    assert "nodes: 1; no network needed (all ranks on one node)" in stdout
+    assert stderr.strip() == (
+        "info expect-nvlink: no network needed: traffic stays on NVLink/P2P within the node "
+        "[7 ranks]"
+    )
+
+
+def test_legacy_ring_lines_are_read() -> None:
+    p2p = diagnose_files([LOGS / "nccl-tests-29_legacy_ring_p2p_4nodes.log"])
+    by_key = {r.key: r for r in p2p.ranks}
+    assert (by_key["server4:45888 [2]"].rank, by_key["server4:45888 [2]"].peers) == (26, [24])
+    assert {tuple(r.transports) for r in p2p.ranks} == {("P2P/IPC",)}
+    sockets = diagnose_files([LOGS / "nccl-226_legacy_ring_net_socket.log"])
+    assert {tuple(r.transports) for r in sockets.ranks} == {("NET/Socket",)}
+    assert by_rank(sockets, 44).peers == [43]
+    prefixed = diagnose_files([LOGS / "nccl-302_legacy_ring_rank_prefix_ib_roce.log"])
+    (rank,) = prefixed.ranks
+    assert (rank.rank, rank.peers, rank.transports) == (155, [153, 154, 157], ["P2P/IPC"])
+    assert rank.ib_devices == [
+        "mlx5_1:1/IB",
+        "mlx5_3:1/IB",
+        "mlx5_0:1/IB",
+        "mlx5_2:1/RoCE",
+        "mlx5_4:1/IB",
+    ]
+
+
+def by_rank(d: Diagnosis, rank: int) -> RankReport:
+    (r,) = [r for r in d.ranks if r.rank == rank]
+    return r
+
+
+def test_gdr_is_never_asked_of_tcp() -> None:
+    for name in ("nccl-226_legacy_ring_net_socket.log", "nccl-952_socket_net_p2p_ipc.log"):
+        d = diagnose_files([LOGS / name])
+        assert d.gdr is None and {r.net_gdr for r in d.ranks} == {None}
+        assert not [f for f in d.findings if f.code.startswith("gdr")], name
+
+
+def test_a_failed_run_is_surfaced() -> None:
+    code, stdout, stderr = _diagnose(str(FAILED_5090))
+    assert code == 1
+    assert stderr.splitlines()[0] == (
+        "error run-failed: the run failed: GENOA-06: Test NCCL failure common.cu:392 "
+        "'unhandled cuda error (run with NCCL_DEBUG=INFO for details) / '"
+    )
+    assert "warning nccl-warn: NCCL WARN Cuda failure 1 'invalid argument' [rank 1]" in stderr
+    assert "nodes: 1; no network needed (all ranks on one node)" in stdout

@@ -141,3 +141,37 @@ def test_run_id_resolves_to_run_directory(tmp_path: Path, monkeypatch: pytest.Mo
     res = CliRunner().invoke(_app(), ["compare", "nccl-20261203-050000-abcd", "--min-busbw", "90"])
     assert res.exit_code == 1
     assert "all_reduce below 90 GB/s" in res.stderr
+
+
+def test_import_provenance_round_trips_and_closed_sets_are_checked(tmp_path: Path) -> None:
+    from nccl_k8s.results import OpIdentification
+
+    run = _run()
+    run.meta.source = "nccl-tests"
+    run.meta.op_identified = [
+        OpIdentification("all_reduce", "table", "from the table: redop sum, root -1")
+    ]
+    run.meta.failure = "node0: Test CUDA failure common.cu:389 'an illegal memory access'"
+    path = dump(run, tmp_path / "r.json")
+    assert load(path) == run
+    doc = json.loads(path.read_text())
+    # A file written before these fields existed still loads, with them empty.
+    del doc["meta"]["op_identified"], doc["meta"]["failure"]
+    (tmp_path / "old.json").write_text(json.dumps(doc))
+    old = load(tmp_path / "old.json")
+    assert (old.meta.op_identified, old.meta.failure) == ([], None)
+    for field, value, message in (
+        ("backend", "torch", "meta.backend is 'torch', expected one of nccl, gloo"),
+        (
+            "op_identified",
+            [{"op": "all_reduce", "by": "guess"}],
+            "meta.op_identified[0].by is 'guess', expected one of header, command, file-name, "
+            "table, unknown",
+        ),
+    ):
+        bad = json.loads(path.read_text())
+        bad["meta"][field] = value
+        (tmp_path / "bad.json").write_text(json.dumps(bad))
+        with pytest.raises(ResultsError) as info:
+            load(tmp_path / "bad.json")
+        assert str(info.value) == f"{tmp_path / 'bad.json'}: results.{message}"

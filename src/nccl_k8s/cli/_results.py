@@ -25,6 +25,7 @@ from nccl_k8s.results import (
     load,
     min_busbw_gate,
     resolve,
+    select,
     store_run,
 )
 from nccl_k8s.results.compare import Comparison, GateResult, human_size, parse_metric
@@ -54,9 +55,27 @@ def import_command(
         ),
     ] = None,
 ) -> None:
-    """Import NVIDIA nccl-tests output into a results file, to compare with our runs."""
+    """Import NVIDIA nccl-tests output into a results file, to compare with our runs.
+
+    Reads any nccl-tests version, behind any launcher (Open MPI tags, srun -l, kubectl
+    timestamps). When no header, command or file name names a table's collective, it is
+    identified from the table and a note on stderr says how; the run's own failure line, if
+    any, is reported too."""
     run = import_files(files)
     path = store_run(run) if output is None else dump(run, output)
+    for ident in run.meta.op_identified:
+        if ident.by in ("table", "file-name"):
+            err.print(f"note: {ident.op} {ident.detail}", markup=False)
+        elif ident.by == "unknown":
+            err.print(
+                f"warning: could not tell which collective a table measured ({ident.detail}); "
+                "its rows are stored as op 'unknown'",
+                markup=False,
+            )
+    if run.meta.failure:
+        err.print(
+            f"warning: the run failed after {len(run.rows)} rows: {run.meta.failure}", markup=False
+        )
     ops = ", ".join(run.ops())
     out.print(
         f"imported {len(run.rows)} rows ({ops}) from {len(files)} file"
@@ -112,7 +131,8 @@ def diagnose_command(
         str | None,
         typer.Option(
             "--expect-fabric",
-            help="ib, roce, socket or nvlink: fail (exit 1) when traffic used something else.",
+            help="ib, roce, efa, socket or nvlink: fail (exit 1) when any rank used something "
+            "else.",
         ),
     ] = None,
     output: Annotated[str, typer.Option("--output", "-o", help="text or json.")] = "text",
@@ -128,31 +148,38 @@ def diagnose_command(
         raise typer.Exit(1)
 
 
+_UNITS = {"busbw": "GB/s", "time": "us"}
+
+
 def _print_comparison(c: Comparison) -> None:
     table = Table(show_edge=False, pad_edge=False)
-    unit = "GB/s" if c.metric == "busbw" else "us"
-    for col, just in (
-        ("op", "left"),
+    variants = c.has_variants
+    columns = [("op", "left")] + ([("dtype/redop", "left")] if variants else [])
+    columns += [
         ("size", "right"),
         ("place", "left"),
-        (f"baseline {unit}", "right"),
-        (f"current {unit}", "right"),
+        ("on", "left"),
+        ("baseline", "right"),
+        ("current", "right"),
         ("ratio", "right"),
         ("verdict", "left"),
-    ):
+    ]
+    for col, just in columns:
         table.add_column(col, justify=just)  # type: ignore[arg-type]
     for r in c.rows:
         style = {"regressed": "red", "improved": "green", "missing": "yellow"}.get(r.verdict, "")
         verdict = r.verdict if r.verdict != "missing" else f"missing in {r.missing_in}"
-        table.add_row(
-            r.op,
+        cells = [r.op] + ([r.variant] if variants else [])
+        cells += [
             human_size(r.size_bytes),
             r.placement,
+            f"{r.metric} ({_UNITS[r.metric]})",
             "-" if r.baseline is None else f"{r.baseline:.2f}",
             "-" if r.current is None else f"{r.current:.2f}",
             "-" if r.ratio is None else f"{r.ratio:.3f}",
             f"[{style}]{verdict}[/{style}]" if style else verdict,
-        )
+        ]
+        table.add_row(*cells)
     out.print(table)
 
 
@@ -167,14 +194,30 @@ def compare_command(
     tolerance: Annotated[
         str, typer.Option("--tolerance", help="Allowed change before a row counts, e.g. 5%.")
     ] = "5%",
-    metric: Annotated[str, typer.Option("--metric", help="busbw or time.")] = "busbw",
+    metric: Annotated[
+        str,
+        typer.Option(
+            "--metric",
+            help="busbw or time. Rows where busbw is 0 in both runs (one rank, tiny sizes) are "
+            "decided on time, and say so.",
+        ),
+    ] = "busbw",
+    dtype: Annotated[
+        str | None,
+        typer.Option("--dtype", help="Compare only this data type (of a -d all run), e.g. float."),
+    ] = None,
+    redop: Annotated[
+        str | None,
+        typer.Option("--redop", help="Compare only this reduction (of a -o all run), e.g. sum."),
+    ] = None,
     min_busbw: Annotated[
         float | None,
         typer.Option("--min-busbw", help="Fail when an op's average busbw (GB/s) is lower."),
     ] = None,
     output: Annotated[str, typer.Option("--output", "-o", help="text or json.")] = "text",
 ) -> None:
-    """Compare a run with a baseline per op x size x placement; exit 1 on a regression."""
+    """Compare a run with a baseline per op x dtype x redop x size x placement; exit 1 on a
+    regression. 0-byte rows are skipped; different world sizes, GPUs or NCCL versions are warned."""
     fmt = _output_format(output)
     tol = _parse_tolerance(tolerance)
     met = parse_metric(metric)
@@ -183,10 +226,14 @@ def compare_command(
     cur = load(resolve(current))
     cmp: Comparison | None = None
     if baseline is not None:
-        cmp = compare(cur, load(resolve(baseline)), tolerance=tol, metric=met)
+        cmp = compare(
+            cur, load(resolve(baseline)), tolerance=tol, metric=met, dtype=dtype, redop=redop
+        )
+        for warning in cmp.warnings:
+            err.print(f"[yellow]warning:[/yellow] {escape(warning)}", markup=True)
     gate: GateResult | None = None
     if min_busbw is not None:
-        gate = min_busbw_gate(cur, min_busbw)
+        gate = min_busbw_gate(select(cur, dtype=dtype, redop=redop), min_busbw)
     if fmt == "json":
         doc: dict[str, object] = {"ok": (cmp is None or cmp.ok) and (gate is None or gate.ok)}
         if cmp is not None:
@@ -208,17 +255,7 @@ def compare_command(
     failed = False
     if cmp is not None and not cmp.ok:
         failed = True
-        names = ", ".join(
-            f"{r.op} {human_size(r.size_bytes)} {r.placement} ({r.ratio:.2f}x)"
-            if r.ratio is not None
-            else f"{r.op} {human_size(r.size_bytes)} {r.placement}"
-            for r in cmp.regressed
-        )
-        err.print(
-            f"[red]regressed:[/red] {len(cmp.regressed)} rows past {tol * 100:g}% on {met}: "
-            + escape(names),
-            markup=True,
-        )
+        err.print(f"[red]regressed:[/red] {escape(cmp.regression_text())}", markup=True)
     if gate is not None and not gate.ok:
         failed = True
         err.print(
@@ -256,12 +293,21 @@ def report_command(
             help="Write each plot as DIR/<plot>.png too (alone, without -o).",
         ),
     ] = None,
+    dtype: Annotated[
+        str | None,
+        typer.Option("--dtype", help="Report only this data type (of a -d all run), e.g. float."),
+    ] = None,
+    redop: Annotated[
+        str | None,
+        typer.Option("--redop", help="Report only this reduction (of a -o all run), e.g. sum."),
+    ] = None,
 ) -> None:
-    """Write an HTML report of runs: busbw and small-message time per op (runs overlaid),
-    per-rank spread, each run's metadata, and the diagnosis of NCCL logs kept with a run."""
+    """Write an HTML report of runs: busbw and small-message time per op (runs overlaid; one
+    plot per dtype/redop of -d all / -o all runs), per-rank spread, each run's metadata, and the
+    diagnosis of NCCL logs kept with a run."""
     if output is None and png is None:
         output = Path("report.html")
-    result = write_report(runs, output=output, png_dir=png)
+    result = write_report(runs, output=output, png_dir=png, dtype=dtype, redop=redop)
     n, m = len(result.runs), len(result.plots)
     what = f"{m} plot{'s' if m != 1 else ''} of {n} run{'s' if n != 1 else ''}"
     if result.html_path is not None:

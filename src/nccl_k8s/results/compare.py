@@ -1,16 +1,21 @@
 """Compare a run with a baseline, row by row, and the gates that turn results into an exit code.
 
-Rows are matched on (op, size, placement): the same question asked of both runs. For each pair the
-ratio current/baseline of the chosen metric decides:
+Rows are matched on (op, dtype, redop, root, size, placement): the same question asked of both
+runs, so a `-d all` / `-o all` / `-r -1` sweep compares each dtype, reduction and root with itself.
+For each pair the ratio current/baseline of the metric decides:
 
 - busbw (higher is better): ratio < 1 - tolerance is "regressed", > 1 + tolerance "improved";
 - time (lower is better):   ratio > 1 + tolerance is "regressed", < 1 - tolerance "improved";
 - a row present in only one run is "missing" (which side says `missing_in`).
 
-A zero on both sides (busbw of a one-GPU all_reduce) is "ok" with no ratio; zero on one side only
-counts as regressed or improved. `min_busbw_gate` is nccl-tests' NCCL_TESTS_MIN_BW check on a stored
-run: the average bus bandwidth of each op (over every printed cell, as nccl-tests averages) must
-reach the floor.
+A metric that is zero on both sides says nothing (busbw on one rank, where nccl-tests' bus factor
+is 0, or 8 B rows printed as 0.00): such a row is decided on time instead, and the row says so
+(`metric`). 0-byte rows (nccl-tests prints them for split collectives at small sizes) move
+nothing and are skipped, counted in `skipped_empty`. Runs of different world sizes, GPU models or
+NCCL versions are compared but each difference is a warning.
+
+`min_busbw_gate` is nccl-tests' NCCL_TESTS_MIN_BW check on a stored run: the average bus bandwidth
+of each op (over every printed cell, as nccl-tests averages) must reach the floor.
 """
 
 from __future__ import annotations
@@ -19,27 +24,41 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, get_args
 
 from nccl_k8s.errors import ResultsError, UsageError
-from nccl_k8s.results.schema import Row, Run
+from nccl_k8s.results.schema import Placement, Row, Run
 
 Metric = Literal["busbw", "time"]
 METRICS: tuple[Metric, ...] = get_args(Metric)
 Verdict = Literal["ok", "regressed", "improved", "missing"]
+Side = Literal["current", "baseline"]
 
-Key = tuple[str, int, str]
+Key = tuple[str, str | None, str | None, int | None, int, str]
 
 
 @dataclass
 class RowComparison:
     op: str
     size_bytes: int
-    placement: str
+    placement: Placement
     baseline: float | None
     current: float | None
-    #: current / baseline; None when either side is missing or both are zero.
+    #: current / baseline; None when either side is missing.
     ratio: float | None
     verdict: Verdict
-    #: For verdict "missing": the run that lacks the row ("current" or "baseline").
-    missing_in: str | None = None
+    #: The metric that decided this row: the one asked for, or time where busbw is 0 on both sides.
+    metric: Metric
+    #: For verdict "missing": the run that lacks the row.
+    missing_in: Side | None = None
+    dtype: str | None = None
+    redop: str | None = None
+    root: int | None = None
+
+    @property
+    def variant(self) -> str:
+        """dtype/redop (and root) as a label, e.g. "float sum"; "" when none is known."""
+        parts = [x for x in (self.dtype, self.redop) if x]
+        if self.root is not None and self.root >= 0:
+            parts.append(f"root {self.root}")
+        return " ".join(parts)
 
 
 @dataclass
@@ -47,6 +66,10 @@ class Comparison:
     metric: Metric
     tolerance: float
     rows: list[RowComparison] = field(default_factory=list)
+    #: Rows of 0 bytes left out (both runs together).
+    skipped_empty: int = 0
+    #: Differences between the runs that make the comparison less meaningful (world size, GPU, NCCL).
+    warnings: list[str] = field(default_factory=list)
 
     def count(self, verdict: Verdict) -> int:
         return sum(1 for r in self.rows if r.verdict == verdict)
@@ -60,16 +83,49 @@ class Comparison:
         """The CI gate: no row regressed past the tolerance."""
         return not self.regressed
 
+    @property
+    def fell_back(self) -> int:
+        """Rows decided on time because the asked metric was 0 on both sides."""
+        return sum(1 for r in self.rows if r.verdict != "missing" and r.metric != self.metric)
+
     def summary(self) -> str:
-        parts = [
-            f"{len(self.rows)} rows compared on {self.metric} "
-            f"(tolerance {self.tolerance * 100:g}%)",
-            f"{self.count('ok')} ok",
-            f"{self.count('regressed')} regressed",
-            f"{self.count('improved')} improved",
-            f"{self.count('missing')} missing",
-        ]
-        return ": ".join(parts[:1]) + ": " + ", ".join(parts[1:])
+        head = f"{len(self.rows)} rows compared on {self.metric}"
+        if self.fell_back:
+            head += f", {self.fell_back} of them on time because {self.metric} is 0 on both sides"
+        counts = ", ".join(f"{self.count(v)} {v}" for v in get_args(Verdict))
+        tail = (
+            f"; {self.skipped_empty} rows of 0 bytes skipped (both runs)"
+            if self.skipped_empty
+            else ""
+        )
+        return f"{head} (tolerance {self.tolerance * 100:g}%): {counts}{tail}"
+
+    @property
+    def has_variants(self) -> bool:
+        """Whether some op was compared in more than one dtype/redop/root (a -d all run)."""
+        seen: dict[str, set[str]] = {}
+        for r in self.rows:
+            seen.setdefault(r.op, set()).add(r.variant)
+        return any(len(v) > 1 for v in seen.values())
+
+    def regression_text(self) -> str:
+        """One line naming every regressed row and the metric that decided it."""
+        used = {r.metric for r in self.regressed}
+        if used <= {self.metric}:
+            on = f"on {self.metric}"
+        elif used == {"time"}:
+            on = f"on time ({self.metric} is 0 on both sides)"
+        else:
+            on = f"on {self.metric} (time where {self.metric} is 0 on both sides)"
+        several = self.has_variants
+
+        def name(r: RowComparison) -> str:
+            parts = [r.op, r.variant if several else "", human_size(r.size_bytes), r.placement]
+            ratio = f" ({r.ratio:.2f}x)" if r.ratio is not None else ""
+            return " ".join(p for p in parts if p) + ratio
+
+        names = ", ".join(name(r) for r in self.regressed)
+        return f"{len(self.regressed)} rows past {self.tolerance * 100:g}% {on}: {names}"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -77,21 +133,27 @@ class Comparison:
             "tolerance": self.tolerance,
             "ok": self.ok,
             "counts": {v: self.count(v) for v in get_args(Verdict)},
+            "decided_on_time": self.fell_back if self.metric != "time" else None,
+            "skipped_empty": self.skipped_empty,
+            "warnings": list(self.warnings),
             "summary": self.summary(),
             "rows": [asdict(r) for r in self.rows],
         }
 
 
+def _key(row: Row) -> Key:
+    return (row.op, row.dtype, row.redop, row.root, row.size_bytes, row.placement)
+
+
 def _index(run: Run, name: str) -> dict[Key, Row]:
     out: dict[Key, Row] = {}
     for row in run.rows:
-        key = (row.op, row.size_bytes, row.placement)
+        key = _key(row)
         if key in out:
-            prev = out[key]
             raise ResultsError(
                 f"{name} has two rows for {row.op} {row.size_bytes} B {row.placement}-of-place "
-                f"(dtype {prev.dtype}/{row.dtype}, redop {prev.redop}/{row.redop}, root "
-                f"{prev.root}/{row.root}): compare runs with one dtype, redop and root per op"
+                f"(dtype {row.dtype}, redop {row.redop}, root {row.root}): two runs concatenated? "
+                "import or collect them separately"
             )
         out[key] = row
     return out
@@ -102,29 +164,63 @@ def _value(row: Row, metric: Metric) -> float:
 
 
 def _verdict(cur: float, base: float, metric: Metric, tol: float) -> tuple[float | None, Verdict]:
-    if base == 0 and cur == 0:
-        return None, "ok"
     if base == 0:
-        # Only busbw can be zero; time cannot. More bandwidth than none is better.
+        # Only busbw can be zero here (both-zero rows were moved to time); more than none is better.
         return None, "improved" if metric == "busbw" else "regressed"
     ratio = cur / base
-    if metric == "busbw":
-        if ratio < 1 - tol:
-            return ratio, "regressed"
-        if ratio > 1 + tol:
-            return ratio, "improved"
-    else:
-        if ratio > 1 + tol:
-            return ratio, "regressed"
-        if ratio < 1 - tol:
-            return ratio, "improved"
-    return ratio, "ok"
+    worse, better = (ratio < 1 - tol, ratio > 1 + tol)
+    if metric == "time":
+        worse, better = (ratio > 1 + tol, ratio < 1 - tol)
+    return ratio, "regressed" if worse else "improved" if better else "ok"
+
+
+def _empty(row: Row) -> bool:
+    return row.size_bytes == 0
+
+
+def _differences(current: Run, baseline: Run) -> list[str]:
+    out = []
+    for what, attr in (
+        ("world size", "world_size"),
+        ("GPU model", "gpu_model"),
+        ("NCCL version", "nccl"),
+        ("node count", "nodes"),
+    ):
+        c, b = getattr(current.meta, attr), getattr(baseline.meta, attr)
+        if c is not None and b is not None and c != b:
+            out.append(f"{what} differs: current {c}, baseline {b}")
+    return out
+
+
+def select(
+    run: Run, *, dtype: str | None = None, redop: str | None = None, name: str = "run"
+) -> Run:
+    """The run restricted to one dtype and/or reduction (the `--dtype/--redop` filters). A value
+    the run does not hold is a usage error that lists the ones it does."""
+    rows = run.rows
+    for flag, value, attr in (("--dtype", dtype, "dtype"), ("--redop", redop, "redop")):
+        if value is None:
+            continue
+        have = sorted({str(getattr(r, attr)) for r in rows if getattr(r, attr) is not None})
+        if value not in have:
+            raise UsageError(
+                f"{flag} {value!r}: the {name} has no such rows (it has {', '.join(have) or 'none'})",
+                key=attr,
+            )
+        rows = [r for r in rows if getattr(r, attr) == value]
+    return Run(meta=run.meta, rows=list(rows), summaries=run.summaries, soak=run.soak)
 
 
 def compare(
-    current: Run, baseline: Run, *, tolerance: float = 0.05, metric: Metric = "busbw"
+    current: Run,
+    baseline: Run,
+    *,
+    tolerance: float = 0.05,
+    metric: Metric = "busbw",
+    dtype: str | None = None,
+    redop: str | None = None,
 ) -> Comparison:
-    """Compare `current` with `baseline` per op x size x placement."""
+    """Compare `current` with `baseline` per op x dtype x redop x root x size x placement."""
     if metric not in METRICS:
         raise UsageError(f"--metric {metric!r}: expected busbw or time", key="metric")
     if not 0 <= tolerance < 1:
@@ -132,34 +228,44 @@ def compare(
             f"tolerance {tolerance!r}: expected a fraction in [0, 1), e.g. 0.05 for 5%",
             key="tolerance",
         )
-    cur = _index(current, "the current run")
-    base = _index(baseline, "the baseline")
+    current = select(current, dtype=dtype, redop=redop, name="current run")
+    baseline = select(baseline, dtype=dtype, redop=redop, name="baseline")
     result = Comparison(metric=metric, tolerance=tolerance)
-    keys = list(base) + [k for k in cur if k not in base]
-    keys.sort(key=lambda k: (k[0], k[1], 0 if k[2] == "out" else 1))
+    result.warnings = _differences(current, baseline)
+    result.skipped_empty = sum(1 for run in (current, baseline) for r in run.rows if _empty(r))
+    cur = _index(Run(rows=[r for r in current.rows if not _empty(r)]), "the current run")
+    base = _index(Run(rows=[r for r in baseline.rows if not _empty(r)]), "the baseline")
+    either = {**cur, **base}
+    keys = sorted(
+        either, key=lambda k: (k[0], str(k[1]), str(k[2]), k[3] or 0, k[4], k[5] != "out")
+    )
     for key in keys:
-        op, size, placement = key
-        b, c = base.get(key), cur.get(key)
+        b, c, row = base.get(key), cur.get(key), either[key]
+        used = metric
+        if b is not None and c is not None and _value(b, metric) == 0 == _value(c, metric):
+            used = "time"
+        cmp = RowComparison(
+            row.op,
+            row.size_bytes,
+            row.placement,
+            None if b is None else _value(b, used),
+            None if c is None else _value(c, used),
+            None,
+            "missing",
+            used,
+            dtype=row.dtype,
+            redop=row.redop,
+            root=row.root,
+        )
         if b is None or c is None:
-            result.rows.append(
-                RowComparison(
-                    op,
-                    size,
-                    placement,
-                    None if b is None else _value(b, metric),
-                    None if c is None else _value(c, metric),
-                    None,
-                    "missing",
-                    "baseline" if b is None else "current",
-                )
-            )
-            continue
-        bv, cv = _value(b, metric), _value(c, metric)
-        ratio, verdict = _verdict(cv, bv, metric, tolerance)
-        result.rows.append(RowComparison(op, size, placement, bv, cv, ratio, verdict))
+            cmp.missing_in = "baseline" if b is None else "current"
+        else:
+            cmp.ratio, cmp.verdict = _verdict(_value(c, used), _value(b, used), used, tolerance)
+        result.rows.append(cmp)
     if not any(r.verdict != "missing" for r in result.rows):
         raise ResultsError(
-            "the two runs have no row in common (op, size, placement): nothing to compare"
+            "the two runs have no row in common (op, dtype, redop, root, size, placement): "
+            "nothing to compare"
         )
     return result
 
@@ -239,4 +345,5 @@ __all__ = [
     "min_busbw_gate",
     "parse_metric",
     "parse_tolerance",
+    "select",
 ]

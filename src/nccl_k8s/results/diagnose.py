@@ -2,99 +2,34 @@
 
 The most common real problem with multi-node NCCL is silent: libibverbs is missing from the image, or
 the RDMA device is not in the pod, and NCCL falls back to TCP sockets; the job runs, at a fraction of
-the bandwidth. The evidence is in the INFO log, which nobody reads. This module reads it.
+the bandwidth. The evidence is in the INFO log, which nobody reads. `nccllog` reads it; this module
+judges it:
 
-Parsing follows the strings NCCL itself prints (quoted from NCCL's source, 2.4 to 2.28):
-
-- line prefix (debug.cc): `%s:%d:%d [%d] NCCL INFO ` = host:pid:tid [cudaDev]; warnings add the
-  source location: `%s:%d:%d [%d] %s:%d NCCL WARN `.
-- `NCCL version %s` (init.cc; the string is `2.28.9+cuda13.0`).
-- `comm %p rank %d nRanks %d nNodes %d localRanks %d localRank %d MNNVL %d` (init.cc, 2.12+);
-  `ncclCommInitRank comm %p rank %d nranks %d cudaDev %d ...` (older and newer init lines).
-- `Using network %s` (init.cc): the network plugin NCCL chose (IB, Socket, or an external plugin).
-- `NET/IB : Using%s %s; OOB %s:%s` with ` [%d]%s:%d/%s` per device (IB or RoCE link layer);
-  `NET/IB : No device found.`; `Failed to open libibverbs.so[.1]` (ibvwrap);
-  `NET/Socket : Using%s` with ` [%d]%s:%s` per interface;
-  `NET/Plugin : No plugin found (libnccl-net.so)...` / `NET/Plugin: Could not find: libnccl-net.so`.
-- `NET/%s : GPU Direct RDMA %s for HCA %d '%s'` (graph/topo.cc), older
-  `NET/IB : GPU Direct RDMA Disabled for HCA %d '%s' (no module)` (net_ib.cc).
-- connections, one per channel and peer (transport/*.cc):
-  `Channel %02d/%d : %d[%d] -> %d[%d] [send] via NET/%s/%d%s%s%s` (`/GDRDMA`, `(PCI)`, `/Shared`),
-  `... [receive] via NET/%s/%d...`, with PXN `via NET/%s/%d(%d)...`;
-  `Channel %02d/%01d : %d[%d] -> %d[%d] via P2P/%s%s%s` (IPC, CUMEM, MNNVL, direct pointer; `/read`,
-  `/CE`), `... via SHM/%s/%s`; older ones without `/%d` and with bus ids `%d[%lx]`;
-  `CollNet %02d/%1d : %d [send] via COLLNET/%s/%d%s%s` (older `Coll %02d : ...`).
-- `NVLS multicast support is %savailable on dev %d`, `NVLS comm %p headRank %d nHeads %d ...`,
-  `%d coll channels, %d collnet channels, %d nvls channels, %d p2p channels, %d p2p channels per peer`.
-- `Pattern %d, crossNic %d, nChannels %d, bw %f/%f, type %s/%s, sameChannels %d` (graph search):
-  the intra/inter path types (NVL = NVLink, PIX/PXB/PHB/SYS = PCIe or host, LOC = one GPU).
-
-A log excerpt rarely holds every line; every field is Optional and each finding says what it saw.
+- which fabric carried each rank's inter-node traffic, by what the network plugin carries (NCCL's
+  IB transport or HPC-X's IBext* -> InfiniBand or RoCE by the device's link layer; aws-ofi-nccl's
+  "AWS Libfabric" -> EFA; "Socket" -> TCP), per rank, so that one rank on Socket among ranks on IB
+  is seen and named with its host;
+- how many nodes the ranks span: nNodes when NCCL prints it, the number of hosts, or one node when
+  one host's GPUs hold every rank the log mentions and no connection leaves it;
+- GPUDirect RDMA on RDMA connections (never asked of TCP), SHM instead of P2P, NVLS, CollNet, NCCL
+  warnings, and the run's own failure line;
+- `--expect-fabric`: ib, roce, efa, socket or nvlink; any rank on another fabric fails it.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from nccl_k8s.errors import ResultsError
+from nccl_k8s.errors import ResultsError, UsageError
+from nccl_k8s.results.nccllog import LogParser, RankReport, link_layers, rank_fabric
 
 Severity = Literal["info", "warning", "error"]
-Fabric = Literal["ib", "roce", "socket", "nvlink"]
+Fabric = Literal["ib", "roce", "efa", "socket", "nvlink"]
 FABRICS: tuple[Fabric, ...] = get_args(Fabric)
-
-# host:pid:tid [dev] (file:line )?NCCL LEVEL message. Anything may precede it (timestamps, pod names).
-_PREFIX = re.compile(
-    r"(?P<host>[^\s:\[\]]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\](?: \S+:\d+)? "
-    r"NCCL (?P<level>INFO|WARN|ABORT|TRACE)\s?(?P<msg>.*)$"
-)
-# Lines printed without the host prefix (some launchers strip it): "NCCL INFO ..." at the start,
-# after at most one token (a timestamp).
-_BARE = re.compile(r"^\s*(?:\S+\s+)?NCCL (?P<level>INFO|WARN)\s(?P<msg>.*)$")
-
-_VERSION = re.compile(r"^NCCL version (?P<v>\d+\.\d+\.\d+)\S*?(?:\+cuda(?P<cuda>\d+\.\d+))?")
-_COMM = re.compile(
-    r"comm 0x[0-9a-f]+ rank (?P<rank>\d+) nRanks (?P<n>\d+) nNodes (?P<nodes>\d+) "
-    r"localRanks (?P<lr>\d+) localRank (?P<l>\d+)(?: MNNVL (?P<mnnvl>\d+))?"
-)
-_INIT = re.compile(r"comm 0x[0-9a-f]+ rank (?P<rank>\d+) nranks (?P<n>\d+) cudaDev (?P<dev>\d+)")
-_USING_NET = re.compile(r"^Using network (?P<net>.+?)\s*$")
-_IB_USING = re.compile(r"^NET/IB : Using(?P<devs>.*?)(?: \[RO\])? ?; OOB (?P<oob>\S+)")
-_IB_DEV = re.compile(r"\[(?P<i>\d+)\](?P<name>[^\s:]+):(?P<port>\d+)/(?P<link>IB|RoCE)")
-_IB_NODEV = re.compile(r"^NET/IB : No device found")
-_SOCK_USING = re.compile(r"^NET/Socket : Using(?P<ifs>.*)$")
-_SOCK_IF = re.compile(r"\[(?P<i>\d+)\](?P<name>[^\s:]+):(?P<addr>\S+)")
-_GDR_HCA = re.compile(
-    r"^NET/(?P<net>\S+) : GPU Direct RDMA (?P<state>Enabled|Disabled) for HCA (?P<n>\d+) "
-    r"'(?P<name>[^']*)'(?P<why> \(no module\))?"
-)
-_LIBIBVERBS = re.compile(r"Failed to open libibverbs")
-_NO_PLUGIN = re.compile(
-    r"^NET/Plugin ?: (?:No plugin found|Could not find:? libnccl-net|Plugin load returned)"
-)
-_IB_INIT_FAIL = re.compile(r"^Failed to initialize NET plugin (?P<net>\S+)")
-_ENV = re.compile(r"^(?P<k>NCCL_[A-Z0-9_]+) set by environment to (?P<v>.*?)\s*$")
-_CHAN = re.compile(
-    r"^Channel (?P<ch>\d+)(?:/(?P<conn>\d+))? : (?P<src>\d+)\[[0-9a-fx]+\] -> "
-    r"(?P<dst>\d+)\[[0-9a-fx]+\] (?:\[(?P<dir>send|receive)\] )?via (?P<via>.+?)\s*$"
-)
-_VIA_NET = re.compile(r"^NET/(?P<net>[^/]+)/(?P<dev>\d+)(?:\((?P<proxy>\d+)\))?(?P<flags>.*)$")
-_COLLNET = re.compile(
-    r"^Coll(?:Net)? (?P<ch>\d+)(?:/\d+)? : (?P<rank>\d+) \[(?P<dir>send|receive)\] via COLLNET/"
-)
-_RING_LIST = re.compile(r"^Channel (?P<ch>\d+)/(?P<n>\d+) :(?: \d+)+\s*$")
-_CHANNELS = re.compile(
-    r"^(?P<coll>\d+) coll channels, (?:(?P<collnet>\d+) collnet channels, )?"
-    r"(?:(?P<nvls>\d+) nvls channels, )?(?P<p2p>\d+) p2p channels"
-)
-_NVLS_AVAIL = re.compile(r"^NVLS multicast support is (?P<not>not )?available on dev (?P<d>\d+)")
-_NVLS_COMM = re.compile(r"^NVLS comm 0x[0-9a-f]+ headRank")
-_PATTERN = re.compile(
-    r"^Pattern \d+, crossNic \d+, nChannels \d+, .*type (?P<intra>\w+)/(?P<inter>\w+)"
-)
+_RDMA: tuple[str, ...] = ("ib", "roce", "efa")
 
 
 @dataclass
@@ -109,86 +44,24 @@ class Finding:
 
 
 @dataclass
-class RankReport:
-    """What one NCCL process-device pair printed. Key: host:pid [cudaDev]."""
-
-    key: str
-    host: str | None = None
-    pid: int | None = None
-    cuda_dev: int | None = None
-    rank: int | None = None
-    nranks: int | None = None
-    nnodes: int | None = None
-    mnnvl: bool | None = None
-    nccl_version: str | None = None
-    cuda_version: str | None = None
-    #: The network NCCL chose ("IB", "Socket", a plugin's name), from `Using network`.
-    network: str | None = None
-    ib_devices: list[str] = field(default_factory=list)
-    ib_no_device: bool = False
-    socket_ifaces: list[str] = field(default_factory=list)
-    #: HCA name -> GPUDirect RDMA possible (from the topology's per-HCA line).
-    gdr_hca: dict[str, bool] = field(default_factory=dict)
-    gdr_no_module: bool = False
-    #: Transports seen in this rank's connection lines: "NET/IB", "NET/Socket", "P2P/IPC", "SHM", ...
-    transports: list[str] = field(default_factory=list)
-    #: NET device indices used by connections, and whether those connections use GDR.
-    net_devs: list[int] = field(default_factory=list)
-    net_gdr: bool | None = None
-    peers: list[int] = field(default_factory=list)
-    coll_channels: int | None = None
-    nvls_channels: int | None = None
-    p2p_channels: int | None = None
-    #: Distinct channel ids in connection lines (an excerpt may show fewer than exist).
-    channels_seen: int = 0
-    nvls_available: bool | None = None
-    nvls_used: bool = False
-    collnet_used: bool = False
-    intra_path: str | None = None
-    libibverbs_missing: bool = False
-    no_net_plugin: bool = False
-    net_init_failed: list[str] = field(default_factory=list)
-    env: dict[str, str] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
-
-    @property
-    def label(self) -> str:
-        return f"rank {self.rank}" if self.rank is not None else self.key
-
-    def net_summary(self) -> str:
-        """One phrase: what carried (or would carry) this rank's inter-node traffic."""
-        nets = [t for t in self.transports if t.startswith("NET/")]
-        if nets:
-            parts = [", ".join(nets)]
-            if self.net_devs:
-                parts.append("dev " + ",".join(str(d) for d in self.net_devs))
-            if self.net_gdr is not None:
-                parts.append("GDR on" if self.net_gdr else "GDR off")
-            return " ".join(parts)
-        if self.network:
-            where = ""
-            if self.network == "Socket" and self.socket_ifaces:
-                where = " on " + ",".join(i.split(":")[0] for i in self.socket_ifaces)
-            elif self.network == "IB" and self.ib_devices:
-                where = " on " + ",".join(self.ib_devices)
-            return f"{self.network} selected{where}, no NET connection seen"
-        return "-"
-
-
-@dataclass
 class Diagnosis:
     ranks: list[RankReport]
     findings: list[Finding]
-    #: Nodes the communicator spans, when the log says (nNodes, or several hosts).
+    #: Nodes the communicator spans, when the log says (nNodes, several hosts, or one host).
     nodes: int | None
     #: Whether any byte had to cross a network: False for one node, None when the log cannot tell.
     network_needed: bool | None
-    #: "ib", "roce", "socket", another plugin's name, or None: what inter-node traffic used.
+    #: "ib", "roce", "efa", "socket", another plugin's name, "mixed" (ranks disagree), or None:
+    #: what inter-node traffic used.
     inter_node: str | None
-    #: GPUDirect RDMA on NET connections: True, False, or None when no NET connection was seen.
+    #: GPUDirect RDMA on RDMA connections: True, False, or None when no such connection was seen.
     gdr: bool | None
     expect_fabric: Fabric | None = None
     sources: list[str] = field(default_factory=list)
+    #: How `nodes` was known: "nNodes", "N hosts", "one host, one process, ...", or "".
+    nodes_evidence: str = ""
+    #: The runs' own failure lines ("Test NCCL failure common.cu:392 ...").
+    failures: list[str] = field(default_factory=list)
 
     @property
     def failed(self) -> bool:
@@ -200,159 +73,6 @@ class Diagnosis:
         for r, rep in zip(d["ranks"], self.ranks, strict=True):
             r["net"] = rep.net_summary()
         return d
-
-
-def _add(xs: list[Any], x: Any) -> None:
-    if x not in xs:
-        xs.append(x)
-
-
-class _Parser:
-    def __init__(self) -> None:
-        self.reports: dict[str, RankReport] = {}
-        self.hosts: set[str] = set()
-        self.channels: dict[str, set[int]] = {}
-
-    def report(self, host: str | None, pid: int | None, dev: int | None) -> RankReport:
-        key = f"{host}:{pid} [{dev}]" if host is not None else "(no prefix)"
-        rep = self.reports.get(key)
-        if rep is None:
-            rep = self.reports[key] = RankReport(key=key, host=host, pid=pid, cuda_dev=dev)
-            self.channels[key] = set()
-        if host:
-            self.hosts.add(host)
-        return rep
-
-    def feed(self, text: str) -> None:
-        for line in text.splitlines():
-            m = _PREFIX.search(line)
-            if m:
-                rep = self.report(m.group("host"), int(m.group("pid")), int(m.group("dev")))
-                level, msg = m.group("level"), m.group("msg").strip()
-            else:
-                b = _BARE.search(line)
-                if not b:
-                    continue
-                rep = self.report(None, None, None)
-                level, msg = b.group("level"), b.group("msg").strip()
-            if level in ("WARN", "ABORT"):
-                _add(rep.warnings, msg)
-                if _LIBIBVERBS.search(msg):
-                    rep.libibverbs_missing = True
-                continue
-            self.info(rep, msg)
-
-    def set_rank(self, rep: RankReport, rank: int) -> None:
-        if rep.rank is None:
-            rep.rank = rank
-
-    def info(self, rep: RankReport, msg: str) -> None:
-        if m := _CHAN.match(msg):
-            self.channels[rep.key].add(int(m.group("ch")))
-            src, dst, direction = int(m.group("src")), int(m.group("dst")), m.group("dir")
-            # NET lines: the local rank is the sender of [send], the receiver of [receive];
-            # P2P/SHM lines are printed by the sending side.
-            me, peer = (dst, src) if direction == "receive" else (src, dst)
-            self.set_rank(rep, me)
-            _add(rep.peers, peer)
-            via = m.group("via")
-            if n := _VIA_NET.match(via):
-                net = n.group("net")
-                _add(rep.transports, f"NET/{net}")
-                _add(rep.net_devs, int(n.group("dev")))
-                gdr = "/GDRDMA" in n.group("flags")
-                rep.net_gdr = gdr if rep.net_gdr is None else (rep.net_gdr and gdr)
-            elif via.startswith("P2P/"):
-                kind = via[4:].split("/")[0]
-                _add(rep.transports, f"P2P/{kind}")
-            elif via.startswith("SHM/"):
-                _add(rep.transports, "SHM")
-            else:
-                _add(rep.transports, via.split("/")[0])
-        elif m := _RING_LIST.match(msg):
-            if rep.coll_channels is None:
-                rep.coll_channels = int(m.group("n"))
-        elif m := _COLLNET.match(msg):
-            rep.collnet_used = True
-            _add(rep.transports, "COLLNET")
-            self.set_rank(rep, int(m.group("rank")))
-        elif m := _VERSION.match(msg):
-            rep.nccl_version = m.group("v")
-            rep.cuda_version = m.group("cuda")
-        elif m := _COMM.search(msg):
-            rep.rank = int(m.group("rank"))
-            rep.nranks = int(m.group("n"))
-            rep.nnodes = int(m.group("nodes"))
-            if m.group("mnnvl") is not None:
-                rep.mnnvl = m.group("mnnvl") == "1"
-        elif m := _INIT.search(msg):
-            rep.rank = int(m.group("rank"))
-            rep.nranks = int(m.group("n"))
-        elif m := _USING_NET.match(msg):
-            rep.network = m.group("net")
-        elif m := _IB_USING.match(msg):
-            for d in _IB_DEV.finditer(m.group("devs")):
-                _add(rep.ib_devices, f"{d.group('name')}:{d.group('port')}/{d.group('link')}")
-        elif _IB_NODEV.match(msg):
-            rep.ib_no_device = True
-        elif m := _SOCK_USING.match(msg):
-            for i in _SOCK_IF.finditer(m.group("ifs")):
-                _add(rep.socket_ifaces, f"{i.group('name')}:{i.group('addr')}")
-        elif m := _GDR_HCA.match(msg):
-            rep.gdr_hca[m.group("name")] = m.group("state") == "Enabled"
-            if m.group("why"):
-                rep.gdr_no_module = True
-        elif _LIBIBVERBS.search(msg):
-            rep.libibverbs_missing = True
-        elif _NO_PLUGIN.match(msg):
-            rep.no_net_plugin = True
-        elif m := _IB_INIT_FAIL.match(msg):
-            _add(rep.net_init_failed, m.group("net"))
-        elif m := _ENV.match(msg):
-            rep.env[m.group("k")] = m.group("v")
-        elif m := _CHANNELS.match(msg):
-            rep.coll_channels = int(m.group("coll"))
-            rep.p2p_channels = int(m.group("p2p"))
-            if m.group("nvls") is not None:
-                rep.nvls_channels = int(m.group("nvls"))
-                if rep.nvls_channels > 0:
-                    rep.nvls_used = True
-        elif m := _NVLS_AVAIL.match(msg):
-            rep.nvls_available = m.group("not") is None
-        elif _NVLS_COMM.match(msg):
-            rep.nvls_used = True
-            _add(rep.transports, "NVLS")
-        elif m := _PATTERN.match(msg):
-            rep.intra_path = m.group("intra")
-
-    def finish(self) -> list[RankReport]:
-        for key, rep in self.reports.items():
-            rep.channels_seen = len(self.channels[key])
-            if rep.nvls_used:
-                _add(rep.transports, "NVLS")
-            rep.transports.sort()
-            rep.net_devs.sort()
-            rep.peers.sort()
-            if rep.network is None:
-                # Old NCCL or an excerpt without the "Using network" line: the initialized
-                # transport tells, Socket only being set up when IB was not.
-                if rep.socket_ifaces and not rep.ib_devices:
-                    rep.network = "Socket"
-                elif rep.ib_devices:
-                    rep.network = "IB"
-        return sorted(
-            self.reports.values(),
-            key=lambda r: (r.rank is None, r.rank if r.rank is not None else 0, r.key),
-        )
-
-
-def _fabric_of(net: str, reports: list[RankReport]) -> str:
-    if net == "Socket":
-        return "socket"
-    if net == "IB":
-        links = {d.rsplit("/", 1)[-1] for r in reports for d in r.ib_devices}
-        return "roce" if links == {"RoCE"} else "ib"
-    return net
 
 
 _SOCKET_HINT = (
@@ -370,14 +90,49 @@ _GDR_HINT = (
     "nvidia-peermem kernel module on the nodes (or use DMA-BUF: NCCL >= 2.13, kernel >= 5.12), "
     "check NCCL_NET_GDR_LEVEL, and that GPU and NIC share a PCIe switch."
 )
+_MIXED_HINT = (
+    "ranks of one job must use one fabric: compare the named pods' images (rdma-core, the NCCL "
+    "net plugin), their RDMA resources and NCCL_* environment with the others'."
+)
 
 
 def _ranks(reports: Iterable[RankReport]) -> list[str]:
     return [r.label for r in reports]
 
 
+def _where(reports: Iterable[RankReport]) -> str:
+    """ "rank 3 on host node-b, rank 5 on host node-c": who, and where to look."""
+    return ", ".join(
+        f"{r.label} on host {r.host}" if r.host and r.rank is not None else r.label for r in reports
+    )
+
+
+def _nodes(reports: list[RankReport], hosts: set[str]) -> tuple[int | None, str]:
+    nnodes = [r.nnodes for r in reports if r.nnodes is not None]
+    if nnodes:
+        return max(nnodes), "nNodes"
+    if len(hosts) > 1:
+        return len(hosts), f"{len(hosts)} hosts"
+    if len(hosts) != 1 or any(t.startswith("NET/") for r in reports for t in r.transports):
+        return None, ""
+    # One host and no network connection: one node, if its GPUs hold every rank the log names
+    # (an excerpt of one pod of a bigger job names ranks beyond them).
+    seen = {r.rank for r in reports if r.rank is not None} | {p for r in reports for p in r.peers}
+    nranks = {r.nranks for r in reports if r.nranks is not None}
+    local = len(reports)
+    if (seen and max(seen) < local and all(n <= local for n in nranks)) or nranks == {local}:
+        pids = {r.pid for r in reports}
+        procs = "one process" if len(pids) == 1 else f"{len(pids)} processes"
+        return 1, f"one host ({next(iter(hosts))}), {procs}, every rank on its {local} GPUs"
+    return None, ""
+
+
 def analyse(
-    reports: list[RankReport], hosts: set[str], *, expect_fabric: Fabric | None = None
+    reports: list[RankReport],
+    hosts: set[str],
+    *,
+    expect_fabric: Fabric | None = None,
+    failures: list[str] | None = None,
 ) -> Diagnosis:
     findings: list[Finding] = []
     if not reports:
@@ -385,27 +140,20 @@ def analyse(
             "no NCCL log lines found: run with NCCL_DEBUG=INFO (and NCCL_DEBUG_SUBSYS=INIT,NET "
             "or unset) and pass the pods' logs"
         )
-    nnodes = [r.nnodes for r in reports if r.nnodes is not None]
+    failures = list(failures or [])
     mnnvl = any(r.mnnvl for r in reports)
     net_ranks = [r for r in reports if any(t.startswith("NET/") for t in r.transports)]
-    nodes: int | None
-    if nnodes:
-        nodes = max(nnodes)
-    elif len(hosts) > 1:
-        nodes = len(hosts)
-    else:
-        nodes = None
+    nodes, nodes_evidence = _nodes(reports, hosts)
     network_needed = None if nodes is None else nodes > 1
     if net_ranks:
         network_needed = True
 
-    used_nets = sorted({t[4:] for r in net_ranks for t in r.transports if t.startswith("NET/")})
-    selected = sorted({r.network for r in reports if r.network})
+    links = {x for r in reports for x in link_layers(r)}
+    fabrics = {r.key: rank_fabric(r, links) for r in reports}
+    distinct = sorted({f for f in fabrics.values() if f})
     inter_node: str | None = None
-    if used_nets:
-        inter_node = _fabric_of(used_nets[0], reports) if len(used_nets) == 1 else "mixed"
-    elif network_needed is not False and len(selected) == 1:
-        inter_node = _fabric_of(selected[0], reports)
+    if network_needed is not False and distinct:
+        inter_node = distinct[0] if len(distinct) == 1 else "mixed"
     gdr_values = [r.net_gdr for r in net_ranks if r.net_gdr is not None]
     gdr = all(gdr_values) if gdr_values else None
 
@@ -432,132 +180,19 @@ def analyse(
             )
         )
 
-    socket_ranks = [r for r in reports if "NET/Socket" in r.transports or (r.network == "Socket")]
-    if inter_node == "socket" and network_needed:
-        sev: Severity = "error" if expect_fabric in ("ib", "roce", "nvlink") else "warning"
-        ifaces = sorted({i.split(":")[0] for r in reports for i in r.socket_ifaces})
-        on = f" on {', '.join(ifaces)}" if ifaces else ""
-        seen = "went" if used_nets else "goes"
-        findings.append(
-            Finding(
-                sev,
-                "socket-fallback",
-                f"inter-node traffic {seen} over TCP sockets (NET/Socket{on})"
-                + (f", expected {expect_fabric}" if expect_fabric and sev == "error" else ""),
-                (_LIBIBVERBS_HINT + " " if verbs else "") + _SOCKET_HINT,
-                _ranks(socket_ranks),
-            )
-        )
-    elif inter_node == "socket" and network_needed is None:
-        sev = "error" if expect_fabric in ("ib", "roce") else "warning"
-        findings.append(
-            Finding(
-                sev,
-                "socket-fallback",
-                "NCCL selected the Socket network (TCP): if these ranks span nodes, inter-node "
-                "traffic goes over TCP" + (f", expected {expect_fabric}" if sev == "error" else ""),
-                (_LIBIBVERBS_HINT + " " if verbs else "") + _SOCKET_HINT,
-                _ranks(socket_ranks),
-            )
-        )
-    elif network_needed is False and "Socket" in selected:
-        findings.append(
-            Finding(
-                "info",
-                "single-node-socket",
-                "all ranks are on one node: no byte crossed a network (NCCL reports "
-                "'Using network Socket', which is harmless here)",
-                ranks=_ranks(r for r in reports if r.network == "Socket"),
-            )
-        )
-
-    if gdr is False:
-        no_mod = any(r.gdr_no_module for r in reports)
-        findings.append(
-            Finding(
-                "warning",
-                "gdr-off",
-                "GPUDirect RDMA is off on NET connections"
-                + (" (nvidia-peermem not loaded: 'no module')" if no_mod else ""),
-                _GDR_HINT,
-                _ranks(r for r in net_ranks if r.net_gdr is False),
-            )
-        )
-    elif gdr is None and any(r.gdr_no_module for r in reports):
-        findings.append(
-            Finding(
-                "warning",
-                "gdr-off",
-                "GPUDirect RDMA disabled for the HCAs (nvidia-peermem not loaded: 'no module')",
-                _GDR_HINT,
-                _ranks(r for r in reports if r.gdr_no_module),
-            )
-        )
-    elif gdr:
-        findings.append(
-            Finding(
-                "info",
-                "gdr-on",
-                "GPUDirect RDMA is on for NET connections (/GDRDMA)",
-                ranks=_ranks(net_ranks),
-            )
-        )
-
-    shm = [r for r in reports if "SHM" in r.transports]
-    if shm:
-        findings.append(
-            Finding(
-                "error" if expect_fabric == "nvlink" else "warning",
-                "shm-intra-node",
-                "some intra-node connections go through host shared memory (SHM), not GPU "
-                "peer-to-peer",
-                "P2P between these GPUs is unavailable or disabled: check NCCL_P2P_DISABLE / "
-                "NCCL_P2P_LEVEL, that all GPUs of a pod are in one container, and IPC (hostIPC / "
-                "--ipc=host) between processes.",
-                _ranks(shm),
-            )
-        )
-
-    if any(r.nvls_used for r in reports):
-        ch = sorted({r.nvls_channels for r in reports if r.nvls_channels})
-        findings.append(
-            Finding(
-                "info",
-                "nvls",
-                "NVLink SHARP (NVLS) is in use"
-                + (f" ({', '.join(map(str, ch))} nvls channels)" if ch else ""),
-                ranks=_ranks(r for r in reports if r.nvls_used),
-            )
-        )
-    if any(r.collnet_used for r in reports):
-        findings.append(
-            Finding(
-                "info",
-                "collnet",
-                "CollNet (in-network reduction, e.g. SHARP) is in use",
-                ranks=_ranks(r for r in reports if r.collnet_used),
-            )
-        )
-
+    findings += _socket_findings(reports, fabrics, network_needed, expect_fabric, bool(verbs))
+    findings += _gdr_findings(reports, net_ranks, gdr)
+    findings += _path_findings(reports, expect_fabric)
     if expect_fabric is not None:
-        findings.extend(
-            _expectation(expect_fabric, reports, network_needed, inter_node, mnnvl, nodes)
-        )
-
-    seen_warn: dict[str, list[str]] = {}
-    for r in reports:
-        for w in r.warnings:
-            if _LIBIBVERBS.search(w):
-                continue
-            seen_warn.setdefault(w, []).append(r.label)
-    for w, who in seen_warn.items():
+        findings += _expectation(expect_fabric, reports, fabrics, network_needed, mnnvl, nodes)
+    findings += _warn_findings(reports)
+    for line in failures:
         findings.append(
             Finding(
-                "warning",
-                "nccl-warn",
-                f"NCCL WARN {w}",
-                "read the lines around it in the rank's log",
-                who,
+                "error",
+                "run-failed",
+                f"the run failed: {line}",
+                "the NCCL WARN lines above it in the same log say why.",
             )
         )
 
@@ -571,74 +206,226 @@ def analyse(
         inter_node=inter_node,
         gdr=gdr,
         expect_fabric=expect_fabric,
+        nodes_evidence=nodes_evidence,
+        failures=failures,
     )
+
+
+def _socket_findings(
+    reports: list[RankReport],
+    fabrics: dict[str, str | None],
+    network_needed: bool | None,
+    expect: Fabric | None,
+    verbs: bool,
+) -> list[Finding]:
+    socket = [r for r in reports if fabrics[r.key] == "socket"]
+    others = sorted({f for f in fabrics.values() if f and f != "socket"})
+    hint = (_LIBIBVERBS_HINT + " " if verbs else "") + _SOCKET_HINT
+    if network_needed is False:
+        if socket:
+            return [
+                Finding(
+                    "info",
+                    "single-node-socket",
+                    "all ranks are on one node: no byte crossed a network (NCCL reports "
+                    "'Using network Socket', which is harmless here)",
+                    ranks=_ranks(socket),
+                )
+            ]
+        return []
+    if not socket:
+        return []
+    if others:
+        # Some ranks on TCP while the rest use an RDMA fabric: always wrong, and the slowest rank
+        # sets the pace of every collective.
+        sev: Severity = "error" if expect in (*_RDMA, "nvlink") else "warning"
+        return [
+            Finding(
+                sev,
+                "socket-fallback",
+                f"{_where(socket)} selected TCP sockets while the other ranks use "
+                f"{', '.join(others)}" + (f", expected {expect}" if sev == "error" else ""),
+                hint + " " + _MIXED_HINT,
+                _ranks(socket),
+            )
+        ]
+    ifaces = sorted({i.split(":")[0] for r in reports for i in r.socket_ifaces})
+    on = f" on {', '.join(ifaces)}" if ifaces else ""
+    if network_needed:
+        sev = "error" if expect in (*_RDMA, "nvlink") else "warning"
+        seen = "went" if any("NET/Socket" in r.transports for r in socket) else "goes"
+        message = f"inter-node traffic {seen} over TCP sockets (NET/Socket{on})"
+    else:
+        sev = "error" if expect in _RDMA else "warning"
+        message = (
+            "NCCL selected the Socket network (TCP): if these ranks span nodes, inter-node "
+            "traffic goes over TCP"
+        )
+    if sev == "error":
+        message += f", expected {expect}"
+    return [Finding(sev, "socket-fallback", message, hint, _ranks(socket))]
+
+
+def _gdr_findings(
+    reports: list[RankReport], net_ranks: list[RankReport], gdr: bool | None
+) -> list[Finding]:
+    no_module = [r for r in reports if r.gdr_no_module]
+    if gdr is False:
+        return [
+            Finding(
+                "warning",
+                "gdr-off",
+                "GPUDirect RDMA is off on RDMA connections"
+                + (" (nvidia-peermem not loaded: 'no module')" if no_module else ""),
+                _GDR_HINT,
+                _ranks(r for r in net_ranks if r.net_gdr is False),
+            )
+        ]
+    if gdr is None and no_module:
+        return [
+            Finding(
+                "warning",
+                "gdr-off",
+                "GPUDirect RDMA disabled for the HCAs (nvidia-peermem not loaded: 'no module')",
+                _GDR_HINT,
+                _ranks(no_module),
+            )
+        ]
+    if gdr:
+        return [
+            Finding(
+                "info",
+                "gdr-on",
+                "GPUDirect RDMA is on for RDMA connections (/GDRDMA)",
+                ranks=_ranks(r for r in net_ranks if r.net_gdr),
+            )
+        ]
+    return []
+
+
+def _path_findings(reports: list[RankReport], expect: Fabric | None) -> list[Finding]:
+    out = []
+    shm = [r for r in reports if "SHM" in r.transports]
+    if shm:
+        out.append(
+            Finding(
+                "error" if expect == "nvlink" else "warning",
+                "shm-intra-node",
+                "some intra-node connections go through host shared memory (SHM), not GPU "
+                "peer-to-peer",
+                "P2P between these GPUs is unavailable or disabled: check NCCL_P2P_DISABLE / "
+                "NCCL_P2P_LEVEL, that all GPUs of a pod are in one container, and IPC (hostIPC / "
+                "--ipc=host) between processes.",
+                _ranks(shm),
+            )
+        )
+    if any(r.nvls_used for r in reports):
+        ch = sorted({r.nvls_channels for r in reports if r.nvls_channels})
+        out.append(
+            Finding(
+                "info",
+                "nvls",
+                "NVLink SHARP (NVLS) is in use"
+                + (f" ({', '.join(map(str, ch))} nvls channels)" if ch else ""),
+                ranks=_ranks(r for r in reports if r.nvls_used),
+            )
+        )
+    if any(r.collnet_used for r in reports):
+        out.append(
+            Finding(
+                "info",
+                "collnet",
+                "CollNet (in-network reduction, e.g. SHARP) is in use",
+                ranks=_ranks(r for r in reports if r.collnet_used),
+            )
+        )
+    return out
+
+
+def _warn_findings(reports: list[RankReport]) -> list[Finding]:
+    seen: dict[str, list[str]] = {}
+    for r in reports:
+        for w in r.warnings:
+            if "Failed to open libibverbs" in w:
+                continue
+            seen.setdefault(w, []).append(r.label)
+    return [
+        Finding(
+            "warning",
+            "nccl-warn",
+            f"NCCL WARN {w}",
+            "read the lines around it in the rank's log",
+            who,
+        )
+        for w, who in seen.items()
+    ]
+
+
+def _expect_nvlink(
+    reports: list[RankReport], network_needed: bool | None, mnnvl: bool, nodes: int | None
+) -> list[Finding]:
+    out: list[Finding] = []
+    net = [r for r in reports if any(t.startswith("NET/") for t in r.transports)]
+    if net or (network_needed and not mnnvl):
+        used = sorted({t for r in net for t in r.transports if t.startswith("NET/")})
+        out.append(
+            Finding(
+                "error",
+                "expect-nvlink",
+                f"expected NVLink only, but the ranks span {nodes or 'several'} nodes"
+                + (" and use " + ", ".join(used) if used else ""),
+                "an NVLink-only run must keep all ranks in one node (or one MNNVL domain).",
+                _ranks(net or reports),
+            )
+        )
+    pcie = [r for r in reports if r.intra_path and r.intra_path not in ("NVL", "LOC")]
+    if pcie:
+        out.append(
+            Finding(
+                "warning",
+                "expect-nvlink-path",
+                "NCCL's topology search found a "
+                + "/".join(sorted({r.intra_path or "" for r in pcie}))
+                + " path (PCIe or host) between GPUs, not NVLink (NVL)",
+                "check `nvidia-smi topo -m`; a VM or a pod may see GPUs without their NVLinks.",
+                _ranks(pcie),
+            )
+        )
+    if not out:
+        out.append(
+            Finding(
+                "info",
+                "expect-nvlink",
+                "no network needed: traffic stays on NVLink/P2P within the node"
+                + (" (MNNVL)" if mnnvl else ""),
+                ranks=_ranks(reports),
+            )
+        )
+    return out
 
 
 def _expectation(
     want: Fabric,
     reports: list[RankReport],
+    fabrics: dict[str, str | None],
     network_needed: bool | None,
-    inter_node: str | None,
     mnnvl: bool,
     nodes: int | None,
 ) -> list[Finding]:
-    out: list[Finding] = []
     if want == "nvlink":
-        net = [r for r in reports if any(t.startswith("NET/") for t in r.transports)]
-        if net or (network_needed and not mnnvl):
-            out.append(
-                Finding(
-                    "error",
-                    "expect-nvlink",
-                    f"expected NVLink only, but the ranks span {nodes or 'several'} nodes"
-                    + (
-                        " and use "
-                        + ", ".join(
-                            sorted({t for r in net for t in r.transports if t.startswith("NET/")})
-                        )
-                        if net
-                        else ""
-                    ),
-                    "an NVLink-only run must keep all ranks in one node (or one MNNVL domain).",
-                    _ranks(net or reports),
-                )
-            )
-        pcie = [r for r in reports if r.intra_path and r.intra_path not in ("NVL", "LOC")]
-        if pcie:
-            out.append(
-                Finding(
-                    "warning",
-                    "expect-nvlink-path",
-                    "NCCL's topology search found a "
-                    + "/".join(sorted({r.intra_path or "" for r in pcie}))
-                    + " path (PCIe or host) between GPUs, not NVLink (NVL)",
-                    "check `nvidia-smi topo -m`; a VM or a pod may see GPUs without their NVLinks.",
-                    _ranks(pcie),
-                )
-            )
-        if not out:
-            out.append(
-                Finding(
-                    "info",
-                    "expect-nvlink",
-                    "no network needed: traffic stays on "
-                    "NVLink/P2P within the node" + (" (MNNVL)" if mnnvl else ""),
-                    ranks=_ranks(reports),
-                )
-            )
-        return out
+        return _expect_nvlink(reports, network_needed, mnnvl, nodes)
     if network_needed is False:
-        out.append(
+        return [
             Finding(
                 "info",
                 f"expect-{want}",
                 f"all ranks are on one node: no inter-node traffic, so --expect-fabric {want} "
                 "was not exercised",
             )
-        )
-        return out
-    if inter_node is None:
-        out.append(
+        ]
+    known = [r for r in reports if fabrics[r.key]]
+    if not known:
+        return [
             Finding(
                 "warning",
                 f"expect-{want}",
@@ -646,45 +433,43 @@ def _expectation(
                 f"(expected {want})",
                 "run with NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS unset or including INIT,NET.",
             )
-        )
-    elif inter_node == "socket" and want == "socket":
-        out.append(
-            Finding("info", "expect-socket", "inter-node traffic uses TCP sockets, as expected")
-        )
-    elif inter_node == "socket":
-        pass  # already reported as socket-fallback with severity error
-    elif inter_node == want:
-        out.append(
-            Finding("info", f"expect-{want}", f"inter-node traffic uses {want}, as expected")
-        )
-    elif {inter_node, want} == {"ib", "roce"}:
-        out.append(
-            Finding(
-                "warning",
-                f"expect-{want}",
-                f"inter-node traffic uses {inter_node.upper() if inter_node == 'roce' else 'IB'} "
-                f"links, expected {want}",
-                "NCCL's IB transport carries both; check NCCL_IB_HCA picks the intended ports.",
-            )
-        )
-    elif want == "socket":
-        out.append(
+        ]
+    wrong = [r for r in known if fabrics[r.key] != want]
+    if not wrong:
+        return [Finding("info", f"expect-{want}", f"inter-node traffic uses {want}, as expected")]
+    if all(fabrics[r.key] == "socket" for r in wrong) and want != "socket":
+        return []  # reported as socket-fallback, with severity error and the hosts
+    if want == "socket":
+        return [
             Finding(
                 "info",
                 "expect-socket",
-                f"inter-node traffic uses {inter_node}, faster than the expected TCP sockets",
+                f"{_where(wrong)} use {', '.join(sorted({str(fabrics[r.key]) for r in wrong}))}, "
+                "faster than the expected TCP sockets",
             )
-        )
-    else:
-        out.append(
+        ]
+    if all({fabrics[r.key], want} == {"ib", "roce"} for r in wrong):
+        return [
             Finding(
-                "error",
+                "warning",
                 f"expect-{want}",
-                f"inter-node traffic uses {inter_node}, expected {want}",
-                "check which network plugin the image ships (NCCL_NET, NCCL_NET_PLUGIN).",
+                f"inter-node traffic uses {'RoCE' if want == 'ib' else 'IB'} links, expected "
+                f"{want}",
+                "NCCL's IB transport carries both; check NCCL_IB_HCA picks the intended ports.",
+                _ranks(wrong),
             )
+        ]
+    used = ", ".join(sorted({str(fabrics[r.key]) for r in wrong}))
+    return [
+        Finding(
+            "error",
+            f"expect-{want}",
+            f"{_where(wrong)} use {used}, expected {want}",
+            "check which network plugin the image ships (NCCL_NET, NCCL_NET_PLUGIN) and the "
+            "pods' RDMA resources.",
+            _ranks(wrong),
         )
-    return out
+    ]
 
 
 def diagnose_text(
@@ -693,10 +478,10 @@ def diagnose_text(
     expect_fabric: Fabric | None = None,
 ) -> Diagnosis:
     """Diagnose one or more logs (e.g. one per pod) as one communicator's evidence."""
-    p = _Parser()
+    p = LogParser()
     for t in [texts] if isinstance(texts, str) else texts:
         p.feed(t)
-    return analyse(p.finish(), p.hosts, expect_fabric=expect_fabric)
+    return analyse(p.finish(), p.hosts, expect_fabric=expect_fabric, failures=p.failures)
 
 
 def diagnose_files(
@@ -710,6 +495,8 @@ def diagnose_files(
             texts.append(pth.read_text(encoding="utf-8", errors="replace"))
         except FileNotFoundError:
             raise ResultsError(f"{pth}: no such log file", path=str(pth)) from None
+        except IsADirectoryError:
+            raise ResultsError(f"{pth} is a directory, not a log file", path=str(pth)) from None
         except OSError as e:
             raise ResultsError(f"{pth}: cannot read: {e.strerror}", path=str(pth)) from None
         names.append(str(pth))
@@ -722,8 +509,6 @@ def diagnose_files(
 
 
 def parse_fabric(value: str | None) -> Fabric | None:
-    from nccl_k8s.errors import UsageError
-
     if value is None:
         return None
     v = value.strip().lower()

@@ -4,7 +4,7 @@ The engine prints, on rank 0's stdout, one line per record:
 
     NCCL_K8S_RESULT {"v": 1, "kind": "meta" | "row" | "summary" | "soak", ...}
 
-i.e. the fixed prefix `RESULT_PREFIX` (with its one space) and one JSON object. The prefix is looked
+i.e. the engine's fixed marker `RESULT_PREFIX`, one space and one JSON object. The prefix is looked
 for anywhere on a line, because collectors prepend things (`kubectl logs --timestamps`, `[pod/x-0]`)
 and other output shares the stream. Everything that is not a result line is ignored; a result line that
 is not valid is an error, since a silently dropped row is a wrong result.
@@ -19,8 +19,9 @@ import json
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Literal, cast, get_args
 
+from nccl_k8s.bench.report import RESULT_PREFIX
 from nccl_k8s.errors import ResultsError
 from nccl_k8s.results.schema import (
     Device,
@@ -28,17 +29,20 @@ from nccl_k8s.results.schema import (
     RunMeta,
     Summary,
     _Reader,
+    backend_from,
     config_from,
     device_from,
     dump,
     row_from,
 )
 
-#: The fixed prefix of a result line: the marker and exactly one space.
-RESULT_PREFIX = "NCCL_K8S_RESULT "
+# What precedes the JSON object on a result line: the engine's marker (its own constant, re-exported
+# here: results may import the engine, never the reverse) and exactly one space.
+_LINE_START = RESULT_PREFIX + " "
 #: The version of the line format ("v" in every object) this reader understands.
 LINE_VERSION = 1
-KINDS = ("meta", "row", "summary", "soak")
+Kind = Literal["meta", "row", "summary", "soak"]
+KINDS: tuple[Kind, ...] = get_args(Kind)
 
 
 def _meta_from_line(r: _Reader) -> RunMeta:
@@ -55,7 +59,7 @@ def _meta_from_line(r: _Reader) -> RunMeta:
         torch=r.str_("torch"),
         nccl=r.str_("nccl"),
         cuda=r.str_("cuda"),
-        backend=r.str_("backend"),
+        backend=backend_from(r),
         world_size=r.int_("world_size"),
         nodes=r.int_("nodes"),
         gpus_per_node=local,
@@ -82,12 +86,12 @@ def parse_result_lines(text: str, *, origin: str = "<output>") -> Run:
     have_meta = False
     found = 0
     for lineno, line in enumerate(text.splitlines(), start=1):
-        at = line.find(RESULT_PREFIX)
+        at = line.find(_LINE_START)
         if at < 0:
             continue
         found += 1
         where = f"{origin}: line {lineno}"
-        payload = line[at + len(RESULT_PREFIX) :].strip()
+        payload = line[at + len(_LINE_START) :].strip()
         try:
             obj = json.loads(payload)
         except json.JSONDecodeError:
@@ -138,7 +142,7 @@ def parse_result_lines(text: str, *, origin: str = "<output>") -> Run:
             )
     if not found:
         raise ResultsError(
-            f"{origin}: no result lines (lines starting {RESULT_PREFIX.strip()!r}) found",
+            f"{origin}: no result lines (lines starting {RESULT_PREFIX!r}) found",
             path=origin,
         )
     if not have_meta:

@@ -70,6 +70,8 @@ class Plot:
     op: str
     title: str
     png: bytes
+    #: The dtype/redop this plot is limited to ("float sum"), "" when the op has only one.
+    variant: str = ""
 
 
 @dataclass
@@ -304,40 +306,57 @@ def _size_plot(
     return fig, ax, band
 
 
-def busbw_plot(series: Sequence[Series], op: str) -> Plot | None:
+def _named(op: str, variant: str) -> str:
+    """ "all_reduce" or "all_reduce (float sum)": how titles name what a plot shows."""
+    return f"{op} ({variant})" if variant else op
+
+
+def _slug(kind: str, op: str, variant: str) -> str:
+    return "-".join([kind, op, *variant.split()])
+
+
+def busbw_plot(series: Sequence[Series], op: str, *, variant: str = "") -> Plot | None:
     """Bus bandwidth vs size for one op, every run overlaid; None when no run has the op."""
     require_matplotlib()
     made = _size_plot(series, op, metric="busbw")
     if made is None:
         return None
     fig, ax, band = made
+    what = _named(op, variant)
     ax.set_ylabel("bus bandwidth (GB/s)")
     note = f"; {band}: fastest..slowest rank" if band else ""
-    ax.set_title(f"{op}: bus bandwidth vs message size{note}", loc="left", fontsize=12)
-    return Plot(f"busbw-{op}", op, f"{op}: bus bandwidth (GB/s) vs message size", _png(fig))
+    ax.set_title(f"{what}: bus bandwidth vs message size{note}", loc="left", fontsize=12)
+    title = f"{what}: bus bandwidth (GB/s) vs message size"
+    return Plot(_slug("busbw", op, variant), op, title, _png(fig), variant)
 
 
-def latency_plot(series: Sequence[Series], op: str, *, max_bytes: int = SMALL_BYTES) -> Plot | None:
+def latency_plot(
+    series: Sequence[Series], op: str, *, max_bytes: int = SMALL_BYTES, variant: str = ""
+) -> Plot | None:
     """Time per op vs size for messages up to `max_bytes`; None when no run has such rows."""
     require_matplotlib()
     made = _size_plot(series, op, metric="time", max_size=max_bytes)
     if made is None:
         return None
     fig, ax, band = made
+    what = _named(op, variant)
     ax.set_ylabel("time per op (µs)")
     note = f"; {band}: fastest..slowest rank" if band else ""
     ax.set_title(
-        f"{op}: time for small messages (≤ {size_label(max_bytes)}){note}", loc="left", fontsize=12
+        f"{what}: time for small messages (≤ {size_label(max_bytes)}){note}",
+        loc="left",
+        fontsize=12,
     )
     return Plot(
-        f"latency-{op}",
+        _slug("latency", op, variant),
         op,
-        f"{op}: time per op (µs) for messages up to {size_label(max_bytes)}",
+        f"{what}: time per op (µs) for messages up to {size_label(max_bytes)}",
         _png(fig),
+        variant,
     )
 
 
-def spread_plot(series: Sequence[Series], op: str) -> Plot | None:
+def spread_plot(series: Sequence[Series], op: str, *, variant: str = "") -> Plot | None:
     """Per-rank spread, (slowest - fastest) / time in %, out-of-place; None without min/max."""
     require_matplotlib()
     per_run = []
@@ -364,13 +383,15 @@ def spread_plot(series: Sequence[Series], op: str) -> Plot | None:
     ax.set_ylabel("slowest − fastest rank (% of time)")
     missing = len(series) - len(per_run)
     note = f" ({missing} run{'s' if missing > 1 else ''} without per-rank times)" if missing else ""
-    ax.set_title(f"{op}: per-rank spread, out-of-place{note}", loc="left", fontsize=12)
+    what = _named(op, variant)
+    ax.set_title(f"{what}: per-rank spread, out-of-place{note}", loc="left", fontsize=12)
     _legend(fig, [(i, label) for i, label, _ in per_run], ["out"])
     return Plot(
-        f"spread-{op}",
+        _slug("spread", op, variant),
         op,
-        f"{op}: per-rank spread, (slowest − fastest rank time) / time, %",
+        f"{what}: per-rank spread, (slowest − fastest rank time) / time, %",
         _png(fig),
+        variant,
     )
 
 
@@ -378,8 +399,25 @@ def _f(x: float | None) -> float:
     return 0.0 if x is None else x
 
 
+def variant_of(row: Row) -> str:
+    """A row's dtype and reduction as a label ("float sum", "bfloat16", ""), for runs that hold
+    several (nccl-tests -d all / -o all)."""
+    return " ".join(x for x in (row.dtype, row.redop) if x and x != "none")
+
+
+def variants(series: Sequence[Series], op: str) -> list[str]:
+    """The dtype/redop variants the runs hold for `op`, in first-seen order."""
+    seen: dict[str, None] = {}
+    for s in series:
+        for r in s.run.rows:
+            if r.op == op:
+                seen.setdefault(variant_of(r), None)
+    return list(seen)
+
+
 def all_plots(series: Sequence[Series]) -> list[Plot]:
-    """Every plot for these runs: per op (in first-seen order) busbw, small-message time, spread."""
+    """Every plot for these runs: per op (in first-seen order) busbw, small-message time, spread;
+    per op and dtype/redop when the runs hold several (one plot per dtype of a -d all run)."""
     require_matplotlib()
     ops: dict[str, None] = {}
     for s in series:
@@ -387,10 +425,26 @@ def all_plots(series: Sequence[Series]) -> list[Plot]:
             ops.setdefault(op, None)
     plots: list[Plot] = []
     for op in ops:
-        for make in (busbw_plot, latency_plot, spread_plot):
-            p = make(series, op)
-            if p is not None:
-                plots.append(p)
+        kinds = variants(series, op)
+        for variant in kinds if len(kinds) > 1 else [""]:
+            part = (
+                [
+                    Series(
+                        s.label,
+                        Run(
+                            meta=s.run.meta,
+                            rows=[r for r in s.run.rows if variant_of(r) == variant],
+                        ),
+                    )
+                    for s in series
+                ]
+                if variant
+                else list(series)
+            )
+            for make in (busbw_plot, latency_plot, spread_plot):
+                p = make(part, op, variant=variant)
+                if p is not None:
+                    plots.append(p)
     return plots
 
 
@@ -405,4 +459,6 @@ __all__ = [
     "require_matplotlib",
     "size_label",
     "spread_plot",
+    "variant_of",
+    "variants",
 ]

@@ -21,8 +21,16 @@ from pathlib import Path
 
 from nccl_k8s import __version__
 from nccl_k8s.errors import ResultsError, UsageError
+from nccl_k8s.results.compare import select
 from nccl_k8s.results.diagnose import Diagnosis, diagnose_files
-from nccl_k8s.results.plots import Plot, Series, all_plots, require_matplotlib, size_label
+from nccl_k8s.results.plots import (
+    Plot,
+    Series,
+    all_plots,
+    require_matplotlib,
+    size_label,
+    variant_of,
+)
 from nccl_k8s.results.schema import Run, load
 from nccl_k8s.results.store import RESULTS_FILE, resolve
 
@@ -177,10 +185,16 @@ def _config_text(run: Run) -> str:
     return ", ".join(parts)
 
 
-def _avg_busbw(run: Run, op: str) -> float | None:
-    # nccl-tests' "# Avg bus bandwidth": over the op's printed cells, both placements.
-    vals = [r.busbw for r in run.rows if r.op == op]
-    return sum(vals) / len(vals) if vals else None
+def _op_variants(runs: Sequence[ReportRun], ops: dict[str, None]) -> list[tuple[str, str]]:
+    """(op, dtype/redop) pairs in first-seen order; the averages of the summary are per pair
+    (nccl-tests' "# Avg bus bandwidth" averages every printed cell of one run, all dtypes)."""
+    pairs: dict[tuple[str, str], None] = {}
+    for op in ops:
+        for r in runs:
+            for x in r.run.rows:
+                if x.op == op:
+                    pairs.setdefault((op, variant_of(x)), None)
+    return list(pairs)
 
 
 def _summary_table(runs: Sequence[ReportRun]) -> str:
@@ -189,17 +203,17 @@ def _summary_table(runs: Sequence[ReportRun]) -> str:
         for op in r.run.ops():
             ops.setdefault(op, None)
     head = (
-        "<tr><th>op</th><th>run</th><th>avg busbw (GB/s)</th>"
+        "<tr><th>op</th><th>dtype / redop</th><th>run</th><th>avg busbw (GB/s)</th>"
         "<th>peak busbw, out-of-place (GB/s)</th><th>at size</th>"
         "<th>smallest time, out-of-place (µs)</th><th>#wrong</th></tr>"
     )
     body = []
-    for op in ops:
+    for op, variant in _op_variants(runs, ops):
         for i, r in enumerate(runs):
-            rows = [x for x in r.run.rows if x.op == op]
+            rows = [x for x in r.run.rows if x.op == op and variant_of(x) == variant]
             if not rows:
                 continue
-            avg = _avg_busbw(r.run, op)
+            avg = sum(x.busbw for x in rows) / len(rows)
             # In place can be a no-op (one rank): its peak and its fastest time say nothing.
             outs = [x for x in rows if x.placement == "out"] or rows
             peak = max(outs, key=lambda x: x.busbw)
@@ -212,8 +226,9 @@ def _summary_table(runs: Sequence[ReportRun]) -> str:
                 cls = "ok" if total == 0 else "bad"
                 wrong = f'<span class="{cls}">{total}</span>'
             body.append(
-                f"<tr><td>{_e(op)}</td><td>{_swatch(i)}{_e(r.label)}</td>"
-                f'<td class="num">{"–" if avg is None else _num(avg)}</td>'
+                f"<tr><td>{_e(op)}</td><td>{_e(variant) or '–'}</td>"
+                f"<td>{_swatch(i)}{_e(r.label)}</td>"
+                f'<td class="num">{_num(avg)}</td>'
                 f'<td class="num">{_num(peak.busbw)}</td>'
                 f'<td class="num">{_e(size_label(peak.size_bytes))}</td>'
                 f'<td class="num">{fastest.time_us:.2f} at {_e(size_label(fastest.size_bytes))}</td>'
@@ -373,14 +388,23 @@ def render_html(runs: Sequence[ReportRun], plots: Sequence[Plot]) -> str:
 
 
 def write_report(
-    refs: Sequence[str], *, output: Path | None = None, png_dir: Path | None = None
+    refs: Sequence[str],
+    *,
+    output: Path | None = None,
+    png_dir: Path | None = None,
+    dtype: str | None = None,
+    redop: str | None = None,
 ) -> ReportResult:
     """Build the report of `refs`: the HTML page to `output`, the plots as PNGs into `png_dir`
-    (either or both). Raises ResultsError for an unreadable run, UsageError without matplotlib."""
+    (either or both), limited to one dtype/redop when asked. Raises ResultsError for an unreadable
+    run, UsageError without matplotlib or for a dtype/redop a run does not hold."""
     if output is None and png_dir is None:
         raise UsageError("report: nothing to write: give -o FILE, --png DIR or both", key="output")
     require_matplotlib()
     runs = load_runs(refs, diagnose=output is not None)
+    if dtype is not None or redop is not None:
+        for r in runs:
+            r.run = select(r.run, dtype=dtype, redop=redop, name=f"run {r.label}")
     plots = all_plots([Series(r.label, r.run) for r in runs])
     result = ReportResult(runs=runs, plots=plots)
     if png_dir is not None:

@@ -31,8 +31,13 @@ SCHEMA_NAME = "nccl-k8s/results"
 
 Placement = Literal["out", "in"]
 Source = Literal["nccl-k8s", "nccl-tests"]
+Backend = Literal["nccl", "gloo"]
+#: How an imported table's collective was identified (most to least direct).
+IdentifiedBy = Literal["header", "command", "file-name", "table", "unknown"]
 PLACEMENTS: tuple[Placement, ...] = get_args(Placement)
 SOURCES: tuple[Source, ...] = get_args(Source)
+BACKENDS: tuple[Backend, ...] = get_args(Backend)
+IDENTIFIED_BY: tuple[IdentifiedBy, ...] = get_args(IdentifiedBy)
 
 
 @dataclass
@@ -73,6 +78,19 @@ class RunConfig:
 
 
 @dataclass
+class OpIdentification:
+    """How `import` knew which collective a table measured (added in nccl-k8s 0.1, optional)."""
+
+    op: str
+    #: "header" (# Collective test starting), "command" (an `<op>_perf` command or banner before
+    #: the table), "file-name", "table" (inferred from redop, root, count and busbw/algbw), or
+    #: "unknown".
+    by: IdentifiedBy
+    #: The evidence in words, e.g. "from the table: redop sum, root -1, busbw/algbw 1.75 at 8 ranks".
+    detail: str = ""
+
+
+@dataclass
 class RunMeta:
     """Where and how a run was measured."""
 
@@ -88,7 +106,7 @@ class RunMeta:
     nccl: str | None = None
     cuda: str | None = None
     #: "nccl" or "gloo"; nccl-tests runs are always "nccl".
-    backend: str | None = None
+    backend: Backend | None = None
     world_size: int | None = None
     nodes: int | None = None
     gpus_per_node: int | None = None
@@ -99,6 +117,11 @@ class RunMeta:
     config: RunConfig = field(default_factory=RunConfig)
     #: Files this run was read from (import), for the reader's benefit.
     inputs: list[str] = field(default_factory=list)
+    #: Per imported table, how its collective was identified (empty for our own runs).
+    op_identified: list[OpIdentification] = field(default_factory=list)
+    #: The run's own failure line when the output holds one ("Test NCCL failure common.cu:392
+    #: 'unhandled cuda error ...'"): the rows before it are kept, but the run did not finish.
+    failure: str | None = None
 
 
 @dataclass
@@ -343,6 +366,7 @@ def meta_from(r: _Reader) -> RunMeta:
             f"{r.origin}: {r.where}.source is {source!r}, expected one of {', '.join(SOURCES)}",
             path=r.origin,
         )
+    backend = backend_from(r)
     return RunMeta(
         source=source,
         run_id=r.str_("run_id"),
@@ -352,7 +376,7 @@ def meta_from(r: _Reader) -> RunMeta:
         torch=r.str_("torch"),
         nccl=r.str_("nccl"),
         cuda=r.str_("cuda"),
-        backend=r.str_("backend"),
+        backend=backend,
         world_size=r.int_("world_size"),
         nodes=r.int_("nodes"),
         gpus_per_node=r.int_("gpus_per_node"),
@@ -364,6 +388,42 @@ def meta_from(r: _Reader) -> RunMeta:
         env=r.str_map("env"),
         config=config_from(r.obj("config")),
         inputs=[str(x) for x in r.list_("inputs")],
+        op_identified=[
+            identification_from(_Reader(d, f"{r.where}.op_identified[{i}]", r.origin))
+            for i, d in enumerate(r.list_("op_identified"))
+        ],
+        failure=r.str_("failure"),
+    )
+
+
+def as_backend(value: str | None) -> Backend | None:
+    """The backend named by `value`, or None for None and anything else."""
+    for b in BACKENDS:
+        if value == b:
+            return b
+    return None
+
+
+def backend_from(r: _Reader) -> Backend | None:
+    value = r.str_("backend")
+    backend = as_backend(value)
+    if value is not None and backend is None:
+        raise ResultsError(
+            f"{r.origin}: {r.where}.backend is {value!r}, expected one of {', '.join(BACKENDS)}",
+            path=r.origin,
+        )
+    return backend
+
+
+def identification_from(r: _Reader) -> OpIdentification:
+    by = r.str_("by") or "unknown"
+    if by not in IDENTIFIED_BY:
+        raise ResultsError(
+            f"{r.origin}: {r.where}.by is {by!r}, expected one of {', '.join(IDENTIFIED_BY)}",
+            path=r.origin,
+        )
+    return OpIdentification(
+        op=cast(str, r.str_("op", required=True)), by=by, detail=r.str_("detail") or ""
     )
 
 
@@ -434,10 +494,15 @@ def load(path: str | os.PathLike[str]) -> Run:
 
 
 __all__ = [
+    "BACKENDS",
+    "IDENTIFIED_BY",
     "PLACEMENTS",
     "SCHEMA_NAME",
     "SCHEMA_VERSION",
+    "Backend",
     "Device",
+    "IdentifiedBy",
+    "OpIdentification",
     "Placement",
     "Row",
     "Run",
@@ -445,6 +510,8 @@ __all__ = [
     "RunMeta",
     "Source",
     "Summary",
+    "as_backend",
+    "backend_from",
     "dump",
     "dumps",
     "from_dict",

@@ -1,0 +1,266 @@
+"""What nccl-tests' collectives print, and which collective a table came from.
+
+An nccl-tests output does not always name its collective: versions before 2.14 print no
+"Collective test starting" line, launchers strip or rename files, users paste tables alone. The
+table itself still says a lot, because each collective has a fixed signature in nccl-tests'
+source (src/<op>.cu, 2.19.6):
+
+- redop: "none" for the data-moving collectives, the reduction for all_reduce, reduce,
+  reduce_scatter, and "sum" for sendrecv (which prints it although it reduces nothing);
+- root: >= 0 for broadcast, reduce, gather, scatter; -1 otherwise;
+- count: the size / element size for all_reduce, broadcast, reduce, sendrecv; the size / element
+  size / world size ("per rank") for all_gather, reduce_scatter, alltoall, gather, scatter;
+- busbw / algbw: 2(n-1)/n for all_reduce, (n-1)/n for all_gather, reduce_scatter, alltoall, gather,
+  scatter, 1 for broadcast, reduce, sendrecv, hypercube;
+- in-place #wrong: sendrecv and alltoall do not check in-place results (`reportErrors = in_place ?
+  0 : 1`) and print N/A there while the out-of-place column holds a number.
+
+`identify_op` combines that evidence and says how it decided, including when two collectives fit
+equally (all_reduce and sendrecv at two ranks without a data check, gather and scatter always).
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+from nccl_k8s.results.schema import Row
+
+Collective = Literal[
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "alltoall",
+    "broadcast",
+    "reduce",
+    "sendrecv",
+    "gather",
+    "scatter",
+    "hypercube",
+]
+#: In order of preference when the evidence cannot separate two (the more common test first).
+COLLECTIVES: tuple[Collective, ...] = get_args(Collective)
+
+
+def _full(_n: int) -> float:
+    return 1.0
+
+
+def _ring(n: int) -> float:
+    return (n - 1) / n
+
+
+def _allreduce(n: int) -> float:
+    return 2 * (n - 1) / n
+
+
+@dataclass(frozen=True)
+class Facts:
+    """One collective's signature in an nccl-tests table."""
+
+    reduces: bool
+    rooted: bool
+    #: The printed count is per rank (size / element size / world size).
+    per_rank_count: bool
+    bus_factor: Callable[[int], float]
+    checks_in_place: bool = True
+
+
+FACTS: dict[Collective, Facts] = {
+    "all_reduce": Facts(reduces=True, rooted=False, per_rank_count=False, bus_factor=_allreduce),
+    "all_gather": Facts(reduces=False, rooted=False, per_rank_count=True, bus_factor=_ring),
+    "reduce_scatter": Facts(reduces=True, rooted=False, per_rank_count=True, bus_factor=_ring),
+    "alltoall": Facts(
+        reduces=False, rooted=False, per_rank_count=True, bus_factor=_ring, checks_in_place=False
+    ),
+    "broadcast": Facts(reduces=False, rooted=True, per_rank_count=False, bus_factor=_full),
+    "reduce": Facts(reduces=True, rooted=True, per_rank_count=False, bus_factor=_full),
+    "sendrecv": Facts(
+        reduces=True, rooted=False, per_rank_count=False, bus_factor=_full, checks_in_place=False
+    ),
+    "gather": Facts(reduces=False, rooted=True, per_rank_count=True, bus_factor=_ring),
+    "scatter": Facts(reduces=False, rooted=True, per_rank_count=True, bus_factor=_ring),
+    "hypercube": Facts(reduces=False, rooted=False, per_rank_count=True, bus_factor=_full),
+}
+
+#: Bytes per element of the type names nccl-tests prints (and NCCL 1's "char"/"int").
+DTYPE_BYTES: dict[str, int] = {
+    "int8": 1,
+    "char": 1,
+    "uint8": 1,
+    "int32": 4,
+    "int": 4,
+    "uint32": 4,
+    "int64": 8,
+    "uint64": 8,
+    "half": 2,
+    "float16": 2,
+    "float": 4,
+    "float32": 4,
+    "double": 8,
+    "float64": 8,
+    "bfloat16": 2,
+    "f8e4m3": 1,
+    "f8e5m2": 1,
+}
+
+_FIRST_FIVE = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
+
+# Longest names first so that "reduce_scatter" wins over "reduce", "all_gather" over "gather".
+_NAMES = "|".join(sorted(COLLECTIVES, key=len, reverse=True))
+_NAME = re.compile(rf"(?<![a-z])(?P<op>{_NAMES})(?![a-z])", re.IGNORECASE)
+_PERF_NAME = re.compile(rf"(?<![a-z])(?P<op>{_NAMES})_perf(?:_mpi)?(?![a-z])", re.IGNORECASE)
+
+
+def op_in_file_name(name: str) -> Collective | None:
+    """The collective a file name carries anywhere: all_reduce_perf_2nodes.log,
+    nccl_all_reduce_perf.log, reduce_scatter.txt. None when it names none or several."""
+    return _single({m.group("op").lower() for m in _NAME.finditer(name)})
+
+
+def op_in_command(line: str) -> Collective | None:
+    """The collective a command line or a banner names as `<op>_perf` (mpirun ... all_reduce_perf,
+    `===begin all_gather_perf test===`). None when it names none or several."""
+    return _single({m.group("op").lower() for m in _PERF_NAME.finditer(line)})
+
+
+def _single(found: set[str]) -> Collective | None:
+    if len(found) != 1:
+        return None
+    name = found.pop()
+    for op in COLLECTIVES:
+        if op == name:
+            return op
+    return None
+
+
+@dataclass
+class Identification:
+    """Which collective a table is, and the evidence, in words a user can check."""
+
+    op: Collective | None
+    detail: str
+    #: World size implied by the per-rank count, when the table shows one.
+    world_from_count: int | None = None
+
+
+def _count_ratio(rows: Sequence[Row]) -> int | None:
+    """size / (element size x count), when it is one integer for every row that has a count."""
+    ratios: set[float] = set()
+    for r in rows:
+        elt = DTYPE_BYTES.get(r.dtype or "")
+        if not elt or not r.count or r.size_bytes <= 0:
+            continue
+        ratios.add(r.size_bytes / (elt * r.count))
+    if len(ratios) != 1:
+        return None
+    k = ratios.pop()
+    return int(k) if k == int(k) and k >= 1 else None
+
+
+def _bus_ratio(rows: Sequence[Row]) -> float | None:
+    """busbw / algbw of the out-of-place rows where two printed decimals make it precise."""
+    outs = [r for r in rows if r.placement == "out" and r.algbw > 0]
+    for floor in (1.0, 0.1):
+        good = [r.busbw / r.algbw for r in outs if r.algbw >= floor]
+        if len(good) >= 1:
+            return statistics.median(good)
+    return None
+
+
+def _checked(row: Row) -> bool:
+    return row.wrong is not None or row.max_error is not None
+
+
+def _fits(ratio: float, factor: float) -> bool:
+    return abs(ratio - factor) <= 0.03 * max(factor, 1.0)
+
+
+def identify_op(
+    rows: Sequence[Row], *, has_redop: bool, has_root: bool, world_size: int | None
+) -> Identification:
+    """Decide the collective of one table from its own rows (see the module docstring)."""
+    cands: list[Collective] = list(COLLECTIVES)
+    said: list[str] = []
+
+    def keep(why: str, pred: Callable[[Collective], bool]) -> None:
+        nonlocal cands
+        left = [op for op in cands if pred(op)]
+        if left:
+            cands = left
+            said.append(why)
+
+    if not (has_redop and has_root):
+        # Before 2.11 each collective printed its own columns, and only these five existed.
+        keep("pre-2.11 columns", lambda op: op in _FIRST_FIVE)
+    redops = {r.redop for r in rows if r.redop}
+    if has_redop and redops:
+        reduces = redops != {"none"}
+        keep(f"redop {'/'.join(sorted(redops))}", lambda op: FACTS[op].reduces == reduces)
+    elif not has_redop:
+        # No redop column meant a data-moving collective (all_gather, broadcast).
+        keep("no redop column", lambda op: not FACTS[op].reduces)
+    roots = {r.root for r in rows if r.root is not None}
+    if has_root and roots:
+        rooted = any(x >= 0 for x in roots)
+        keep(
+            f"root {'/'.join(str(x) for x in sorted(roots))}", lambda op: FACTS[op].rooted == rooted
+        )
+    elif not has_root:
+        keep("no root column", lambda op: not FACTS[op].rooted)
+
+    k = _count_ratio(rows)
+    world_from_count: int | None = None
+    if k is not None and k > 1:
+        keep(f"count = size/{k} elements' bytes", lambda op: FACTS[op].per_rank_count)
+        if all(FACTS[op].per_rank_count for op in cands):
+            world_from_count = k
+    elif k == 1 and world_size != 1:
+        keep("count = size / element size", lambda op: not FACTS[op].per_rank_count)
+
+    outs_checked = [r for r in rows if r.placement == "out" and _checked(r)]
+    ins = [r for r in rows if r.placement == "in"]
+    if outs_checked and ins:
+        in_checked = any(_checked(r) for r in ins)
+        keep(
+            "in-place results checked" if in_checked else "in-place results not checked (N/A)",
+            lambda op: FACTS[op].checks_in_place == in_checked,
+        )
+
+    n = world_size or world_from_count
+    ratio = _bus_ratio(rows)
+    if ratio is not None and n:
+        keep(
+            f"busbw/algbw {ratio:.2f} at {n} rank{'s' if n != 1 else ''}",
+            lambda op: _fits(ratio, FACTS[op].bus_factor(n)),
+        )
+
+    evidence = ", ".join(said) or "no evidence"
+    if len(cands) == 1:
+        return Identification(cands[0], f"from the table: {evidence}", world_from_count)
+    if len(cands) == len(COLLECTIVES):
+        return Identification(None, "the table does not tell", world_from_count)
+    chosen = cands[0]
+    others = ", ".join(cands[1:])
+    return Identification(
+        chosen,
+        f"from the table: {evidence}; also fits {others}, assumed {chosen} "
+        "(keep the command line or name the file <op>_perf.* to be sure)",
+        world_from_count,
+    )
+
+
+__all__ = [
+    "COLLECTIVES",
+    "DTYPE_BYTES",
+    "FACTS",
+    "Collective",
+    "Facts",
+    "Identification",
+    "identify_op",
+    "op_in_command",
+    "op_in_file_name",
+]

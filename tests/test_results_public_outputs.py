@@ -1,0 +1,434 @@
+"""Issue 10, acceptance 1: every public nccl-tests output of tests/data/nccl-tests/public imports with
+the right collective, world size, node count and every number equal to the file, and copies of them
+behind launcher prefixes (Open MPI tags, srun -l, kubectl timestamps) import identically.
+
+The expected values below were read from the files by eye; the row-by-row check compares with the
+file's own tokens, split by a few lines of test code that know each file's prefix and width."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from nccl_k8s.cli import _results
+from nccl_k8s.errors import ResultsError
+from nccl_k8s.results import Run, import_file, load
+from nccl_k8s.results.nccltests import parse_text
+
+PUBLIC = Path(__file__).parent / "data" / "nccl-tests" / "public"
+
+
+def _app() -> typer.Typer:
+    app = typer.Typer(pretty_exceptions_enable=False)
+
+    @app.callback()
+    def _root() -> None:
+        pass
+
+    _results.register(app)
+    return app
+
+
+@dataclass(frozen=True)
+class Case:
+    file: str
+    ops: tuple[str, ...]
+    by: str  # how the (first) op is identified
+    world: int
+    nodes: int
+    gpu: str
+    rows: int
+    #: Tokens per table line of the file (lead columns + 4 per placement).
+    width: int
+    #: The file's first and last table line, as printed.
+    first: str
+    last: str
+    #: What each line carries before the table (a launcher prefix), removed by the reference reader.
+    prefix: str = ""
+
+
+CASES = [
+    Case(
+        "aws-eks-efa_t4x2_mpijob_launcher.log",
+        ("all_reduce",),
+        "table",
+        2,
+        2,
+        "Tesla T4",
+        62,
+        13,
+        "0 0 float sum -1 6.36 0.00 0.00 0 6.40 0.00 0.00 0",
+        "1073741824 268435456 float sum -1 344981 3.11 3.11 0 344454 3.12 3.12 0",
+        prefix="[1,0]<stdout>:",
+    ),
+    Case(
+        "pkb_k80x2_nccl_output.txt",
+        ("all_reduce",),
+        "table",
+        2,
+        2,
+        "Tesla K80",
+        22,
+        13,
+        "1048576 262144 float sum -1 2410.0 0.44 0.44 N/A 2709.7 0.39 0.39 N/A",
+        "1073741824 268435456 float sum -1 1752724 0.61 0.61 N/A 1763386 0.61 0.61 N/A",
+    ),
+    Case(
+        "nccl-tests-290_h100x8_single_node.txt",
+        ("all_reduce",),
+        "table",
+        8,
+        1,
+        "NVIDIA H100 80GB HBM3",
+        12,
+        13,
+        "134217728 33554432 float sum -1 613.3 218.85 382.99 0 614.3 218.48 382.34 0",
+        "4294967296 1073741824 float sum -1 15870 270.63 473.60 0 15773 272.30 476.53 0",
+    ),
+    Case(
+        "nccl-tests-290_h100x16_srun.txt",
+        ("all_reduce",),
+        "table",
+        16,
+        2,
+        "NVIDIA H100 80GB HBM3",
+        22,
+        13,
+        "8388608 2097152 float sum -1 215.3 38.96 73.04 N/A 180.0 46.60 87.38 N/A",
+        "8589934592 2147483648 float sum -1 103530 82.97 155.57 N/A 103538 82.96 155.56 N/A",
+        prefix=" 0:",
+    ),
+    Case(
+        "spectrumx_h200x16_all_reduce_d_all.txt",
+        ("all_reduce",),
+        "header",
+        16,
+        2,
+        "NVIDIA H200",
+        72,
+        13,
+        "10737418240 10737418240 int8 sum -1 51702.1 207.68 389.40 0 51698.8 207.69 389.42 0",
+        "42949672960 42949672960 f8e5m2 sum -1 221331 194.05 363.85 0 221569 193.84 363.46 0",
+    ),
+    Case(
+        "a3mega_h100x16_mpirun.txt",
+        ("all_reduce",),
+        "command",
+        16,
+        2,
+        "NVIDIA H100 80GB HBM3",
+        62,
+        13,
+        "8 2 float sum -1 135.8 0.00 0.00 0 123.5 0.00 0.00 0",
+        "8589934592 2147483648 float sum -1 47535 180.71 338.82 0 47743 179.92 337.35 0",
+    ),
+    Case(
+        "nccl-osx_gtx1080x2_three_ops.txt",
+        ("all_reduce", "all_gather", "broadcast"),
+        "command",
+        2,
+        1,
+        "GeForce GTX 1080",
+        150,
+        0,  # three layouts: 12, 11 and 12 columns; checked per table below
+        "8 2 float sum 25.34 0.00 0.00 0e+00 25.23 0.00 0.00 0e+00",
+        "134217728 33554432 float 0 91250 1.47 1.47 0e+00 91248 1.47 1.47 0e+00",
+    ),
+    Case(
+        "nccl-tests-287_rtx5090x1.txt",
+        ("all_reduce",),
+        "command",
+        1,
+        1,
+        "NVIDIA GeForce RTX 5090",
+        50,
+        13,
+        "8 2 float sum -1 5.63 0.00 0.00 0 0.20 0.04 0.00 0",
+        "134217728 33554432 float sum -1 175.6 764.34 0.00 0 0.08 1777718.25 0.00 0",
+    ),
+    Case(
+        "oci_gb300x4_alltoall.txt",
+        ("alltoall",),
+        "header",
+        4,
+        1,
+        "NVIDIA GB300",
+        4,
+        13,
+        "8589934592 536870912 float none -1 10308 833.31 624.98 0 9568.2 897.76 673.32 N/A",
+        "17179869184 1073741824 float none -1 20527 836.92 627.69 0 18929 907.60 680.70 N/A",
+    ),
+    Case(
+        "azureml_k80x4_gpu_perf.log",
+        ("all_reduce",),
+        "table",
+        4,
+        1,
+        "Tesla K80",
+        14,
+        12,
+        "33554432 8388608 float sum 19902 1.69 2.53 2e-07 19898 1.69 2.53 2e-07",
+        "2147483648 536870912 float sum 1258554 1.71 2.56 2e-07 1258876 1.71 2.56 2e-07",
+    ),
+    Case(
+        "sheffield_bessemer_v100x4_nccl2.4.rst.txt",
+        ("all_reduce",),
+        "command",
+        4,
+        1,
+        "Tesla V100-PCIE-32GB",
+        50,
+        12,
+        "8 2 float sum 16.36 0.00 0.00 1e-07 15.99 0.00 0.00 0e+00",
+        "134217728 33554432 float sum 18003 7.46 11.18 2e-07 17974 7.47 11.20 2e-07",
+    ),
+]
+
+FAILED = {
+    "nccl-tests-5_p100x8_nccl1_failure.txt": "NCCL failure all_reduce.cu:95 'unhandled cuda error'",
+    "nccl-tests-287_rtx5090x2_failure.txt": "GENOA-06: Test NCCL failure common.cu:392 'unhandled "
+    "cuda error (run with NCCL_DEBUG=INFO for details) / '",
+    "nccl-tests-287_rtx5090x2_debug_failure.log": "GENOA-06: Test NCCL failure common.cu:392 "
+    "'unhandled cuda error (run with NCCL_DEBUG=INFO for details) / '",
+    "nccl-tests-355_h800x16_alltoall_failure.txt": "node0: Test CUDA failure common.cu:389 'an "
+    "illegal memory access was encountered'",
+}
+
+
+def test_the_corpus_is_what_the_readme_lists() -> None:
+    files = sorted(p.name for p in PUBLIC.iterdir() if p.name != "README.md")
+    assert files == sorted([c.file for c in CASES] + list(FAILED))
+    readme = (PUBLIC / "README.md").read_text()
+    for name in files:
+        assert f"`{name}`" in readme, name
+    assert len(files) >= 15
+
+
+def _reference_lines(case: Case) -> list[list[str]]:
+    """The file's table lines, split on whitespace: what the import must reproduce."""
+    out = []
+    for line in (PUBLIC / case.file).read_text().splitlines():
+        if case.prefix and line.startswith(case.prefix):
+            line = line[len(case.prefix) :]
+        toks = line.split()
+        if toks and toks[0].isdigit() and (len(toks) == case.width or case.width == 0):
+            out.append(toks)
+    return out
+
+
+def _cell(tok: str) -> float | None:
+    return None if tok == "N/A" else float(tok.rstrip("*"))
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.file)
+def test_imports_with_the_files_op_world_and_numbers(case: Case) -> None:
+    run = import_file(PUBLIC / case.file)
+    meta = run.meta
+    assert tuple(run.ops()) == case.ops
+    assert meta.op_identified[0].by == case.by
+    assert (meta.world_size, meta.nodes, meta.gpu_model) == (case.world, case.nodes, case.gpu)
+    assert len(run.rows) == case.rows
+    lines = _reference_lines(case)
+    assert " ".join(lines[0]) == case.first and " ".join(lines[-1]) == case.last
+    assert len(run.rows) == 2 * len(lines)
+    for toks, out, inp in zip(lines, run.rows[::2], run.rows[1::2], strict=True):
+        lead = len(toks) - 8
+        assert out.size_bytes == inp.size_bytes == int(toks[0])
+        assert out.count == int(toks[1]) and out.dtype == toks[2]
+        for row, cells in ((out, toks[lead : lead + 4]), (inp, toks[lead + 4 :])):
+            assert (row.time_us, row.algbw, row.busbw) == tuple(float(x) for x in cells[:3])
+            checked = row.wrong if row.wrong is not None else row.max_error
+            assert checked == _cell(cells[3])
+        assert (out.placement, inp.placement) == ("out", "in")
+
+
+def test_spot_values_read_from_the_files() -> None:
+    efa = import_file(PUBLIC / "aws-eks-efa_t4x2_mpijob_launcher.log")
+    assert efa.meta.nccl == "2.12.7" and efa.meta.cuda == "11.4"
+    assert efa.meta.env == {"NCCL_SHM_DISABLE": "0."}
+    assert [(s.op, s.out_of_bounds, s.ok, s.avg_busbw) for s in efa.summaries] == [
+        ("all_reduce", 0, True, 1.15327)
+    ]
+    assert [r.size_bytes for r in efa.rows[:6]] == [0, 0, 0, 0, 4, 4]
+    assert (efa.meta.config.minbytes, efa.meta.config.iters, efa.meta.config.check) == (1, 100, 1)
+
+    osx = import_file(PUBLIC / "nccl-osx_gtx1080x2_three_ops.txt")
+    gather = [r for r in osx.rows if r.op == "all_gather"]
+    assert (gather[0].count, gather[0].redop, gather[0].root, gather[0].max_error) == (
+        1,
+        None,
+        None,
+        0.0,
+    )
+    bcast = [r for r in osx.rows if r.op == "broadcast"]
+    assert {(r.redop, r.root) for r in bcast} == {(None, 0)}
+    assert [s.avg_busbw for s in osx.summaries] == [0.414483, 0.347488, 0.698235]
+    assert [i.detail for i in osx.meta.op_identified] == [
+        f"named before the table: ===begin {op}_perf test===" for op in osx.ops()
+    ]
+
+    dall = import_file(PUBLIC / "spectrumx_h200x16_all_reduce_d_all.txt")
+    assert [r.dtype for r in dall.rows[::6]] == [
+        "int8", "uint8", "int32", "uint32", "int64", "uint64",
+        "half", "float", "double", "bfloat16", "f8e4m3", "f8e5m2",
+    ]  # fmt: skip
+    assert (dall.meta.nccl_tests, dall.meta.nccl) == ("2.18.3", "2.30.4")
+    flt = [r for r in dall.rows if r.dtype == "float" and r.size_bytes == 42949672960]
+    assert [(r.time_us, r.algbw, r.busbw) for r in flt] == [
+        (165340.0, 259.77, 487.06),
+        (164958.0, 260.37, 488.19),
+    ]
+
+    one = import_file(PUBLIC / "nccl-tests-287_rtx5090x1.txt")
+    assert {r.busbw for r in one.rows} == {0.0}
+    assert one.rows[-1].algbw == 1777718.25
+
+    gb300 = import_file(PUBLIC / "oci_gb300x4_alltoall.txt")
+    assert [r.wrong for r in gb300.rows] == [0, None, 0, None]
+    assert gb300.meta.nccl == "2.28.7"
+
+
+def test_a_table_names_its_collective_when_nothing_else_does() -> None:
+    cases = {
+        "nccl-tests-290_h100x8_single_node.txt": (
+            "all_reduce",
+            "from the table: redop sum, root -1, count = size / element size, in-place results "
+            "checked, busbw/algbw 1.75 at 8 ranks",
+        ),
+        "pkb_k80x2_nccl_output.txt": (
+            "all_reduce",
+            "from the table: redop sum, root -1, count = size / element size, busbw/algbw 1.00 at "
+            "2 ranks; also fits sendrecv, assumed all_reduce (keep the command line or name the "
+            "file <op>_perf.* to be sure)",
+        ),
+    }
+    for name, (op, detail) in cases.items():
+        (ident,) = import_file(PUBLIC / name).meta.op_identified
+        assert (ident.op, ident.by, ident.detail) == (op, "table", detail)
+    # The same tables with their collective's name taken out: the table alone still tells.
+    for name, op in (
+        ("oci_gb300x4_alltoall.txt", "alltoall"),
+        ("spectrumx_h200x16_all_reduce_d_all.txt", "all_reduce"),
+        ("a3mega_h100x16_mpirun.txt", "all_reduce"),
+    ):
+        text = "\n".join(
+            ln
+            for ln in (PUBLIC / name).read_text().splitlines()
+            if "Collective test" not in ln and "_perf" not in ln
+        )
+        run = parse_text(text, origin="pasted.txt")
+        assert run.ops() == [op] and run.meta.op_identified[0].by == "table", name
+
+
+@pytest.mark.parametrize(
+    "name", ["all_reduce_perf_2nodes.log", "nccl_all_reduce_perf.log", "all_reduce.txt"]
+)
+def test_the_file_name_names_the_collective(tmp_path: Path, name: str) -> None:
+    shutil.copy(PUBLIC / "pkb_k80x2_nccl_output.txt", tmp_path / name)
+    run = import_file(tmp_path / name)
+    assert run.ops() == ["all_reduce"]
+    (ident,) = run.meta.op_identified
+    assert (ident.by, ident.detail) == ("file-name", f"file name {name}")
+
+
+_PREFIXERS = {
+    "open-mpi": lambda i, ln: f"[1,0]<stdout>:{ln}",
+    "srun-l": lambda i, ln: f"  0: {ln}",
+    "kubectl-timestamps": lambda i, ln: f"2026-12-03T05:00:{i % 60:02d}.123456789Z {ln}",
+    "mpich-rank": lambda i, ln: f"[0] {ln}",
+}
+
+
+@pytest.mark.parametrize("prefixer", sorted(_PREFIXERS))
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.file)
+def test_prefixed_copies_import_identically(tmp_path: Path, case: Case, prefixer: str) -> None:
+    original = import_file(PUBLIC / case.file)
+    add = _PREFIXERS[prefixer]
+    lines = (PUBLIC / case.file).read_text().splitlines()
+    copy = tmp_path / case.file
+    copy.write_text("\n".join(add(i, ln) for i, ln in enumerate(lines)) + "\n")
+    run = import_file(copy)
+    assert run.rows == original.rows
+    assert run.summaries == original.summaries
+    m, o = run.meta, original.meta
+    assert (m.world_size, m.nodes, m.gpu_model, m.nccl) == (
+        o.world_size,
+        o.nodes,
+        o.gpu_model,
+        o.nccl,
+    )
+    assert [(i.op, i.by) for i in m.op_identified] == [(i.op, i.by) for i in o.op_identified]
+
+
+@pytest.mark.parametrize("name", sorted(FAILED))
+def test_a_failed_run_says_its_own_failure(tmp_path: Path, name: str) -> None:
+    with pytest.raises(ResultsError) as info:
+        import_file(PUBLIC / name)
+    assert str(info.value) == (
+        f"{PUBLIC / name}: the run failed before its first result: {FAILED[name]}"
+    )
+    res = CliRunner().invoke(_app(), ["import", str(PUBLIC / name), "-o", str(tmp_path / "x.json")])
+    assert res.exit_code == 2 and res.stdout == ""
+    assert res.stderr.strip() == f"error: {info.value}"
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_rows_before_a_failure_are_kept_and_the_failure_is_reported(tmp_path: Path) -> None:
+    # The 1-GPU table, then the 2-GPU failure, as one terminal transcript holds them.
+    text = (PUBLIC / "nccl-tests-287_rtx5090x1.txt").read_text() + (
+        PUBLIC / "nccl-tests-287_rtx5090x2_failure.txt"
+    ).read_text()
+    (tmp_path / "session.txt").write_text(text)
+    res = CliRunner().invoke(
+        _app(), ["import", str(tmp_path / "session.txt"), "-o", str(tmp_path / "r.json")]
+    )
+    assert res.exit_code == 0, res.output
+    run: Run = load(tmp_path / "r.json")
+    assert len(run.rows) == 50
+    assert run.meta.failure == FAILED["nccl-tests-287_rtx5090x2_failure.txt"]
+    assert res.stderr.strip() == (
+        f"warning: the run failed after 50 rows: {FAILED['nccl-tests-287_rtx5090x2_failure.txt']}"
+    )
+
+
+def test_import_notes_how_it_identified_the_collective(tmp_path: Path) -> None:
+    res = CliRunner().invoke(
+        _app(),
+        [
+            "import",
+            str(PUBLIC / "nccl-tests-290_h100x8_single_node.txt"),
+            str(PUBLIC / "a3mega_h100x16_mpirun.txt"),
+            "-o",
+            str(tmp_path / "r.json"),
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    # Only the inferred one gets a note; the named one needs none.
+    assert res.stderr.splitlines() == [
+        "note: all_reduce from the table: redop sum, root -1, count = size / element size, "
+        "in-place results checked, busbw/algbw 1.75 at 8 ranks"
+    ]
+    doc = load(tmp_path / "r.json")
+    assert [(i.op, i.by) for i in doc.meta.op_identified] == [
+        ("all_reduce", "table"),
+        ("all_reduce", "command"),
+    ]
+
+
+def test_an_unnamed_ambiguous_table_is_not_guessed_silently() -> None:
+    # gather and scatter print the same columns and numbers: the note says both.
+    text = "\n".join(
+        re.sub(r"\bnone      -1\b", "none       0", ln)
+        for ln in (PUBLIC / "oci_gb300x4_alltoall.txt").read_text().splitlines()
+        if "Collective test" not in ln
+    )
+    run = parse_text(text, origin="pasted.txt")
+    (ident,) = run.meta.op_identified
+    assert ident.by == "table"
+    assert "also fits scatter" in ident.detail and ident.op == "gather"
