@@ -158,7 +158,7 @@ def test_tolerance_and_usage_errors(tmp_path: Path, baseline: Run) -> None:
         ),
         (["--baseline", path, "--metric", "speed"], "--metric 'speed': expected busbw or time"),
         ([], "compare needs --baseline RUN, --min-busbw GBPS, or both"),
-        (["--baseline", path, "-o", "yaml"], "-o 'yaml': expected text or json"),
+        (["--baseline", path, "-o", "yaml"], '--output "yaml": expected text or json'),
     ):
         res = CliRunner().invoke(_app(), ["compare", path, *args])
         assert res.exit_code == 2, (args, res.output)

@@ -15,7 +15,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from nccl_k8s.cli._common import err, handle_errors, out
+from nccl_k8s.cli._common import Command, err, handle_errors, out, with_default
+from nccl_k8s.cli._options import Output, output_format
 from nccl_k8s.errors import UsageError
 from nccl_k8s.results import (
     compare,
@@ -33,25 +34,22 @@ from nccl_k8s.results.compare import parse_tolerance as _parse_tolerance
 from nccl_k8s.results.diagnose import Diagnosis, parse_fabric
 from nccl_k8s.results.report import write_report
 
-_OUTPUT_FORMATS = ("text", "json")
 _SEVERITY_STYLE = {"error": "red", "warning": "yellow", "info": "cyan"}
-
-
-def _output_format(value: str) -> str:
-    if value not in _OUTPUT_FORMATS:
-        raise UsageError(f"-o {value!r}: expected text or json", key="output")
-    return value
 
 
 @handle_errors
 def import_command(
     files: Annotated[
-        list[Path], typer.Argument(help="nccl-tests outputs: text tables or -J JSON files.")
+        list[Path],
+        typer.Argument(metavar="FILE", help="nccl-tests outputs: text tables or -J JSON files."),
     ],
     output: Annotated[
         Path | None,
         typer.Option(
-            "--output", "-o", help="Results file to write. [default: runs/<new-id>/results.json]"
+            "--output",
+            "-o",
+            metavar="FILE",
+            help=with_default("Results file to write.", "runs/<new-id>/results.json"),
         ),
     ] = None,
 ) -> None:
@@ -126,19 +124,23 @@ def _print_diagnosis(d: Diagnosis) -> None:
 
 @handle_errors
 def diagnose_command(
-    logs: Annotated[list[Path], typer.Argument(help="NCCL_DEBUG=INFO logs (one per pod is fine).")],
+    logs: Annotated[
+        list[Path],
+        typer.Argument(metavar="LOG", help="NCCL_DEBUG=INFO logs (one per pod is fine)."),
+    ],
     expect_fabric: Annotated[
         str | None,
         typer.Option(
             "--expect-fabric",
+            metavar="FABRIC",
             help="ib, roce, efa, socket or nvlink: fail (exit 1) when any rank used something "
             "else.",
         ),
     ] = None,
-    output: Annotated[str, typer.Option("--output", "-o", help="text or json.")] = "text",
+    output: Output = "text",
 ) -> None:
     """Say which transport each rank used and what is wrong, from NCCL_DEBUG=INFO logs."""
-    fmt = _output_format(output)
+    fmt = output_format(output)
     d = diagnose_files(logs, expect_fabric=parse_fabric(expect_fabric))
     if fmt == "json":
         typer.echo(json.dumps(d.to_dict(), indent=1))
@@ -186,39 +188,57 @@ def _print_comparison(c: Comparison) -> None:
 @handle_errors
 def compare_command(
     current: Annotated[
-        str, typer.Argument(help="Results file or run id (runs/<id>/results.json).")
+        str,
+        typer.Argument(metavar="CURRENT", help="Results file or run id (runs/<id>/results.json)."),
     ],
     baseline: Annotated[
-        str | None, typer.Option("--baseline", help="Results file or run id to compare against.")
+        str | None,
+        typer.Option(
+            "--baseline", metavar="RUN", help="Results file or run id to compare against."
+        ),
     ] = None,
     tolerance: Annotated[
-        str, typer.Option("--tolerance", help="Allowed change before a row counts, e.g. 5%.")
+        str,
+        typer.Option(
+            "--tolerance", metavar="PERCENT", help="Allowed change before a row counts, e.g. 5%."
+        ),
     ] = "5%",
     metric: Annotated[
         str,
         typer.Option(
             "--metric",
+            metavar="busbw|time",
             help="busbw or time. Rows where busbw is 0 in both runs (one rank, tiny sizes) are "
             "decided on time, and say so.",
         ),
     ] = "busbw",
     dtype: Annotated[
         str | None,
-        typer.Option("--dtype", help="Compare only this data type (of a -d all run), e.g. float."),
+        typer.Option(
+            "--dtype",
+            metavar="DTYPE",
+            help="Compare only this data type (of a -d all run), e.g. float.",
+        ),
     ] = None,
     redop: Annotated[
         str | None,
-        typer.Option("--redop", help="Compare only this reduction (of a -o all run), e.g. sum."),
+        typer.Option(
+            "--redop",
+            metavar="REDOP",
+            help="Compare only this reduction (of a -o all run), e.g. sum.",
+        ),
     ] = None,
     min_busbw: Annotated[
         float | None,
-        typer.Option("--min-busbw", help="Fail when an op's average busbw (GB/s) is lower."),
+        typer.Option(
+            "--min-busbw", metavar="GBPS", help="Fail when an op's average busbw (GB/s) is lower."
+        ),
     ] = None,
-    output: Annotated[str, typer.Option("--output", "-o", help="text or json.")] = "text",
+    output: Output = "text",
 ) -> None:
     """Compare a run with a baseline per op x dtype x redop x size x placement; exit 1 on a
     regression. 0-byte rows are skipped; different world sizes, GPUs or NCCL versions are warned."""
-    fmt = _output_format(output)
+    fmt = output_format(output)
     tol = _parse_tolerance(tolerance)
     met = parse_metric(metric)
     if baseline is None and min_busbw is None:
@@ -295,11 +315,19 @@ def report_command(
     ] = None,
     dtype: Annotated[
         str | None,
-        typer.Option("--dtype", help="Report only this data type (of a -d all run), e.g. float."),
+        typer.Option(
+            "--dtype",
+            metavar="DTYPE",
+            help="Report only this data type (of a -d all run), e.g. float.",
+        ),
     ] = None,
     redop: Annotated[
         str | None,
-        typer.Option("--redop", help="Report only this reduction (of a -o all run), e.g. sum."),
+        typer.Option(
+            "--redop",
+            metavar="REDOP",
+            help="Report only this reduction (of a -o all run), e.g. sum.",
+        ),
     ] = None,
 ) -> None:
     """Write an HTML report of runs: busbw and small-message time per op (runs overlaid; one
@@ -318,10 +346,13 @@ def report_command(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("import")(import_command)
-    app.command("diagnose")(diagnose_command)
-    app.command("compare")(compare_command)
-    app.command("report")(report_command)
+    for name, fn in (
+        ("import", import_command),
+        ("diagnose", diagnose_command),
+        ("compare", compare_command),
+        ("report", report_command),
+    ):
+        app.command(name, cls=Command)(fn)
 
 
 __all__ = ["register"]
