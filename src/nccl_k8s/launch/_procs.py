@@ -88,30 +88,24 @@ class _Interrupts:
 @contextlib.contextmanager
 def interruptible() -> Iterator[None]:
     """SIGINT, SIGTERM and SIGHUP raise Interrupted in the main thread for the duration."""
-    if threading.current_thread() is not threading.main_thread():
+    with _restoring(_HANDLED) as main:
+        if main:
+            interrupts = _Interrupts()
+            for s in _HANDLED:
+                signal.signal(s, interrupts.handler)
         yield
-        return
-    interrupts = _Interrupts()
-    before = {s: signal.getsignal(s) for s in _HANDLED}
-    for s in _HANDLED:
-        signal.signal(s, interrupts.handler)
-    try:
-        yield
-    finally:
-        for s, h in before.items():
-            signal.signal(s, h)
 
 
 @contextlib.contextmanager
-def _keep_handlers() -> Iterator[None]:
-    """torch's PContext.start() installs handlers of its own (raising its SignalException); the
-    caller's stay in force once the ranks are started."""
+def _restoring(signals: Sequence[int]) -> Iterator[bool]:
+    """The handlers of `signals` as they were before, once the block ends (in the main thread,
+    the only one that has handlers; yields whether this is it)."""
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield False
         return
-    before = {s: signal.getsignal(s) for s in (*_HANDLED, signal.SIGQUIT)}
+    before = {s: signal.getsignal(s) for s in signals}
     try:
-        yield
+        yield True
     finally:
         for s, h in before.items():
             signal.signal(s, h)
@@ -288,7 +282,9 @@ def run_ranks(nproc: int, argv: Sequence[str], *, work: Path) -> int:
     ranks: list[_Rank] = []
     started = time.monotonic()
     try:
-        with _keep_handlers():
+        # torch's PContext.start() installs handlers of its own (raising its SignalException);
+        # the caller's stay in force once the ranks are started.
+        with _restoring((*_HANDLED, signal.SIGQUIT)):
             pc = start_processes(
                 name="nccl-k8s",
                 entrypoint=sys.executable,
@@ -307,7 +303,7 @@ def run_ranks(nproc: int, argv: Sequence[str], *, work: Path) -> int:
             _stop(pc, ranks)
         if signum is None:
             raise
-        n = len(ranks)
+        n = nproc if pc is not None else 0
         raise Interrupted(
             int(signum), detail=f"stopped {n} rank{'s' if n != 1 else ''}" if n else ""
         ) from None
