@@ -99,10 +99,6 @@ class Plan:
     #: The id the results are stored under (runs/<id>/results.json); None with --no-save.
     run_id: str | None
 
-    @property
-    def config(self) -> Any:
-        return self.run.config
-
 
 def plan(argv: Sequence[str]) -> Plan:
     """Validate everything before any rank starts: flags, rank count, the run id, and that the
