@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from nccl_k8s.cli import _run as run_cli
 from nccl_k8s.errors import UsageError
 from nccl_k8s.launch import local
 from nccl_k8s.results import load, resolve
@@ -91,20 +92,23 @@ def test_a_failed_run_is_stored_too_under_its_id_with_the_users_json(tmp_path: P
     assert run.summaries and run.summaries[0].avg_busbw is not None
 
 
-def test_run_id_and_no_save_flags() -> None:
+def test_run_id_and_no_save_flags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run id is the cli's (it owns the runs directory); the launcher passes the flags on."""
     pytest.importorskip("torch")
-    named = local.prepare(["--nproc", "2", "--run-id", "my-run.1", "-b", "1K"])
+    monkeypatch.setenv("NCCL_K8S_RUNS_DIR", str(tmp_path / "runs"))
+    named = run_cli.plan(["--nproc", "2", "--run-id", "my-run.1", "-b", "1K"])
     assert named.run_id == "my-run.1"
-    assert "--run-id" not in named.rank_argv and "my-run.1" not in named.rank_argv
-    unsaved = local.prepare(["--no-save", "-b", "1K"])
-    assert unsaved.run_id is None and "--no-save" not in unsaved.rank_argv
-    fresh = local.prepare(["-b", "1K"])
+    assert "--run-id" not in named.run.rank_argv and "my-run.1" not in named.run.rank_argv
+    unsaved = run_cli.plan(["--no-save", "-b", "1K"])
+    assert unsaved.run_id is None and "--no-save" not in unsaved.run.rank_argv
+    fresh = run_cli.plan(["-b", "1K"])
     assert fresh.run_id is not None and fresh.run_id.startswith("nccl-")
 
     with pytest.raises(UsageError, match="--run-id 'My Run'"):
-        local.prepare(["--run-id", "My Run"])
+        run_cli.plan(["--run-id", "My Run"])
     with pytest.raises(UsageError, match="cannot go with --no-save"):
-        local.prepare(["--run-id", "x", "--no-save"])
+        run_cli.plan(["--run-id", "x", "--no-save"])
+    assert not (tmp_path / "runs").exists()  # checking creates nothing
 
 
 def test_an_existing_run_id_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -113,7 +117,7 @@ def test_an_existing_run_id_is_refused(tmp_path: Path, monkeypatch: pytest.Monke
     (tmp_path / "taken").mkdir()
     (tmp_path / "taken" / "results.json").write_text("{}")
     with pytest.raises(UsageError, match="already exists"):
-        local.prepare(["--run-id", "taken"])
+        run_cli.plan(["--run-id", "taken"])
 
 
 def test_help_names_the_new_flags() -> None:

@@ -4,6 +4,7 @@
      ├─ UsageError               bad input: one line, exit 2, nothing created
      ├─ RunFailed                a benchmark ran and failed (rank, pod, node when known): exit 1
      ├─ ResultsError             a results file or log that cannot be read: exit 2
+     ├─ Interrupted              SIGINT/SIGTERM/SIGHUP stopped the command: exit 128 + signal
      └─ ClusterError             the API server refused a request or cannot be reached: exit 1
          ├─ NotFound             404: the object (run, pod, namespace) does not exist
          ├─ Conflict             409: the run's objects already exist, or another manager owns them
@@ -18,6 +19,8 @@ Exceptions carry fields, not just text, so callers can act on them.
 """
 
 from __future__ import annotations
+
+import signal
 
 
 class NcclK8sError(Exception):
@@ -65,6 +68,20 @@ class ResultsError(NcclK8sError):
     def __init__(self, message: str, *, path: str | None = None) -> None:
         super().__init__(message)
         self.path = path
+
+
+class Interrupted(NcclK8sError):
+    """The command was ended by a signal (Ctrl-C, SIGTERM, a closed terminal) after stopping
+    what it had started; exits 128 + the signal's number (130 for SIGINT, 143 for SIGTERM)."""
+
+    def __init__(self, signum: int, *, detail: str = "") -> None:
+        try:
+            name = signal.Signals(signum).name
+        except ValueError:
+            name = f"signal {signum}"
+        super().__init__(f"interrupted by {name}" + (f": {detail}" if detail else ""))
+        self.signum = signum
+        self.exit_code = 128 + signum
 
 
 class ClusterError(NcclK8sError):
@@ -121,6 +138,7 @@ __all__ = [
     "Conflict",
     "Expired",
     "Forbidden",
+    "Interrupted",
     "NcclK8sError",
     "NotFound",
     "ResultsError",

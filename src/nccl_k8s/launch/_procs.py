@@ -1,0 +1,390 @@
+"""The local ranks' lives: started, watched, stopped, and nothing of theirs left behind.
+
+Ranks are started with torch's elastic multiprocessing API (`start_processes`, the layer torchrun's
+agent starts and stops its workers with) and get torchrun's worker environment. The agent itself is
+not used: for one node and a fixed world it has nothing to rendezvous or restart, and it stops
+every rank before anyone can look at them, while naming the culprit needs that look first. So
+this module does the agent's remaining jobs in the open:
+
+- it hosts the ranks' store (a TCPStore on 127.0.0.1, as the agent does with
+  TORCHELASTIC_USE_AGENT_STORE), so no port is guessed;
+- it watches every rank's pid every POLL_S seconds: whether and how it ended, and its process
+  state (/proc/<pid>/stat; for a stopped rank, the signal that stopped it);
+- after the first failure it lets the others end on their own for up to SETTLE_S seconds, decides
+  (launch._culprit), then stops the rest: SIGKILL for stopped ranks (they cannot act on SIGTERM),
+  SIGTERM and after STOP_TIMEOUT_S SIGKILL for the others, each to its own process group;
+- SIGINT, SIGTERM and SIGHUP of this process stop every rank the same way and raise Interrupted.
+
+Each rank also dies with this process (launch._rank sets PR_SET_PDEATHSIG), so a launcher killed
+with SIGKILL leaves no rank running. Its private directory (torch's error files, the engine's
+fault files, the engine's JSON) cannot be removed then: the next run removes it (`workdir`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import errno
+import fcntl
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from nccl_k8s.errors import Interrupted, UsageError
+from nccl_k8s.launch._culprit import RankFacts, attribute, read_faults
+from nccl_k8s.launch._rank import LAUNCHER_PID_ENV
+
+#: How often the launcher looks at its ranks (seconds).
+POLL_S = 0.1
+#: After the first failure, how long the other ranks get to end on their own (and say why)
+#: before the launcher decides and stops them (seconds). Peers of a dead rank see its sockets
+#: close within milliseconds; this only has to cover a loaded machine.
+SETTLE_S = 2.0
+#: How long a rank gets to end after SIGTERM before SIGKILL (seconds).
+STOP_TIMEOUT_S = 5
+#: The launcher's own calls on the store it hosts (it makes none; the ranks' waits on it are
+#: bounded by their process group's timeout: -T SECONDS, else torch's default).
+STORE_TIMEOUT_S = 60
+#: The directory in which engine ranks write fault-<rank>.json when they notice a failure.
+FAULT_DIR_ENV = "NCCL_K8S_FAULT_DIR"
+#: Prefix of the per-run private directories under the temporary directory.
+WORKDIR_PREFIX = "nccl-k8s-run-"
+#: Held (flock) by the launcher that owns a work dir for as long as it runs.
+_LOCK = ".nccl-k8s-launcher.lock"
+_HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+log = logging.getLogger(__name__)
+
+
+# -- interrupts ---------------------------------------------------------------------------------
+
+
+class _Interrupts:
+    """Turns the first SIGINT/SIGTERM/SIGHUP into Interrupted; later ones wait for the clean-up
+    the first one started (bounded by STOP_TIMEOUT_S)."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+
+    def handler(self, signum: int, frame: FrameType | None) -> None:
+        if self.signum is not None:
+            return
+        self.signum = signum
+        raise Interrupted(signum)
+
+
+@contextlib.contextmanager
+def interruptible() -> Iterator[None]:
+    """SIGINT, SIGTERM and SIGHUP raise Interrupted in the main thread for the duration."""
+    with _restoring(_HANDLED) as main:
+        if main:
+            interrupts = _Interrupts()
+            for s in _HANDLED:
+                signal.signal(s, interrupts.handler)
+        yield
+
+
+@contextlib.contextmanager
+def _restoring(signals: Sequence[int]) -> Iterator[bool]:
+    """The handlers of `signals` as they were before, once the block ends (in the main thread,
+    the only one that has handlers; yields whether this is it)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield False
+        return
+    before = {s: signal.getsignal(s) for s in signals}
+    try:
+        yield True
+    finally:
+        for s, h in before.items():
+            signal.signal(s, h)
+
+
+# -- the private directory ----------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def workdir(base: Path | None = None) -> Iterator[Path]:
+    """A private directory for one run, removed when the run ends. Directories of earlier runs
+    whose launcher was killed (its lock no longer held) are removed first; nothing else is."""
+    root = Path(base) if base is not None else Path(tempfile.gettempdir())
+    remove_stale_workdirs(root)
+    try:
+        path = Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX, dir=root))
+        # Lock under a temporary name, then rename: another launcher's clean-up sees the lock
+        # file only once it is held.
+        fd = os.open(path / (_LOCK + ".new"), os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise UsageError(
+            f"temporary directory {root}: cannot create a directory there ({exc.strerror}): "
+            "set TMPDIR to a writable directory"
+        ) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        os.rename(path / (_LOCK + ".new"), path / _LOCK)
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+        os.close(fd)
+
+
+def remove_stale_workdirs(root: Path) -> list[Path]:
+    """Remove this user's run directories under `root` whose launcher is gone; returns them.
+
+    Only directories this module made are candidates (the prefix, our uid, our lock file), and
+    only those whose lock nobody holds: the lock dies with its launcher, however it died.
+    """
+    removed: list[Path] = []
+    try:
+        entries = list(root.iterdir())
+    except OSError:
+        return removed
+    for entry in entries:
+        if not entry.name.startswith(WORKDIR_PREFIX):
+            continue
+        try:
+            st = entry.lstat()
+            if not entry.is_dir() or entry.is_symlink() or st.st_uid != os.getuid():
+                continue
+            fd = os.open(entry / _LOCK, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                log.debug("cannot lock %s: %s", entry, exc)
+            os.close(fd)
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+        os.close(fd)
+        removed.append(entry)
+    return removed
+
+
+# -- the ranks ----------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class _Rank:
+    """The launcher's running record of one rank."""
+
+    rank: int
+    proc: subprocess.Popen[bytes]
+    exitcode: int | None = None
+    ended_at: float | None = None
+    state: str | None = None
+    stop_signal: int | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def running(self) -> bool:
+        return self.exitcode is None
+
+    def look(self, now: float) -> None:
+        """Has it ended, and if not, in what state is it? (Popen keeps the exit code it reaps,
+        so torch's own bookkeeping later sees the same.)"""
+        if not self.running:
+            return
+        code = self.proc.poll()
+        if code is not None:
+            self.exitcode, self.ended_at = code, now
+            return
+        self.state = proc_state(self.pid)
+        if self.state == "T" and self.stop_signal is None and hasattr(os, "waitid"):
+            # Which signal stopped it: the kernel tells the parent, without consuming the event.
+            try:
+                stop = os.waitid(os.P_PID, self.pid, os.WSTOPPED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                stop = None
+            if stop is not None and stop.si_code == os.CLD_STOPPED:
+                self.stop_signal = stop.si_status
+
+
+def proc_state(pid: int) -> str | None:
+    """The state letter of /proc/<pid>/stat (R, S, D, T, t, Z, ...); None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    # The command name (field 2) is in parentheses and may hold spaces and parentheses itself.
+    rest = stat.rsplit(")", 1)[-1].split()
+    return rest[0] if rest else None
+
+
+def rank_env(rank: int, world: int, *, port: int, run_id: str, fault_dir: Path) -> dict[str, str]:
+    """torchrun's worker environment for one rank of a one-node run, plus ours."""
+    env = {
+        "RANK": str(rank),
+        "LOCAL_RANK": str(rank),
+        "GROUP_RANK": "0",
+        "ROLE_RANK": str(rank),
+        "ROLE_NAME": "default",
+        "LOCAL_WORLD_SIZE": str(world),
+        "WORLD_SIZE": str(world),
+        "GROUP_WORLD_SIZE": "1",
+        "ROLE_WORLD_SIZE": str(world),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+        "TORCHELASTIC_RESTART_COUNT": "0",
+        "TORCHELASTIC_MAX_RESTARTS": "0",
+        "TORCHELASTIC_RUN_ID": run_id,
+        "TORCHELASTIC_USE_AGENT_STORE": str(True),
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING": os.environ.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+        FAULT_DIR_ENV: str(fault_dir),
+        LAUNCHER_PID_ENV: str(os.getpid()),
+    }
+    return env
+
+
+def run_ranks(nproc: int, argv: Sequence[str], *, work: Path) -> int:
+    """Run `python -m nccl_k8s.bench ARGV` as `nproc` local ranks; returns the run's exit code
+    (0, or the 1/2 verdict the table printed), raises RunFailed naming the culprit, or
+    Interrupted once every rank has been stopped."""
+    import torch.distributed as dist
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, start_processes
+
+    # torch logs every rank's exit and every signal it sends at WARNING; we report once.
+    logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
+    fault_dir = work / "faults"
+    fault_dir.mkdir()
+    store = dist.TCPStore(  # type: ignore[attr-defined]  # torch re-exports it from torch._C
+        "127.0.0.1",
+        0,
+        is_master=True,
+        wait_for_workers=False,
+        timeout=datetime.timedelta(seconds=STORE_TIMEOUT_S),
+    )
+    run_id = f"nccl-k8s-{uuid.uuid4().hex[:8]}"
+    envs = {
+        r: rank_env(r, nproc, port=store.port, run_id=run_id, fault_dir=fault_dir)
+        for r in range(nproc)
+    }
+    args = {r: ("-m", "nccl_k8s.launch._rank", *argv) for r in range(nproc)}
+    pc: Any = None
+    ranks: list[_Rank] = []
+    started = time.monotonic()
+    try:
+        # torch's PContext.start() installs handlers of its own (raising its SignalException);
+        # the caller's stay in force once the ranks are started.
+        with _restoring((*_HANDLED, signal.SIGQUIT)):
+            pc = start_processes(
+                name="nccl-k8s",
+                entrypoint=sys.executable,
+                args=args,
+                envs=envs,
+                logs_specs=DefaultLogsSpecs(log_dir=str(work / "logs")),
+            )
+        handlers = pc.subprocess_handlers
+        ranks = [_Rank(rank=r, proc=handlers[r].proc) for r in range(nproc)]
+        _watch(ranks, started)
+        _stop(pc, ranks)
+        messages = _messages(pc)
+    except BaseException as exc:
+        signum = exc.signum if isinstance(exc, Interrupted) else getattr(exc, "sigval", None)
+        if pc is not None:
+            _stop(pc, ranks)
+        if signum is None:
+            raise
+        n = nproc if pc is not None else 0
+        raise Interrupted(
+            int(signum), detail=f"stopped {n} rank{'s' if n != 1 else ''}" if n else ""
+        ) from None
+    finally:
+        del store
+    facts = [
+        RankFacts(
+            rank=r.rank,
+            pid=r.pid,
+            exitcode=r.exitcode,
+            ended_at=r.ended_at,
+            state=r.state,
+            stop_signal=r.stop_signal,
+            message=messages.get(r.rank, ""),
+        )
+        for r in ranks
+    ]
+    return attribute(facts, read_faults(fault_dir))
+
+
+def _watch(ranks: list[_Rank], started: float) -> None:
+    """Until every rank has ended, or SETTLE_S after the first failure: the ranks that noticed it
+    get that long to end on their own and say what they saw."""
+    first_failure: float | None = None
+    while True:
+        now = time.monotonic()
+        for r in ranks:
+            r.look(now - started)
+        running = [r for r in ranks if r.running]
+        if not running:
+            return
+        failed = [r for r in ranks if not r.running and r.exitcode != 0]
+        if failed and first_failure is None:
+            first_failure = now
+        if first_failure is not None and now - first_failure >= SETTLE_S:
+            return
+        time.sleep(POLL_S)
+
+
+def _stop(pc: Any, ranks: Sequence[_Rank]) -> None:
+    """End every rank still running: stopped ones with SIGKILL (SIGTERM would wait for a SIGCONT
+    that never comes), the others with SIGTERM, then SIGKILL after STOP_TIMEOUT_S."""
+    for r in ranks:
+        if r.running and proc_state(r.pid) in ("T", "t"):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(r.pid, signal.SIGKILL)
+    pc.close(death_sig=signal.SIGTERM, timeout=STOP_TIMEOUT_S)
+    for r in ranks:
+        if r.running:
+            r.exitcode = r.proc.poll()
+
+
+def _messages(pc: Any) -> dict[int, str]:
+    """Each failed rank's error, from torch's error file (written by @record in the engine)."""
+    result = pc.wait(0)
+    failures = result.failures if result is not None else {}
+    return {rank: _message(f) for rank, f in failures.items()}
+
+
+def _message(failure: object) -> str:
+    data = getattr(failure, "error_file_data", None)
+    if isinstance(data, dict):
+        inner = data.get("message", data)
+        text = str(inner.get("message", "")) if isinstance(inner, dict) else str(inner)
+        # torch fills in "<NONE>" when the rank wrote no error file: it exited, it did not raise.
+        if text.strip() == "<NONE>":
+            return ""
+        return text.strip()
+    return ""
+
+
+__all__ = [
+    "FAULT_DIR_ENV",
+    "POLL_S",
+    "SETTLE_S",
+    "STOP_TIMEOUT_S",
+    "WORKDIR_PREFIX",
+    "interruptible",
+    "proc_state",
+    "rank_env",
+    "remove_stale_workdirs",
+    "run_ranks",
+    "workdir",
+]
