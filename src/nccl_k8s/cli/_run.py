@@ -1,38 +1,26 @@
 """`nccl-k8s run`: the benchmark on this machine, and its results stored under runs/.
 
-The launcher (launch.local) validates the flags, starts the ranks and returns plain facts: the
-exit code, and the versions the ranks ran with. This module owns what surrounds it: the run id
-and the runs directory (both checked before any rank starts), and storing the results.
-
-Every run that produced results (passed, or failed a check or a --min-busbw floor) is stored as
-runs/<run-id>/results.json, the schema `compare` and `report` read (`--no-save` skips it). Rank 0
-writes them in nccl-tests' -J layout, to the user's --json file or to one in the run's private
-directory; `save_results` reads that file back through results.nccltests and completes the
-metadata the file cannot carry (torch and CUDA versions, dtype, redop, root, -a). Result lines
-would carry it all, but rank 0's stdout is the user's terminal, not ours to capture.
+The launcher (launch.local) validates the flags, starts the ranks and returns plain facts;
+results.local checks the run id and the runs directory before any rank starts and stores the
+results. This module parses, calls them, prints, and renders `run --help` from the engine's own
+argparse parser.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import inspect
 import re
-import time
-from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.markup import escape
 
 from nccl_k8s.cli._common import err, handle_errors
-from nccl_k8s.errors import ResultsError
 
 if TYPE_CHECKING:
-    from nccl_k8s.launch.local import LocalRun
-    from nccl_k8s.results import Run
+    pass
 
 HELP = (
     "Run the benchmark on this machine: all local GPUs through NCCL, or CPU ranks through gloo "
@@ -72,6 +60,7 @@ def register(app: typer.Typer) -> None:
 @handle_errors
 def run(ctx: typer.Context) -> None:
     from nccl_k8s.launch import local
+    from nccl_k8s.results.local import plan, run_and_save
 
     args = list(ctx.args)
     if "-h" in args or "--help" in args:
@@ -86,100 +75,6 @@ def run(ctx: typer.Context) -> None:
     elif run_plan.run_id is not None:
         err.print("# results: not saved (the ranks wrote none)", markup=False)
     raise typer.Exit(code)
-
-
-# -- the run and its results --------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class Plan:
-    """A local run ready to start: the launcher's part, and where its results go."""
-
-    run: LocalRun
-    #: The id the results are stored under (runs/<id>/results.json); None with --no-save.
-    run_id: str | None
-
-
-def plan(argv: Sequence[str]) -> Plan:
-    """Validate everything before any rank starts: flags, rank count, the run id, and that the
-    runs directory and --json can be written. Raises UsageError (one line, exit 2)."""
-    from nccl_k8s.launch import local
-    from nccl_k8s.results.store import check_new_run_id, new_run_id, runs_dir
-
-    prepared = local.prepare(argv)
-    if prepared.no_save:
-        return Plan(prepared, None)
-    run_id = check_new_run_id(prepared.run_id or new_run_id())
-    local.check_writable(
-        runs_dir(),
-        what="runs directory",
-        is_dir=True,
-        hint="set NCCL_K8S_RUNS_DIR to a writable directory, or pass --no-save",
-    )
-    return Plan(prepared, run_id)
-
-
-def run_and_save(run_plan: Plan, work: Path) -> tuple[int, Path | None]:
-    """Launch the run and store its results under runs/<run-id>/ (unless --no-save); returns the
-    exit code and the results path (None: nothing stored).
-
-    A run whose ranks crashed raises RunFailed and stores nothing: there is no table to store.
-    """
-    from nccl_k8s.launch import local
-
-    run = run_plan.run
-    if run_plan.run_id is None:
-        return local.launch(run, work=work), None
-    started = time.time()
-    user_json = run.config.json_path
-    json_path = Path(user_json) if user_json else work / "engine.json"
-    code = local.launch(run, work=work, extra_argv=() if user_json else ("--json", str(json_path)))
-    # An old --json file from an earlier run is not this run's result.
-    if not json_path.is_file() or json_path.stat().st_mtime < started - 1:
-        return code, None
-    return code, save_results(run_plan, json_path, keep_input=bool(user_json))
-
-
-def save_results(run_plan: Plan, json_path: Path, *, keep_input: bool = False) -> Path:
-    """Store rank 0's -J style JSON as runs/<run-id>/results.json; returns the path."""
-    from nccl_k8s.results import store_run
-    from nccl_k8s.results.store import results_path
-
-    run = run_plan.run
-    stored = results_from_json(json_path, run)
-    stored.meta.torch = run.torch_version
-    stored.meta.cuda = run.cuda_version
-    if not keep_input:
-        stored.meta.inputs = []  # a file in the run's private directory, gone after the run
-    try:
-        return store_run(stored, run_id=run_plan.run_id)
-    except OSError as exc:
-        target = results_path(str(run_plan.run_id))
-        raise ResultsError(
-            f"{target}: cannot store the results ({exc.strerror}); the table above is this "
-            "run's record: check the runs directory (NCCL_K8S_RUNS_DIR)",
-            path=str(target),
-        ) from None
-
-
-def results_from_json(json_path: Path, run: LocalRun) -> Run:
-    """The engine's --json file as a results Run, with what the run asked for that the file's
-    nccl-tests layout has no field for (-d, -o, -r, -a as given, the ops in order)."""
-    from nccl_k8s.results import import_file
-
-    config = run.config
-    stored = import_file(json_path)
-    meta = stored.meta
-    meta.source = "nccl-k8s"
-    # The engine lists every NCCL_* variable; NCCL_K8S_* are ours (runs dir, run id), not NCCL's.
-    meta.env = {k: v for k, v in meta.env.items() if not k.startswith("NCCL_K8S_")}
-    if meta.backend == "gloo":
-        meta.gpu_model = None  # gloo ranks' "device" is the CPU, as the result lines say
-    cfg = meta.config
-    cfg.dtype, cfg.redop, cfg.root = config.dtype, config.redop, config.root
-    cfg.average, cfg.blocking = config.average, bool(config.blocking)
-    cfg.ops = list(config.ops)
-    return stored
 
 
 # -- help ---------------------------------------------------------------------------------------
