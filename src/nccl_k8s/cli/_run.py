@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 from rich.markup import escape
 
-from nccl_k8s.cli._common import err, handle_errors
+from nccl_k8s.cli._common import Command, err, handle_errors
 
 if TYPE_CHECKING:
     pass
@@ -99,6 +99,7 @@ def print_help() -> None:
     command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]  # how typer reads parameters
     helper = typer.Typer(add_completion=False, rich_markup_mode="rich")
     helper.command(
+        cls=Command,
         help=HELP.replace("; `nccl-k8s run --help` lists them", ", listed below"),
         epilog=f"{escape(TIMEOUTS)}\n\n{escape(EXIT_CODES)}",
         context_settings={"help_option_names": ["-h", "--help"]},
