@@ -6,7 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from nccl_k8s.k8s._culprit import attribute, gpus_per_pod, parse_faults
+from nccl_k8s.k8s._culprit import (
+    Rendezvous,
+    attribute,
+    gpus_per_pod,
+    parse_faults,
+    parse_rendezvous,
+)
 
 Obj = dict[str, Any]
 
@@ -238,3 +244,38 @@ def test_global_rank_maps_to_pod_by_gpus_per_pod_or_by_host() -> None:
 
 def test_nothing_failed_is_no_verdict() -> None:
     assert attribute([pod("r-0-a", 0), pod("r-1-b", 1, exit_code=0)]) is None
+
+
+def test_torchruns_rendezvous_timeout_names_the_rank_whose_pod_never_joined() -> None:
+    # What rank 0's torchrun prints when pod 1 never came (its pod then deleted with the Job).
+    log = (
+        "torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. "
+        "1/2 clients joined."
+    )
+    rdzv = parse_rendezvous(log)
+    assert rdzv == Rendezvous(901, 1, 2)
+    v = attribute([pod("r-0-a", 0, exit_code=1)], rendezvous=rdzv)
+    assert v is not None and (v.culprit.rank, v.culprit.pod) == (1, None)
+    assert v.text().startswith(
+        "rank 1 (pod gone, node none): never joined the rendezvous (1/2 pods joined in 901s; "
+        "its pod is gone); then rank 0 (pod r-0-a, node n0): exit code 1"
+    )
+
+
+def test_without_node_access_the_node_controllers_mark_on_the_pod_names_the_node() -> None:
+    marked = pod("r-1-b", 1, node="n1")
+    marked["status"]["conditions"] = [
+        {"type": "ContainersReady", "status": "True"},
+        {
+            "type": "Ready",
+            "status": "False",
+            "reason": "NodeNotReady",
+            "message": "Node is not ready",
+        },
+    ]
+    v = attribute([pod("r-0-a", 0, node="n0", exit_code=1), marked])  # nodes unreadable
+    assert v is not None and (v.culprit.pod, v.culprit.node) == ("r-1-b", "n1")
+    assert v.culprit.why == (
+        "its node n1 stopped reporting (the pod was marked not ready: NodeNotReady: Node is "
+        "not ready)"
+    )

@@ -8,13 +8,17 @@ strongest first:
 
 1. The node. A pod whose node is NotReady or unreachable (Ready False/Unknown), or that was lost
    with its node or evicted after it had started (DisruptionTarget, reason NodeLost/Evicted):
-   the node is named, with its condition's words.
+   the node is named, with its condition's words. Users who may not read nodes still see one
+   sign on the pod: a running pod whose Ready condition is False while ContainersReady is True
+   was marked so by the node lifecycle controller (the kubelet would have set both).
 2. The engine's own line. A rank that notices a peer failure prints one line to stdout before it
    exits, `NCCL_K8S_FAULT {"v":1,"rank":R,"culprit":C,"host":H,"pid":P,"reason":...,"where":...}`:
    rank R saw rank C (global rank; on host H, the culprit pod's hostname) stop. Global rank C
    lives in pod rank C // G (G GPUs per pod, the Job completion index is the pod rank).
 3. A rank that never started while the others did (unscheduled, image never pulled): the others
-   waited for it in the rendezvous until they gave up.
+   waited for it in the rendezvous until they gave up. torchrun's own words for that, in rank 0's
+   log (`Timed out after 901 seconds waiting for clients. 1/2 clients joined.`), name the ranks
+   with no started pod even when their pods are gone (the Job deletes them when it fails).
 4. Exit order: the first container to end non-zero, not counting those ended by a deletion
    (the Job controller stops the survivors once the Job has failed); within one second (the
    API's resolution) a container killed by a signal from outside (SIGKILL, OOM) before one that
@@ -46,6 +50,25 @@ FAULT_PREFIX = "NCCL_K8S_FAULT"
 #: Pod reasons that mean the pod was taken away, not that the benchmark failed.
 _LOST_REASONS = frozenset({"NodeLost", "Evicted", "NodeShutdown", "Shutdown", "Terminated"})
 _NPROC = re.compile(r"^--nproc[-_]per[-_]node(?:=(\d+))?$")
+#: torch's TCPStore when not every torchrun agent (pod) joined the static rendezvous in time.
+_RDZV = re.compile(
+    r"Timed out after (\d+) seconds waiting for (?:clients|workers)\. (\d+)/(\d+) "
+    r"(?:clients|workers) joined"
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Rendezvous:
+    """torchrun's rendezvous gave up: `joined` of `total` pods came, after `waited_s`."""
+
+    waited_s: int
+    joined: int
+    total: int
+
+
+def parse_rendezvous(text: str) -> Rendezvous | None:
+    m = _RDZV.search(text) if "waiting for" in text else None
+    return Rendezvous(int(m.group(1)), int(m.group(2)), int(m.group(3))) if m else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -217,6 +240,19 @@ def lost(pod: Obj) -> str | None:
     return None
 
 
+def marked_unready(pod: Obj) -> str | None:
+    """The node controller's mark on a running pod of a node that stopped reporting, or None."""
+    status = pod.get("status") or {}
+    if status.get("phase") != "Running":
+        return None
+    conds = {c.get("type"): c for c in status.get("conditions") or []}
+    ready, containers = conds.get("Ready") or {}, conds.get("ContainersReady") or {}
+    if ready.get("status") == "False" and containers.get("status") == "True":
+        words = f"{ready.get('reason') or 'NotReady'}: {ready.get('message') or ''}"
+        return words.rstrip(": ")
+    return None
+
+
 def _victim(pod: Obj, term: Obj) -> bool:
     """Ended by a deletion (the Job stopping survivors), not by itself."""
     meta = pod.get("metadata") or {}
@@ -239,9 +275,11 @@ def attribute(
     *,
     faults: Sequence[Fault] = (),
     nodes: Mapping[str, Obj | None] | None = None,
+    rendezvous: Rendezvous | None = None,
 ) -> Verdict | None:
     """The verdict on a failed run from every pod seen (replaced ones included), the engine's
-    fault lines and the nodes' objects (those that could be read); None when nothing failed."""
+    fault lines, the nodes' objects (those that could be read) and torchrun's rendezvous
+    timeout when a log held one; None when nothing failed."""
     nodes = nodes or {}
     infos = {str(p["metadata"]["name"]): pod_info(p) for p in pods}
     by_name = {str(p["metadata"]["name"]): p for p in pods}
@@ -254,9 +292,17 @@ def attribute(
         info = infos[pod["metadata"]["name"]]
         trouble = node_trouble(nodes.get(info.node or "")) if info.node else None
         gone = lost(pod) if started(pod) else None
-        if info.phase == "Succeeded" or (trouble is None and gone is None):
+        unready = marked_unready(pod)
+        if info.phase == "Succeeded" or (trouble is None and gone is None and unready is None):
             continue
-        why = f"its node {info.node} {trouble}" if trouble else f"lost: {gone}"
+        if trouble:
+            why = f"its node {info.node} {trouble}"
+        elif gone:
+            why = f"lost: {gone}"
+        else:
+            why = (
+                f"its node {info.node} stopped reporting (the pod was marked not ready: {unready})"
+            )
         if trouble and gone:
             why += f"; the pod was lost with it ({gone})"
         culprit = _blame(info, why, node_lost=True, exit_code=_code(pod))
@@ -272,6 +318,19 @@ def attribute(
             w = waiting[0]
             what = f"{w.reason}: {w.message}" if w.message else (w.reason or "Pending")
             culprit = _blame(w, f"never started ({what}); the others waited for it")
+        elif rendezvous is not None:
+            ran = {i.rank for n, i in infos.items() if started(by_name[n])}
+            absent = [r for r in range(rendezvous.total) if r not in ran]
+            if absent:
+                mine = [i for i in infos.values() if i.rank == absent[0]]
+                last = max(mine, key=lambda i: (i.created or "", i.name)) if mine else None
+                why = (
+                    f"never joined the rendezvous ({rendezvous.joined}/{rendezvous.total} pods "
+                    f"joined in {rendezvous.waited_s}s"
+                    + ("" if last else "; its pod is gone")
+                    + ")"
+                )
+                culprit = _blame(last, why) if last else Blame(absent[0], None, None, why)
     # 4./5. exit order, then any problem
     if culprit is None and failed:
         first = failed[0]
@@ -388,11 +447,13 @@ __all__ = [
     "FAULT_PREFIX",
     "Blame",
     "Fault",
+    "Rendezvous",
     "Verdict",
     "attribute",
     "gpus_per_pod",
     "lost",
     "node_trouble",
     "parse_faults",
+    "parse_rendezvous",
     "started",
 ]

@@ -38,6 +38,7 @@ from nccl_k8s.k8s._culprit import (
     attribute,
     lost,
     parse_faults,
+    parse_rendezvous,
     started,
 )
 from nccl_k8s.k8s._manifests import CONTAINER_NAME
@@ -521,7 +522,8 @@ async def gather_verdict(
     )
     texts = {n: t for n, t in logs if t is not None}
     faults = [f for n, t in texts.items() for f in parse_faults(t, n)]
-    return attribute(pods, faults=faults, nodes=nodes), texts
+    rdzv = next((r for t in texts.values() if (r := parse_rendezvous(t))), None)
+    return attribute(pods, faults=faults, nodes=nodes, rendezvous=rdzv), texts
 
 
 def _finished(info: PodInfo) -> str | None:
