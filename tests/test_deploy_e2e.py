@@ -19,12 +19,13 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from tests.cluster.cluster import Cluster
+from tests.e2e_helpers import cli, labelled, wait_for
 from typer.testing import CliRunner
 
 from nccl_k8s.cli.main import app
@@ -34,7 +35,6 @@ pytestmark = pytest.mark.slow
 
 GPUS_PER_NODE = 4
 PULL_FAIL = "no-such-registry"
-MANAGED = "app.kubernetes.io/managed-by=nccl-k8s"
 #: The acceptance run: 2 pods x 2 ranks, every op, 1K..64K.
 ACCEPTANCE = [
     "--world-size",
@@ -57,7 +57,6 @@ ACCEPTANCE = [
     "-n",
     "2",
 ]
-RESOURCES = ("configmaps", "services", "jobs", "statefulsets", "pods")
 
 
 @pytest.fixture(scope="module")
@@ -92,14 +91,6 @@ def run_id() -> str:
     return f"r-{uuid.uuid4().hex[:6]}"
 
 
-def cli(cluster: Cluster, *args: str) -> Any:
-    """`nccl-k8s ARGS` in this process (fast); result.output holds stdout and stderr."""
-    # Our options go before `--`: what follows it is the engine's.
-    cut = args.index("--") if "--" in args else len(args)
-    argv = [*args[:cut], "--kubeconfig", str(cluster.kubeconfig), *args[cut:]]
-    return CliRunner().invoke(app, argv)
-
-
 def cli_process(cluster: Cluster, runs: Path, *args: str) -> subprocess.Popen[str]:
     """`nccl-k8s ARGS` as its own process, for runs that go on while the test acts."""
     env = dict(cluster.kubectl_env(), NCCL_K8S_RUNS_DIR=str(runs))
@@ -110,26 +101,6 @@ def cli_process(cluster: Cluster, runs: Path, *args: str) -> subprocess.Popen[st
         stderr=subprocess.PIPE,
         text=True,
     )
-
-
-def labelled(cluster: Cluster, ns: str, selector: str = MANAGED) -> list[str]:
-    found = []
-    for res in RESOURCES:
-        items, _ = cluster.store.list(res, ns, label_selector=selector)
-        found += [f"{res}/{o['metadata']['name']}" for o in items]
-    return found
-
-
-def wait_for(what: str, fn: Callable[[], Any], timeout_s: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    last: Any = None
-    while time.monotonic() < deadline:
-        with contextlib.suppress(Exception):
-            last = fn()
-            if last:
-                return last
-        time.sleep(0.05)
-    pytest.fail(f"timed out after {timeout_s}s waiting for {what}; last: {last!r}")
 
 
 class Writes:

@@ -23,17 +23,14 @@ from typing import Any
 import pytest
 from tests.cluster.cluster import Cluster
 from tests.cluster.errors import ApiError
-from typer.testing import CliRunner
+from tests.e2e_helpers import cli, labelled, wait_for
 
 from nccl_k8s import k8s
-from nccl_k8s.cli.main import app
 from nccl_k8s.errors import Conflict, RunFailed
 from nccl_k8s.spec import build_run_spec
 
 pytestmark = pytest.mark.slow
 
-MANAGED = "app.kubernetes.io/managed-by=nccl-k8s"
-RESOURCES = ("configmaps", "services", "jobs", "statefulsets", "pods")
 
 FAKE_ENGINE = '''
 """A fake engine for fault tests: what each rank does comes from FAKE_PLAN (JSON)."""
@@ -92,33 +89,13 @@ def plan(**what: Any) -> list[str]:
     return ["--env", "FAKE_PLAN=" + json.dumps(what)]
 
 
-def cli(cluster: Cluster, *args: str, input: str | None = None) -> Any:
-    return CliRunner().invoke(app, [*args, "--kubeconfig", str(cluster.kubeconfig)], input=input)
-
-
-def labelled(cluster: Cluster, ns: str, selector: str = MANAGED) -> list[str]:
-    found = []
-    for res in RESOURCES:
-        items, _ = cluster.store.list(res, ns, label_selector=selector)
-        found += [f"{res}/{o['metadata']['name']}" for o in items]
-    return sorted(found)
+def deploy(cluster: Cluster, ns: str, rid: str, *args: str) -> Any:
+    return cli(cluster, "deploy", "-n", ns, "--run-id", rid, *args)
 
 
 def pods_of(cluster: Cluster, ns: str, rid: str) -> list[dict[str, Any]]:
     items, _ = cluster.store.list("pods", ns, label_selector=f"app.kubernetes.io/instance={rid}")
     return items
-
-
-def wait_for(what: str, fn: Callable[[], Any], timeout_s: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    last: Any = None
-    while time.monotonic() < deadline:
-        with contextlib.suppress(Exception):
-            last = fn()
-            if last:
-                return last
-        time.sleep(0.05)
-    pytest.fail(f"timed out after {timeout_s}s waiting for {what}; last: {last!r}")
 
 
 def all_running(cluster: Cluster, ns: str, rid: str, n: int) -> bool:
@@ -183,12 +160,9 @@ def test_the_engine_names_the_hung_rank_with_and_without_wait(
         )
 
     rid = run_id()
-    res = cli(
+    res = deploy(
         cluster,
-        "deploy",
-        "-n",
         namespace,
-        "--run-id",
         rid,
         "--world-size",
         "4",
@@ -208,12 +182,9 @@ def test_the_engine_names_the_hung_rank_with_and_without_wait(
 
     # Without --wait: the Job fails on its own (rank 0 exited) and status names the same rank.
     rid = run_id()
-    res = cli(
+    res = deploy(
         cluster,
-        "deploy",
-        "-n",
         namespace,
-        "--run-id",
         rid,
         "--no-wait",
         "--world-size",
@@ -257,12 +228,9 @@ def test_a_node_going_notready_is_named_and_the_run_ended_at_once(
     thread = threading.Thread(target=break_node, daemon=True)
     thread.start()
     try:
-        res = cli(
+        res = deploy(
             cluster,
-            "deploy",
-            "-n",
             namespace,
-            "--run-id",
             rid,
             "--world-size",
             "2",
@@ -512,12 +480,9 @@ def test_logs_follow_waits_for_pending_pods_then_follows_them(
     rid = run_id()
     cluster.faults.delay_scheduling(3)
     try:
-        res = cli(
+        res = deploy(
             cluster,
-            "deploy",
-            "-n",
             namespace,
-            "--run-id",
             rid,
             "--no-wait",
             "--world-size",
@@ -580,12 +545,9 @@ def test_pod_security_refusing_the_pods_is_named_within_seconds(
     monkeypatch.setattr(cluster.store, "create", admit)
     rid = run_id()
     start = time.monotonic()
-    res = cli(
+    res = deploy(
         cluster,
-        "deploy",
-        "-n",
         namespace,
-        "--run-id",
         rid,
         "--network",
         "ib",

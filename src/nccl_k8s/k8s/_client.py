@@ -472,6 +472,16 @@ class KubeClient:
             **fields,
         ) from e
 
+    def _object(self, resp: httpx.Response, ask: _Ask) -> Obj:
+        """The response body as a JSON object, or the ClusterError saying it is not one."""
+        try:
+            out = _decode(resp)
+        except msgspec.DecodeError as e:
+            self._not_an_object(e, ask)
+        if not isinstance(out, dict):
+            self._not_an_object(TypeError(f"got {type(out).__name__}"), ask)
+        return out
+
     def _not_an_object(self, e: BaseException, ask: _Ask) -> NoReturn:
         raise ClusterError(
             f"{self.server} sent something that is not a Kubernetes object for {ask.verb} "
@@ -499,13 +509,7 @@ class KubeClient:
             resp = await self._send(br, ask, retry="reads")
         except NotFound:
             return None
-        try:
-            out = _decode(resp)
-        except msgspec.DecodeError as e:
-            self._not_an_object(e, ask)
-        if not isinstance(out, dict):
-            self._not_an_object(TypeError(f"got {type(out).__name__}"), ask)
-        return out
+        return self._object(resp, ask)
 
     async def list(
         self,
@@ -525,13 +529,7 @@ class KubeClient:
         items: list[Obj] = []
         while True:
             br = self._request("GET", kind, namespace=ns, params=params)
-            resp = await self._send(br, ask, retry="reads")
-            try:
-                body = _decode(resp)
-            except msgspec.DecodeError as e:
-                self._not_an_object(e, ask)
-            if not isinstance(body, dict):
-                self._not_an_object(TypeError(f"got {type(body).__name__}"), ask)
+            body = self._object(await self._send(br, ask, retry="reads"), ask)
             api_version = body.get("apiVersion")
             for item in body.get("items") or []:
                 # List items come without kind and apiVersion; callers read both.
@@ -666,12 +664,7 @@ class KubeClient:
         if kind not in _RESOURCES:
             raise ClusterError(f"cannot create a {kind}: not a kind this tool knows")
         br = self._request("POST", kind, namespace=ns, body=obj)
-        resp = await self._send(br, ask, retry="creates")
-        try:
-            out = _decode(resp)
-        except msgspec.DecodeError as e:
-            self._not_an_object(e, ask)
-        return dict(out)
+        return self._object(await self._send(br, ask, retry="creates"), ask)
 
     async def apply(self, obj: Obj, *, force: bool = False) -> Obj:
         """Server-side apply `obj` as field manager nccl-k8s; the object as the server has it.
@@ -693,11 +686,7 @@ class KubeClient:
             content_type="application/apply-patch+yaml",
             params={"force": "true" if force else None},
         )
-        resp = await self._send(br, ask, retry="reads")
-        try:
-            return dict(_decode(resp))
-        except msgspec.DecodeError as e:
-            self._not_an_object(e, ask)
+        return self._object(await self._send(br, ask, retry="reads"), ask)
 
     async def patch(
         self, kind: Kind, name: str, patch: Obj, *, namespace: str | None = None
@@ -718,10 +707,7 @@ class KubeClient:
             resp = await self._send(br, ask, retry="reads")
         except NotFound:
             return None
-        try:
-            return dict(_decode(resp))
-        except msgspec.DecodeError as e:
-            self._not_an_object(e, ask)
+        return self._object(resp, ask)
 
     async def create_namespace(self, name: str, *, labels: Mapping[str, str] | None = None) -> Obj:
         body: Obj = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
