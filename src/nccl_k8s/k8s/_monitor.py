@@ -44,11 +44,13 @@ from nccl_k8s.k8s._culprit import (
 from nccl_k8s.k8s._manifests import CONTAINER_NAME
 from nccl_k8s.k8s._outcomes import Created, Progress, ProgressFn, WaitOutcome
 from nccl_k8s.k8s._plumbing import (
+    WORKLOADS,
     ListWatch,
     delete_created,
     get_workload,
     namespace_of,
     no_run,
+    owned_by,
     rank_text,
     resolve_run,
     run_labels,
@@ -424,7 +426,7 @@ async def _check_scheduled(
         if workload is not None and not (workload.get("spec") or {}).get("suspend"):
             return RunFailed(
                 f"run {run_id}: {workload.get('kind')} {run_id} has created no pods after "
-                f"{elapsed:.0f}s and said nothing (no FailedCreate event): is its controller "
+                f"{elapsed:.0f}s and no FailedCreate event says why: is its controller "
                 f"running? (`kubectl describe {str(workload.get('kind')).lower()} {run_id} "
                 f"-n {namespace}`)"
             )
@@ -589,8 +591,14 @@ class _Ender:
         rid, ns = self.run_id, self.namespace
         if self.ending.delete is not None:
             gone = await delete_created(self.kc, ns, self.ending.delete)
+            workloads = {c.uid for c in self.ending.delete if c.kind in WORKLOADS}
             left = await wait_pods_gone(
-                self.kc, ns, {rid}, timeout_s=self.settings.end_timeout_s, watch=self.settings.watch
+                self.kc,
+                ns,
+                {rid},
+                timeout_s=self.settings.end_timeout_s,
+                watch=self.settings.watch,
+                which=lambda pod: owned_by(pod, workloads),  # not a stranger's labelled pod
             )
             what = ", ".join(gone) if gone else "nothing (it was gone already)"
             pods = (
