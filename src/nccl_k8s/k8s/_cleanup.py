@@ -75,7 +75,7 @@ def cleanup(
                 for obj in objs.get(kind, []):
                     name = str(obj["metadata"]["name"])
                     if not ours(obj, run_uids):
-                        skipped.append(f"{kind}/{name}: {_NOT_OURS}")
+                        skipped.append(f"{kind}/{name}: {_why_not(obj)}")
                         continue
                     if kind == "Pod":
                         continue  # its workload's deletion takes it (garbage collection)
@@ -111,6 +111,18 @@ def cleanup(
         return Cleaned(ns, touched, deleted, time.monotonic() - start, skipped)
 
     return run_sync(main, client)
+
+
+def _why_not(obj: Obj) -> str:
+    """Why an object with the run's labels is not deleted."""
+    owner = next(iter(obj["metadata"].get("ownerReferences") or []), None)
+    if owner is not None:
+        return (
+            f"owned by {owner.get('kind')}/{owner.get('name')} (uid {owner.get('uid')}), which is "
+            "not a workload nccl-k8s created here; its owner's deletion (or the garbage "
+            "collector, if that is gone) removes it"
+        )
+    return _NOT_OURS
 
 
 async def _labelled(
