@@ -245,17 +245,26 @@ def test_a_waiting_or_running_pod_has_no_problem() -> None:
 
 
 class FakeKube:
-    """What _monitor.follow_run asks of KubeClient, scripted per kind."""
+    """What _monitor.follow_run asks of KubeClient, scripted per kind (Events: none unless
+    scripted), with the nodes it may read and every write it is asked for."""
 
     server = "http://fake"
 
-    def __init__(self, scripts: dict[str, Script], logs: str = "") -> None:
+    def __init__(
+        self,
+        scripts: dict[str, Script],
+        logs: str | dict[str, str] = "",
+        nodes: dict[str, Obj] | None = None,
+    ) -> None:
         self.scripts = scripts
+        self.scripts.setdefault("Event", Script([([], "1")], []))
         self.log_text = logs
+        self.nodes = nodes or {}
+        self.writes: list[tuple[str, ...]] = []
 
     async def list(self, kind: str, **kw: Any) -> tuple[list[Obj], str]:
-        if kind == "Event":
-            return [], "1"
+        if kind == "Event" and set(kw.get("fields") or {}) != {"involvedObject.name"}:
+            return [], "1"  # the on-demand lookups (scheduling events); the watch is scripted
         return await self.scripts[kind].list()
 
     def watch(
@@ -264,22 +273,50 @@ class FakeKube:
         return self.scripts[kind].watch(resource_version)
 
     async def logs(self, name: str, **kw: Any) -> str:
+        if isinstance(self.log_text, dict):
+            return self.log_text.get(name, "")
         return self.log_text
+
+    async def get(self, kind: str, name: str, **kw: Any) -> Obj | None:
+        return self.nodes.get(name) if kind == "Node" else None
+
+    async def patch(self, kind: str, name: str, patch: Obj, **kw: Any) -> Obj:
+        self.writes.append(("patch", kind, name, repr(patch)))
+        return {}
+
+    async def delete(self, kind: str, name: str, **kw: Any) -> bool:
+        self.writes.append(("delete", kind, name, str(kw.get("uid"))))
+        return True
 
 
 def job(**status: Any) -> Obj:
     return {
         "kind": "Job",
-        "metadata": {"name": "r", "resourceVersion": "1"},
+        "metadata": {"name": "r", "resourceVersion": "1", "uid": "job-uid"},
         "spec": {"completions": 2, "backoffLimit": 0},
         "status": status,
     }
 
 
-def wait(kube: FakeKube, **settings: Any) -> WaitOutcome:
+def wait(
+    kube: FakeKube,
+    *,
+    ending: _monitor.Ending | None = None,
+    security: str | None = None,
+    **settings: Any,
+) -> WaitOutcome:
     s = WaitSettings(watch=FAST, tick_s=0.05, failure_settle_s=0.0, **settings)
     return asyncio.run(
-        _monitor.follow_run(kube, "ns", "r", expected=2, settings=s, progress=None)  # type: ignore[arg-type]
+        _monitor.follow_run(
+            kube,  # type: ignore[arg-type]
+            "ns",
+            "r",
+            expected=2,
+            settings=s,
+            progress=None,
+            ending=ending,
+            security=security,
+        )
     )
 
 
@@ -375,3 +412,211 @@ def test_within_times_out_and_cancels_what_it_waited_for() -> None:
         assert slow.cancelled()
 
     asyncio.run(main())
+
+
+# ---- the monitor ends what cannot succeed, and names it -----------------------------------------
+
+
+def kinds(pods: Script, jobs: Script | None = None, **more: Script) -> dict[str, Script]:
+    return {
+        "Pod": pods,
+        "Job": jobs or Script([([job()], "10")], []),
+        "StatefulSet": Script([([], "1")], []),
+        **more,
+    }
+
+
+def test_a_run_deleted_from_another_shell_is_said_at_once() -> None:
+    gone = job()
+    gone["metadata"]["resourceVersion"] = "11"
+    running = [pod("r-0-a", 0, phase="Running", node="n0")]
+    kube = FakeKube(
+        kinds(Script([(running, "10")], []), Script([([job()], "10")], [[("DELETED", gone)]]))
+    )
+    with pytest.raises(RunFailed) as info:
+        wait(kube, ending=_monitor.Ending(stop=True))
+    assert str(info.value) == (
+        "run r was deleted while this command waited for it: its Job is gone (`nccl-k8s "
+        "cleanup`, `kubectl delete` or its --ttl); nothing of it is left running"
+    )
+    assert kube.writes == []  # nothing to end: it is gone
+
+
+def test_failed_create_by_pod_security_names_the_level_and_the_profile() -> None:
+    event = {
+        "metadata": {"name": "r.1", "resourceVersion": "5"},
+        "reason": "FailedCreate",
+        "type": "Warning",
+        "involvedObject": {"kind": "Job", "name": "r", "uid": "job-uid"},
+        "message": 'Error creating: pods "r-0-x7k2p" is forbidden: violates PodSecurity '
+        '"baseline:latest": non-default capabilities (container "bench" must not include '
+        '"IPC_LOCK" in securityContext.capabilities.add)',
+        "lastTimestamp": "2026-12-03T05:00:01Z",
+    }
+    stale = dict(event, involvedObject={"kind": "Job", "name": "r", "uid": "an-older-job"})
+    stale["metadata"] = {"name": "r.0", "resourceVersion": "4"}
+    events = Script([([stale], "10")], [[("ADDED", event)]])
+    kube = FakeKube(kinds(Script([([], "10")], []), Event=events))
+    with pytest.raises(RunFailed) as info:
+        wait(kube, ending=_monitor.Ending(stop=True), security="rdma")
+    msg = str(info.value)
+    assert msg.startswith(
+        'run r: the Job cannot create its pods: Error creating: pods "r-0-x7k2p" is forbidden: '
+        'violates PodSecurity "baseline:latest"'
+    )
+    assert "Namespace ns enforces Pod Security level 'baseline'" in msg
+    assert "the pods of --security rdma violate it" in msg
+    # Stopped, not left to retry forever: the Job is made to fail, the reason recorded on it.
+    ((verb, kind, name, body),) = kube.writes
+    assert (verb, kind, name) == ("patch", "Job", "r") and "'activeDeadlineSeconds': 1" in body
+    assert "nccl-k8s/stopped-because" in body
+
+
+def lost_pod() -> Obj:
+    p = pod(
+        "r-1-b",
+        1,
+        phase="Failed",
+        node="n1",
+        containerStatuses=terminated(137),
+        reason="NodeLost",
+        message="Node n1 which was running pod r-1-b is unresponsive",
+        conditions=[{"type": "DisruptionTarget", "status": "True"}],
+    )
+    p["status"]["containerStatuses"][0]["state"]["terminated"]["startedAt"] = "t0"
+    return p
+
+
+def test_a_member_lost_with_its_node_ends_the_run_naming_the_node_and_deletes_it() -> None:
+    from nccl_k8s.k8s._outcomes import Created
+
+    replacement = pod("r-1-c", 1)  # what the Job made for it: it can never join the gang
+    replacement["metadata"]["creationTimestamp"] = "2026-12-03T05:00:09Z"
+    pods = Script(
+        [
+            ([pod("r-0-a", 0, phase="Running", node="n0"), lost_pod(), replacement], "10"),
+            ([], "30"),
+        ],
+        [],
+    )
+    not_ready = {
+        "metadata": {"name": "n1"},
+        "status": {
+            "conditions": [
+                {"type": "Ready", "status": "False", "reason": "KubeletNotReady", "message": "PLEG"}
+            ]
+        },
+    }
+    kube = FakeKube(kinds(pods), nodes={"n1": not_ready}, logs={"r-1-b": "step 7\n"})
+    created = [
+        Created("ConfigMap", "r-engine", "u1"),
+        Created("Service", "r", "u2"),
+        Created("Job", "r", "u3"),
+    ]
+    with pytest.raises(RunFailed) as info:
+        wait(kube, ending=_monitor.Ending(stop=True, delete=created))
+    msg = str(info.value)
+    assert msg.startswith(
+        "run r failed: rank 1 (pod r-1-b, node n1): its node n1 is NotReady (KubeletNotReady: "
+        "PLEG); the pod was lost with it (NodeLost: Node n1 which was running pod r-1-b is "
+        "unresponsive)"
+    )
+    assert info.value.node == "n1" and info.value.pod == "r-1-b"
+    assert (
+        "(deleted what this deploy created: Job/r, Service/r, ConfigMap/r-engine; its pods " in msg
+    )
+    assert [w[:4] for w in kube.writes] == [
+        ("delete", "Job", "r", "u3"),
+        ("delete", "Service", "r", "u2"),
+        ("delete", "ConfigMap", "r-engine", "u1"),
+    ]
+
+
+def test_the_engine_line_names_the_hung_rank_that_the_job_deleted() -> None:
+    line = (
+        'NCCL_K8S_FAULT {"v":1,"rank":0,"culprit":1,"host":"r-1","pid":7,'
+        '"reason":"no heartbeat for 30s","where":"all_reduce"}'
+    )
+    gave_up = pod("r-0-a", 0, phase="Failed", node="n0", containerStatuses=terminated(1))
+    gave_up["metadata"]["resourceVersion"] = "12"
+    hung = pod("r-1-b", 1, phase="Running", node="n1")
+    hung["spec"]["containers"] = [{"name": "bench", "args": ["--nproc-per-node=1"]}]
+    hung["status"]["containerStatuses"] = [{"name": "bench", "state": {"running": {}}}]
+    deleted = dict(hung, metadata=dict(hung["metadata"], resourceVersion="13"))
+    pods = Script(
+        [([pod("r-0-a", 0, phase="Running", node="n0"), hung], "10")],
+        [[("MODIFIED", gave_up), ("DELETED", deleted)]],
+    )
+    failed = job(conditions=[{"type": "Failed", "status": "True", "reason": "PodFailurePolicy"}])
+    failed["metadata"]["resourceVersion"] = "14"
+    jobs = Script([([job()], "10")], [[("MODIFIED", failed)]])
+    kube = FakeKube(kinds(pods, jobs), logs={"r-0-a": f"warming up\n{line}\n"})
+    with pytest.raises(RunFailed) as info:
+        wait(kube, ending=_monitor.Ending(stop=True))
+    msg = str(info.value)
+    assert msg.startswith(
+        "run r failed: rank 1 (pod r-1-b, node n1; global rank 1): stopped: no heartbeat for "
+        "30s (all_reduce); global rank 0 noticed: no heartbeat for 30s (all_reduce); then "
+        "rank 0 (pod r-0-a, node n0): exit code 1"
+    )
+    assert info.value.rank == 1 and info.value.global_rank == 1
+    # Ended either way: the Job failed on its own, or is made to (whichever the monitor saw).
+    assert "(the Job has ended and stopped its pods;" in msg or (
+        "(stopped its ranks: Job r is failed" in msg and kube.writes[0][:3] == ("patch", "Job", "r")
+    )
+
+
+def unschedulable(name: str, rank: int) -> Obj:
+    cond = {
+        "type": "PodScheduled",
+        "status": "False",
+        "reason": "Unschedulable",
+        "message": "0/4 nodes are available: 4 Insufficient nvidia.com/gpu.",
+    }
+    return pod(name, rank, conditions=[cond])
+
+
+def test_unschedulable_is_waited_for_until_the_schedule_timeout() -> None:
+    import time
+
+    pods = Script([([unschedulable("r-0-a", 0), unschedulable("r-1-b", 1)], "10")], [])
+    kube = FakeKube(kinds(pods))
+    start = time.monotonic()
+    with pytest.raises(RunFailed) as info:
+        wait(kube, schedule_timeout_s=0.6, ending=_monitor.Ending(stop=True))
+    assert time.monotonic() - start >= 0.6
+    assert str(info.value).startswith(
+        "run r cannot be scheduled: rank 0 (pod r-0-a), rank 1 (pod r-1-b): Unschedulable for "
+        "0.6s (--schedule-timeout): 0/4 nodes are available: 4 Insufficient nvidia.com/gpu. "
+        "(stopped its ranks: Job r is failed and deletes its pods;"
+    )
+
+
+def test_an_image_pull_error_is_waited_for_until_the_pull_timeout() -> None:
+    import time
+
+    backoff = pod(
+        "r-0-a",
+        0,
+        node="n0",
+        containerStatuses=[
+            {
+                "name": "bench",
+                "state": {
+                    "waiting": {
+                        "reason": "ImagePullBackOff",
+                        "message": 'Back-off pulling image "registry.example/pytorch:1"',
+                    }
+                },
+            }
+        ],
+    )
+    kube = FakeKube(kinds(Script([([backoff, pod("r-1-b", 1, node="n1")], "10")], [])))
+    start = time.monotonic()
+    with pytest.raises(RunFailed) as info:
+        wait(kube, pull_timeout_s=0.5)
+    assert time.monotonic() - start >= 0.5
+    assert str(info.value).startswith(
+        "run r: rank 0 (pod r-0-a, node n0) could not pull its image for 0.5s (--pull-timeout): "
+        'ImagePullBackOff: Back-off pulling image "registry.example/pytorch:1"'
+    )

@@ -10,10 +10,17 @@
          ├─ Conflict             409: the run's objects already exist, or another manager owns them
          ├─ Forbidden            403: RBAC denies a verb on a resource (both named)
          ├─ Expired              410: a watch's resourceVersion is too old; relist (internal)
-         └─ Unreachable          the server does not answer (refused, timed out, connection lost)
+         └─ Unreachable          the server does not answer (refused, timed out, connection lost);
+                                 exit 2 when it never answered this command (see below)
 
 Cluster errors are raised only by nccl_k8s.k8s._client, which translates the HTTP client's
-exceptions once, with messages a user can act on.
+exceptions once, with messages a user can act on, after retrying what is `transient` (5xx, 429,
+dropped connections) within a bound.
+
+Exit codes: a cluster error is 1 (the run or the request failed), except an API server that
+never answered this command at all (connection refused, no such host, connect timeout at the
+first request): the kubeconfig points nowhere, which is configuration, exit 2. A server that
+answered and then went away is 1.
 
 Exceptions carry fields, not just text, so callers can act on them.
 """
@@ -21,6 +28,7 @@ Exceptions carry fields, not just text, so callers can act on them.
 from __future__ import annotations
 
 import signal
+from typing import Any
 
 
 class NcclK8sError(Exception):
@@ -52,12 +60,16 @@ class RunFailed(NcclK8sError):
         pod: str | None = None,
         node: str | None = None,
         exit_status: int | None = None,
+        global_rank: int | None = None,
     ) -> None:
         super().__init__(message)
         self.rank = rank
+        """The pod's rank (Job completion index; its GPUs are ranks rank*G .. rank*G+G-1)."""
         self.pod = pod
         self.node = node
         self.exit_status = exit_status
+        self.global_rank = global_rank
+        """The process rank, when the engine named it (NCCL_K8S_FAULT lines)."""
 
 
 class ResultsError(NcclK8sError):
@@ -87,7 +99,8 @@ class Interrupted(NcclK8sError):
 class ClusterError(NcclK8sError):
     """The API server refused a request or could not be reached.
 
-    `status` is the HTTP status (None when no answer came), `verb` and `resource` what was
+    `status` is the HTTP status (None when no answer came), `reason` the Status reason the
+    server gave (AlreadyExists, Conflict, TooManyRequests ...), `verb` and `resource` what was
     asked (e.g. "create", "jobs"), `server` the API server URL.
     """
 
@@ -98,6 +111,7 @@ class ClusterError(NcclK8sError):
         message: str,
         *,
         status: int | None = None,
+        reason: str | None = None,
         verb: str | None = None,
         resource: str | None = None,
         namespace: str | None = None,
@@ -106,11 +120,18 @@ class ClusterError(NcclK8sError):
     ) -> None:
         super().__init__(message)
         self.status = status
+        self.reason = reason
         self.verb = verb
         self.resource = resource
         self.namespace = namespace
         self.name = name
         self.server = server
+
+    @property
+    def transient(self) -> bool:
+        """Worth asking again: the server was overloaded or failed inside (429, 500, 502, 503,
+        504) or the connection dropped; a retry after a pause may succeed."""
+        return self.status in TRANSIENT_STATUS
 
 
 class NotFound(ClusterError):
@@ -130,10 +151,28 @@ class Expired(ClusterError):
 
 
 class Unreachable(ClusterError):
-    """No answer from the API server: connection refused, timed out, or dropped mid-stream."""
+    """No answer from the API server: connection refused, timed out, or dropped mid-stream.
+
+    `reached` says whether the server had answered this command before: False means the
+    kubeconfig points at nothing that answers (exit 2, configuration); True means it went away
+    (exit 1)."""
+
+    def __init__(self, message: str, *, reached: bool = True, **fields: Any) -> None:
+        super().__init__(message, **fields)
+        self.reached = reached
+        self.exit_code = 1 if reached else 2
+
+    @property
+    def transient(self) -> bool:
+        return self.reached
+
+
+#: HTTP statuses a retry may cure: rate limiting and the server's (or a proxy's) own failures.
+TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
 
 
 __all__ = [
+    "TRANSIENT_STATUS",
     "ClusterError",
     "Conflict",
     "Expired",

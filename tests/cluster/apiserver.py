@@ -281,7 +281,8 @@ class APIServer:
                 raise fault
             self._dispatch(h, method, path, q, body)
         except ApiError as e:
-            h.send_json(e.code, e.status())
+            after = e.details.get("retryAfterSeconds")
+            h.send_json(e.code, e.status(), headers={"Retry-After": str(after)} if after else None)
         except (BrokenPipeError, ConnectionResetError):
             h.close_connection = True
         except Exception as e:
@@ -349,7 +350,9 @@ class APIServer:
 
     def _fault_endpoint(self, h: _Handler, method: str, path: str, body: bytes) -> None:
         """The control endpoint for a cluster run by hand (python -m tests.cluster):
-        POST /_test/faults/requests {"pathRegex", "status", "count", "method"}, DELETE to clear;
+        POST /_test/faults/requests {"pathRegex", "status", "count", "method",
+        "retryAfterSeconds"} (or "delaySeconds" instead of "status": hold, then serve), DELETE to
+        clear;
         POST /_test/faults/kill-pod {"namespace", "pod"}; POST /_test/faults/node-ready
         {"node", "ready"}; POST /_test/faults/scheduling-delay {"seconds"}."""
         what = path.removeprefix("/_test/faults/")
@@ -361,12 +364,21 @@ class APIServer:
             raise errors.method_not_allowed(f"{method} {path}: use POST")
         try:
             args = json.loads(body or b"{}")
-            if what == "requests":
+            if what == "requests" and "delaySeconds" in args:
+                self.faults.delay_requests(
+                    args["pathRegex"],
+                    float(args["delaySeconds"]),
+                    int(args.get("count", 1)),
+                    args.get("method"),
+                )
+            elif what == "requests":
+                after = args.get("retryAfterSeconds")
                 self.faults.fail_requests(
                     args["pathRegex"],
                     int(args["status"]),
                     int(args.get("count", 1)),
                     args.get("method"),
+                    retry_after_s=int(after) if after is not None else None,
                 )
             elif what == "kill-pod":
                 self.faults.kill_pod(args.get("namespace", "default"), args["pod"])
@@ -785,7 +797,7 @@ class APIServer:
 
     def _delete_options(
         self, h: _Handler, q: dict[str, str], body: bytes
-    ) -> tuple[str, int | None]:
+    ) -> tuple[str, int | None, dict[str, str] | None]:
         opts: Obj = {}
         if body:
             try:
@@ -798,17 +810,22 @@ class APIServer:
         grace = _int(q, "gracePeriodSeconds")
         if grace is None and opts.get("gracePeriodSeconds") is not None:
             grace = int(opts["gracePeriodSeconds"])
-        return propagation, grace
+        return propagation, grace, opts.get("preconditions") or None
 
     def _delete(self, h: _Handler, route: _Route, q: dict[str, str], body: bytes) -> None:
         ri = route.ri
         assert route.name is not None
-        propagation, grace = self._delete_options(h, q, body)
+        propagation, grace, preconditions = self._delete_options(h, q, body)
         if q.get("dryRun"):
             self._send_obj(h, 200, self.store.get(ri.plural, route.namespace, route.name))
             return
         out = self.store.delete(
-            ri.plural, route.namespace, route.name, propagation=propagation, grace_period_s=grace
+            ri.plural,
+            route.namespace,
+            route.name,
+            propagation=propagation,
+            grace_period_s=grace,
+            preconditions=preconditions,
         )
         if out["metadata"].get("deletionTimestamp") and ri.plural == "pods":
             self._send_obj(h, 200, out)
@@ -836,7 +853,7 @@ class APIServer:
         self, h: _Handler, route: _Route, q: dict[str, str], body: bytes
     ) -> None:
         ri = route.ri
-        propagation, grace = self._delete_options(h, q, body)
+        propagation, grace, _ = self._delete_options(h, q, body)
         items, _rv = self.store.list(
             ri.plural,
             route.namespace,
@@ -1100,11 +1117,15 @@ class _Handler(BaseHTTPRequestHandler):
                 self.rfile.readline()
         return b""
 
-    def send_json(self, code: int, obj: Any) -> None:
-        self.send_bytes(code, "application/json", json.dumps(obj).encode())
+    def send_json(self, code: int, obj: Any, *, headers: dict[str, str] | None = None) -> None:
+        self.send_bytes(code, "application/json", json.dumps(obj).encode(), headers=headers)
 
-    def send_bytes(self, code: int, ctype: str, data: bytes) -> None:
+    def send_bytes(
+        self, code: int, ctype: str, data: bytes, *, headers: dict[str, str] | None = None
+    ) -> None:
         self.send_response(code)
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(data)))
         self.send_header("Cache-Control", "no-cache, private")

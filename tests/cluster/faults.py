@@ -2,7 +2,8 @@
 
 Request faults (owned here) make the API server answer the next N matching requests with a
 `Status` of a chosen code before it touches the store, so a test can show how a client copes with
-500s, 403s or 409s. Pod, node and scheduling faults are B's (kubelet, scheduler); `Faults` only
+500s, 403s, 409s or a 429 with Retry-After; or hold them for a while before serving them, so a
+test can make two clients' requests interleave in a chosen order. Pod, node and scheduling faults are B's (kubelet, scheduler); `Faults` only
 forwards to them so tests find every knob in one place: `cluster.faults`.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 import re
 import signal
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -20,10 +22,13 @@ from tests.cluster.errors import REASONS, ApiError
 @dataclass
 class _Rule:
     pattern: re.Pattern[str]
-    status: int
+    status: int | None
+    """None: serve the request (after `delay_s`)."""
     remaining: int
     method: str | None
     message: str
+    delay_s: float = 0.0
+    retry_after_s: int | None = None
 
 
 class _Kubelet(Protocol):
@@ -53,10 +58,13 @@ class Faults:
         method: str | None = None,
         *,
         message: str | None = None,
+        retry_after_s: int | None = None,
     ) -> None:
         """Answer the next `count` requests whose URL path matches `path_regex` (re.search,
         query string excluded) and, if given, whose HTTP `method` matches, with a Status of
-        code `status` (500, 403, 409, ...). Rules are consumed in the order they were added."""
+        code `status` (500, 403, 409, ...). Rules are consumed in the order they were added.
+        `retry_after_s` adds what kube-apiserver sends with a 429: a `Retry-After` header and
+        the Status' `details.retryAfterSeconds`."""
         if count < 1:
             raise ValueError(f"count must be >= 1, got {count}")
         with self._lock:
@@ -67,6 +75,27 @@ class Faults:
                     count,
                     method.upper() if method else None,
                     message or f"injected fault: {status} {REASONS.get(status, 'Error')}",
+                    retry_after_s=retry_after_s,
+                )
+            )
+
+    def delay_requests(
+        self, path_regex: str, seconds: float, count: int = 1, method: str | None = None
+    ) -> None:
+        """Hold the next `count` matching requests (as `fail_requests` matches them) for
+        `seconds` before serving them normally: a slow link or a loaded server, and the way a
+        test makes another client's request overtake this one."""
+        if count < 1:
+            raise ValueError(f"count must be >= 1, got {count}")
+        with self._lock:
+            self._rules.append(
+                _Rule(
+                    re.compile(path_regex),
+                    None,
+                    count,
+                    method.upper() if method else None,
+                    "",
+                    delay_s=seconds,
                 )
             )
 
@@ -81,7 +110,8 @@ class Faults:
             return sum(r.remaining for r in self._rules)
 
     def take(self, method: str, path: str) -> ApiError | None:
-        """The API server calls this first for every request: the error to answer, if any."""
+        """The API server calls this first for every request (on the request's own thread):
+        the error to answer, if any, after holding the request when a delay rule says so."""
         with self._lock:
             for rule in self._rules:
                 if rule.method and rule.method != method.upper():
@@ -92,8 +122,17 @@ class Faults:
                 if rule.remaining <= 0:
                     self._rules.remove(rule)
                 self.injected += 1
-                return ApiError(rule.status, REASONS.get(rule.status, "Unknown"), rule.message)
-        return None
+                break
+            else:
+                return None
+        if rule.delay_s:
+            time.sleep(rule.delay_s)
+        if rule.status is None:
+            return None
+        details = {"retryAfterSeconds": rule.retry_after_s} if rule.retry_after_s else None
+        return ApiError(
+            rule.status, REASONS.get(rule.status, "Unknown"), rule.message, details=details
+        )
 
     # ---- forwarded to B's parts ------------------------------------------------------------
 

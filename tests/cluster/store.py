@@ -559,9 +559,12 @@ class Store:
         *,
         propagation: str = "Background",
         grace_period_s: int | None = None,
+        preconditions: dict[str, str] | None = None,
     ) -> Obj:
         """Delete, gracefully for bound pods (the kubelet finalizes), cascading to dependents.
 
+        `preconditions` ({"uid": ..., "resourceVersion": ...}, DeleteOptions' field) must match
+        the object or nothing is deleted: 409 Conflict "Precondition failed", as kube-apiserver.
         Returns the object as it is now: with deletionTimestamp if it lingers, else as it was.
         """
         ri = info(resource)
@@ -572,6 +575,17 @@ class Store:
             current = self._objects[resource].get(key)
             if current is None:
                 raise errors.not_found(resource, name, ri.group)
+            for field, label in (("uid", "UID"), ("resourceVersion", "ResourceVersion")):
+                want = (preconditions or {}).get(field)
+                have = current["metadata"].get(field)
+                if want is not None and want != have:
+                    raise errors.conflict(
+                        resource,
+                        name,
+                        f"Precondition failed: {label} in precondition: {want}, {label} in "
+                        f"object meta: {have}",
+                        ri.group,
+                    )
             if resource == "pods" and self._graceful(current, grace_period_s):
                 grace = self._grace(current, grace_period_s)
                 meta = current["metadata"]

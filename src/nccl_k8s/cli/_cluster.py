@@ -2,7 +2,8 @@
 
 No logic here: one function of nccl_k8s.k8s does the work; this module prints what it returns.
 Every command takes kubectl's -n/--namespace, --context, --kubeconfig and acts on `--run ID` or,
-without it, the latest run in the namespace.
+without it, the latest run in the namespace (cleanup excepted: it needs --run or --all, or asks
+on a terminal).
 """
 
 from __future__ import annotations
@@ -128,7 +129,8 @@ def logs_command(
     context: Context = None,
     kubeconfig: Kubeconfig = None,
 ) -> None:
-    """Every pod's log, each line prefixed by its rank (`\\[rank 0] ...`)."""
+    """Every pod's log, each line prefixed by its rank (`\\[rank 0] ...`). With -f, pods that
+    have not started are waited for (why they wait goes to stderr) and followed once they run."""
     from nccl_k8s import k8s
 
     if tail is not None and tail < 0:
@@ -138,6 +140,9 @@ def logs_command(
         out.file.write(f"[rank {'?' if r is None else r}] {text}\n")
         out.file.flush()
 
+    def waiting(r: int | None, text: str) -> None:
+        err.print(f"[rank {'?' if r is None else r}] ({text})", markup=False, highlight=False)
+
     k8s.logs(
         run,
         client=client_settings(kubeconfig, context),
@@ -146,6 +151,7 @@ def logs_command(
         follow=follow,
         tail=tail,
         on_line=line,
+        on_wait=waiting,
     )
 
 
@@ -172,6 +178,7 @@ def results_command(
     fmt = output_format(output)
     if concurrency < 1:
         raise UsageError(f"--concurrency {concurrency}: expected >= 1", key="--concurrency")
+    _check_runs_dir()
     got = k8s.collect(
         run,
         client=client_settings(kubeconfig, context),
@@ -202,9 +209,43 @@ def results_command(
         raise typer.Exit(1)
 
 
+def _check_runs_dir() -> None:
+    """The runs directory can take a run's files, checked before anything is fetched."""
+    import tempfile
+
+    from nccl_k8s.results.store import runs_dir
+
+    where = runs_dir()
+    try:
+        where.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=where):
+            pass
+    except OSError as e:
+        raise UsageError(
+            f"runs directory {where}: cannot write there ({e.strerror or e}): set "
+            "NCCL_K8S_RUNS_DIR to a writable directory (nothing was fetched)",
+            key="NCCL_K8S_RUNS_DIR",
+        ) from e
+
+
+def _interactive() -> bool:
+    """Whether a person can answer a question (stdin and stderr are terminals)."""
+    import sys
+
+    return sys.stdin.isatty() and err.is_terminal
+
+
+CleanupRun = Annotated[
+    str | None,
+    typer.Option(
+        "--run", metavar="ID", help="The run to delete (or --all; asked for on a terminal)."
+    ),
+]
+
+
 @handle_errors
 def cleanup_command(
-    run: RunId = None,
+    run: CleanupRun = None,
     all_runs: Annotated[
         bool, typer.Option("--all", help="Every nccl-k8s run in the namespace.")
     ] = False,
@@ -218,20 +259,43 @@ def cleanup_command(
     context: Context = None,
     kubeconfig: Kubeconfig = None,
 ) -> None:
-    """Delete a run's objects (only those labelled by nccl-k8s) and wait until its pods are gone."""
+    """Delete what nccl-k8s created for a run (`--run ID`) or every run (`--all`), and wait until
+    its pods are gone. Objects that only carry the run's labels are skipped and listed."""
     from nccl_k8s import k8s
 
     if all_runs and run is not None:
         raise UsageError("--run and --all: give one of them", key="--all")
+    wait_s = seconds("--timeout", timeout) or 120.0
+    settings = client_settings(kubeconfig, context)
+    if run is None and not all_runs:
+        if not _interactive():
+            raise UsageError(
+                "cleanup: expected --run ID or --all (`nccl-k8s list` shows the runs)",
+                key="--run",
+            )
+        runs = k8s.list_runs(client=settings, namespace=namespace)
+        if not runs:
+            err.print("no nccl-k8s runs in this namespace", markup=False)
+            return
+        run = runs[-1].run_id
+        where = f"namespace {namespace}" if namespace else "the context's namespace"
+        if not typer.confirm(f"delete run {run} (the latest) in {where}?", err=True):
+            err.print("nothing deleted", markup=False)
+            return
     done = k8s.cleanup(
         run,
-        client=client_settings(kubeconfig, context),
+        client=settings,
         namespace=namespace,
         all_runs=all_runs,
-        timeout_s=seconds("--timeout", timeout) or 120.0,
+        timeout_s=wait_s,
     )
+    for what in done.skipped:
+        err.print(f"skipped {what}", markup=False, highlight=False)
     if not done.run_ids:
-        err.print(f"no nccl-k8s runs in namespace {done.namespace}", markup=False)
+        if done.skipped:
+            err.print(f"nothing deleted in {done.namespace}", markup=False)
+        else:
+            err.print(f"no nccl-k8s runs in namespace {done.namespace}", markup=False)
         return
     err.print(
         f"deleted {', '.join(done.run_ids)} in {done.namespace} ({len(done.deleted)} objects, "

@@ -101,8 +101,23 @@ ScheduleTimeout = Annotated[
         "--schedule-timeout",
         metavar="DURATION",
         help=with_default(
-            "Fail when no scheduler has touched the pods after this long.",
+            "How long pods may stay unscheduled (Unschedulable is normal while an autoscaler "
+            "adds nodes); then the run fails with the scheduler's message.",
             duration_text(_wait_defaults().schedule_timeout_s),
+        ),
+        show_default=False,
+        rich_help_panel=CLUSTER,
+    ),
+]
+PullTimeout = Annotated[
+    str | None,
+    typer.Option(
+        "--pull-timeout",
+        metavar="DURATION",
+        help=with_default(
+            "How long a pod may retry pulling its image (ErrImagePull, ImagePullBackOff); "
+            "then the run fails with the kubelet's message.",
+            duration_text(_wait_defaults().pull_timeout_s),
         ),
         show_default=False,
         rich_help_panel=CLUSTER,
@@ -110,15 +125,20 @@ ScheduleTimeout = Annotated[
 ]
 
 
-def _wait_settings(timeout: str | None, schedule_timeout: str | None) -> Any:
+def _wait_settings(
+    timeout: str | None, schedule_timeout: str | None, pull_timeout: str | None
+) -> Any:
     import dataclasses
 
     settings = _wait_defaults()
     changes: dict[str, float] = {}
-    if timeout is not None:
-        changes["timeout_s"] = seconds("--timeout", timeout) or 0.0
-    if schedule_timeout is not None:
-        changes["schedule_timeout_s"] = seconds("--schedule-timeout", schedule_timeout) or 0.0
+    for flag, field, value in (
+        ("--timeout", "timeout_s", timeout),
+        ("--schedule-timeout", "schedule_timeout_s", schedule_timeout),
+        ("--pull-timeout", "pull_timeout_s", pull_timeout),
+    ):
+        if value is not None:
+            changes[field] = seconds(flag, value) or 0.0
     return dataclasses.replace(settings, **changes)
 
 
@@ -144,6 +164,16 @@ def deploy_command(
     ] = True,
     timeout: Timeout = None,
     schedule_timeout: ScheduleTimeout = None,
+    pull_timeout: PullTimeout = None,
+    keep_on_failure: Annotated[
+        bool,
+        typer.Option(
+            "--keep-on-failure",
+            help="When the followed run fails, stop its ranks but keep its objects (for "
+            "status and logs) instead of deleting them.",
+            rich_help_panel=CLUSTER,
+        ),
+    ] = False,
     create_namespace: Annotated[
         bool,
         typer.Option(
@@ -155,10 +185,12 @@ def deploy_command(
     context: Context = None,
     kubeconfig: Kubeconfig = None,
 ) -> None:
-    """Deploy a run: apply the objects `render` prints, then follow it until it ends."""
+    """Deploy a run: create the objects `render` prints, then follow it until it ends. A run
+    that fails while followed is ended: what the deploy created is deleted (--keep-on-failure:
+    its ranks stopped, its objects kept)."""
     from nccl_k8s import k8s
 
-    settings = _wait_settings(timeout, schedule_timeout)
+    settings = _wait_settings(timeout, schedule_timeout, pull_timeout)
 
     def deployed(d: Any) -> None:
         made = " (namespace created)" if d.created_namespace else ""
@@ -176,6 +208,7 @@ def deploy_command(
             create_namespace=create_namespace,
             wait=wait,
             wait_settings=settings,
+            keep_on_failure=keep_on_failure,
             progress=live,
             on_deployed=deployed,
         )
@@ -191,20 +224,23 @@ def wait_command(
     run: RunId = None,
     timeout: Timeout = None,
     schedule_timeout: ScheduleTimeout = None,
+    pull_timeout: PullTimeout = None,
     namespace: Namespace = None,
     context: Context = None,
     kubeconfig: Kubeconfig = None,
 ) -> None:
-    """Follow a run already deployed (after --no-wait or Ctrl-C) until it ends, as deploy does."""
+    """Follow a run already deployed (after --no-wait or Ctrl-C) until it ends, as deploy does;
+    a run that fails is named the same way and its ranks stopped (its objects are kept)."""
     from nccl_k8s import k8s
 
+    settings = _wait_settings(timeout, schedule_timeout, pull_timeout)
     live = _LiveSummary()
     try:
         outcome = k8s.wait(
             run,
             client=client_settings(kubeconfig, context),
             namespace=namespace,
-            settings=_wait_settings(timeout, schedule_timeout),
+            settings=settings,
             progress=live,
         )
     finally:

@@ -1,21 +1,30 @@
-"""deploy: apply the run's objects (all or nothing), then optionally follow it."""
+"""deploy: create the run's objects (all or nothing), then optionally follow it.
+
+Ownership of a run id is decided by the API server, not by a check before writing: every object
+is created (POST), never applied, so an object of that name already there is a 409
+AlreadyExists and this deploy stops. Two deploys of one run id whose requests interleave cannot
+both succeed: the one whose create comes second fails and rolls back only what it created
+itself, each delete carrying the uid the server gave that object (a precondition), so nothing
+of the winner's is touched. The 409 says "run X already exists" only when the object there is
+one of a run's; otherwise it names the object that is in the way.
+"""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
+import copy
 import dataclasses
 from collections.abc import Callable
 
 from nccl_k8s.errors import ClusterError, Conflict, Forbidden, UsageError
 from nccl_k8s.k8s._client import ClientSettings, KubeClient
-from nccl_k8s.k8s._manifests import attach_owner, render
-from nccl_k8s.k8s._monitor import follow_run
-from nccl_k8s.k8s._outcomes import Deployed, ProgressFn, WaitOutcome
-from nccl_k8s.k8s._plumbing import run_sync
+from nccl_k8s.k8s._manifests import APP_NAME, attach_owner, render
+from nccl_k8s.k8s._monitor import Ending, follow_run
+from nccl_k8s.k8s._outcomes import Created, Deployed, ProgressFn, WaitOutcome
+from nccl_k8s.k8s._plumbing import WORKLOADS, delete_created, run_sync
 from nccl_k8s.k8s._settings import WaitSettings
 from nccl_k8s.k8s._types import Obj
-from nccl_k8s.spec import RunSpec
+from nccl_k8s.spec import LABEL_INSTANCE, LABEL_NAME, RunSpec
 
 
 def deploy(
@@ -25,10 +34,17 @@ def deploy(
     create_namespace: bool = False,
     wait: bool = True,
     wait_settings: WaitSettings | None = None,
+    keep_on_failure: bool = False,
     progress: ProgressFn | None = None,
     on_deployed: Callable[[Deployed], None] | None = None,
 ) -> tuple[Deployed, WaitOutcome | None]:
-    """Apply the run's objects; with `wait`, follow it until it ends (RunFailed when it fails)."""
+    """Create the run's objects; with `wait`, follow it until it ends.
+
+    A run that fails while followed (a rank failed or was lost, pods unschedulable past the
+    schedule timeout, the Job cannot create pods) is ended: what this deploy created is deleted
+    (and its pods waited for), or with `keep_on_failure` kept with its ranks stopped; RunFailed
+    says which. When waiting itself fails (the API server goes away), the ClusterError says the
+    run keeps going and how to follow it again."""
 
     async def main(kc: KubeClient) -> tuple[Deployed, WaitOutcome | None]:
         deployed = await _deploy(kc, spec, create_namespace=create_namespace)
@@ -36,17 +52,34 @@ def deploy(
             on_deployed(deployed)
         if not wait:
             return deployed, None
-        outcome = await follow_run(
-            kc,
-            deployed.namespace,
-            spec.run_id,
-            expected=spec.nodes,
-            settings=wait_settings or WaitSettings(),
-            progress=progress,
-        )
+        ending = Ending(stop=True, delete=None if keep_on_failure else deployed.created)
+        try:
+            outcome = await follow_run(
+                kc,
+                deployed.namespace,
+                spec.run_id,
+                expected=spec.nodes,
+                settings=wait_settings or WaitSettings(),
+                progress=progress,
+                ending=ending,
+                security=spec.security,
+            )
+        except ClusterError as e:
+            raise _still_running(e, deployed) from e
         return deployed, outcome
 
     return run_sync(main, client)
+
+
+def _still_running(e: ClusterError, d: Deployed) -> ClusterError:
+    """The same error, saying that the run it was following goes on without it."""
+    out = copy.copy(e)
+    out.args = (
+        f"{e}; waiting gave up, but run {d.run_id} was deployed and keeps running: "
+        f"`nccl-k8s wait --run {d.run_id} -n {d.namespace}` follows it again, "
+        f"`nccl-k8s cleanup --run {d.run_id} -n {d.namespace}` removes it",
+    )
+    return out
 
 
 async def _deploy(kc: KubeClient, spec: RunSpec, *, create_namespace: bool) -> Deployed:
@@ -54,12 +87,11 @@ async def _deploy(kc: KubeClient, spec: RunSpec, *, create_namespace: bool) -> D
     spec = dataclasses.replace(spec, namespace=namespace)
     objs = render(spec)  # pure; same objects `render` prints
 
-    # Everything that can be checked is checked before the first write.
     ns_known = True
     try:
         ns_obj = await kc.get("Namespace", namespace)
     except Forbidden:
-        ns_known, ns_obj = False, None  # many users may not read namespaces; apply will tell
+        ns_known, ns_obj = False, None  # many users may not read namespaces; create will tell
     must_create = ns_known and ns_obj is None
     if must_create and not create_namespace:
         raise UsageError(
@@ -67,55 +99,91 @@ async def _deploy(kc: KubeClient, spec: RunSpec, *, create_namespace: bool) -> D
             "namespace ...) or pass --create-namespace",
             key="--namespace",
         )
-    if not must_create:
-        taken = await asyncio.gather(
-            *(kc.get(o["kind"], o["metadata"]["name"], namespace=namespace) for o in objs)
-        )
-        clash = [o for o, got in zip(objs, taken, strict=True) if got is not None]
-        if clash:
-            names = ", ".join(f"{o['kind']}/{o['metadata']['name']}" for o in clash)
-            raise Conflict(
-                f"run {spec.run_id} already exists in namespace {namespace}: use --run-id or "
-                f"cleanup ({names})",
-                status=409,
-                verb="apply",
-                namespace=namespace,
-                name=spec.run_id,
-                server=kc.server,
-            )
 
-    created: list[Obj] = []
-    created_ns = False
+    created: list[Created] = []
     try:
         if must_create:
-            await kc.create_namespace(namespace)
-            created_ns = True
-        applied: Obj | None = None
+            try:
+                made = await kc.create_namespace(namespace)
+                created.append(Created("Namespace", namespace, made["metadata"]["uid"]))
+            except Conflict as e:
+                if e.reason != "AlreadyExists":
+                    raise  # AlreadyExists: another deploy made it meanwhile; use it
+        workload: Obj | None = None
         for obj in objs:
-            applied = await kc.apply(obj)
-            created.append(obj)
-        assert applied is not None  # render always ends with the workload
-        # The ConfigMap and Service now get an ownerReference to the workload (whose uid only
-        # exists now), so deleting the workload cascades to them.
-        for obj in attach_owner(objs, applied)[:-1]:
-            await kc.apply(obj, force=True)
+            try:
+                made = await kc.create(obj)
+            except Conflict as e:
+                if e.reason == "AlreadyExists":
+                    raise await _taken(kc, spec, obj, e) from e
+                raise
+            created.append(Created(made["kind"], made["metadata"]["name"], made["metadata"]["uid"]))
+            if made["kind"] in WORKLOADS:
+                workload = made
+        assert workload is not None  # render always includes the workload
+        # The other objects get an ownerReference to the workload (whose uid exists only now),
+        # so that deleting the workload, by hand or by its TTL, takes them along.
+        for obj in attach_owner(objs, workload):
+            if obj["kind"] in WORKLOADS:
+                continue
+            refs = obj["metadata"]["ownerReferences"]
+            await kc.patch(
+                obj["kind"],
+                obj["metadata"]["name"],
+                {"metadata": {"ownerReferences": refs}},
+                namespace=namespace,
+            )
     except BaseException:
-        await _undo(kc, namespace, created, created_ns)
+        await delete_created(kc, namespace, created)
         raise
     return Deployed(
         run_id=spec.run_id,
         namespace=namespace,
         objects=[f"{o['kind']}/{o['metadata']['name']}" for o in objs],
-        created_namespace=created_ns,
+        created_namespace=any(c.kind == "Namespace" for c in created),
+        created=created,
     )
 
 
-async def _undo(kc: KubeClient, namespace: str, created: list[Obj], created_ns: bool) -> None:
-    """Remove what a failed deploy created, newest first; a failure here must not hide the
-    original error, so each delete is best effort."""
-    for obj in reversed(created):
-        with contextlib.suppress(ClusterError):
-            await kc.delete(obj["kind"], obj["metadata"]["name"], namespace=namespace)
-    if created_ns:
-        with contextlib.suppress(ClusterError):
-            await kc.delete("Namespace", namespace)
+async def _taken(kc: KubeClient, spec: RunSpec, obj: Obj, e: Conflict) -> Conflict:
+    """The 409 of a create, worded by what is actually there."""
+    kind, name = obj["kind"], obj["metadata"]["name"]
+    ns = spec.namespace
+    there: Obj | None = None
+    with contextlib.suppress(ClusterError):
+        there = await kc.get(kind, name, namespace=ns)
+    labels = (there or {}).get("metadata", {}).get("labels") or {}
+    fields = {
+        "status": 409,
+        "reason": "AlreadyExists",
+        "verb": "create",
+        "resource": e.resource,
+        "namespace": ns,
+        "name": name,
+        "server": kc.server,
+    }
+    if there is not None and labels.get(LABEL_NAME) == APP_NAME:
+        owner = labels.get(LABEL_INSTANCE)
+        if owner == spec.run_id:
+            return Conflict(
+                f"run {spec.run_id} already exists in namespace {ns}: use --run-id or cleanup "
+                f"({kind} {name} is part of it); nothing was changed",
+                **fields,
+            )
+        return Conflict(
+            f"{kind} {name} in namespace {ns} belongs to nccl-k8s run {owner}, not to "
+            f"{spec.run_id}: use another --run-id; nothing was changed",
+            **fields,
+        )
+    if there is None:
+        return Conflict(
+            f"{kind} {name} appeared in namespace {ns} while this deploy ran and is gone again "
+            "(another deploy of the same run id, rolled back?): deploy again; nothing was "
+            "changed",
+            **fields,
+        )
+    return Conflict(
+        f"{kind} {name} already exists in namespace {ns} and is not part of an nccl-k8s run "
+        f"(it has no {LABEL_NAME}={APP_NAME} label): use another --run-id; nothing was changed",
+        **fields,
+    )

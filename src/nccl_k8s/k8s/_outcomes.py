@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from nccl_k8s.k8s._pods import PodInfo
+from nccl_k8s.k8s._types import Kind
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,12 +58,27 @@ class Progress:
 
 
 @dataclasses.dataclass(frozen=True)
+class Created:
+    """One object a deploy created, by uid: what its roll-back (or a failed run's ending) may
+    delete, and nothing else of that name."""
+
+    kind: Kind
+    name: str
+    uid: str
+
+    def __str__(self) -> str:
+        return f"{self.kind}/{self.name}"
+
+
+@dataclasses.dataclass(frozen=True)
 class Deployed:
     run_id: str
     namespace: str
     objects: list[str]
-    """`Kind/name` of every object applied, in order."""
+    """`Kind/name` of every object created, in order."""
     created_namespace: bool = False
+    created: list[Created] = dataclasses.field(default_factory=list)
+    """What this deploy created (the namespace first when it made one), with uids."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,6 +111,9 @@ class Cleaned:
     deleted: list[str]
     """`Kind/name` of every object deleted."""
     elapsed_s: float
+    skipped: list[str] = dataclasses.field(default_factory=list)
+    """`Kind/name: why` of every object that carries a run's labels but that nccl-k8s did not
+    create (no nccl-k8s field manager, no owner reference to the run's workload): untouched."""
 
 
 ProgressFn = Callable[[Progress], None]

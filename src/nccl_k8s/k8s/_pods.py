@@ -17,11 +17,13 @@ from nccl_k8s.k8s._types import Obj, PodPhase
 
 PHASES: tuple[PodPhase, ...] = ("Pending", "Running", "Succeeded", "Failed")
 
+#: Waiting reasons of a container that may resolve by waiting: a registry hiccup is normal on a
+#: large cluster, and the kubelet retries the pull. A problem, but a patient one (`transient`):
+#: deploy waits --pull-timeout for it before it fails the run.
+PULL_WAITING = frozenset({"ErrImagePull", "ImagePullBackOff"})
 #: Waiting reasons that will not resolve by waiting: the run has failed.
 FATAL_WAITING = frozenset(
     {
-        "ErrImagePull",
-        "ImagePullBackOff",
         "InvalidImageName",
         "ErrImageNeverPull",
         "CreateContainerConfigError",
@@ -44,6 +46,9 @@ class Problem:
     """What to tell the user (the scheduler's message, the exit code and signal ...)."""
     exit_code: int | None = None
     finished_at: str | None = None
+    transient: bool = False
+    """It may resolve by waiting (Unschedulable: an autoscaler may add a node; an image pull
+    error: the kubelet retries), so deploy gives it a bounded patience rather than failing."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,6 +112,9 @@ def pod_problem(pod: Obj) -> Problem | None:
         state = cs.get("state") or {}
         waiting = state.get("waiting") or {}
         reason = waiting.get("reason")
+        if reason in PULL_WAITING:
+            message = waiting.get("message") or reason
+            return Problem(reason, f"{reason}: {message}", transient=True)
         if reason in FATAL_WAITING:
             message = waiting.get("message") or reason
             last = (cs.get("lastState") or {}).get("terminated") or {}
@@ -131,7 +139,9 @@ def pod_problem(pod: Obj) -> Problem | None:
             and cond.get("status") == "False"
             and cond.get("reason") == "Unschedulable"
         ):
-            return Problem("Unschedulable", cond.get("message") or "no node fits the pod")
+            return Problem(
+                "Unschedulable", cond.get("message") or "no node fits the pod", transient=True
+            )
     return None
 
 
@@ -216,10 +226,10 @@ def run_phase(workload: Obj | None, pods: Sequence[PodInfo]) -> str:
             return "Suspended"
         current = latest_per_rank(pods)
         problems = [p.problem for p in current if p.problem]
+        if any(not x.transient for x in problems):
+            return "Failing"
         if problems and all(x.reason == "Unschedulable" for x in problems):
             return "Unschedulable"
-        if problems:
-            return "Failing"
         if any(p.phase == "Running" for p in current):
             return "Running"
         return "Pending"

@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 
 from nccl_k8s.k8s._client import ClientSettings, KubeClient
+from nccl_k8s.k8s._monitor import STOPPED_ANNOTATION, gather_verdict
 from nccl_k8s.k8s._outcomes import RunStatus, RunSummary
 from nccl_k8s.k8s._plumbing import (
     created_of,
-    get_pods,
     get_workload,
     namespace_of,
     no_run,
@@ -23,8 +23,11 @@ from nccl_k8s.k8s._pods import (
     latest_per_rank,
     phase_counts,
     pod_info,
+    rank_key,
     run_phase,
 )
+from nccl_k8s.k8s._settings import WaitSettings
+from nccl_k8s.k8s._types import Obj
 from nccl_k8s.spec import LABEL_INSTANCE
 
 
@@ -34,22 +37,41 @@ def status(
     async def main(kc: KubeClient) -> RunStatus:
         ns = await namespace_of(kc, namespace)
         rid = await resolve_run(kc, ns, run_id)
-        workload, pods = await asyncio.gather(get_workload(kc, ns, rid), get_pods(kc, ns, rid))
+        workload, (raw, _) = await asyncio.gather(
+            get_workload(kc, ns, rid), kc.list("Pod", namespace=ns, labels=run_labels(rid))
+        )
+        pods = sorted((pod_info(p) for p in raw), key=rank_key)
         if workload is None and not pods:
             runs = await runs_in(kc, ns)
             if rid not in runs:
                 raise no_run(kc, ns, rid)
         phase = run_phase(workload, pods)
-        detail = None
-        cond = condition(workload, "Failed")
-        if cond:
-            detail = f"{cond.get('reason')}: {cond.get('message')}"
+        detail = await _detail(kc, ns, workload, raw, phase)
         created = (workload or {}).get("metadata", {}).get("creationTimestamp")
         return RunStatus(
             rid, ns, workload.get("kind") if workload else None, phase, detail, created, pods
         )
 
     return run_sync(main, client)
+
+
+async def _detail(
+    kc: KubeClient, ns: str, workload: Obj | None, pods: list[Obj], phase: str
+) -> str | None:
+    """Why a run failed, as `deploy --wait` would have named it: the verdict nccl-k8s recorded
+    when it stopped the run, else the culprit from the pods, else the Job's condition."""
+    stopped = ((workload or {}).get("metadata", {}).get("annotations") or {}).get(
+        STOPPED_ANNOTATION
+    )
+    if stopped:
+        return f"stopped by nccl-k8s: {stopped}"
+    if phase not in ("Failed", "Failing", "Degraded"):
+        return None
+    verdict, _ = await gather_verdict(kc, ns, pods, WaitSettings())
+    if verdict is not None:
+        return verdict.text()
+    cond = condition(workload, "Failed")
+    return f"{cond.get('reason')}: {cond.get('message')}" if cond else None
 
 
 def list_runs(*, client: ClientSettings, namespace: str | None = None) -> list[RunSummary]:

@@ -245,9 +245,32 @@ def _world(world_text: object, gpus_text: object, nodes_text: object) -> tuple[i
                 "x GPUs per node; give one of --world-size or --nodes",
                 key="--nodes",
             )
-        return world_size, g, world_size // g
+        return _fits(world_size, g, world_size // g, f"--world-size {world_size}{g_text}")
     m = nodes or 0  # not None: both-None was refused above
-    return m * g, g, m
+    return _fits(m * g, g, m, f"--nodes {m}{g_text}")
+
+
+#: Kubernetes refuses an Indexed Job with more completions (and parallelism) than this.
+MAX_PODS = 100_000
+#: Ranks are 32-bit signed integers in NCCL and torch.distributed.
+MAX_WORLD_SIZE = 2**31 - 1
+
+
+def _fits(world: int, g: int, nodes: int, given: str) -> tuple[int, int, int]:
+    """The size, when Kubernetes and NCCL can hold it (checked here, not by the API server)."""
+    if nodes > MAX_PODS:
+        raise UsageError(
+            f"{given}: {nodes} pods, but an Indexed Job runs at most {MAX_PODS:,} "
+            "(completions); expected a smaller run",
+            key="--world-size",
+        )
+    if world > MAX_WORLD_SIZE:
+        raise UsageError(
+            f"{given}: world size {world} exceeds the {MAX_WORLD_SIZE:,} ranks NCCL can "
+            "number; expected a smaller --gpus-per-node",
+            key="--gpus-per-node",
+        )
+    return world, g, nodes
 
 
 def _engine_args(args: Sequence[str], *, world_size: int) -> tuple[str, ...]:

@@ -1,0 +1,48 @@
+"""What the end-to-end tests of the Kubernetes commands share: running the CLI against a test
+cluster, the run's labelled objects left in the store, and waiting for a condition."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from tests.cluster.cluster import Cluster
+from typer.testing import CliRunner
+
+from nccl_k8s.cli.main import app
+
+MANAGED = "app.kubernetes.io/managed-by=nccl-k8s"
+RESOURCES = ("configmaps", "services", "jobs", "statefulsets", "pods")
+
+
+def cli(cluster: Cluster, *args: str, input: str | None = None) -> Any:
+    """`nccl-k8s ARGS` in this process (fast); result.output holds stdout and stderr."""
+    # Our options go before `--`: what follows it is the engine's.
+    cut = args.index("--") if "--" in args else len(args)
+    argv = [*args[:cut], "--kubeconfig", str(cluster.kubeconfig), *args[cut:]]
+    return CliRunner().invoke(app, argv, input=input)
+
+
+def labelled(cluster: Cluster, ns: str, selector: str = MANAGED) -> list[str]:
+    """`resource/name` of every object in the namespace with the labels, sorted."""
+    found = []
+    for res in RESOURCES:
+        items, _ = cluster.store.list(res, ns, label_selector=selector)
+        found += [f"{res}/{o['metadata']['name']}" for o in items]
+    return sorted(found)
+
+
+def wait_for(what: str, fn: Callable[[], Any], timeout_s: float = 60.0) -> Any:
+    """fn()'s first truthy value, or the test fails naming `what` and the last value."""
+    deadline = time.monotonic() + timeout_s
+    last: Any = None
+    while time.monotonic() < deadline:
+        with contextlib.suppress(Exception):
+            last = fn()
+            if last:
+                return last
+        time.sleep(0.05)
+    pytest.fail(f"timed out after {timeout_s}s waiting for {what}; last: {last!r}")

@@ -1,0 +1,583 @@
+"""Issue 15 (Kubernetes side) and issue 11 (the monitor) end to end on the test cluster: faults
+injected for real (a hung rank, a node going NotReady, 500s from the API server, two deploys
+racing, a cleanup from another shell, Pending pods, Pod Security refusing pods), and each test
+asserts what a user would check: the exit code, the rank, pod and node named, and what is left in
+the API afterwards.
+
+The pods run a small fake engine instead of the benchmark (the zipapp in the run's ConfigMap is
+swapped; torchrun, the rendezvous and the pods are real): what each rank does comes from
+FAKE_PLAN in the pods' environment (--env), so a test states its fault in one line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.cluster.cluster import Cluster
+from tests.cluster.errors import ApiError
+from tests.e2e_helpers import cli, labelled, wait_for
+
+from nccl_k8s import k8s
+from nccl_k8s.errors import Conflict, RunFailed
+from nccl_k8s.spec import build_run_spec
+
+pytestmark = pytest.mark.slow
+
+
+FAKE_ENGINE = '''
+"""A fake engine for fault tests: what each rank does comes from FAKE_PLAN (JSON)."""
+import json, os, sys, time
+
+rank = int(os.environ.get("RANK", "0"))
+plan = json.loads(os.environ.get("FAKE_PLAN", "{}"))
+print(f"fake engine rank {rank} on {os.uname().nodename}", flush=True)
+for i in range(int(plan.get("lines", 0))):
+    print(f"fake line {i} of rank {rank}", flush=True)
+fault = plan.get("fault") or {}
+if fault.get("rank") == rank:
+    time.sleep(float(fault.get("after", 1)))
+    line = {"v": 1, "rank": rank, "culprit": fault.get("culprit"), "host": fault.get("host"),
+            "pid": os.getpid(), "reason": fault.get("reason", "peer stopped"),
+            "where": fault.get("where", "")}
+    print("NCCL_K8S_FAULT " + json.dumps(line), flush=True)
+    sys.exit(1)
+if rank in plan.get("hang", []):
+    time.sleep(3600)
+time.sleep(float(plan.get("sleep", 0)))
+'''
+
+
+@pytest.fixture(scope="module")
+def fake_zipapp(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    from nccl_k8s.k8s._zipapp import build_zipapp
+
+    root = tmp_path_factory.mktemp("fake") / "nccl_k8s"
+    (root / "bench").mkdir(parents=True)
+    (root / "__init__.py").write_text("")
+    (root / "bench" / "__init__.py").write_text("")
+    (root / "bench" / "__main__.py").write_text(FAKE_ENGINE)
+    return build_zipapp(root)
+
+
+@pytest.fixture(autouse=True)
+def fake_engine(fake_zipapp: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
+    import nccl_k8s.k8s._manifests as manifests
+
+    monkeypatch.setattr(manifests, "engine_zipapp", lambda: fake_zipapp)
+
+
+@pytest.fixture(autouse=True)
+def runs_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    d = tmp_path / "runs"
+    monkeypatch.setenv("NCCL_K8S_RUNS_DIR", str(d))
+    return d
+
+
+def run_id() -> str:
+    return f"f-{uuid.uuid4().hex[:6]}"
+
+
+def plan(**what: Any) -> list[str]:
+    return ["--env", "FAKE_PLAN=" + json.dumps(what)]
+
+
+def deploy(cluster: Cluster, ns: str, rid: str, *args: str) -> Any:
+    return cli(cluster, "deploy", "-n", ns, "--run-id", rid, *args)
+
+
+def pods_of(cluster: Cluster, ns: str, rid: str) -> list[dict[str, Any]]:
+    items, _ = cluster.store.list("pods", ns, label_selector=f"app.kubernetes.io/instance={rid}")
+    return items
+
+
+def all_running(cluster: Cluster, ns: str, rid: str, n: int) -> bool:
+    pods = pods_of(cluster, ns, rid)
+    return len(pods) == n and all(
+        any("running" in (c.get("state") or {}) for c in p["status"].get("containerStatuses", []))
+        for p in pods
+    )
+
+
+def settings(cluster: Cluster) -> Any:
+    return k8s.ClientSettings(kubeconfig=str(cluster.kubeconfig))
+
+
+def spec(ns: str, rid: str, **values: Any) -> Any:
+    return build_run_spec(namespace=ns, run_id=rid, **values)
+
+
+class Background:
+    """A library call on a thread of its own (the test acts meanwhile); result or exception."""
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.ended_at: float | None = None
+        self._thread = threading.Thread(target=self._run, args=(fn,), daemon=True)
+        self._thread.start()
+
+    def _run(self, fn: Callable[[], Any]) -> None:
+        try:
+            self.result = fn()
+        except BaseException as e:
+            self.error = e
+        finally:
+            self.ended_at = time.monotonic()
+
+    def join(self, timeout_s: float) -> None:
+        self._thread.join(timeout_s)
+        assert not self._thread.is_alive(), f"still running after {timeout_s}s"
+
+
+# ---- culprit attribution -----------------------------------------------------------------------
+
+
+def test_the_engine_names_the_hung_rank_with_and_without_wait(
+    cluster: Cluster, namespace: str
+) -> None:
+    # Global rank 3 (pod 1) hangs; rank 0 notices, prints the engine's fault line and exits 1,
+    # first: exit order alone would blame rank 0.
+    def fault_plan(rid: str) -> list[str]:
+        return plan(
+            hang=[3],
+            sleep=600,
+            fault={
+                "rank": 0,
+                "culprit": 3,
+                "host": f"{rid}-1",
+                "after": 2,
+                "reason": "no progress from global rank 3 for 2s",
+                "where": "all_reduce 1M",
+            },
+        )
+
+    rid = run_id()
+    res = deploy(
+        cluster,
+        namespace,
+        rid,
+        "--world-size",
+        "4",
+        "--gpus-per-node",
+        "2",
+        *fault_plan(rid),
+    )
+    assert res.exit_code == 1, res.output
+    error = res.output[res.output.index("error:") :]
+    assert f"error: run {rid} failed: rank 1 (pod {rid}-1-" in error
+    assert "; global rank 3): stopped: no progress from global rank 3 for 2s (all_reduce 1M)" in (
+        error
+    )
+    assert "global rank 0 noticed: no progress from global rank 3 for 2s" in error
+    assert f"then rank 0 (pod {rid}-0-" in error and "exit code 1" in error
+    assert labelled(cluster, namespace) == []
+
+    # Without --wait: the Job fails on its own (rank 0 exited) and status names the same rank.
+    rid = run_id()
+    res = deploy(
+        cluster,
+        namespace,
+        rid,
+        "--no-wait",
+        "--world-size",
+        "4",
+        "--gpus-per-node",
+        "2",
+        *fault_plan(rid),
+    )
+    assert res.exit_code == 0, res.output
+    wait_for(
+        "the Job failed",
+        lambda: any(
+            c["type"] == "Failed"
+            for c in cluster.store.get("jobs", namespace, rid)["status"].get("conditions", [])
+        ),
+        120,
+    )
+    st = cli(cluster, "status", "-n", namespace, "--run", rid)
+    assert st.exit_code == 0, st.output
+    assert f"run {rid} in {namespace}: Failed (rank 1 (pod " in st.output
+    assert "global rank 3): stopped: no progress from global rank 3 for 2s" in st.output
+    assert cli(cluster, "cleanup", "-n", namespace, "--run", rid).exit_code == 0
+
+
+def test_a_node_going_notready_is_named_and_the_run_ended_at_once(
+    cluster: Cluster, namespace: str
+) -> None:
+    rid = run_id()
+    lost: dict[str, Any] = {}
+
+    def break_node() -> None:
+        with contextlib.suppress(BaseException):
+            wait_for("both ranks running", lambda: all_running(cluster, namespace, rid, 2), 120)
+            pod = next(
+                p for p in pods_of(cluster, namespace, rid) if "-1-" in p["metadata"]["name"]
+            )
+            lost.update(pod=pod["metadata"]["name"], node=pod["spec"]["nodeName"])
+            lost["at"] = time.monotonic()
+            cluster.faults.set_node_ready(lost["node"], False)
+
+    thread = threading.Thread(target=break_node, daemon=True)
+    thread.start()
+    try:
+        res = deploy(
+            cluster,
+            namespace,
+            rid,
+            "--world-size",
+            "2",
+            "--gpus-per-node",
+            "1",
+            *plan(sleep=600),  # the survivors would wait for their peer for ever
+        )
+        ended = time.monotonic()
+        thread.join(5)
+    finally:
+        if "node" in lost:
+            cluster.faults.set_node_ready(lost["node"], True)
+    assert "at" in lost, res.output
+    assert res.exit_code == 1, res.output
+    node = lost["node"]
+    assert (
+        f"error: run {rid} failed: rank 1 (pod {lost['pod']}, node {node}): its node {node} is "
+        "NotReady (KubeletNotReady: node was marked NotReady by fault injection); the pod was "
+        f"lost with it (NodeLost: Node {node} which was running pod {lost['pod']} is "
+        "unresponsive)"
+    ) in res.output
+    assert ended - lost["at"] < 15, f"ended {ended - lost['at']:.1f}s after the node went"
+    # Ended: rank 0, and the replacement the Job made for rank 1, are gone with the objects.
+    assert labelled(cluster, namespace) == []
+
+
+# ---- transient API errors ----------------------------------------------------------------------
+
+
+def test_500s_on_pod_lists_abort_neither_deploy_nor_cleanup_and_wait_reattaches(
+    cluster: Cluster, namespace: str
+) -> None:
+    pods_path = rf"^/api/v1/namespaces/{namespace}/pods$"
+    rid = run_id()
+    cluster.faults.fail_requests(pods_path, 500, count=3, method="GET")
+    args = ["--world-size", "2", "--gpus-per-node", "1", *plan(sleep=1)]
+    res = cli(cluster, "deploy", "-n", namespace, "--run-id", rid, *args)
+    assert res.exit_code == 0, res.output
+    assert cluster.faults.pending() == 0  # all three were met, and ridden out
+    assert f"run {rid} succeeded after" in res.output
+
+    # Waiting gives up (the pod list keeps failing): the message says the run goes on.
+    rid2 = run_id()
+    cluster.faults.fail_requests(pods_path, 500, count=5, method="GET")
+    res = cli(cluster, "deploy", "-n", namespace, "--run-id", rid2, *args[:-2], *plan(sleep=4))
+    assert res.exit_code == 1, res.output
+    assert f"answered 500 to list pods in namespace {namespace}" in res.output
+    assert (
+        f"waiting gave up, but run {rid2} was deployed and keeps running: `nccl-k8s wait --run "
+        f"{rid2} -n {namespace}` follows it again"
+    ) in res.output
+    assert cluster.store.get("jobs", namespace, rid2)  # not deleted: it was not a failed run
+    # ... and `wait` re-attaches to it, with the live summary, until it succeeds.
+    res = cli(cluster, "wait", "-n", namespace, "--run", rid2)
+    assert res.exit_code == 0, res.output
+    assert f"run {rid2}: " in res.output and "of 2 pods" in res.output
+    assert f"run {rid2} succeeded after" in res.output
+
+    cluster.faults.fail_requests(pods_path, 500, count=3, method="GET")
+    res = cli(cluster, "cleanup", "-n", namespace, "--all")
+    assert res.exit_code == 0, res.output
+    assert cluster.faults.pending() == 0
+    assert labelled(cluster, namespace) == []
+
+
+# ---- run-id ownership --------------------------------------------------------------------------
+
+
+def test_two_deploys_of_one_run_id_interleaved_one_wins_the_loser_touches_nothing(
+    cluster: Cluster, namespace: str
+) -> None:
+    def deploy(rid: str, **extra: Any) -> Callable[[], Any]:
+        s = spec(namespace, rid, world_size="2", gpus_per_node="1", scheduler="nobody", **extra)
+        return lambda: k8s.deploy(s, client=settings(cluster), wait=False)
+
+    def uids(rid: str) -> dict[str, str]:
+        out = {}
+        for res in ("configmaps", "services", "jobs"):
+            for o in cluster.store.list(
+                res, namespace, label_selector=f"app.kubernetes.io/instance={rid}"
+            )[0]:
+                out[f"{res}/{o['metadata']['name']}"] = o["metadata"]["uid"]
+        return out
+
+    services = rf"^/api/v1/namespaces/{namespace}/services$"
+    # 1. Same objects: A creates its ConfigMap, then its Service is held; B comes in between.
+    rid = run_id()
+    cluster.faults.delay_requests(services, 1.5, method="POST")
+    a = Background(deploy(rid))
+    wait_for("A's ConfigMap", lambda: cluster.store.get("configmaps", namespace, f"{rid}-engine"))
+    b = Background(deploy(rid))
+    b.join(30)
+    a.join(30)
+    assert a.error is None and b.result is None
+    assert isinstance(b.error, Conflict)
+    assert str(b.error) == (
+        f"run {rid} already exists in namespace {namespace}: use --run-id or cleanup "
+        f"(ConfigMap {rid}-engine is part of it); nothing was changed"
+    )
+    made = a.result[0].created
+    assert {f"{c.kind}/{c.name}": c.uid for c in made} == {
+        f"ConfigMap/{rid}-engine": uids(rid)[f"configmaps/{rid}-engine"],
+        f"Service/{rid}": uids(rid)[f"services/{rid}"],
+        f"Job/{rid}": uids(rid)[f"jobs/{rid}"],
+    }
+
+    # 2. Different first objects (B ships no ConfigMap): B overtakes A's held Service create
+    # and wins; A's roll-back deletes only its own ConfigMap, by uid.
+    rid = run_id()
+    cluster.faults.delay_requests(services, 2.0, method="POST")
+    a = Background(deploy(rid))
+    wait_for("A's ConfigMap", lambda: cluster.store.get("configmaps", namespace, f"{rid}-engine"))
+    b = Background(deploy(rid, engine="image", image="example/nccl-k8s:1"))
+    b.join(30)
+    a.join(30)
+    assert b.error is None, b.error
+    assert isinstance(a.error, Conflict)
+    assert str(a.error) == (
+        f"run {rid} already exists in namespace {namespace}: use --run-id or cleanup "
+        f"(Service {rid} is part of it); nothing was changed"
+    )
+    won = {f"{c.kind}/{c.name}": c.uid for c in b.result[0].created}
+    assert uids(rid) == {f"services/{rid}": won[f"Service/{rid}"], f"jobs/{rid}": won[f"Job/{rid}"]}
+    assert cli(cluster, "cleanup", "-n", namespace, "--all").exit_code == 0
+
+
+def test_a_409_says_run_already_exists_only_when_a_run_is_there(
+    cluster: Cluster, namespace: str
+) -> None:
+    rid = run_id()
+    users = cluster.store.create(
+        "configmaps", {"metadata": {"name": f"{rid}-engine", "namespace": namespace}}
+    )
+    args = ["--run-id", rid, "--no-wait", "--scheduler", "nobody", "--nodes", "1"]
+    res = cli(cluster, "deploy", "-n", namespace, *args, "--gpus-per-node", "1")
+    assert res.exit_code == 1, res.output
+    assert "already exists in namespace" in res.output and "run " + rid + " already" not in (
+        res.output
+    )
+    assert res.output.strip() == (
+        f"error: ConfigMap {rid}-engine already exists in namespace {namespace} and is not part "
+        "of an nccl-k8s run (it has no app.kubernetes.io/name=nccl-k8s label): use another "
+        "--run-id; nothing was changed"
+    )
+    now = cluster.store.get("configmaps", namespace, f"{rid}-engine")
+    assert now["metadata"]["uid"] == users["metadata"]["uid"]
+    assert labelled(cluster, namespace) == []
+
+
+# ---- ownership beyond labels -------------------------------------------------------------------
+
+
+def test_cleanup_deletes_only_what_nccl_k8s_created_and_says_what_it_skipped(
+    cluster: Cluster, namespace: str
+) -> None:
+    rid = run_id()
+    args = ["--run-id", rid, "--no-wait", "--scheduler", "nobody", "--nodes", "2"]
+    assert cli(cluster, "deploy", "-n", namespace, *args, "--gpus-per-node", "1").exit_code == 0
+    labels = {
+        "app.kubernetes.io/name": "nccl-k8s",
+        "app.kubernetes.io/managed-by": "nccl-k8s",
+        "app.kubernetes.io/instance": rid,
+    }
+    mine = cluster.store.create(
+        "configmaps",
+        {"metadata": {"name": "users-notes", "namespace": namespace, "labels": labels}},
+    )
+    pod = cluster.store.create(
+        "pods",
+        {
+            "metadata": {"name": "users-pod", "namespace": namespace, "labels": labels},
+            "spec": {"schedulerName": "nobody", "containers": [{"name": "c", "image": "x"}]},
+        },
+    )
+    res = cli(cluster, "cleanup", "-n", namespace, "--run", rid)
+    assert res.exit_code == 0, res.output
+    why = (
+        "carries the run's labels but nccl-k8s did not create it (no nccl-k8s field manager, "
+        "no owner reference to the run's workload)"
+    )
+    assert f"skipped ConfigMap/users-notes: {why}" in res.output
+    assert f"skipped Pod/users-pod: {why}" in res.output
+    assert f"deleted {rid} in {namespace} (3 objects" in res.output
+    assert labelled(cluster, namespace) == ["configmaps/users-notes", "pods/users-pod"]
+    for res_name, before in (("configmaps", mine), ("pods", pod)):
+        now = cluster.store.get(res_name, namespace, before["metadata"]["name"])
+        assert now["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    # Only foreign objects left: --all deletes nothing and says so.
+    res = cli(cluster, "cleanup", "-n", namespace, "--all")
+    assert res.exit_code == 0 and f"nothing deleted in {namespace}" in res.output
+
+
+def test_cleanup_needs_run_or_all_and_asks_on_a_terminal(
+    cluster: Cluster, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import nccl_k8s.cli._cluster as cluster_cli
+
+    rid = run_id()
+    args = ["--run-id", rid, "--no-wait", "--scheduler", "nobody", "--nodes", "1"]
+    assert cli(cluster, "deploy", "-n", namespace, *args, "--gpus-per-node", "1").exit_code == 0
+    assert cluster.apiserver is not None
+    before = cluster.apiserver.requests
+    res = cli(cluster, "cleanup", "-n", namespace)
+    assert res.exit_code == 2, res.output
+    assert res.output.strip().splitlines() == [
+        "error: cleanup: expected --run ID or --all (`nccl-k8s list` shows the runs)"
+    ]
+    assert cluster.apiserver.requests == before  # nothing asked, nothing deleted
+
+    monkeypatch.setattr(cluster_cli, "_interactive", lambda: True)
+    res = cli(cluster, "cleanup", "-n", namespace, input="n\n")
+    assert res.exit_code == 0 and f"delete run {rid} (the latest) in namespace {namespace}?" in (
+        res.output
+    )
+    assert "nothing deleted" in res.output and labelled(cluster, namespace) != []
+    res = cli(cluster, "cleanup", "-n", namespace, input="y\n")
+    assert res.exit_code == 0 and f"deleted {rid} in {namespace}" in res.output
+    assert labelled(cluster, namespace) == []
+
+
+# ---- a deleted run, Pending pods, an unwritable runs dir, Pod Security --------------------------
+
+
+def test_cleanup_all_from_another_shell_ends_a_waiting_deploy_within_seconds(
+    cluster: Cluster, namespace: str
+) -> None:
+    rid = run_id()
+    s = spec(namespace, rid, env=plan(sleep=600)[1:], world_size="2", gpus_per_node="1")
+    follow = Background(lambda: k8s.deploy(s, client=settings(cluster)))
+    wait_for("both ranks running", lambda: all_running(cluster, namespace, rid, 2), 120)
+    res = cli(cluster, "cleanup", "-n", namespace, "--all")
+    assert res.exit_code == 0, res.output
+    cleaned = time.monotonic()
+    follow.join(30)
+    assert isinstance(follow.error, RunFailed) and follow.error.exit_code == 1
+    assert str(follow.error) == (
+        f"run {rid} was deleted while this command waited for it: its Job is gone (`nccl-k8s "
+        "cleanup`, `kubectl delete` or its --ttl); nothing of it is left running"
+    )
+    assert follow.ended_at is not None and follow.ended_at - cleaned < 5
+    assert labelled(cluster, namespace) == []
+
+
+def test_logs_follow_waits_for_pending_pods_then_follows_them(
+    cluster: Cluster, namespace: str
+) -> None:
+    rid = run_id()
+    cluster.faults.delay_scheduling(3)
+    try:
+        res = deploy(
+            cluster,
+            namespace,
+            rid,
+            "--no-wait",
+            "--world-size",
+            "2",
+            "--gpus-per-node",
+            "1",
+            *plan(lines=3, sleep=1),
+        )
+        assert res.exit_code == 0, res.output
+        start = time.monotonic()
+        res = cli(cluster, "logs", "-n", namespace, "--run", rid, "-f")
+    finally:
+        cluster.faults.delay_scheduling(0)
+    assert res.exit_code == 0, res.output
+    assert time.monotonic() - start >= 2  # it waited for the scheduler, then followed
+    assert "[rank 0] (waiting: not scheduled yet)" in res.stderr
+    for r in (0, 1):
+        assert f"[rank {r}] fake line 2 of rank {r}" in res.stdout
+    assert "Traceback" not in res.output
+    assert cli(cluster, "cleanup", "-n", namespace, "--run", rid).exit_code == 0
+
+
+def test_results_into_an_unwritable_runs_dir_is_refused_before_fetching(
+    cluster: Cluster, namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("NCCL_K8S_RUNS_DIR", str(blocker / "runs"))
+    assert cluster.apiserver is not None
+    before = cluster.apiserver.requests
+    res = cli(cluster, "results", "-n", namespace, "--run", "whatever")
+    assert res.exit_code == 2, res.output
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        f"error: runs directory {blocker / 'runs'}: cannot write there (Not a directory)"
+    )
+    assert cluster.apiserver.requests == before
+
+
+def test_pod_security_refusing_the_pods_is_named_within_seconds(
+    cluster: Cluster, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Admission as kube-apiserver words it for a namespace labelled enforce=baseline: the Job
+    # controller's create fails and it records FailedCreate with that message.
+    create = cluster.store.create
+
+    def admit(resource: str, obj: dict[str, Any], *a: Any, **kw: Any) -> Any:
+        meta = obj.get("metadata", {})
+        if resource == "pods" and meta.get("namespace") == namespace:
+            name = meta.get("name") or f"{meta.get('generateName', '')}x7k2p"
+            raise ApiError(
+                403,
+                "Forbidden",
+                f'pods "{name}" is forbidden: violates PodSecurity "baseline:latest": '
+                'non-default capabilities (container "bench" must not include "IPC_LOCK" in '
+                "securityContext.capabilities.add)",
+            )
+        return create(resource, obj, *a, **kw)
+
+    monkeypatch.setattr(cluster.store, "create", admit)
+    rid = run_id()
+    start = time.monotonic()
+    res = deploy(
+        cluster,
+        namespace,
+        rid,
+        "--network",
+        "ib",
+        "--rdma-resource",
+        "rdma/ib=1",
+        "--world-size",
+        "2",
+        "--gpus-per-node",
+        "1",
+    )
+    took = time.monotonic() - start
+    assert res.exit_code == 1, res.output
+    assert took < 10, took
+    error = res.output[res.output.index("error:") :]
+    assert error.startswith(
+        f'error: run {rid}: the Job cannot create its pods: Error creating: pods "{rid}-'
+    )
+    assert 'violates PodSecurity "baseline:latest"' in error
+    assert f"Namespace {namespace} enforces Pod Security level 'baseline'" in error
+    assert "the pods of --security rdma violate it" in error
+    assert labelled(cluster, namespace) == []
+
+
+@pytest.fixture
+def namespace(cluster: Cluster) -> Iterator[str]:
+    name = f"f-{uuid.uuid4().hex[:8]}"
+    cluster.store.create("namespaces", {"metadata": {"name": name}})
+    try:
+        yield name
+    finally:
+        cluster.faults.clear()
+        with contextlib.suppress(Exception):
+            cluster.store.delete("namespaces", None, name)
