@@ -30,6 +30,7 @@ from lightkube import ApiError, AsyncClient, ConfigError
 from lightkube.codecs import from_dict
 from lightkube.config.kubeconfig import KubeConfig, SingleConfig
 from lightkube.core.exceptions import LoadResourceError
+from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.apps_v1 import StatefulSet
 from lightkube.resources.batch_v1 import Job
 from lightkube.resources.core_v1 import ConfigMap, Event, Namespace, Pod, PodLog, Service
@@ -62,7 +63,18 @@ _RESOURCES: dict[str, Any] = {
     "Job": Job,
     "StatefulSet": StatefulSet,
 }
+#: Custom resources we render, by apiVersion (two groups both call theirs PodGroup). Created
+#: once with lightkube's public generic-resource API, which also lets `from_dict` load them.
+_CUSTOM: dict[tuple[str, str], Any] = {
+    ("scheduling.volcano.sh/v1beta1", "PodGroup"): create_namespaced_resource(
+        "scheduling.volcano.sh", "v1beta1", "PodGroup", "podgroups"
+    ),
+    ("scheduling.x-k8s.io/v1alpha1", "PodGroup"): create_namespaced_resource(
+        "scheduling.x-k8s.io", "v1alpha1", "PodGroup", "podgroups"
+    ),
+}
 _PLURALS: dict[str, str] = {
+    "PodGroup": "podgroups",
     "ConfigMap": "configmaps",
     "Service": "services",
     "Pod": "pods",
@@ -91,6 +103,17 @@ class ClientSettings:
     timeout_s: float = 10.0
     """Seconds a single request (not a watch or a followed log) may take: long enough for a
     loaded API server listing a thousand pods, short enough that a dead one is named quickly."""
+
+
+def _resource(kind: str, api_version: str | None) -> Any:
+    """The lightkube class of a kind; custom kinds need their apiVersion to tell groups apart."""
+    if kind in _RESOURCES:
+        return _RESOURCES[kind]
+    try:
+        return _CUSTOM[(api_version or "", kind)]
+    except KeyError:
+        known = ", ".join(sorted(f"{k} {v}" for v, k in _CUSTOM))
+        raise ValueError(f"kind {kind} {api_version}: expected one of {known}") from None
 
 
 def _first_existing(paths: str) -> str | None:
@@ -297,9 +320,12 @@ class KubeClient:
 
     # ---- reads -------------------------------------------------------------------------------
 
-    async def get(self, kind: Kind, name: str, *, namespace: str | None = None) -> Obj | None:
-        """The object, or None when it does not exist."""
-        res = _RESOURCES[kind]
+    async def get(
+        self, kind: Kind, name: str, *, namespace: str | None = None, api_version: str | None = None
+    ) -> Obj | None:
+        """The object, or None when it does not exist (or, for a custom kind, when the cluster
+        does not serve that resource at all: the apply then says so)."""
+        res = _resource(kind, api_version)
         try:
             if kind == "Namespace":
                 obj = await self._client.get(res, name)
@@ -445,6 +471,19 @@ class KubeClient:
                     force=force,
                 )
         except (ApiError, httpx.HTTPError, msgspec.MsgspecError, LoadResourceError) as e:
+            api_version = str(obj.get("apiVersion"))
+            if (api_version, kind) in _CUSTOM and isinstance(e, ApiError) and e.status.code == 404:
+                raise NotFound(
+                    f"{self.server} does not serve {kind} {api_version} (its "
+                    "CustomResourceDefinition is not installed): install the scheduler that "
+                    "defines it, or deploy without that --gang",
+                    status=404,
+                    verb="apply",
+                    resource=_PLURALS.get(kind, kind.lower()),
+                    namespace=ns,
+                    name=name,
+                    server=self.server,
+                ) from e
             self._raise(e, verb="apply", kind=kind, namespace=ns, name=name, run_id=run_id)
         return to_plain(out)
 
@@ -466,6 +505,7 @@ class KubeClient:
         namespace: str | None = None,
         propagation: Propagation = "Background",
         grace_period_s: int | None = None,
+        api_version: str | None = None,
     ) -> bool:
         """Delete one object; False when it was already gone."""
         ns = None if kind == "Namespace" else (namespace or self.namespace)
@@ -474,7 +514,7 @@ class KubeClient:
                 await self._client.delete(_RESOURCES[kind], name, cascade=_CASCADE[propagation])
             else:
                 await self._client.delete(
-                    _RESOURCES[kind],
+                    _resource(kind, api_version),
                     name,
                     namespace=ns,
                     cascade=_CASCADE[propagation],

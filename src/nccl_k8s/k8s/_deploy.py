@@ -69,7 +69,15 @@ async def _deploy(kc: KubeClient, spec: RunSpec, *, create_namespace: bool) -> D
         )
     if not must_create:
         taken = await asyncio.gather(
-            *(kc.get(o["kind"], o["metadata"]["name"], namespace=namespace) for o in objs)
+            *(
+                kc.get(
+                    o["kind"],
+                    o["metadata"]["name"],
+                    namespace=namespace,
+                    api_version=o["apiVersion"],
+                )
+                for o in objs
+            )
         )
         clash = [o for o, got in zip(objs, taken, strict=True) if got is not None]
         if clash:
@@ -115,7 +123,12 @@ async def _undo(kc: KubeClient, namespace: str, created: list[Obj], created_ns: 
     original error, so each delete is best effort."""
     for obj in reversed(created):
         with contextlib.suppress(ClusterError):
-            await kc.delete(obj["kind"], obj["metadata"]["name"], namespace=namespace)
+            await kc.delete(
+                obj["kind"],
+                obj["metadata"]["name"],
+                namespace=namespace,
+                api_version=obj["apiVersion"],
+            )
     if created_ns:
         with contextlib.suppress(ClusterError):
             await kc.delete("Namespace", namespace)
