@@ -100,7 +100,7 @@ def test_results_of_a_rotated_noisy_16_rank_run_has_every_row(
                 await kc.apply(obj, force=True)
 
     asyncio.run(apply())
-    deadline = time.monotonic() + 420
+    deadline = time.monotonic() + 240
     conditions: list[str] = []
     while time.monotonic() < deadline:
         job = rotating.store.get("jobs", ns, "rotated")
