@@ -5,6 +5,8 @@ user of a real cluster meets it (kubectl's output, the API's answer, the events)
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -130,9 +132,6 @@ def crd_cluster(cluster_factory: Callable[..., Cluster]) -> Cluster:
 
 
 def test_a_crd_makes_its_kind_discoverable_to_kubectl(crd_cluster: Cluster, tmp_path: Path) -> None:
-    import subprocess
-    import shutil
-
     exe = shutil.which("kubectl")
     if exe is None:
         pytest.skip("kubectl is not installed")

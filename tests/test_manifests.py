@@ -708,11 +708,10 @@ def test_gang_renders_a_pod_group_the_pods_belong_to(
 
 def test_render_names_the_pod_security_level_the_pods_need() -> None:
     socket = dump(render(_SPECS["job-8x4"]))
-    assert socket.startswith('# Pod Security Admission: these pods pass the "restricted" level')
+    head = "# Pod Security Admission (pod-security.kubernetes.io/enforce): these pods pass the "
+    assert socket.startswith(head + '"restricted"\n# level (the strictest, so every namespace')
     ib = dump(render(_SPECS["job-2x8-ib"]))
-    assert ib.startswith(
-        '# Pod Security Admission: these pods pass the "privileged" level (only: host namespaces'
-    )
+    assert ib.startswith(head + '"privileged"\n# level (only: host namespaces, a hostPort')
     assert by_kind(render(_SPECS["job-2x8-ib"]))["Job"]["metadata"]["annotations"] == {
         "nccl-k8s/pod-security": "privileged"
     }

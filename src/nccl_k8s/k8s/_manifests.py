@@ -33,6 +33,7 @@ import base64
 import copy
 import json
 import shlex
+import textwrap
 from typing import Literal
 
 import yaml
@@ -557,15 +558,15 @@ _Dumper.add_representer(str, _str_representer)
 
 
 _PSA_WHY = {
-    "restricted": "the strictest; no privilege at all",
-    "baseline": "no host namespaces, hostPorts or extra capabilities",
-    "privileged": "only: host namespaces, a hostPort or capabilities beyond baseline's",
+    "restricted": "the strictest, so every namespace admits them",
+    "baseline": "a namespace enforcing restricted refuses them",
+    "privileged": "only: host namespaces, a hostPort or capabilities beyond baseline's; a "
+    "namespace enforcing baseline or restricted refuses them",
 }
-_PSA_COMMENT = """\
-# Pod Security Admission: these pods pass the "{level}" level ({why}).
-# A namespace whose pod-security.kubernetes.io/enforce label is stricter refuses them (the
-# workload then creates no pod); docs/deploy.md gives the level of each --security profile.
-"""
+_PSA_COMMENT = (
+    'Pod Security Admission (pod-security.kubernetes.io/enforce): these pods pass the "{level}" '
+    "level ({why}). docs/deploy.md gives the level of each --security profile."
+)
 
 
 def dump(objs: list[Obj], fmt: Literal["yaml", "json"] = "yaml") -> str:
@@ -583,7 +584,10 @@ def dump(objs: list[Obj], fmt: Literal["yaml", "json"] = "yaml") -> str:
     level = next((lv for lv in levels if lv in _PSA_WHY), None)
     if level is None:
         return text
-    return _PSA_COMMENT.format(level=level, why=_PSA_WHY[level]) + text
+    comment = _PSA_COMMENT.format(level=level, why=_PSA_WHY[level])
+    return (
+        textwrap.fill(comment, width=96, initial_indent="# ", subsequent_indent="# ") + "\n" + text
+    )
 
 
 __all__ = [
