@@ -34,7 +34,9 @@ def resource_info(crd: Obj) -> Any:
 
     spec = crd.get("spec") or {}
     names = spec.get("names") or {}
-    group, plural, kind = spec.get("group"), names.get("plural"), names.get("kind")
+    group, plural, kind = (
+        str(x or "") for x in (spec.get("group"), names.get("plural"), names.get("kind"))
+    )
     name = (crd.get("metadata") or {}).get("name", "")
     causes: list[tuple[str, str]] = []
     if not group:
@@ -174,7 +176,8 @@ def _type_name(value: Any) -> str:
         return "integer"
     if isinstance(value, float):
         return "number"
-    return {dict: "object", list: "array", str: "string"}.get(type(value), "null")
+    names: dict[type, str] = {dict: "object", list: "array", str: "string"}
+    return names.get(type(value), "null")
 
 
 def schema_causes(value: Any, schema: Obj, path: str = "") -> list[tuple[str, str]]:
