@@ -8,7 +8,9 @@
 #   docker build --build-arg BASE_IMAGE=nvcr.io/nvidia/pytorch:25.01-py3 -t ... .
 #
 # The base is NVIDIA's NGC PyTorch image: its torch is built against the NCCL, CUDA and
-# driver-compat libraries NVIDIA tests together, which is what a NCCL benchmark should measure.
+# driver-compat libraries NVIDIA tests together, which is what a NCCL benchmark should measure,
+# and it carries rdma-core (libibverbs), without which NCCL cannot use IB or RoCE HCAs. Any base
+# works that has Python >= 3.10, a CUDA torch and, for --network ib|roce, libibverbs.
 # Pin a tag: a floating one would change torch and NCCL between runs that are meant to compare.
 ARG BASE_IMAGE=nvcr.io/nvidia/pytorch:25.01-py3
 FROM ${BASE_IMAGE}

@@ -26,7 +26,7 @@ import typer
 import yaml
 from typer.testing import CliRunner
 
-from nccl_k8s.k8s._manifests import attach_owner, dump, render
+from nccl_k8s.k8s._manifests import POD_WRAPPER, attach_owner, dump, render
 from nccl_k8s.k8s._zipapp import MAX_ZIPAPP_BYTES, ZIPAPP_NAME, build_zipapp, engine_zipapp
 from nccl_k8s.spec import RunSpec, build_run_spec
 
@@ -77,10 +77,12 @@ EVERYTHING = {
     "priority_class": "benchmark",
     "active_deadline": "2h",
     "ttl": "10m",
-    "backoff_limit": 1,
     "label": ["team=infra"],
     "annotation": ["owner=someone@example.com"],
-    "pod_annotation": ["k8s.v1.cni.cncf.io/networks=sriov-a,sriov-b"],
+    "pod_annotation": ["example.com/note=rail-optimized", "linkerd.io/inject=enabled"],
+    "network_attachment": ["sriov-a,sriov-b"],
+    "gang": "volcano",
+    "qos": "guaranteed",
     "engine_args": ["-b", "8", "-e", "1G", "--ops", "all"],
 }
 
@@ -116,6 +118,10 @@ def redact(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def by_kind(objs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {o["kind"]: o for o in objs}
+
+
+#: Kinds the upstream schemas do not know: checked against their CRDs (test_deploy_gang.py).
+CUSTOM_KINDS = ("PodGroup",)
 
 
 def pod_spec(objs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -181,6 +187,8 @@ def _objs_for(name: str) -> list[dict[str, Any]]:
 @pytest.mark.parametrize(("name", "version"), _schema_cases())
 def test_every_object_passes_the_strict_upstream_schema(name: str, version: str) -> None:
     for obj in _objs_for(name):
+        if obj["kind"] in CUSTOM_KINDS:
+            continue
         try:
             kubernetes_validate.validate(obj, version, strict=True)
         except kubernetes_validate.ValidationError as exc:
@@ -247,9 +255,10 @@ def test_indexed_job_one_pod_per_node_failing_fast() -> None:
 def test_each_pod_runs_torchrun_on_the_engine() -> None:
     spec = _SPECS["job-8x4"]
     c = container(render(spec))
-    assert c["command"] == ["torchrun"]
+    assert c["command"] == ["python3", "-c", POD_WRAPPER]
     args = c["args"]
     assert args[: args.index("-m")] == [
+        "torchrun",
         "--nnodes=8",
         "--nproc-per-node=4",
         "--node-rank=$(JOB_COMPLETION_INDEX)",
@@ -435,29 +444,58 @@ def test_everything_option_lands_where_it_belongs() -> None:
     c = container(objs)
     assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "gpu-queue"
     assert job["metadata"]["labels"]["team"] == "infra"
-    assert job["metadata"]["annotations"] == {"owner": "someone@example.com"}
-    # --pod-annotation lands on the pods only, beside --annotation; not on ConfigMap or Service.
-    assert job["spec"]["template"]["metadata"]["annotations"] == {
+    assert job["metadata"]["annotations"] == {
         "owner": "someone@example.com",
-        "k8s.v1.cni.cncf.io/networks": "sriov-a,sriov-b",
+        "nccl-k8s/pod-security": "privileged",
     }
-    for kind in ("ConfigMap", "Service"):
+    # --pod-annotation and --network-attachment land on the pods only, beside --annotation and
+    # the mesh opt-outs (which the user's own value overrides); not on ConfigMap or Service.
+    assert job["spec"]["template"]["metadata"]["annotations"] == {
+        "sidecar.istio.io/inject": "false",
+        "linkerd.io/inject": "enabled",
+        "scheduling.k8s.io/group-name": "nccl-everything",
+        "k8s.v1.cni.cncf.io/networks": "sriov-a,sriov-b",
+        "owner": "someone@example.com",
+        "example.com/note": "rail-optimized",
+    }
+    for kind in ("ConfigMap", "Service", "PodGroup"):
         assert by_kind(objs)[kind]["metadata"]["annotations"] == {"owner": "someone@example.com"}
     assert (job["spec"]["activeDeadlineSeconds"], job["spec"]["ttlSecondsAfterFinished"]) == (
         7200,
         600,
     )
-    assert job["spec"]["backoffLimit"] == 1
+    assert job["spec"]["backoffLimit"] == 0
+    # --scheduler beats the gang's scheduler name; the PodGroup carries the priority class.
     assert pod["schedulerName"] == "hami-scheduler" and pod["priorityClassName"] == "benchmark"
+    assert by_kind(objs)["PodGroup"]["spec"] == {
+        "minMember": 2,
+        "minResources": {"nvidia.com/gpu": "16", "rdma/ib": "2", "rdma/ib_b": "4", "cpu": "64",
+                         "memory": "512Gi"},
+        "priorityClassName": "benchmark",
+    }  # fmt: skip
     assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "pool": "a"}
     assert pod["tolerations"][2] == {"key": "spot", "operator": "Exists"}
     assert "preferredDuringSchedulingIgnoredDuringExecution" in pod["affinity"]["podAntiAffinity"]
     assert pod["hostNetwork"] is True and pod["dnsPolicy"] == "ClusterFirstWithHostNet"
-    assert c["resources"]["requests"]["cpu"] == "32" and "cpu" not in c["resources"]["limits"]
-    assert c["resources"]["requests"]["memory"] == c["resources"]["limits"]["memory"] == "256Gi"
+    # --qos guaranteed: every resource limited at its request.
+    assert c["resources"]["requests"] == c["resources"]["limits"]
+    assert c["resources"]["requests"]["cpu"] == "32"
+    assert c["resources"]["requests"]["memory"] == "256Gi"
+    assert c["ports"] == [
+        {
+            "name": "rendezvous",
+            "containerPort": job_spec_port(objs),
+            "hostPort": job_spec_port(objs),
+            "protocol": "TCP",
+        }
+    ]
     assert {"name": "results", "mountPath": "/workspace/results"} in c["volumeMounts"]
     assert c["args"][-2:] == ["--json", "/workspace/results/nccl-everything.json"]
     assert env_of(objs)["NCCL_DEBUG"] == "WARN"
+
+
+def job_spec_port(objs: list[dict[str, Any]]) -> int:
+    return int(by_kind(objs)["Service"]["spec"]["ports"][0]["port"])
 
 
 # --- StatefulSet mode ---------------------------------------------------------------------------
@@ -488,12 +526,14 @@ def test_statefulset_script_ranks_by_ordinal_and_repeats(tmp_path: Path) -> None
         "#!/bin/sh\n"
         f'for a in "$@"; do echo "$a"; done >> {calls}\n'
         f'echo --- >> {calls}\n'
-        f'[ "$(grep -c -- --- {calls})" -ge 2 ] && kill -TERM $PPID\n'
+        # The parent is the pod wrapper (python3); the loop is its parent's.
+        f'[ "$(grep -c -- --- {calls})" -ge 2 ] && kill -TERM "$(cut -d" " -f4 /proc/$PPID/stat)"\n'
         "exit 3\n"
     )  # fmt: skip
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
     kubelet_expand = [a.replace("$$(", "$(") for a in c["command"] + c["args"]]
-    env = {"PATH": f"{bindir}:/usr/bin:/bin", "POD_NAME": "soak-1"}
+    wrapper = next(e["value"] for e in c["env"] if e["name"] == "NCCL_K8S_WRAPPER")
+    env = {"PATH": f"{bindir}:/usr/bin:/bin", "POD_NAME": "soak-1", "NCCL_K8S_WRAPPER": wrapper}
     run = subprocess.run(kubelet_expand, env=env, capture_output=True, text=True, timeout=30)
     assert "sweep 0 exited with status 3" in run.stderr
     sweeps = [s.strip().splitlines() for s in calls.read_text().split("---") if s.strip()]
@@ -573,7 +613,7 @@ def test_render_help_names_every_deploy_option() -> None:
         "--world-size", "--gpus-per-node", "--nodes", "--image", "--engine", "--workload", "--interval",
         "--scheduler", "--node-selector", "--toleration", "--spread", "--gpu-resource", "--rdma-resource",
         "--network", "--host-network", "--security", "--cpu", "--memory", "--shm-size", "--env", "--pvc",
-        "--queue", "--priority-class", "--active-deadline", "--ttl", "--backoff-limit", "--run-id",
+        "--queue", "--priority-class", "--active-deadline", "--ttl", "--gang", "--qos", "--network-attachment", "--run-id",
         "--label", "--annotation", "--pod-annotation", "--namespace", "--output", "ENGINE_FLAGS",
     ):  # fmt: skip
         assert flag in result.stdout, flag
@@ -603,3 +643,135 @@ def test_spec_options_are_reusable_by_another_command() -> None:
     )
     help_text = CliRunner().invoke(app, ["deploy", "--help"], terminal_width=200).stdout
     assert "--no-wait" in help_text and "--rdma-resource" in help_text
+
+
+# --- issue 11: a deploy that behaves on a production GPU cluster -------------------------------
+
+
+def test_pods_request_cpu_and_memory_and_limit_memory_only_by_default() -> None:
+    res = container(render(_SPECS["job-8x4"]))["resources"]
+    # 4 GPUs: 2 cores and 4Gi each, plus the 8Gi /dev/shm that is charged to the pod's memory.
+    assert res["requests"] == {"nvidia.com/gpu": "4", "cpu": "8", "memory": "24Gi"}
+    assert res["limits"] == {"nvidia.com/gpu": "4", "memory": "24Gi"}  # Burstable: no CPU cap
+
+
+def test_mesh_sidecars_are_kept_out_of_the_pods() -> None:
+    meta = render(_SPECS["job-8x4"])[-1]["spec"]["template"]["metadata"]
+    assert meta["labels"]["sidecar.istio.io/inject"] == "false"
+    assert meta["annotations"]["sidecar.istio.io/inject"] == "false"
+    assert meta["annotations"]["linkerd.io/inject"] == "disabled"
+
+
+def test_host_network_declares_the_rendezvous_port_as_a_host_port() -> None:
+    objs = _objs_for("host")
+    port = job_spec_port(objs)
+    assert container(objs)["ports"] == [
+        {"name": "rendezvous", "containerPort": port, "hostPort": port, "protocol": "TCP"}
+    ]
+    assert "ports" not in container(render(_SPECS["job-8x4"]))  # no host port off the host
+
+
+def test_a_disrupted_rank_fails_the_whole_gang() -> None:
+    rules = by_kind(render(_SPECS["job-8x4"]))["Job"]["spec"]["podFailurePolicy"]["rules"]
+    assert rules[0] == {
+        "action": "FailJob",
+        "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+    }
+    assert all(r["action"] == "FailJob" for r in rules)
+
+
+@pytest.mark.parametrize(
+    ("gang", "api_version", "scheduler"),
+    [
+        ("volcano", "scheduling.volcano.sh/v1beta1", "volcano"),
+        ("coscheduling", "scheduling.x-k8s.io/v1alpha1", "scheduler-plugins-scheduler"),
+    ],
+)
+def test_gang_renders_a_pod_group_the_pods_belong_to(
+    gang: str, api_version: str, scheduler: str
+) -> None:
+    objs = render(build_run_spec(world_size=32, gpus_per_node=8, run_id="g", gang=gang))
+    assert [o["kind"] for o in objs] == ["ConfigMap", "Service", "PodGroup", "Job"]
+    group = by_kind(objs)["PodGroup"]
+    assert group["apiVersion"] == api_version and group["metadata"]["name"] == "g"
+    assert group["spec"] == {
+        "minMember": 4,
+        "minResources": {"nvidia.com/gpu": "32", "cpu": "64", "memory": "160Gi"},
+    }
+    template = objs[-1]["spec"]["template"]
+    assert template["spec"]["schedulerName"] == scheduler
+    if gang == "volcano":
+        assert template["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == "g"
+    else:
+        assert template["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] == "g"
+
+
+def test_render_names_the_pod_security_level_the_pods_need() -> None:
+    socket = dump(render(_SPECS["job-8x4"]))
+    head = "# Pod Security Admission (pod-security.kubernetes.io/enforce): these pods pass the "
+    assert socket.startswith(head + '"restricted"\n# level (the strictest, so every namespace')
+    ib = dump(render(_SPECS["job-2x8-ib"]))
+    assert ib.startswith(head + '"privileged"\n# level (only: host namespaces, a hostPort')
+    assert by_kind(render(_SPECS["job-2x8-ib"]))["Job"]["metadata"]["annotations"] == {
+        "nccl-k8s/pod-security": "privileged"
+    }
+
+
+def test_socket_profile_runs_as_a_user_with_a_writable_home() -> None:
+    objs = render(_SPECS["job-8x4"])
+    assert pod_spec(objs)["securityContext"] == {
+        "runAsNonRoot": True,
+        "runAsUser": 1000,
+        "runAsGroup": 1000,
+        "fsGroup": 1000,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    assert env_of(objs)["HOME"] == "/tmp"
+    assert "HOME" not in env_of(render(_SPECS["job-2x8-ib"]))  # rdma runs as the image's root
+
+
+def _wrap(tmp_path: Path, script: str) -> subprocess.CompletedProcess[str]:
+    """The pod wrapper around a command, as the container runs it."""
+    return subprocess.run(
+        [sys.executable, "-c", POD_WRAPPER, sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+
+
+def test_wrapper_streams_then_replays_results_and_an_nccl_digest_last(tmp_path: Path) -> None:
+    script = (
+        "import sys\n"
+        "print('NCCL_K8S_RESULT {\"v\": 1, \"kind\": \"meta\"}')\n"
+        "for i in range(1000):\n"
+        "    print(f'host-0:41:{50 + i % 3} [0] NCCL INFO Channel {i:02d}/0 : 0[0] -> 1[1] via NET/IB/0')\n"
+        "print('host-0:41:41 [0] transport.cc:9 NCCL WARN something odd')\n"
+        "print('NCCL_K8S_RESULT {\"v\": 1, \"kind\": \"row\"}')\n"
+        "sys.stdout.write('no newline at the end')\n"
+    )  # fmt: skip
+    run = _wrap(tmp_path, script)
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    # Everything streamed as it came, then the digest, then the results block, last.
+    assert lines[0].startswith("NCCL_K8S_RESULT") and lines[1003] == "no newline at the end"
+    assert lines[1004] == "NCCL_K8S_BEGIN nccl 401"  # 400 INFO of that process, every WARN
+    assert lines[1005].endswith("Channel 00/0 : 0[0] -> 1[1] via NET/IB/0")
+    assert lines[1405].endswith("NCCL WARN something odd")
+    assert lines[1406] == "NCCL_K8S_END nccl 401"
+    assert lines[-4:] == [
+        "NCCL_K8S_BEGIN results 2",
+        'NCCL_K8S_RESULT {"v": 1, "kind": "meta"}',
+        'NCCL_K8S_RESULT {"v": 1, "kind": "row"}',
+        "NCCL_K8S_END results 2",
+    ]
+
+
+def test_wrapper_keeps_a_failed_command_s_exit_code_and_last_lines(tmp_path: Path) -> None:
+    script = "print('NCCL_K8S_RESULT {}')\nprint('rank 3: boom', flush=True)\nraise SystemExit(7)"
+    run = _wrap(tmp_path, script)
+    assert run.returncode == 7
+    assert run.stdout.splitlines()[-1] == "rank 3: boom"  # no block after a failure
+    killed = _wrap(tmp_path, "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)")
+    assert killed.returncode == 128 + 9

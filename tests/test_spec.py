@@ -13,6 +13,7 @@ from nccl_k8s.spec import (
     DEFAULT_IMAGE,
     MASTER_PORT_MIN,
     MASTER_PORT_SPAN,
+    RDMA_IMAGE,
     Toleration,
     build_run_spec,
     generate_run_id,
@@ -149,7 +150,32 @@ def test_env_without_equals() -> None:
             '--interval "soon": expected a duration',
         ),
         ({"world_size": 8, "active_deadline": "1y"}, '--active-deadline "1y": expected a duration'),
-        ({"world_size": 8, "backoff_limit": -1}, "--backoff-limit -1"),
+        ({"world_size": 8, "memory": "8Gi"}, "--memory 8Gi: not more than --shm-size 8Gi"),
+        ({"world_size": 8, "cpu": "lots"}, '--cpu "lots": expected a positive Kubernetes quantity'),
+        ({"world_size": 8, "qos": "best-effort"}, '--qos "best-effort": expected one of'),
+        ({"world_size": 8, "gang": "yunikorn"}, '--gang "yunikorn": expected one of volcano'),
+        (
+            {"world_size": 8, "network_attachment": ["sriov,Bad_Net"]},
+            '--network-attachment "sriov,Bad_Net": expected NetworkAttachmentDefinition names',
+        ),
+        (
+            {
+                "world_size": 8,
+                "network_attachment": ["sriov"],
+                "pod_annotation": ["k8s.v1.cni.cncf.io/networks=other"],
+            },
+            "--network-attachment and an annotation k8s.v1.cni.cncf.io/networks",
+        ),
+        (
+            {
+                "world_size": 8,
+                "network": "ib",
+                "rdma_resource": ["rdma/ib=1"],
+                "image": "pytorch/pytorch:2.7.1-cuda12.6-cudnn9-runtime",
+            },
+            '--image "pytorch/pytorch:2.7.1-cuda12.6-cudnn9-runtime" --network ib: the '
+            "pytorch/pytorch images carry no libibverbs",
+        ),
         ({"world_size": 8, "rendezvous_timeout": "0"}, '--rendezvous-timeout "0"'),
         ({"world_size": 8, "env": ["A=\nB"], "namespace": "x\ny"}, '--namespace "x\\ny"'),
     ],
@@ -208,7 +234,7 @@ def test_defaults_a_user_would_choose() -> None:
     spec = build_run_spec(world_size=8, run_id="r")
     assert spec.image == DEFAULT_IMAGE and ":" in spec.image and not spec.image.endswith(":latest")
     assert spec.workload == "job" and spec.engine == "zipapp" and spec.spread == "required"
-    assert (spec.backoff_limit, spec.active_deadline_s, spec.ttl_s) == (0, 3600, 86400)
+    assert (spec.active_deadline_s, spec.ttl_s) == (3600, 86400)
     assert spec.security == "socket" and spec.network == "auto"
     assert spec.namespace is None and spec.interval_s is None
 
@@ -226,12 +252,43 @@ def test_job_lifetime_flags() -> None:
         run_id="r",
         active_deadline="90m",
         ttl="0",
-        backoff_limit=2,
         rendezvous_timeout="5m",
     )
-    assert (spec.active_deadline_s, spec.ttl_s, spec.backoff_limit) == (5400, 0, 2)
+    assert (spec.active_deadline_s, spec.ttl_s) == (5400, 0)
     assert spec.rendezvous_timeout_s == 300
     assert build_run_spec(world_size=8, run_id="r", active_deadline="0").active_deadline_s is None
+
+
+def test_pods_request_cpu_and_memory_sized_per_gpu_with_shm_on_top() -> None:
+    spec = build_run_spec(world_size=16, gpus_per_node=8, run_id="r")
+    # 2 cores and 4Gi per GPU, plus the 8Gi /dev/shm the memory limit must hold too.
+    assert (spec.cpu, spec.memory, spec.shm_size, spec.qos) == ("16", "40Gi", "8Gi", "burstable")
+    spec = build_run_spec(world_size=2, gpus_per_node=1, run_id="r", shm_size="1G")
+    assert (spec.cpu, spec.memory) == ("2", "5050Mi")  # 4096Mi + 10**9 B (953.7Mi), rounded up
+    spec = build_run_spec(world_size=8, run_id="r", cpu="500m", memory="64Gi", qos="guaranteed")
+    assert (spec.cpu, spec.memory, spec.qos) == ("500m", "64Gi", "guaranteed")
+
+
+def test_rdma_fabrics_default_to_an_image_with_libibverbs() -> None:
+    ib = build_run_spec(world_size=8, run_id="r", network="ib", rdma_resource=["rdma/ib=1"])
+    assert ib.image == RDMA_IMAGE == "nvcr.io/nvidia/pytorch:25.01-py3"
+    assert build_run_spec(world_size=8, run_id="r", network="socket").image == DEFAULT_IMAGE
+    mine = build_run_spec(
+        world_size=8, run_id="r", network="roce", rdma_resource=["rdma/roce=1"], image="me/nccl:1"
+    )
+    assert mine.image == "me/nccl:1"  # an image we know nothing about is the user's call
+
+
+def test_gang_and_network_attachments() -> None:
+    spec = build_run_spec(
+        world_size=8,
+        run_id="r",
+        gang="coscheduling",
+        network_attachment=["sriov-a,sriov-b", "net/sriov-c@net3", "sriov-a"],
+    )
+    assert spec.gang == "coscheduling"
+    assert spec.network_attachments == ("sriov-a", "sriov-b", "net/sriov-c@net3")
+    assert build_run_spec(world_size=8, run_id="r").gang is None
 
 
 def test_network_picks_the_least_security_that_works() -> None:
@@ -317,9 +374,12 @@ def test_toleration_dict_shape() -> None:
         ),
         (["--world-size", "8", "-o", "xml"], '--output "xml": expected yaml or json'),
         (["--world-size", "six"], '--world-size "six": expected a whole number >= 1'),
+        # Dropped: a run is a gang (docs/deploy.md), a retried pod could not rejoin it.
+        (["--world-size", "8", "--backoff-limit", "1"], "No such option: --backoff-limit"),
         (
-            ["--world-size", "8", "--backoff-limit", "-1"],
-            "--backoff-limit -1: expected a whole number >= 0",
+            ["--world-size", "8", "--memory", "4Gi", "--shm-size", "4Gi"],
+            "--memory 4Gi: not more than --shm-size 4Gi, and /dev/shm counts against the "
+            "pod's memory limit; expected more (at least 5Gi), or a smaller --shm-size",
         ),
     ],
 )

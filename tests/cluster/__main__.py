@@ -37,6 +37,21 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="images whose name matches this regex fail with ErrImagePull",
     )
+    parser.add_argument(
+        "--log-max-size",
+        type=int,
+        default=None,
+        metavar="BYTES",
+        help="rotate container logs at this size, as the kubelet's containerLogMaxSize "
+        "(default: no rotation)",
+    )
+    parser.add_argument(
+        "--log-max-files",
+        type=int,
+        default=5,
+        metavar="N",
+        help="container log files kept with --log-max-size, the current one included (default 5)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log every part's work")
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -63,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         gpus_per_node=args.gpus_per_node,
         kubeconfig=args.kubeconfig,
         image_pull_fail_pattern=args.image_pull_fail_pattern,
+        log_max_bytes=args.log_max_size,
+        log_max_files=args.log_max_files,
     ) as cluster:
         print(
             f"cluster ready: {cluster.url} ({args.nodes} nodes x {args.gpus_per_node} GPUs); "

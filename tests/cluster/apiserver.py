@@ -2,7 +2,8 @@
 
 Standard library only (ThreadingHTTPServer, HTTP/1.1, chunked streams), so the test cluster adds no
 dependency. It serves legacy discovery (kubectl falls back to it when the aggregated form is not
-offered), the resource paths of store.RESOURCES, and answers 404 on /openapi/* so that kubectl
+offered), the resource paths of the store's resource table (built-in kinds and every
+CustomResourceDefinition created, see crds.py), and answers 404 on /openapi/* so that kubectl
 with --validate=false does not need schemas. Everything with a state lives in the Store; this
 module translates HTTP to store calls and ApiError to `Status`.
 
@@ -16,6 +17,7 @@ import base64
 import contextlib
 import json
 import logging
+import os
 import re
 import select
 import socket
@@ -28,10 +30,10 @@ from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
 import yaml
-from tests.cluster import errors, patch, protobuf, schema, tables
+from tests.cluster import crds, errors, patch, protobuf, schema, tables
 from tests.cluster.errors import ApiError
 from tests.cluster.faults import Faults
-from tests.cluster.store import RESOURCES, ResourceInfo, Store, clone, now_rfc3339
+from tests.cluster.store import ResourceInfo, Store, clone, now_rfc3339
 
 log = logging.getLogger(__name__)
 
@@ -75,16 +77,25 @@ class _Route:
         self.sub = sub
 
 
-def _groups() -> dict[str, str]:
-    """group -> version for every API group we serve ("" is core)."""
-    return {ri.group: ri.version for ri in RESOURCES.values()}
+Resources = dict[str, ResourceInfo]
 
 
-def _parse_route(path: str) -> _Route | None:
+def _groups(resources: Resources) -> dict[str, str]:
+    """group -> version for every API group we serve ("" is core), CRDs' included."""
+    return {ri.group: ri.version for ri in resources.values()}
+
+
+def _find(resources: Resources, group: str, plural: str) -> ResourceInfo | None:
+    return next(
+        (ri for ri in resources.values() if ri.plural == plural and ri.group == group), None
+    )
+
+
+def _parse_route(path: str, resources: Resources) -> _Route | None:
     parts = [p for p in path.split("/") if p]
     if len(parts) >= 2 and parts[0] == "api" and parts[1] == "v1":
         group, rest = "", parts[2:]
-    elif len(parts) >= 3 and parts[0] == "apis" and _groups().get(parts[1]) == parts[2]:
+    elif len(parts) >= 3 and parts[0] == "apis" and _groups(resources).get(parts[1]) == parts[2]:
         group, rest = parts[1], parts[3:]
     else:
         return None
@@ -92,11 +103,11 @@ def _parse_route(path: str) -> _Route | None:
         return None
     namespace = None
     if rest[0] == "namespaces" and len(rest) >= 3:
-        maybe = RESOURCES.get(rest[2])
+        maybe = _find(resources, group, rest[2])
         if maybe is not None and maybe.namespaced:
             namespace, rest = rest[1], rest[2:]
-    ri = RESOURCES.get(rest[0])
-    if ri is None or ri.group != group or len(rest) > 3:
+    ri = _find(resources, group, rest[0])
+    if ri is None or len(rest) > 3:
         raise ApiError(404, "NotFound", "the server could not find the requested resource")
     name = rest[1] if len(rest) >= 2 else None
     sub = rest[2] if len(rest) >= 3 else None
@@ -105,9 +116,9 @@ def _parse_route(path: str) -> _Route | None:
     return _Route(ri, namespace, name, sub)
 
 
-def _discovery(group: str, version: str) -> Obj:
+def _discovery(table: Resources, group: str, version: str) -> Obj:
     resources = []
-    for ri in RESOURCES.values():
+    for ri in table.values():
         if ri.group != group or ri.version != version:
             continue
         entry: Obj = {
@@ -145,7 +156,7 @@ def _gv_path(group: str, version: str) -> str:
     return f"apis/{group}/{version}" if group else f"api/{version}"
 
 
-def _openapi_v3(path: str) -> Obj | None:
+def _openapi_v3(path: str, resources: Resources) -> Obj | None:
     """Just enough OpenAPI v3 for kubectl to see that the server validates fields itself.
 
     kubectl (1.27+) asks whether each kind's PATCH takes `fieldValidation`; when it does, it
@@ -153,7 +164,7 @@ def _openapi_v3(path: str) -> Obj | None:
     `kubectl apply -f` works without `--validate=false`. No schemas are served: kubectl then
     builds strategic merge patches from its compiled-in types, as it does for built-in kinds.
     """
-    groups = _groups()
+    groups = _groups(resources)
     if path == "/openapi/v3":
         return {
             "paths": {
@@ -165,7 +176,7 @@ def _openapi_v3(path: str) -> Obj | None:
         if path != f"/openapi/v3/{_gv_path(g, v)}":
             continue
         paths: Obj = {}
-        for ri in RESOURCES.values():
+        for ri in resources.values():
             if ri.group != g:
                 continue
             prefix = f"/{_gv_path(g, v)}" + ("/namespaces/{namespace}" if ri.namespaced else "")
@@ -190,9 +201,9 @@ def _openapi_v3(path: str) -> Obj | None:
     return None
 
 
-def _group_list() -> Obj:
+def _group_list(resources: Resources) -> Obj:
     groups = []
-    for group, version in sorted(_groups().items()):
+    for group, version in sorted(_groups(resources).items()):
         if not group:
             continue
         gv = {"groupVersion": f"{group}/{version}", "version": version}
@@ -301,13 +312,13 @@ class APIServer:
             self._fault_endpoint(h, method, path, body)
             return
         if method == "GET" and path.startswith("/openapi/v3"):
-            doc = _openapi_v3(path)
+            doc = _openapi_v3(path, self.store.resources)
             if doc is not None:
                 h.send_json(200, doc)
                 return
         if path.startswith("/openapi") or path.startswith("/swagger"):
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
-        route = _parse_route(path)
+        route = _parse_route(path, self.store.resources)
         if route is None:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         ri = route.ri
@@ -327,7 +338,7 @@ class APIServer:
                 else:
                     self._list(h, route, q)
             else:
-                self._send_obj(h, 200, self.store.get(ri.plural, route.namespace, route.name))
+                self._send_obj(h, 200, self.store.get(ri.key, route.namespace, route.name))
         elif method == "POST":
             if route.name is not None:
                 raise errors.method_not_allowed(f"POST is not supported on {path}")
@@ -407,12 +418,12 @@ class APIServer:
                 ],
             }
         if path == "/apis":
-            return _group_list()
+            return _group_list(self.store.resources)
         if path == "/api/v1":
-            return _discovery("", "v1")
+            return _discovery(self.store.resources, "", "v1")
         m = re.fullmatch(r"/apis/([^/]+)(?:/([^/]+))?", path)
         if m:
-            versions = _groups()
+            versions = _groups(self.store.resources)
             group, version = m.group(1), m.group(2)
             if group not in versions or not group:
                 return None
@@ -426,7 +437,7 @@ class APIServer:
                     "preferredVersion": gv,
                 }
             if version == versions[group]:
-                return _discovery(group, version)
+                return _discovery(self.store.resources, group, version)
         if path in ("/healthz", "/livez", "/readyz"):
             return {"status": "ok"}
         return None
@@ -442,7 +453,7 @@ class APIServer:
     def _list(self, h: _Handler, route: _Route, q: dict[str, str]) -> None:
         ri = route.ri
         items, rv = self.store.list(
-            ri.plural,
+            ri.key,
             route.namespace,
             label_selector=q.get("labelSelector") or None,
             field_selector=q.get("fieldSelector") or None,
@@ -488,10 +499,10 @@ class APIServer:
         try:
             if rv in ("", "0") or send_initial:
                 # Unset or "0": the current state as ADDED events first, then changes.
-                initial, list_rv = self.store.list(ri.plural, route.namespace, labels, fields)
-                w = self.store.watch(ri.plural, route.namespace, list_rv, labels, fields)
+                initial, list_rv = self.store.list(ri.key, route.namespace, labels, fields)
+                w = self.store.watch(ri.key, route.namespace, list_rv, labels, fields)
             else:
-                w = self.store.watch(ri.plural, route.namespace, rv, labels, fields)
+                w = self.store.watch(ri.key, route.namespace, rv, labels, fields)
         except ApiError as e:
             if e.code != 410:
                 raise
@@ -597,7 +608,7 @@ class APIServer:
         if q.get("dryRun"):
             self._send_obj(h, 201, obj)
             return
-        self._send_obj(h, 201, self.store.create(route.ri.plural, obj))
+        self._send_obj(h, 201, self.store.create(route.ri.key, obj))
 
     def _update(self, h: _Handler, route: _Route, q: dict[str, str], body: bytes) -> None:
         ri = route.ri
@@ -723,7 +734,7 @@ class APIServer:
             )
         for _attempt in range(3):
             try:
-                self.store.get(ri.plural, route.namespace, route.name)
+                self.store.get(ri.key, route.namespace, route.name)
             except ApiError as e:
                 if e.code != 404:
                     raise
@@ -736,7 +747,7 @@ class APIServer:
                     self._send_obj(h, 201, new)
                     return
                 try:
-                    self._send_obj(h, 201, self.store.create(ri.plural, new))
+                    self._send_obj(h, 201, self.store.create(ri.key, new))
                     return
                 except ApiError as again:
                     if again.reason != "AlreadyExists":
@@ -762,6 +773,15 @@ class APIServer:
     def _strict(q: dict[str, str], route: _Route, obj: Any, *, apply: bool = False) -> None:
         """?fieldValidation=Strict (kubectl's default): unknown fields are a 400, as upstream."""
         if q.get("fieldValidation") == "Strict" and route.sub is None:
+            if route.ri.schema is not None and isinstance(obj, dict):
+                # A custom resource: its CRD's structural schema, not the upstream ones.
+                schema.refuse_unknown(
+                    crds.unknown_fields(obj, route.ri.schema),
+                    kind=route.ri.kind,
+                    api_version=route.ri.api_version,
+                    apply=apply,
+                )
+                return
             schema.check_strict(
                 obj, kind=route.ri.kind, api_version=route.ri.api_version, apply=apply
             )
@@ -778,9 +798,9 @@ class APIServer:
         assert route.name is not None
         if not q.get("dryRun"):
             return self.store.mutate(
-                route.ri.plural, route.namespace, route.name, fn, subresource=subresource
+                route.ri.key, route.namespace, route.name, fn, subresource=subresource
             )
-        current = self.store.get(route.ri.plural, route.namespace, route.name)
+        current = self.store.get(route.ri.key, route.namespace, route.name)
         new = clone(current)
         fn(new)
         if subresource == "status":
@@ -817,10 +837,10 @@ class APIServer:
         assert route.name is not None
         propagation, grace, preconditions = self._delete_options(h, q, body)
         if q.get("dryRun"):
-            self._send_obj(h, 200, self.store.get(ri.plural, route.namespace, route.name))
+            self._send_obj(h, 200, self.store.get(ri.key, route.namespace, route.name))
             return
         out = self.store.delete(
-            ri.plural,
+            ri.key,
             route.namespace,
             route.name,
             propagation=propagation,
@@ -855,7 +875,7 @@ class APIServer:
         ri = route.ri
         propagation, grace, _ = self._delete_options(h, q, body)
         items, _rv = self.store.list(
-            ri.plural,
+            ri.key,
             route.namespace,
             label_selector=q.get("labelSelector") or None,
             field_selector=q.get("fieldSelector") or None,
@@ -866,7 +886,7 @@ class APIServer:
             try:
                 out.append(
                     self.store.delete(
-                        ri.plural,
+                        ri.key,
                         meta.get("namespace"),
                         meta["name"],
                         propagation=propagation,
@@ -913,7 +933,7 @@ class APIServer:
             }
 
         if method == "GET":
-            h.send_json(200, view(self.store.get(ri.plural, route.namespace, route.name)))
+            h.send_json(200, view(self.store.get(ri.key, route.namespace, route.name)))
             return
         if method not in ("PUT", "PATCH"):
             raise errors.method_not_allowed(f"{method} is not supported on scale")
@@ -986,7 +1006,8 @@ class APIServer:
             raise errors.bad_request(
                 f'container "{container}" in pod "{name}" is waiting to start: {reason}'
             )
-        with open(path, "rb") as f:
+        f = open(path, "rb")  # noqa: SIM115 - may be replaced when the log rotates
+        try:
             data = f.read()
             if tail is not None:
                 lines = data.splitlines(keepends=True)
@@ -1007,6 +1028,12 @@ class APIServer:
                 if more:
                     h.write_chunk(stamper.feed(more))
                     continue
+                # Rotated: the kubelet writes a new current file; follow it, as kubelets do.
+                now = self.logs.log_path(ns, name, container) if self.logs else None
+                if now is not None and _inode(now) not in (None, os.fstat(f.fileno()).st_ino):
+                    f.close()
+                    f = open(now, "rb")  # noqa: SIM115 - closed in the finally below
+                    continue
                 if not running:
                     break
                 if h.client_gone():
@@ -1016,6 +1043,8 @@ class APIServer:
             if rest:
                 h.write_chunk(rest)
             h.end_stream()
+        finally:
+            f.close()
 
 
 class _Stamper:
@@ -1048,6 +1077,13 @@ class _Stamper:
         t = time.time()
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1e9):09d}Z"
         return stamp.encode() + b" " + line
+
+
+def _inode(path: Path) -> int | None:
+    try:
+        return path.stat().st_ino
+    except OSError:
+        return None
 
 
 def _sort_key(obj: Obj) -> tuple[str, str]:

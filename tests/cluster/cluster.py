@@ -23,6 +23,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from tests.cluster import admission
 from tests.cluster.apiserver import APIServer
 from tests.cluster.faults import Faults
 from tests.cluster.kubeconfig import write_kubeconfig
@@ -68,7 +69,10 @@ class Cluster:
     Keyword arguments beyond nodes/gpus_per_node describe the nodes and the parts:
     `node_resources` adds resources to every node (e.g. {"rdma/ib": "4"}), `node_labels` adds
     labels, `schedulers` names the schedulerNames served, `image_pull_fail_pattern` makes images
-    matching it fail with ErrImagePull, `components=False` runs only store + API server.
+    matching it fail with ErrImagePull, `log_max_bytes`/`log_max_files` rotate container logs as
+    the kubelet's containerLogMaxSize/containerLogMaxFiles do, `components=False` runs only
+    store + API server. Pod Security Admission is always on (it acts on namespaces labelled
+    pod-security.kubernetes.io/enforce), as in every cluster since Kubernetes 1.25.
     """
 
     def __init__(
@@ -86,6 +90,8 @@ class Cluster:
         kubeconfig: Path | str | None = None,
         history: int = 20000,
         components: bool = True,
+        log_max_bytes: int | None = None,
+        log_max_files: int = 5,
     ) -> None:
         self.nodes = nodes
         self.gpus_per_node = gpus_per_node
@@ -98,7 +104,8 @@ class Cluster:
         self._pull_fail = image_pull_fail_pattern
         self._kubeconfig_arg = Path(kubeconfig) if kubeconfig else None
         self._components = components
-        self.store = Store(history=history)
+        self._log_max = (log_max_bytes, log_max_files)
+        self.store = Store(history=history, admission=[admission.pod_security])
         self.faults = Faults()
         self.number = 0
         self.workdir: Path | None = None
@@ -162,6 +169,8 @@ class Cluster:
                 self.store,
                 workdir=self.workdir,
                 image_pull_fail_pattern=self._pull_fail,
+                log_max_bytes=self._log_max[0],
+                log_max_files=self._log_max[1],
             )
         if scheduler_cls is not None:
             self.scheduler = scheduler_cls(self.store, names=self._schedulers)

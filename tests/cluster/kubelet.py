@@ -138,6 +138,11 @@ class _Container:
     gpu_ids: list[int] = field(default_factory=list)
     done: bool = False  # terminated for good (no restart coming)
     restart_timer: int | None = None
+    # With log rotation the container writes into a pipe the kubelet drains into its log file.
+    log_pipe: int | None = None
+    log_file: Any = None  # the open current file (BinaryIO)
+    log_partial: bytes = b""
+    log_rotations: int = 0
 
 
 @dataclass
@@ -210,15 +215,26 @@ class Kubelet:
         restart_backoff_s: float = 1.0,
         max_restart_backoff_s: float = 10.0,
         image_pull_backoff_s: float = 1.0,
+        log_max_bytes: int | None = None,
+        log_max_files: int = 5,
     ) -> None:
         """`restart_backoff_s` doubles per restart up to `max_restart_backoff_s` (Kubernetes uses
-        10 s and 300 s; tests want restarts they can watch within seconds)."""
+        10 s and 300 s; tests want restarts they can watch within seconds).
+
+        `log_max_bytes` turns on log rotation as the kubelet's containerLogMaxSize (10Mi by
+        default upstream) and containerLogMaxFiles do it: a container's current log file is
+        renamed `<n>.log.<k>` once it reaches the size, at a line boundary, a new one is
+        started, and at most `log_max_files` files are kept, the current one included. The log
+        API (kubectl logs, `-f` included) serves only the current file, as kubelets do. None
+        (the default) writes one unbounded file per run."""
         self._store = store
         self._root = Path(workdir) / "kubelet"
         self._pattern = re.compile(image_pull_fail_pattern) if image_pull_fail_pattern else None
         self._restart_backoff_s = restart_backoff_s
         self._max_restart_backoff_s = max_restart_backoff_s
         self._image_pull_backoff_s = image_pull_backoff_s
+        self._log_max_bytes = log_max_bytes
+        self._log_max_files = max(2, log_max_files)
         self._lock = threading.RLock()
         self._pods: dict[str, _Pod] = {}
         self._by_key: dict[tuple[str, str], str] = {}
@@ -1096,7 +1112,11 @@ class Kubelet:
         c.attempts += 1
         wd = c.spec.get("workingDir") or "/"
         assert pod.sandbox is not None
-        out = open(log_file, "ab")  # noqa: SIM115 - handed to the child
+        out = open(log_file, "ab")  # noqa: SIM115 - handed to the child, or kept for the pipe
+        pipe_w: int | None = None
+        if self._log_max_bytes is not None:
+            c.log_pipe, pipe_w = os.pipe()
+            c.log_file, c.log_partial = out, b""
         try:
             c.proc = subprocess.Popen(
                 [
@@ -1111,13 +1131,14 @@ class Kubelet:
                     *argv,
                 ],
                 stdin=subprocess.DEVNULL,
-                stdout=out,
+                stdout=out if pipe_w is None else pipe_w,
                 stderr=subprocess.STDOUT,
                 env=env,
                 start_new_session=True,
             )
         except OSError as e:
             c.proc = None
+            self._close_log(c)
             c.state = {
                 "terminated": {
                     "exitCode": 128,
@@ -1130,7 +1151,13 @@ class Kubelet:
             self._container_exited(pod, c, 128, start_error=True)
             return
         finally:
-            out.close()
+            if pipe_w is None:
+                out.close()
+            else:
+                os.close(pipe_w)
+        if c.log_pipe is not None:
+            os.set_blocking(c.log_pipe, False)
+            self._sel.register(c.log_pipe, selectors.EVENT_READ, lambda: self._pump_log(pod, c))
         c.state = {"running": {"startedAt": now_iso()}}
         c.pidfd = os.pidfd_open(c.proc.pid)
         self._sel.register(c.pidfd, selectors.EVENT_READ, lambda: self._on_exit(pod, c))
@@ -1157,6 +1184,9 @@ class Kubelet:
         if c.proc is None:
             return
         rc = c.proc.wait()
+        # What it wrote before it ended is in the pipe: into the log before the status says
+        # terminated, so a reader that waits for the end finds every line.
+        self._pump_log(pod, c, final=True)
         code = rc if rc >= 0 else 128 - rc
         started = c.state.get("running", {}).get("startedAt", now_iso())
         c.state = {
@@ -1342,8 +1372,77 @@ class Kubelet:
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
 
+    # ---- log rotation ------------------------------------------------------------------------
+
+    def _pump_log(self, pod: _Pod, c: _Container, *, final: bool = False) -> None:
+        """Move what the container wrote from its pipe into the log file, whole lines at a
+        time, rotating at the size limit. `final`: the process has ended, take what is left
+        (processes it left behind are killed with it, their later output is not kept)."""
+        if c.log_pipe is None:
+            return
+        eof = False
+        for _ in range(4096):  # bounded even when a leftover process keeps writing
+            try:
+                chunk = os.read(c.log_pipe, 1 << 16)
+            except BlockingIOError:
+                break
+            except OSError:
+                eof = True
+                break
+            if not chunk:
+                eof = True
+                break
+            data = c.log_partial + chunk
+            cut = data.rfind(b"\n") + 1
+            if cut == 0 and len(data) < (1 << 16):
+                c.log_partial = data
+            else:
+                if cut == 0:
+                    cut = len(data)  # one very long line: written as it is
+                c.log_partial = data[cut:]
+                self._write_log(pod, c, data[:cut])
+            if not final:
+                break  # one read per wake-up keeps the loop fair between containers
+        if eof or final:
+            if c.log_partial:
+                self._write_log(pod, c, c.log_partial)
+                c.log_partial = b""
+            self._close_log(c)
+
+    def _write_log(self, pod: _Pod, c: _Container, data: bytes) -> None:
+        assert self._log_max_bytes is not None and c.log_file is not None
+        for line in data.splitlines(keepends=True):
+            c.log_file.write(line)
+            if c.log_file.tell() >= self._log_max_bytes:
+                self._rotate(pod, c)
+
+    def _rotate(self, pod: _Pod, c: _Container) -> None:
+        """The current file becomes `<n>.log.<k>`; the oldest beyond the limit goes."""
+        current = _log_file(pod, c, c.attempts - 1)
+        c.log_file.close()
+        c.log_rotations += 1
+        current.rename(current.with_name(f"{current.name}.{c.log_rotations}"))
+        stale = c.log_rotations - (self._log_max_files - 1)
+        if stale > 0:
+            with contextlib.suppress(OSError):
+                current.with_name(f"{current.name}.{stale}").unlink()
+        c.log_file = open(current, "ab")  # noqa: SIM115 - kept open while the container runs
+
+    def _close_log(self, c: _Container) -> None:
+        if c.log_pipe is not None:
+            with contextlib.suppress(KeyError, ValueError):
+                self._sel.unregister(c.log_pipe)
+            with contextlib.suppress(OSError):
+                os.close(c.log_pipe)
+            c.log_pipe = None
+        if c.log_file is not None:
+            c.log_file.close()
+            c.log_file = None
+        c.log_rotations = 0
+
     def _close_fds(self, pod: _Pod) -> None:
         for c in pod.containers:
+            self._close_log(c)
             if c.pidfd is not None:
                 with contextlib.suppress(KeyError, ValueError):
                     self._sel.unregister(c.pidfd)

@@ -97,7 +97,11 @@ def check_strict(obj: Any, *, kind: str, api_version: str, apply: bool = False) 
         "kind": obj.get("kind") or kind,
         "apiVersion": obj.get("apiVersion") or api_version,
     }
-    unknown = unknown_fields(body)
+    refuse_unknown(unknown_fields(body), kind=kind, api_version=api_version, apply=apply)
+
+
+def refuse_unknown(unknown: list[str], *, kind: str, api_version: str, apply: bool) -> None:
+    """400 BadRequest naming the undeclared fields, as kube-apiserver words it."""
     if not unknown:
         return
     if apply:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 
-from tests.cluster import errors
+from tests.cluster import crds, errors
 from tests.cluster.errors import ApiError
 
 log = logging.getLogger(__name__)
@@ -56,6 +56,16 @@ class ResourceInfo:
         "update",
         "watch",
     )
+    storage_key: str = ""
+    """The store's name for it when the plural alone is ambiguous (custom resources:
+    `<plural>.<group>`, as two groups may both serve `podgroups`)."""
+    schema: Any = field(default=None, compare=False, hash=False)
+    """A custom resource's structural schema (openAPIV3Schema), None for built-in kinds."""
+
+    @property
+    def key(self) -> str:
+        """The resource name store methods take."""
+        return self.storage_key or self.plural
 
     @property
     def api_version(self) -> str:
@@ -85,13 +95,26 @@ RESOURCES: dict[str, ResourceInfo] = {
         ResourceInfo(
             "statefulsets", "StatefulSet", "apps", "v1", True, ("sts",), ("status", "scale")
         ),
+        ResourceInfo(
+            "customresourcedefinitions",
+            "CustomResourceDefinition",
+            "apiextensions.k8s.io",
+            "v1",
+            False,
+            ("crd", "crds"),
+            ("status",),
+        ),
     )
 }
 
+#: Admission: called for every create, after defaults and name generation, inside the store's
+#: lock; raising ApiError refuses the object (tests/cluster/admission.py: Pod Security).
+Admission = Callable[["Store", str, Obj], None]
 
-def info(resource: str) -> ResourceInfo:
+
+def info(resource: str, table: Mapping[str, ResourceInfo] = RESOURCES) -> ResourceInfo:
     try:
-        return RESOURCES[resource]
+        return table[resource]
     except KeyError:
         raise errors.ApiError(
             404, "NotFound", f'the server could not find the requested resource "{resource}"'
@@ -410,9 +433,13 @@ class Store:
     _event_keys: dict[tuple[str, ...], str] = field(default_factory=dict, repr=False)
     _by_uid: dict[str, tuple[str, tuple[str, str]]] = field(default_factory=dict, repr=False)
     _ns_count: dict[str, int] = field(default_factory=dict, repr=False)
+    resources: dict[str, ResourceInfo] = field(default_factory=lambda: dict(RESOURCES))
+    """What this store serves, by ResourceInfo.key: the built-in kinds, then every CRD's."""
+    admission: list[Admission] = field(default_factory=list)
+    """Admission plugins run on every create (the API's and the controllers' alike)."""
 
     def __post_init__(self) -> None:
-        for r in RESOURCES:
+        for r in self.resources:
             self._objects[r] = {}
             self._watches[r] = set()
         for ns in ("default", "kube-system", "kube-public", "kube-node-lease"):
@@ -426,7 +453,7 @@ class Store:
             return str(self._rv)
 
     def get(self, resource: str, namespace: str | None, name: str) -> Obj:
-        ri = info(resource)
+        ri = info(resource, self.resources)
         with self._lock:
             obj = self._objects[resource].get(self._key(ri, namespace, name))
             if obj is None:
@@ -441,7 +468,7 @@ class Store:
         field_selector: Selector = None,
     ) -> tuple[list[Obj], str]:
         """Matching objects sorted by namespace/name, and the resourceVersion to watch from."""
-        ri = info(resource)
+        ri = info(resource, self.resources)
         labels = parse_label_selector(label_selector)
         fields = parse_field_selector(field_selector)
         with self._lock:
@@ -460,7 +487,7 @@ class Store:
     # ---- writing ---------------------------------------------------------------------------
 
     def create(self, resource: str, obj: Obj) -> Obj:
-        ri = info(resource)
+        ri = info(resource, self.resources)
         obj = clone(obj)
         meta = obj.setdefault("metadata", {})
         if not meta.get("name") and meta.get("generateName"):
@@ -473,6 +500,7 @@ class Store:
         obj["apiVersion"] = obj.get("apiVersion") or ri.api_version
         obj["kind"] = obj.get("kind") or ri.kind
         _validate(ri, obj)
+        crd = crds.resource_info(obj) if resource == "customresourcedefinitions" else None
         with self._lock:
             ns = meta.get("namespace", "")
             if ri.namespaced:
@@ -486,6 +514,8 @@ class Store:
                         f'{resource} "{name}" is forbidden: unable to create new content in '
                         f"namespace {ns} because it is being terminated",
                     )
+            for admit in self.admission:
+                admit(self, resource, obj)
             key = self._key(ri, ns, name)
             if key in self._objects[resource]:
                 raise errors.already_exists(resource, name, ri.group)
@@ -495,10 +525,17 @@ class Store:
             meta["creationTimestamp"] = now_rfc3339()
             meta["generation"] = 1
             _default(ri, obj)
+            if crd is not None:
+                crds.established(obj)
             self._rv += 1
             meta["resourceVersion"] = str(self._rv)
             self._objects[resource][key] = obj
             self._record("ADDED", resource, None, obj)
+            if crd is not None:
+                # Served from now on: routes, discovery and watches of the new resource.
+                self.resources[crd.key] = crd
+                self._objects.setdefault(crd.key, {})
+                self._watches.setdefault(crd.key, set())
             out = clone(obj)
         self._drain()
         return out
@@ -509,7 +546,7 @@ class Store:
         With subresource="status" only .status changes; without it everything the caller sends
         is taken (the API server keeps .status itself for PUTs on the main resource).
         """
-        ri = info(resource)
+        ri = info(resource, self.resources)
         meta = obj.get("metadata") or {}
         name = meta.get("name") or ""
         ns = meta.get("namespace") or ("default" if ri.namespaced else "")
@@ -540,7 +577,7 @@ class Store:
         subresource: str | None = None,
     ) -> Obj:
         """Apply fn to a copy of the current object and commit it, all under the lock."""
-        ri = info(resource)
+        ri = info(resource, self.resources)
         with self._lock:
             current = self._objects[resource].get(self._key(ri, namespace, name))
             if current is None:
@@ -567,7 +604,7 @@ class Store:
         the object or nothing is deleted: 409 Conflict "Precondition failed", as kube-apiserver.
         Returns the object as it is now: with deletionTimestamp if it lingers, else as it was.
         """
-        ri = info(resource)
+        ri = info(resource, self.resources)
         if propagation not in ("Background", "Foreground", "Orphan"):
             raise errors.bad_request(f"unsupported propagationPolicy {propagation!r}")
         with self._lock:
@@ -607,7 +644,7 @@ class Store:
 
     def finalize_delete(self, resource: str, namespace: str | None, name: str) -> None:
         """Remove a terminating object for good (the kubelet calls it once processes are gone)."""
-        ri = info(resource)
+        ri = info(resource, self.resources)
         with self._lock:
             key = self._key(ri, namespace, name)
             if key not in self._objects[resource]:
@@ -687,7 +724,7 @@ class Store:
         field_selector: Selector = None,
     ) -> Watch:
         """Changes after `since_rv` (None or 0: from now on). ApiError(410) if that is compacted."""
-        info(resource)
+        info(resource, self.resources)
         w = Watch(self, resource, namespace, label_selector, field_selector)
         try:
             since = int(since_rv) if since_rv not in (None, "") else 0
@@ -796,8 +833,8 @@ class Store:
         self._rv += 1
         meta["resourceVersion"] = str(self._rv)
         key = self._key(ri, meta.get("namespace"), meta["name"])
-        self._objects[ri.plural][key] = new
-        self._record("MODIFIED", ri.plural, current, new)
+        self._objects[ri.key][key] = new
+        self._record("MODIFIED", ri.key, current, new)
         if (
             meta.get("deletionTimestamp")
             and not meta.get("finalizers")
@@ -808,16 +845,22 @@ class Store:
 
     def _remove(self, ri: ResourceInfo, key: tuple[str, str], propagation: str) -> Obj:
         """Delete one object now and handle its dependents (lock held)."""
-        obj = self._objects[ri.plural].pop(key)
+        obj = self._objects[ri.key].pop(key)
         self._rv += 1
         gone = clone(obj)
         gone["metadata"]["resourceVersion"] = str(self._rv)
-        self._record("DELETED", ri.plural, obj, gone)
+        self._record("DELETED", ri.key, obj, gone)
         uid = obj["metadata"]["uid"]
+        if ri.plural == "customresourcedefinitions":
+            # Its objects go with it, then the resource is no longer served.
+            served = crds.resource_info(obj).key
+            for k in list(self._objects.get(served, {})):
+                self._remove(self.resources[served], k, "Background")
+            self.resources.pop(served, None)
         if ri.plural == "namespaces":
             # Deleting a namespace deletes everything in it, as the namespace controller does.
             ns = obj["metadata"]["name"]
-            for plural, rinfo in RESOURCES.items():
+            for plural, rinfo in list(self.resources.items()):
                 if not rinfo.namespaced:
                     continue
                 for k in [k for k in self._objects[plural] if k[0] == ns]:
@@ -834,7 +877,7 @@ class Store:
     def _collect(self, uid: str, propagation: str) -> None:
         """The garbage collector's work for a deleted (or foreground-deleting) owner (lock held)."""
         for plural, k in sorted(self._owned.get(uid, ())):
-            rinfo = RESOURCES[plural]
+            rinfo = self.resources[plural]
             dep = self._objects[plural].get(k)
             if dep is not None:
                 refs = dep["metadata"].get("ownerReferences") or []
@@ -858,7 +901,7 @@ class Store:
         """Delete one object as kube-apiserver would (lock held): a bound pod only gets a
         deletionTimestamp (the kubelet finalizes it); with Foreground an owner with dependents
         stays, marked with the foregroundDeletion finalizer, until they are gone."""
-        current = self._objects[ri.plural][key]
+        current = self._objects[ri.key][key]
         meta = current["metadata"]
         if ri.plural == "namespaces":
             return self._terminate_namespace(key)
@@ -889,7 +932,7 @@ class Store:
     def _terminate_namespace(self, key: tuple[str, str]) -> Obj:
         """As the namespace controller: mark it Terminating, delete what it holds (bound pods
         gracefully), and remove it once empty (lock held)."""
-        ns_ri = RESOURCES["namespaces"]
+        ns_ri = self.resources["namespaces"]
         current = self._objects["namespaces"][key]
         name = current["metadata"]["name"]
         new = clone(current)
@@ -898,7 +941,7 @@ class Store:
         new.setdefault("spec", {})["finalizers"] = ["kubernetes"]
         new["status"] = {"phase": "Terminating"}
         out = self._replace(ns_ri, current, new, None, force=True)
-        for plural, rinfo in RESOURCES.items():
+        for plural, rinfo in list(self.resources.items()):
             if not rinfo.namespaced:
                 continue
             for k in [k for k in self._objects[plural] if k[0] == name]:
@@ -913,7 +956,7 @@ class Store:
         if ns is None or not ns["metadata"].get("deletionTimestamp"):
             return
         if self._ns_count.get(name, 0) == 0:
-            self._remove(RESOURCES["namespaces"], ("", name), "Background")
+            self._remove(self.resources["namespaces"], ("", name), "Background")
 
     def _finish_foreground(self, uid: str) -> None:
         """Remove a foreground-deleting owner once its last dependent is gone (lock held)."""
@@ -926,7 +969,7 @@ class Store:
             return
         if any(self._objects[p].get(k) is not None for p, k in self._owned.get(uid, ())):
             return
-        self._remove(RESOURCES[plural], key, "Background")
+        self._remove(self.resources[plural], key, "Background")
 
     def _record(self, etype: str, resource: str, old: Obj | None, new: Obj) -> None:
         """Append a change to history and hand it to watchers and subscribers (lock held)."""
@@ -943,7 +986,7 @@ class Store:
             self._pending.append(change)
 
     def _reindex(self, resource: str, old: Obj | None, new: Obj | None) -> None:
-        ri = RESOURCES[resource]
+        ri = self.resources[resource]
         for obj, add in ((old, False), (new, True)):
             if obj is None:
                 continue
@@ -1017,8 +1060,13 @@ def _spec_of(obj: Obj) -> Obj:
 
 
 def _validate(ri: ResourceInfo, obj: Obj) -> None:
+    """Refuse (422) what kube-apiserver refuses; a custom object is first pruned of undeclared
+    fields and defaulted by its CRD's structural schema, as upstream stores it."""
     name = obj["metadata"].get("name") or ""
     causes: list[tuple[str, str]] = []
+    if ri.schema is not None:
+        crds.prune_and_default(obj, ri.schema)
+        causes += crds.schema_causes(obj, ri.schema)
     if not name:
         causes.append(("metadata.name", "Required value: name or generateName is required"))
     elif ri.plural in ("pods", "services", "jobs", "statefulsets", "namespaces") and not re.match(
@@ -1051,7 +1099,8 @@ def _validate(ri: ResourceInfo, obj: Obj) -> None:
         if ri.plural == "statefulsets" and not spec.get("selector"):
             causes.append(("spec.selector", "Required value"))
     if causes:
-        raise errors.invalid(ri.kind, name, causes, ri.group)
+        kind = f"{ri.kind}.{ri.group}" if ri.schema is not None else ri.kind
+        raise errors.invalid(kind, name, causes, ri.group)
 
 
 def _pod_spec_causes(spec: Obj, path: str) -> list[tuple[str, str]]:

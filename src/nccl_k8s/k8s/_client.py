@@ -43,6 +43,7 @@ import yaml
 from lightkube import AsyncClient, ConfigError
 from lightkube.config.kubeconfig import KubeConfig, SingleConfig
 from lightkube.core import resource as lk_resource
+from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.apps_v1 import StatefulSet
 from lightkube.resources.batch_v1 import Job
 from lightkube.resources.core_v1 import (
@@ -81,6 +82,16 @@ _RESOURCES: dict[str, Any] = {
     "Event": Event,
     "Job": Job,
     "StatefulSet": StatefulSet,
+}
+#: Custom resources we render, by apiVersion (two groups both call theirs PodGroup). Made once
+#: with lightkube's public generic-resource API.
+_CUSTOM: dict[tuple[str, str], Any] = {
+    ("scheduling.volcano.sh/v1beta1", "PodGroup"): create_namespaced_resource(
+        "scheduling.volcano.sh", "v1beta1", "PodGroup", "podgroups"
+    ),
+    ("scheduling.x-k8s.io/v1alpha1", "PodGroup"): create_namespaced_resource(
+        "scheduling.x-k8s.io", "v1alpha1", "PodGroup", "podgroups"
+    ),
 }
 _SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
@@ -248,7 +259,22 @@ def _decode(resp: httpx.Response) -> Any:
     return msgspec.json.decode(resp.content)
 
 
+def _resource(kind: str, api_version: str | None = None) -> Any:
+    """The lightkube class of a kind; custom kinds need their apiVersion to tell groups apart."""
+    if kind in _RESOURCES:
+        return _RESOURCES[kind]
+    try:
+        return _CUSTOM[(api_version or "", kind)]
+    except KeyError:
+        known = ", ".join(sorted(f"{k} {v}" for v, k in _CUSTOM))
+        raise ClusterError(
+            f"cannot handle a {kind} {api_version}: expected one of {known}"
+        ) from None
+
+
 def _plural(kind: str) -> str:
+    if kind == "PodGroup":
+        return "podgroups"
     res = _RESOURCES.get(kind)
     return str(lk_resource.api_info(res).plural) if res is not None else kind.lower()
 
@@ -313,9 +339,10 @@ class KubeClient:
         body: Any = None,
         content_type: str | None = None,
         watch: bool = False,
+        api_version: str | None = None,
     ) -> Any:
         """lightkube's request for the resource's URL (auth, TLS and paths are lightkube's)."""
-        res = PodLog if kind == "PodLog" else _RESOURCES[kind]
+        res = PodLog if kind == "PodLog" else _resource(kind, api_version)
         verb = "get" if name is not None else "list"
         br = self._gc.prepare_request(
             verb,
@@ -500,11 +527,14 @@ class KubeClient:
 
     # ---- reads -------------------------------------------------------------------------------
 
-    async def get(self, kind: Kind, name: str, *, namespace: str | None = None) -> Obj | None:
-        """The object, or None when it does not exist."""
+    async def get(
+        self, kind: Kind, name: str, *, namespace: str | None = None, api_version: str | None = None
+    ) -> Obj | None:
+        """The object, or None when it does not exist (for a custom kind, also when the cluster
+        does not serve that resource at all: creating it then says so)."""
         ns = self._ns(kind, namespace)
         ask = _Ask("get", kind, ns, name)
-        br = self._request("GET", kind, namespace=ns, name=name)
+        br = self._request("GET", kind, namespace=ns, name=name, api_version=api_version)
         try:
             resp = await self._send(br, ask, retry="reads")
         except NotFound:
@@ -661,10 +691,24 @@ class KubeClient:
         name = meta.get("name")
         ns = self._ns(kind, meta.get("namespace"))
         ask = _Ask("create", kind, ns, name)
-        if kind not in _RESOURCES:
-            raise ClusterError(f"cannot create a {kind}: not a kind this tool knows")
-        br = self._request("POST", kind, namespace=ns, body=obj)
-        return self._object(await self._send(br, ask, retry="creates"), ask)
+        api_version = str(obj.get("apiVersion"))
+        br = self._request("POST", kind, namespace=ns, body=obj, api_version=api_version)
+        try:
+            return self._object(await self._send(br, ask, retry="creates"), ask)
+        except NotFound as e:
+            if (api_version, kind) not in _CUSTOM:
+                raise
+            raise NotFound(
+                f"{self.server} does not serve {kind} {api_version} (its "
+                "CustomResourceDefinition is not installed): install the scheduler that defines "
+                "it, or deploy without that --gang",
+                status=404,
+                verb="create",
+                resource=_plural(kind),
+                namespace=ns,
+                name=name,
+                server=self.server,
+            ) from e
 
     async def apply(self, obj: Obj, *, force: bool = False) -> Obj:
         """Server-side apply `obj` as field manager nccl-k8s; the object as the server has it.
@@ -685,11 +729,18 @@ class KubeClient:
             body=obj,
             content_type="application/apply-patch+yaml",
             params={"force": "true" if force else None},
+            api_version=str(obj.get("apiVersion")),
         )
         return self._object(await self._send(br, ask, retry="reads"), ask)
 
     async def patch(
-        self, kind: Kind, name: str, patch: Obj, *, namespace: str | None = None
+        self,
+        kind: Kind,
+        name: str,
+        patch: Obj,
+        *,
+        namespace: str | None = None,
+        api_version: str | None = None,
     ) -> Obj | None:
         """JSON merge patch (RFC 7386) of one object; None when it does not exist. Retried like
         a read, so send only patches that mean the same the second time (set, not add)."""
@@ -702,6 +753,7 @@ class KubeClient:
             name=name,
             body=patch,
             content_type="application/merge-patch+json",
+            api_version=api_version,
         )
         try:
             resp = await self._send(br, ask, retry="reads")
@@ -724,6 +776,7 @@ class KubeClient:
         propagation: Propagation = "Background",
         grace_period_s: int | None = None,
         uid: str | None = None,
+        api_version: str | None = None,
     ) -> bool:
         """Delete one object; False when it was already gone. With `uid`, only that object: when
         the object of that name is another one (ours was deleted and a new one made meanwhile,
@@ -739,7 +792,9 @@ class KubeClient:
             options["gracePeriodSeconds"] = grace_period_s
         if uid is not None:
             options["preconditions"] = {"uid": uid}
-        br = self._request("DELETE", kind, namespace=ns, name=name, body=options)
+        br = self._request(
+            "DELETE", kind, namespace=ns, name=name, body=options, api_version=api_version
+        )
         try:
             resp = await self._send(br, ask, retry="reads")
         except NotFound:

@@ -1,5 +1,12 @@
 """collect (`results`): every pod's log into runs/<id>/logs/, the engine's result lines merged
-into runs/<id>/results.json, the NCCL lines diagnosed."""
+into runs/<id>/results.json, the NCCL lines diagnosed.
+
+Kubelets rotate container logs and the log API serves only the newest file, so the lines a
+long or noisy run printed first may be gone from what we can fetch. The pod wrapper
+(_manifests.POD_WRAPPER) therefore prints, last, rank 0's result lines as one block and a digest
+of the NCCL lines as another; `last_block` takes the last complete one of each and only then
+falls back to the lines scattered through the log (an older image, a run that failed).
+"""
 
 from __future__ import annotations
 
@@ -12,7 +19,7 @@ from pathlib import Path
 
 from nccl_k8s.errors import ClusterError, ResultsError
 from nccl_k8s.k8s._client import ClientSettings, KubeClient
-from nccl_k8s.k8s._manifests import CONTAINER_NAME
+from nccl_k8s.k8s._manifests import BLOCK_BEGIN, BLOCK_END, CONTAINER_NAME
 from nccl_k8s.k8s._outcomes import Collected
 from nccl_k8s.k8s._plumbing import (
     bounded,
@@ -27,6 +34,23 @@ from nccl_k8s.k8s._plumbing import (
 from nccl_k8s.k8s._pods import PodInfo, latest_per_rank, run_phase
 
 _NCCL_LINE = re.compile(r"^.*NCCL (?:INFO|WARN).*$", re.MULTILINE)
+_BLOCK_END = re.compile(rf"^.*{BLOCK_END} (\S+) (\d+)$", re.MULTILINE)
+
+
+def last_block(text: str, name: str) -> list[str] | None:
+    """The lines of the last complete `name` block in `text` (BEGIN, exactly n lines, END n),
+    or None when there is none. A block cut by log rotation has no BEGIN in the text, or the
+    wrong number of lines after it, and is passed over for an earlier complete one."""
+    ends = [m for m in _BLOCK_END.finditer(text) if m.group(1) == name]
+    for end in reversed(ends):
+        n = int(end.group(2))
+        before = text[: end.start()].rstrip("\n").rsplit("\n", n + 1)
+        if n == 0 or len(before) <= n:
+            continue
+        begin = before[-n - 1]
+        if begin.endswith(f"{BLOCK_BEGIN} {name} {n}"):
+            return before[-n:]
+    return None
 
 
 def collect(
@@ -67,8 +91,12 @@ def collect(
             name = f"rank-{rank_text(p)}-{p.name}.log"
             await asyncio.to_thread((log_dir / name).write_text, text)
             # Whole-text regexes (C speed) rather than a Python loop over every line.
-            results = result_line.findall(text) if RESULT_PREFIX in text else []
-            nccl = _NCCL_LINE.findall(text) if "NCCL " in text else []
+            results = last_block(text, "results") if BLOCK_END in text else None
+            if results is None:
+                results = result_line.findall(text) if RESULT_PREFIX in text else []
+            nccl = last_block(text, "nccl") if BLOCK_END in text else None
+            if nccl is None:
+                nccl = _NCCL_LINE.findall(text) if "NCCL " in text else []
             return results, nccl
 
         parts = await bounded(concurrency, [functools.partial(one, p) for p in pods])

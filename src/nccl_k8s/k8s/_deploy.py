@@ -117,7 +117,14 @@ async def _deploy(kc: KubeClient, spec: RunSpec, *, create_namespace: bool) -> D
                 if e.reason == "AlreadyExists":
                     raise await _taken(kc, spec, obj, e) from e
                 raise
-            created.append(Created(made["kind"], made["metadata"]["name"], made["metadata"]["uid"]))
+            created.append(
+                Created(
+                    made["kind"],
+                    made["metadata"]["name"],
+                    made["metadata"]["uid"],
+                    api_version=made.get("apiVersion"),
+                )
+            )
             if made["kind"] in WORKLOADS:
                 workload = made
         assert workload is not None  # render always includes the workload
@@ -132,6 +139,7 @@ async def _deploy(kc: KubeClient, spec: RunSpec, *, create_namespace: bool) -> D
                 obj["metadata"]["name"],
                 {"metadata": {"ownerReferences": refs}},
                 namespace=namespace,
+                api_version=obj["apiVersion"],
             )
     except BaseException:
         await delete_created(kc, namespace, created)
@@ -151,7 +159,7 @@ async def _taken(kc: KubeClient, spec: RunSpec, obj: Obj, e: Conflict) -> Confli
     ns = spec.namespace
     there: Obj | None = None
     with contextlib.suppress(ClusterError):
-        there = await kc.get(kind, name, namespace=ns)
+        there = await kc.get(kind, name, namespace=ns, api_version=obj["apiVersion"])
     labels = (there or {}).get("metadata", {}).get("labels") or {}
     fields = {
         "status": 409,

@@ -8,7 +8,17 @@ Objects of a run:
   read-only and put on PYTHONPATH, so a stock PyTorch image runs it.
 - Service `<run-id>`: headless, publishing not-ready addresses, the pods' subdomain, so rank 0
   is `<run-id>-0.<run-id>` from the moment it has an IP.
+- PodGroup `<run-id>` (`--gang`): Volcano's (scheduling.volcano.sh/v1beta1) or the
+  scheduler-plugins coscheduling plugin's (scheduling.x-k8s.io/v1alpha1), minMember = pods, so
+  the run's pods are placed all together or not at all.
 - Job `<run-id>` (Indexed, one pod per node) or StatefulSet `<run-id>` (continuous mode).
+
+Every container runs under a small wrapper (POD_WRAPPER, Python's standard library only) that
+streams the command's output and, when it ends, prints rank 0's result lines again as one
+bracketed block, and a bounded digest of NCCL's lines as another: kubelets rotate container logs
+(containerLogMaxSize, 10Mi by default) and the log API serves only the newest file, so at scale
+the first result lines of a noisy run are gone from it while the blocks, printed last, are not.
+`results` reads the last complete block (k8s/_collect.py).
 
 Ownership: the ConfigMap and Service should be deleted with the workload, so they carry an
 ownerReference to it. An ownerReference needs the owner's uid, which the API server assigns at
@@ -23,11 +33,19 @@ import base64
 import copy
 import json
 import shlex
+import textwrap
 from typing import Literal
 
 import yaml
 
-from nccl_k8s.k8s._presets import pod_env, security_profile
+from nccl_k8s.k8s._presets import (
+    MESH_OPT_OUT_ANNOTATIONS,
+    MESH_OPT_OUT_LABELS,
+    pod_env,
+    pod_security_level,
+    security_profile,
+    uses_host_network,
+)
 from nccl_k8s.k8s._types import Obj
 from nccl_k8s.k8s._zipapp import ZIPAPP_NAME, engine_zipapp
 from nccl_k8s.spec import (
@@ -36,14 +54,83 @@ from nccl_k8s.spec import (
     LABEL_KUEUE_QUEUE,
     LABEL_MANAGED_BY,
     LABEL_NAME,
+    NETWORKS_ANNOTATION,
     RunSpec,
+    quantity_value,
 )
+from nccl_k8s.spec._values import bytes_quantity, cpu_quantity
 
 APP_NAME = "nccl-k8s"
 CONTAINER_NAME = "bench"
 ENGINE_MOUNT = "/opt/nccl-k8s"
 RESULTS_MOUNT = "/workspace/results"
 WORKER = "worker"
+
+#: On the workload: the strictest Pod Security Admission level its pods pass, so a namespace's
+#: `pod-security.kubernetes.io/enforce` label can be checked against it before pods are refused.
+PSA_ANNOTATION = "nccl-k8s/pod-security"
+
+#: How each gang scheduler binds a pod to its PodGroup, as each project documents it:
+#: Volcano reads the annotation scheduling.k8s.io/group-name and schedules pods whose
+#: schedulerName is "volcano"; the coscheduling plugin reads the label
+#: scheduling.x-k8s.io/pod-group and runs, installed as a second scheduler (its Helm chart's
+#: default), under the name "scheduler-plugins-scheduler". --scheduler overrides the name.
+GANGS: dict[str, dict[str, str]] = {
+    "volcano": {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "scheduler": "volcano",
+        "annotation": "scheduling.k8s.io/group-name",
+    },
+    "coscheduling": {
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+        "scheduler": "scheduler-plugins-scheduler",
+        "label": "scheduling.x-k8s.io/pod-group",
+    },
+}
+
+#: Markers of the blocks the wrapper prints last: `NCCL_K8S_BEGIN <name> <n>`, n lines,
+#: `NCCL_K8S_END <name> <n>`; names "results" (rank 0's result lines) and "nccl" (the digest).
+BLOCK_BEGIN = "NCCL_K8S_BEGIN"
+WRAPPER_ENV = "NCCL_K8S_WRAPPER"
+BLOCK_END = "NCCL_K8S_END"
+
+#: The container's wrapper: `python3 -c POD_WRAPPER COMMAND...`. It must run on any image with
+#: Python >= 3.8, so it uses the standard library only. Blocks are printed only when the command
+#: succeeded: a failed pod's last log lines (what `deploy` shows) stay its own error. The NCCL digest keeps every WARN and the
+#: first 400 INFO lines of each process and device (initialization prints what diagnose reads:
+#: version, network, HCAs, transports), 8,000 lines at most: bounded however long the run.
+POD_WRAPPER = """\
+# nccl-k8s: run the command and stream its output; then print the result lines (rank 0 prints
+# them) and a digest of the NCCL lines again, as blocks, last: log rotation keeps the newest.
+import re, signal, subprocess, sys
+child = subprocess.Popen(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+for s in (signal.SIGTERM, signal.SIGINT):
+    signal.signal(s, lambda n, _: child.send_signal(n))
+out, results, nccl, count, last = sys.stdout.buffer, [], [], {}, b"\\n"
+who = re.compile(rb"(\\S+:\\d+):\\d+ (\\[\\d+\\])")
+for line in iter(child.stdout.readline, b""):
+    out.write(line)
+    out.flush()
+    last = line
+    if b"NCCL_K8S_RESULT " in line:
+        results.append(line)
+    elif b"NCCL INFO" in line or b"NCCL WARN" in line:
+        m = who.search(line)
+        k = m.group(1) + m.group(2) if m else b""
+        count[k] = count.get(k, 0) + 1
+        if len(nccl) < 8000 and (b"NCCL WARN" in line or count[k] <= 400):
+            nccl.append(line)
+code = child.wait()
+if not last.endswith(b"\\n"):
+    out.write(b"\\n")
+for name, lines in ((b"nccl", nccl), (b"results", results)):
+    if lines and code == 0:  # a failed rank must end its log with its own error
+        out.write(b"NCCL_K8S_BEGIN %s %d\\n" % (name, len(lines)))
+        out.writelines(x if x.endswith(b"\\n") else x + b"\\n" for x in lines)
+        out.write(b"NCCL_K8S_END %s %d\\n" % (name, len(lines)))
+out.flush()
+sys.exit(code if code >= 0 else 128 - code)
+"""
 
 
 def common_labels(spec: RunSpec) -> dict[str, str]:
@@ -138,18 +225,18 @@ def _wants_results_file(spec: RunSpec) -> bool:
 
 
 def _job_container_args(spec: RunSpec) -> tuple[list[str], list[str]]:
-    args = _torchrun_args(spec, "$(JOB_COMPLETION_INDEX)")
+    args = ["torchrun", *_torchrun_args(spec, "$(JOB_COMPLETION_INDEX)")]
     args += [_escape_refs(a) for a in spec.engine_args]
     if _wants_results_file(spec):
         args += ["--json", f"{RESULTS_MOUNT}/{spec.run_id}.json"]
-    return ["torchrun"], args
+    return ["python3", "-c", POD_WRAPPER], args
 
 
 _SOAK_SCRIPT = """\
 rank="${{POD_NAME##*-}}"
 i=0
 while :; do
-  torchrun {torchrun} "$@"{results}
+  python3 -c "$NCCL_K8S_WRAPPER" torchrun {torchrun} "$@"{results}
   echo "nccl-k8s: sweep $i exited with status $?" >&2
   i=$((i + 1))
   sleep {interval}
@@ -187,6 +274,8 @@ def _env(spec: RunSpec) -> list[Obj]:
         )
     else:
         env.append({"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})
+        # The soak loop wraps each sweep (its blocks end each sweep; `results` takes the last).
+        env.append({"name": WRAPPER_ENV, "value": POD_WRAPPER})
     if spec.engine == "zipapp":
         env.append({"name": "PYTHONPATH", "value": f"{ENGINE_MOUNT}/{ZIPAPP_NAME}"})
     env += [{"name": k, "value": v} for k, v in pod_env(spec)]
@@ -195,16 +284,15 @@ def _env(spec: RunSpec) -> list[Obj]:
 
 def _resources(spec: RunSpec) -> Obj:
     # Devices are requested = limited (extended resources must be); memory too, so the pod is
-    # not OOM-killed for using what it was granted; CPU only requested (limits throttle NCCL's
-    # proxy threads and skew small-message latency).
+    # not OOM-killed for using what it was granted (/dev/shm included: the spec makes memory
+    # exceed it); CPU only requested unless --qos guaranteed (limits throttle NCCL's proxy
+    # threads and skew small-message latency, unless the static CPU manager gives whole cores).
     limits: dict[str, str] = {spec.gpu_resource: str(spec.gpus_per_node)}
     limits.update({name: str(count) for name, count in spec.rdma_resources})
-    requests = dict(limits)
-    if spec.cpu is not None:
-        requests["cpu"] = spec.cpu
-    if spec.memory is not None:
-        requests["memory"] = spec.memory
-        limits["memory"] = spec.memory
+    requests = {**limits, "cpu": spec.cpu, "memory": spec.memory}
+    limits["memory"] = spec.memory
+    if spec.qos == "guaranteed":
+        limits["cpu"] = spec.cpu
     return {"requests": requests, "limits": limits}
 
 
@@ -229,7 +317,7 @@ def _affinity(spec: RunSpec) -> Obj | None:
 def pod_template(spec: RunSpec) -> Obj:
     """The pod every rank group runs in: one per node, G GPUs, torchrun inside."""
     profile = security_profile(spec.security)
-    host_network = spec.host_network or profile.host_network
+    host_network = uses_host_network(spec)
     if spec.workload == "job":
         command, args = _job_container_args(spec)
     else:
@@ -265,6 +353,17 @@ def pod_template(spec: RunSpec) -> Obj:
         "resources": _resources(spec),
         "volumeMounts": mounts,
     }
+    if host_network:
+        # In the node's network namespace the rendezvous port is the node's: declared as a
+        # hostPort, the scheduler keeps two runs that would both bind it off one node.
+        container["ports"] = [
+            {
+                "name": "rendezvous",
+                "containerPort": spec.master_port,
+                "hostPort": spec.master_port,
+                "protocol": "TCP",
+            }
+        ]
     if profile.container_security_context:
         container["securityContext"] = copy.deepcopy(profile.container_security_context)
 
@@ -284,8 +383,10 @@ def pod_template(spec: RunSpec) -> Obj:
         pod["dnsPolicy"] = "ClusterFirstWithHostNet"
     if profile.host_ipc:
         pod["hostIPC"] = True
-    if spec.scheduler_name is not None:
-        pod["schedulerName"] = spec.scheduler_name
+    gang = GANGS[spec.gang] if spec.gang is not None else {}
+    scheduler = spec.scheduler_name or gang.get("scheduler")
+    if scheduler is not None:
+        pod["schedulerName"] = scheduler
     if spec.priority_class is not None:
         pod["priorityClassName"] = spec.priority_class
     if spec.node_selector:
@@ -300,26 +401,43 @@ def pod_template(spec: RunSpec) -> Obj:
     pod["containers"] = [container]
     pod["volumes"] = volumes
 
-    meta: Obj = {"labels": {**common_labels(spec), **selector_labels(spec)}}
-    if spec.annotations or spec.pod_annotations:
-        meta["annotations"] = {**dict(spec.annotations), **dict(spec.pod_annotations)}
-    return {"metadata": meta, "spec": pod}
+    labels = {**dict(MESH_OPT_OUT_LABELS), **common_labels(spec), **selector_labels(spec)}
+    annotations = dict(MESH_OPT_OUT_ANNOTATIONS)
+    if "label" in gang:
+        labels[gang["label"]] = spec.run_id
+    if "annotation" in gang:
+        annotations[gang["annotation"]] = spec.run_id
+    if spec.network_attachments:
+        annotations[NETWORKS_ANNOTATION] = ",".join(spec.network_attachments)
+    # The user's annotations last: an explicit choice (say, Istio injection after all) wins.
+    annotations.update(spec.annotations)
+    annotations.update(spec.pod_annotations)
+    return {"metadata": {"labels": labels, "annotations": annotations}, "spec": pod}
 
 
-def job(spec: RunSpec) -> Obj:
+def _workload_metadata(spec: RunSpec) -> Obj:
     meta = _metadata(spec, spec.workload_name, **{LABEL_COMPONENT: WORKER})
     if spec.queue is not None:
         meta["labels"][LABEL_KUEUE_QUEUE] = spec.queue
+    meta.setdefault("annotations", {})[PSA_ANNOTATION] = pod_security_level(spec)
+    return meta
+
+
+def job(spec: RunSpec) -> Obj:
+    meta = _workload_metadata(spec)
     job_spec: Obj = {
         "completionMode": "Indexed",
         "completions": spec.nodes,
         "parallelism": spec.nodes,
-        "backoffLimit": spec.backoff_limit,
+        # The run is a gang: torchrun's rendezvous is static, so a replacement pod could never
+        # rejoin the ranks that are still up. Any rank lost fails the whole run, at once.
+        "backoffLimit": 0,
         "podFailurePolicy": {
             "rules": [
-                # Eviction, preemption, node drain: not the benchmark's fault, not counted.
+                # Eviction, preemption, node drain: not the benchmark's fault, but the rank is
+                # gone and the others would wait out their NCCL timeouts for it.
                 {
-                    "action": "Ignore",
+                    "action": "FailJob",
                     "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
                 },
                 # A rank exited non-zero: the run has failed; end it now rather than let the
@@ -344,9 +462,7 @@ def job(spec: RunSpec) -> Obj:
 
 
 def statefulset(spec: RunSpec) -> Obj:
-    meta = _metadata(spec, spec.workload_name, **{LABEL_COMPONENT: WORKER})
-    if spec.queue is not None:
-        meta["labels"][LABEL_KUEUE_QUEUE] = spec.queue
+    meta = _workload_metadata(spec)
     return {
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",
@@ -362,12 +478,40 @@ def statefulset(spec: RunSpec) -> Obj:
     }
 
 
+def pod_group(spec: RunSpec) -> Obj:
+    """The gang: minMember = pods, and minResources = what all of them request, so the
+    scheduler (and Volcano's queue) admits the run only when the whole of it fits."""
+    assert spec.gang is not None
+    resources = _resources(spec)["requests"]
+    total: dict[str, str] = {}
+    for name, value in resources.items():
+        amount = quantity_value(value) * spec.nodes
+        total[name] = (
+            bytes_quantity(amount)
+            if name == "memory"
+            else cpu_quantity(amount)
+            if name == "cpu"
+            else str(int(amount))
+        )
+    group_spec: Obj = {"minMember": spec.nodes, "minResources": total}
+    if spec.gang == "volcano" and spec.priority_class is not None:
+        group_spec["priorityClassName"] = spec.priority_class
+    return {
+        "apiVersion": GANGS[spec.gang]["apiVersion"],
+        "kind": "PodGroup",
+        "metadata": _metadata(spec, spec.run_id, **{LABEL_COMPONENT: "gang"}),
+        "spec": group_spec,
+    }
+
+
 def render(spec: RunSpec) -> list[Obj]:
     """The run's objects in apply order; the same spec always gives the same objects."""
     objs: list[Obj] = []
     if spec.engine == "zipapp":
         objs.append(configmap(spec))
     objs.append(service(spec))
+    if spec.gang is not None:
+        objs.append(pod_group(spec))  # before the pods that name it
     objs.append(job(spec) if spec.workload == "job" else statefulset(spec))
     return objs
 
@@ -413,22 +557,54 @@ def _str_representer(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
 _Dumper.add_representer(str, _str_representer)
 
 
+_PSA_WHY = {
+    "restricted": "the strictest, so every namespace admits them",
+    "baseline": "a namespace enforcing restricted refuses them",
+    "privileged": "only: host namespaces, a hostPort or capabilities beyond baseline's; a "
+    "namespace enforcing baseline or restricted refuses them",
+}
+_PSA_COMMENT = (
+    'Pod Security Admission (pod-security.kubernetes.io/enforce): these pods pass the "{level}" '
+    "level ({why}). docs/deploy.md gives the level of each --security profile."
+)
+
+
 def dump(objs: list[Obj], fmt: Literal["yaml", "json"] = "yaml") -> str:
-    """Objects as a multi-document YAML stream, or as a JSON `List` (kubectl's -o json shape)."""
+    """Objects as a multi-document YAML stream, or as a JSON `List` (kubectl's -o json shape).
+    YAML starts with a comment naming the Pod Security Admission level the pods need (JSON
+    carries it as the workload's PSA_ANNOTATION)."""
     if fmt == "json":
         return json.dumps({"apiVersion": "v1", "kind": "List", "items": objs}, indent=2) + "\n"
-    return yaml.dump_all(objs, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=100)
+    text = yaml.dump_all(objs, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=100)
+    levels = [
+        (o["metadata"].get("annotations") or {}).get(PSA_ANNOTATION)
+        for o in objs
+        if o.get("kind") in ("Job", "StatefulSet")
+    ]
+    level = next((lv for lv in levels if lv in _PSA_WHY), None)
+    if level is None:
+        return text
+    comment = _PSA_COMMENT.format(level=level, why=_PSA_WHY[level])
+    return (
+        textwrap.fill(comment, width=96, initial_indent="# ", subsequent_indent="# ") + "\n" + text
+    )
 
 
 __all__ = [
     "APP_NAME",
+    "BLOCK_BEGIN",
+    "BLOCK_END",
     "CONTAINER_NAME",
+    "GANGS",
+    "POD_WRAPPER",
+    "PSA_ANNOTATION",
     "RESULTS_MOUNT",
     "attach_owner",
     "common_labels",
     "configmap",
     "dump",
     "job",
+    "pod_group",
     "pod_template",
     "render",
     "selector_labels",

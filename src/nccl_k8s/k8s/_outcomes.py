@@ -65,6 +65,8 @@ class Created:
     kind: Kind
     name: str
     uid: str
+    api_version: str | None = None
+    """Needed for custom kinds (a PodGroup of Volcano or of scheduler-plugins)."""
 
     def __str__(self) -> str:
         return f"{self.kind}/{self.name}"

@@ -211,7 +211,9 @@ async def delete_created(kc: KubeClient, namespace: str, created: Sequence[Creat
     gone: list[str] = []
     for ref in reversed(created):
         with contextlib.suppress(ClusterError):  # Conflict: replaced meanwhile, not ours
-            await kc.delete(ref.kind, ref.name, namespace=namespace, uid=ref.uid)
+            await kc.delete(
+                ref.kind, ref.name, namespace=namespace, uid=ref.uid, api_version=ref.api_version
+            )
             gone.append(str(ref))
     return gone
 

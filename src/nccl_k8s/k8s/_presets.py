@@ -14,9 +14,20 @@ Pure: no I/O.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Literal
 
 from nccl_k8s.spec import Network, RunSpec, Security
+
+#: A Pod Security Standards level (https://kubernetes.io/docs/concepts/security/pod-security-standards/),
+#: as a namespace's `pod-security.kubernetes.io/enforce` label names it.
+PsaLevel = Literal["restricted", "baseline", "privileged"]
+
+#: The unprivileged user of the socket profile. Stock PyTorch images run as root and have no
+#: user of their own; any non-zero uid works, since the pod needs no file of the image to be
+#: writable: HOME points at /tmp (world-writable in every Linux image), where torchrun also
+#: keeps its per-run log directory.
+NONROOT_UID = 1000
+NONROOT_HOME = "/tmp"
 
 #: NCCL_SOCKET_IFNAME in NCCL's documented syntax: a comma list of interface-name prefixes,
 #: `^` in front excludes them, `=` matches a name exactly. In a pod's own network namespace only
@@ -78,12 +89,37 @@ def network_env(network: Network, *, host_network: bool = False) -> dict[str, st
 
 
 def pod_env(spec: RunSpec) -> list[tuple[str, str]]:
-    """Base + fabric presets, then the user's --env; a user value replaces a preset in place."""
+    """Base + fabric + profile presets, then the user's --env; a user value replaces a preset
+    in place."""
     merged: dict[str, str] = dict(_BASE_ENV)
-    host_network = spec.host_network or security_profile(spec.security).host_network
-    merged.update(network_env(spec.network, host_network=host_network))
+    profile = security_profile(spec.security)
+    merged.update(network_env(spec.network, host_network=uses_host_network(spec)))
+    merged.update(profile.env)
     merged.update(spec.env)
     return list(merged.items())
+
+
+def uses_host_network(spec: RunSpec) -> bool:
+    """Whether the pods share the node's network namespace (--host-network or the profile)."""
+    return spec.host_network or security_profile(spec.security).host_network
+
+
+def pod_security_level(spec: RunSpec) -> PsaLevel:
+    """The strictest Pod Security Admission level the run's pods pass: the profile's, unless
+    host networking (forbidden from baseline on, as is the hostPort that comes with it)."""
+    if uses_host_network(spec):
+        return "privileged"
+    return security_profile(spec.security).pod_security
+
+
+#: Pod annotations (and the Istio label) that keep service-mesh sidecars out: an injected proxy
+#: keeps a Job's pod alive after the benchmark ends and intercepts the rendezvous and NCCL's TCP.
+#: Istio reads the label (its annotation form is deprecated) and Linkerd the annotation.
+MESH_OPT_OUT_LABELS: tuple[tuple[str, str], ...] = (("sidecar.istio.io/inject", "false"),)
+MESH_OPT_OUT_ANNOTATIONS: tuple[tuple[str, str], ...] = (
+    ("sidecar.istio.io/inject", "false"),
+    ("linkerd.io/inject", "disabled"),
+)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -98,20 +134,31 @@ class SecurityProfile:
     """Pod-level securityContext."""
     container_security_context: dict[str, Any] = dataclasses.field(default_factory=dict)
     """The benchmark container's securityContext."""
+    pod_security: PsaLevel = "privileged"
+    """The strictest Pod Security Admission level the profile's pods pass (without
+    --host-network): a namespace enforcing a stricter one refuses them."""
+    env: tuple[tuple[str, str], ...] = ()
+    """Environment the profile needs (a writable HOME for a non-root user)."""
 
 
 _RUNTIME_DEFAULT_SECCOMP = {"seccompProfile": {"type": "RuntimeDefault"}}
 
 
 def security_profile(security: Security) -> SecurityProfile:
-    """Least privilege per profile.
+    """Least privilege per profile, and the Pod Security Standards level each passes.
 
-    socket: no privilege at all: every capability dropped, no escalation, the runtime's seccomp
-        profile. TCP sockets and CUDA through the device plugin need nothing more.
-    rdma: the same plus only IPC_LOCK, which RDMA needs to pin (register) memory; the HCAs
-        themselves come from the RDMA device plugin's resource (--rdma-resource).
-    host: rdma's container plus the node's network and IPC namespaces, as the seed ran.
-    privileged: a privileged container, only when asked for by name.
+    socket: no privilege at all: a non-root user, every capability dropped, no escalation, the
+        runtime's seccomp profile. TCP sockets and CUDA through the device plugin need nothing
+        more. Passes `restricted`.
+    rdma: root, the same plus only IPC_LOCK, which RDMA needs to pin (register) memory; the HCAs
+        themselves come from the RDMA device plugin's resource (--rdma-resource). `baseline`
+        allows adding only AUDIT_WRITE, CHOWN, DAC_OVERRIDE, FOWNER, FSETID, KILL, MKNOD,
+        NET_BIND_SERVICE, SETFCAP, SETGID, SETPCAP, SETUID and SYS_CHROOT, so it needs
+        `privileged`. (Added capabilities reach only root's processes: Kubernetes sets no
+        ambient capabilities, so IPC_LOCK with a non-root user would pin nothing.)
+    host: rdma's container plus the node's network and IPC namespaces, as the seed ran:
+        `privileged` (baseline forbids host namespaces and hostPorts).
+    privileged: a privileged container, only when asked for by name: `privileged`.
     """
     locked = {
         "allowPrivilegeEscalation": False,
@@ -123,7 +170,18 @@ def security_profile(security: Security) -> SecurityProfile:
     }
     if security == "socket":
         return SecurityProfile(
-            pod_security_context=dict(_RUNTIME_DEFAULT_SECCOMP), container_security_context=locked
+            pod_security_context={
+                "runAsNonRoot": True,
+                "runAsUser": NONROOT_UID,
+                "runAsGroup": NONROOT_UID,
+                # Volumes that support ownership management (a --pvc claim) become writable
+                # for the group.
+                "fsGroup": NONROOT_UID,
+                **_RUNTIME_DEFAULT_SECCOMP,
+            },
+            container_security_context=locked,
+            pod_security="restricted",
+            env=(("HOME", NONROOT_HOME),),
         )
     if security == "rdma":
         return SecurityProfile(
@@ -141,10 +199,16 @@ def security_profile(security: Security) -> SecurityProfile:
 
 __all__ = [
     "IB_HCA_DEFAULT",
+    "MESH_OPT_OUT_ANNOTATIONS",
+    "MESH_OPT_OUT_LABELS",
+    "NONROOT_UID",
     "SOCKET_IFNAME_DEFAULT",
     "SOCKET_IFNAME_HOST_NETWORK",
+    "PsaLevel",
     "SecurityProfile",
     "network_env",
     "pod_env",
+    "pod_security_level",
     "security_profile",
+    "uses_host_network",
 ]

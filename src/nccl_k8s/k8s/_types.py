@@ -8,7 +8,9 @@ from typing import Any, Literal
 Obj = dict[str, Any]
 
 #: The kinds this tool reads or writes.
-Kind = Literal["ConfigMap", "Service", "Pod", "Namespace", "Node", "Event", "Job", "StatefulSet"]
+Kind = Literal[
+    "ConfigMap", "Service", "Pod", "Namespace", "Node", "Event", "Job", "StatefulSet", "PodGroup"
+]
 
 #: A pod's phase as Kubernetes reports it.
 PodPhase = Literal["Pending", "Running", "Succeeded", "Failed", "Unknown"]

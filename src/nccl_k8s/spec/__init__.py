@@ -15,8 +15,10 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import hashlib
+import re
 import secrets
 from collections.abc import Sequence
+from fractions import Fraction
 from typing import Any, Literal, cast, get_args
 
 from nccl_k8s.errors import UsageError
@@ -36,7 +38,9 @@ from nccl_k8s.spec._values import (
     RESERVED_ENV,
     TaintEffect,
     Toleration,
+    bytes_quantity,
     choice,
+    cpu_quantity,
     dns_label,
     dns_subdomain,
     env_pairs,
@@ -45,6 +49,7 @@ from nccl_k8s.spec._values import (
     parse_duration,
     parse_toleration,
     quantity,
+    quantity_value,
     quote,
     rdma_resources,
     whole,
@@ -55,11 +60,29 @@ Security = Literal["socket", "rdma", "host", "privileged"]
 Workload = Literal["job", "statefulset"]
 EngineMode = Literal["zipapp", "image"]
 Spread = Literal["required", "preferred", "none"]
+Gang = Literal["volcano", "coscheduling"]
+Qos = Literal["burstable", "guaranteed"]
 
 #: A stock PyTorch image, pinned to a tag so that the same command measures the same NCCL next
 #: month: a floating tag (`latest`) would silently change torch and NCCL versions between runs that
 #: are meant to be compared. The engine travels in a ConfigMap, so any image with torch works.
 DEFAULT_IMAGE = "pytorch/pytorch:2.7.1-cuda12.6-cudnn9-runtime"
+
+#: The default for --network ib|roce: NCCL reaches the HCAs through libibverbs (rdma-core), which
+#: the pytorch/pytorch images do not carry (their Dockerfile's final stage installs only
+#: ca-certificates, libjpeg-dev and libpng-dev on Ubuntu), while NVIDIA's NGC framework images
+#: list rdma-core, HPC-X and UCX among their contents. 25.01: torch 2.6, Python 3.12, Ubuntu 24.04.
+RDMA_IMAGE = "nvcr.io/nvidia/pytorch:25.01-py3"
+
+#: Image repositories known to lack libibverbs: refused with --network ib|roce, where NCCL could
+#: not open a single HCA ("Failed to open libibverbs.so") and NCCL_NET=IB makes that fatal.
+NO_IBVERBS_REPOSITORIES = ("pytorch/pytorch", "docker.io/pytorch/pytorch")
+
+#: Requested per GPU when --cpu/--memory are not given: small enough for any GPU node (the
+#: smallest cloud GPU nodes have 4 vCPUs and 16 GiB per GPU), enough for torchrun, one rank per
+#: GPU and NCCL's proxy threads. /dev/shm comes on top of the memory (it counts against the limit).
+CPU_PER_GPU = 2
+MEMORY_PER_GPU = "4Gi"
 
 #: Labels every object carries; status, logs, results and cleanup select by them.
 LABEL_NAME = "app.kubernetes.io/name"
@@ -67,6 +90,8 @@ LABEL_INSTANCE = "app.kubernetes.io/instance"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_COMPONENT = "app.kubernetes.io/component"
 LABEL_KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
+#: Multus' pod annotation naming the NetworkAttachmentDefinitions a pod joins.
+NETWORKS_ANNOTATION = "k8s.v1.cni.cncf.io/networks"
 RESERVED_LABELS = frozenset({LABEL_NAME, LABEL_INSTANCE, LABEL_MANAGED_BY, LABEL_COMPONENT})
 
 
@@ -133,11 +158,15 @@ class RunSpec:
     security: Security
     """Privilege profile, least privilege each (see k8s/presets.py). Default: rdma when the
     network is ib or roce (RDMA needs IPC_LOCK to pin memory), else socket (no privileges)."""
-    cpu: str | None
-    """CPU request per pod as a Kubernetes quantity; None requests nothing (no limit is set:
-    CPU limits throttle NCCL's proxy threads)."""
-    memory: str | None
-    """Memory request = limit per pod as a Kubernetes quantity; None sets neither."""
+    cpu: str
+    """CPU request per pod as a Kubernetes quantity (default CPU_PER_GPU per GPU). No limit with
+    qos burstable: CPU limits throttle NCCL's proxy threads and skew small-message latency."""
+    memory: str
+    """Memory request = limit per pod as a Kubernetes quantity (default MEMORY_PER_GPU per GPU
+    plus shm_size). Always more than shm_size: /dev/shm is charged to the pod's memory."""
+    qos: Qos
+    """burstable: CPU requested only; guaranteed: CPU limit = request as well, so the pod is in
+    the Guaranteed QoS class (exclusive cores under the kubelet's static CPU manager policy)."""
     shm_size: str
     """Size of /dev/shm (a memory emptyDir). NCCL's shared-memory transport and torch's
     inter-process queues live there; the container runtime's 64Mi default makes NCCL fail with
@@ -158,9 +187,13 @@ class RunSpec:
     ttl_s: int | None
     """Job only: seconds a finished Job (and its pods' logs) stays before garbage collection; a
     day leaves time to run `results`, `logs` and `status` on it."""
-    backoff_limit: int
-    """Job only: pod failures retried before the Job fails. 0: a benchmark whose rank died has no
-    meaningful result, and a retry would hide a flaky node."""
+    gang: Gang | None
+    """Gang scheduling: a PodGroup (Volcano's or the coscheduling plugin's) with minMember = pods,
+    the pods bound to it, so a run is placed whole or not at all; None: the scheduler places pods
+    one by one (Kueue's --queue admits the Job as a whole)."""
+    network_attachments: tuple[str, ...]
+    """Multus network attachments ([namespace/]name[@interface]) set as the pods'
+    k8s.v1.cni.cncf.io/networks annotation, in the order given."""
     labels: tuple[tuple[str, str], ...]
     """Extra labels on every object (the app.kubernetes.io/* ones are reserved)."""
     annotations: tuple[tuple[str, str], ...]
@@ -298,7 +331,7 @@ def _engine_args(args: Sequence[str], *, world_size: int) -> tuple[str, ...]:
 
 
 #: Options that apply to one workload only.
-_JOB_ONLY = ("active_deadline", "ttl", "backoff_limit")
+_JOB_ONLY = ("active_deadline", "ttl")
 
 
 class _Given:
@@ -330,8 +363,10 @@ class _Given:
         return bool(self.given.get(name, False))
 
 
-def _image(v: _Given) -> tuple[EngineMode, str]:
+def _image(v: _Given, network: Network) -> tuple[EngineMode, str]:
+    """The engine mode and the image: given, else one that can use the fabric."""
     engine_mode = cast(EngineMode, choice("--engine", v.need("engine"), get_args(EngineMode)))
+    rdma = network in ("ib", "roce")
     image = v.text("image")
     if image is None:
         if engine_mode == "image":
@@ -340,10 +375,18 @@ def _image(v: _Given) -> tuple[EngineMode, str]:
                 f"(the default {DEFAULT_IMAGE} has only torch)",
                 key="--image",
             )
-        image = DEFAULT_IMAGE
+        image = RDMA_IMAGE if rdma else DEFAULT_IMAGE
     if not image or any(c.isspace() for c in image):
         raise UsageError(
             f"--image {quote(image)}: expected an image reference such as {DEFAULT_IMAGE}",
+            key="--image",
+        )
+    repository = image.split("@")[0].rsplit(":", 1)[0] if "/" in image else image
+    if rdma and repository in NO_IBVERBS_REPOSITORIES:
+        raise UsageError(
+            f"--image {quote(image)} --network {network}: the pytorch/pytorch images carry no "
+            f"libibverbs (rdma-core), so NCCL cannot open an HCA; expected an image with "
+            f"rdma-core, e.g. {RDMA_IMAGE} (the default for --network {network})",
             key="--image",
         )
     return engine_mode, image
@@ -360,7 +403,6 @@ def _lifetime(v: _Given, kind: Workload) -> dict[str, Any]:
             "interval_s": parse_duration("--interval", v.text("interval") or "5m"),
             "active_deadline_s": None,
             "ttl_s": None,
-            "backoff_limit": 0,
         }
     if "interval" in v:
         raise UsageError("--interval: applies to --workload statefulset, not job", key="--interval")
@@ -368,7 +410,6 @@ def _lifetime(v: _Given, kind: Workload) -> dict[str, Any]:
         "interval_s": None,
         "active_deadline_s": parse_duration("--active-deadline", v.need("active_deadline")) or None,
         "ttl_s": parse_duration("--ttl", v.need("ttl")),
-        "backoff_limit": whole("--backoff-limit", v.need("backoff_limit"), minimum=0),
     }
 
 
@@ -428,18 +469,55 @@ def _names(v: _Given) -> dict[str, Any]:
     }
 
 
+def _resources(v: _Given, gpus: int) -> dict[str, Any]:
+    """CPU and memory per pod: given, else sized per GPU; memory always above /dev/shm, which
+    the kernel charges to the pod's memory cgroup (a tmpfs page is the pod's memory)."""
+    shm = quantity("--shm-size", v.need("shm_size"))
+    cpu_text, memory_text = v.text("cpu"), v.text("memory")
+    cpu = quantity("--cpu", cpu_text) if cpu_text is not None else cpu_quantity(CPU_PER_GPU * gpus)
+    if memory_text is None:
+        memory = bytes_quantity(quantity_value(MEMORY_PER_GPU) * gpus + quantity_value(shm))
+    else:
+        memory = quantity("--memory", memory_text)
+        if quantity_value(memory) <= quantity_value(shm):
+            at_least = bytes_quantity(quantity_value(shm) + Fraction(2**30))
+            raise UsageError(
+                f"--memory {memory}: not more than --shm-size {shm}, and /dev/shm counts against "
+                f"the pod's memory limit; expected more (at least {at_least}), or a smaller "
+                "--shm-size",
+                key="--memory",
+            )
+    qos = cast(Qos, choice("--qos", v.need("qos"), get_args(Qos)))
+    return {"cpu": cpu, "memory": memory, "shm_size": shm, "qos": qos}
+
+
 def _pod(v: _Given) -> dict[str, Any]:
-    """What every pod carries: placement, resources, environment."""
-    cpu, memory = v.text("cpu"), v.text("memory")
+    """What every pod carries: placement, environment, network attachments."""
+    attachments: list[str] = []
+    for item in v.items("network_attachment"):
+        for name in item.split(","):
+            attachments.append(_network_attachment(name.strip(), item))
     return {
         "node_selector": label_pairs("--node-selector", v.items("node_selector"), what="label"),
         "tolerations": tuple(parse_toleration(t) for t in v.items("toleration")),
         "spread": cast(Spread, choice("--spread", v.need("spread"), get_args(Spread))),
-        "cpu": quantity("--cpu", cpu) if cpu is not None else None,
-        "memory": quantity("--memory", memory) if memory is not None else None,
-        "shm_size": quantity("--shm-size", v.need("shm_size")),
         "env": env_pairs(v.items("env")),
+        "network_attachments": tuple(dict.fromkeys(attachments)),
     }
+
+
+def _network_attachment(name: str, item: str) -> str:
+    """Multus' short form: [namespace/]name[@interface], each part a DNS-1123 label."""
+    ns_name, _, interface = name.partition("@")
+    namespace, slash, attachment = ns_name.rpartition("/")
+    parts = [attachment] + ([namespace] if slash else []) + ([interface] if "@" in name else [])
+    if not all(len(p) <= 63 and re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", p) for p in parts):
+        raise UsageError(
+            f"--network-attachment {quote(item)}: expected NetworkAttachmentDefinition names "
+            "[namespace/]name[@interface], comma-separated (DNS-1123 labels)",
+            key="--network-attachment",
+        )
+    return name
 
 
 def _metadata(v: _Given) -> dict[str, Any]:
@@ -460,6 +538,11 @@ def _metadata(v: _Given) -> dict[str, Any]:
     return {"labels": labels, "annotations": annotations, "pod_annotations": pod_annotations}
 
 
+def _gang(v: _Given) -> Gang | None:
+    text = v.text("gang")
+    return None if text is None else cast(Gang, choice("--gang", text, get_args(Gang)))
+
+
 def build_run_spec(
     *,
     engine_args: Sequence[str] = (),
@@ -478,7 +561,17 @@ def build_run_spec(
     namespace = v.text("namespace")
     if namespace is not None:
         dns_label("--namespace", namespace)
-    engine_mode, image = _image(v)
+    network = _network(v)
+    engine_mode, image = _image(v, network["network"])
+    pod, metadata = _pod(v), _metadata(v)
+    if pod["network_attachments"] and any(
+        k == NETWORKS_ANNOTATION for k, _ in metadata["annotations"] + metadata["pod_annotations"]
+    ):
+        raise UsageError(
+            f"--network-attachment and an annotation {NETWORKS_ANNOTATION}: both set the pods' "
+            "Multus networks; expected one of them",
+            key="--network-attachment",
+        )
     kind = cast(Workload, choice("--workload", v.need("workload"), get_args(Workload)))
     rdzv_text = v.need("rendezvous_timeout")
     rdzv_s = parse_duration("--rendezvous-timeout", rdzv_text)
@@ -497,10 +590,12 @@ def build_run_spec(
         engine=engine_mode,
         workload=kind,
         **_lifetime(v, kind),
-        **_network(v),
+        **network,
         **_names(v),
-        **_pod(v),
-        **_metadata(v),
+        **pod,
+        **_resources(v, g),
+        **metadata,
+        gang=_gang(v),
         master_port=master_port_for(run_id),
         rendezvous_timeout_s=rdzv_s,
         engine_args=_engine_args(engine_args, world_size=world),
@@ -508,19 +603,24 @@ def build_run_spec(
 
 
 __all__ = [
+    "CPU_PER_GPU",
     "DEFAULT_IMAGE",
     "LIFETIME",
+    "MEMORY_PER_GPU",
     "METADATA",
     "NETWORK",
     "OPTIONS",
     "OPTION_BY_NAME",
     "PODS",
+    "RDMA_IMAGE",
     "RESERVED_ENV",
     "SHAPE",
     "EngineMode",
+    "Gang",
     "Network",
     "Option",
     "OptionKind",
+    "Qos",
     "RunSpec",
     "Security",
     "Spread",
@@ -532,4 +632,5 @@ __all__ = [
     "master_port_for",
     "parse_duration",
     "parse_toleration",
+    "quantity_value",
 ]

@@ -74,7 +74,8 @@ OPTIONS: tuple[Option, ...] = (
            help="Annotation on the pods only, e.g. a Multus network or a mesh opt-out "
            "(repeatable)."),
     Option(name="image", flags=("--image",), metavar="IMAGE", panel=PODS,
-           default_note="a pinned pytorch/pytorch image", help="Container image."),
+           default_note="a pinned pytorch/pytorch image; for ib/roce a pinned NGC PyTorch image "
+           "(it has libibverbs)", help="Container image."),
     Option(name="engine", flags=("--engine",), metavar="zipapp|image", panel=PODS,
            default="zipapp",
            help="zipapp: ship the engine in a ConfigMap; image: the image has nccl-k8s installed."),
@@ -90,9 +91,17 @@ OPTIONS: tuple[Option, ...] = (
     Option(name="gpu_resource", flags=("--gpu-resource",), metavar="NAME", panel=PODS,
            default="nvidia.com/gpu", help="Extended resource name of a GPU."),
     Option(name="cpu", flags=("--cpu",), metavar="QUANTITY", panel=PODS,
-           help="CPU request per pod, e.g. 16, 500m (no limit: it throttles NCCL's proxy threads)."),
+           default_note="2 per GPU",
+           help="CPU request per pod, e.g. 16, 500m (no limit unless --qos guaranteed: limits "
+           "throttle NCCL's proxy threads)."),
     Option(name="memory", flags=("--memory",), metavar="QUANTITY", panel=PODS,
-           help="Memory request = limit per pod, e.g. 64Gi."),
+           default_note="4Gi per GPU + --shm-size",
+           help="Memory request = limit per pod, e.g. 64Gi; /dev/shm counts against it, so it "
+           "must exceed --shm-size."),
+    Option(name="qos", flags=("--qos",), metavar="burstable|guaranteed", panel=PODS,
+           default="burstable",
+           help="guaranteed: CPU limit = request too (exclusive cores under the static CPU "
+           "manager; the recommendation on dedicated GPU nodes)."),
     Option(name="shm_size", flags=("--shm-size",), metavar="QUANTITY", panel=PODS, default="8Gi",
            help="Size of /dev/shm (NCCL's shared-memory transport; the runtime's 64Mi is too "
            "small for 8 GPUs)."),
@@ -104,13 +113,21 @@ OPTIONS: tuple[Option, ...] = (
            default="auto", help="The NCCL fabric preset (auto lets NCCL choose)."),
     Option(name="rdma_resource", flags=("--rdma-resource",), metavar="NAME=COUNT", kind="list",
            panel=NETWORK, help="RDMA device resource per pod, e.g. rdma/ib=1 (repeatable)."),
+    Option(name="network_attachment", flags=("--network-attachment",), metavar="NAME[,NAME]",
+           kind="list", panel=NETWORK,
+           help="Multus network attachment(s) of the pods ([namespace/]name[@interface]), e.g. "
+           "an SR-IOV network (repeatable)."),
     Option(name="host_network", flags=("--host-network",), kind="switch", panel=NETWORK,
-           help="Run pods in the node's network namespace."),
+           help="Run pods in the node's network namespace (the rendezvous port becomes a "
+           "hostPort)."),
     Option(name="security", flags=("--security",), metavar="socket|rdma|host|privileged",
            panel=NETWORK, default_note="rdma for ib/roce, else socket",
            help="Privilege profile (docs/deploy.md lists what each needs)."),
     Option(name="queue", flags=("--queue",), metavar="NAME", panel=LIFETIME,
            help="Kueue LocalQueue name."),
+    Option(name="gang", flags=("--gang",), metavar="volcano|coscheduling", panel=LIFETIME,
+           help="Gang-schedule the pods (all or none) with a PodGroup of Volcano or of the "
+           "scheduler-plugins coscheduling plugin."),
     Option(name="priority_class", flags=("--priority-class",), metavar="NAME", panel=LIFETIME,
            help="Pod priorityClassName."),
     Option(name="active_deadline", flags=("--active-deadline",), metavar="DURATION",
@@ -119,8 +136,6 @@ OPTIONS: tuple[Option, ...] = (
            "hung run holds GPUs."),
     Option(name="ttl", flags=("--ttl",), metavar="DURATION", panel=LIFETIME, default="1d",
            help="job: delete it this long after it finished (time for results, logs, status)."),
-    Option(name="backoff_limit", flags=("--backoff-limit",), metavar="N", panel=LIFETIME,
-           default="0", help="job: pod failures retried before the Job fails."),
     Option(name="rendezvous_timeout", flags=("--rendezvous-timeout",), metavar="DURATION",
            panel=LIFETIME, default="15m",
            help="How long pods wait for each other (cold nodes pull a multi-GB image first)."),

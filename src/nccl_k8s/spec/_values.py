@@ -7,6 +7,7 @@ import dataclasses
 import json
 import re
 from collections.abc import Sequence
+from fractions import Fraction
 from typing import Literal, cast, get_args
 
 from nccl_k8s.errors import UsageError
@@ -14,7 +15,9 @@ from nccl_k8s.errors import UsageError
 TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
 
 #: Environment variables the manifests set themselves; a user value would break the pod's wiring.
-RESERVED_ENV = frozenset({"NCCL_K8S_RUN_ID", "JOB_COMPLETION_INDEX", "POD_NAME", "PYTHONPATH"})
+RESERVED_ENV = frozenset(
+    {"NCCL_K8S_RUN_ID", "NCCL_K8S_WRAPPER", "JOB_COMPLETION_INDEX", "POD_NAME", "PYTHONPATH"}
+)
 
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS1123_SUBDOMAIN = re.compile(
@@ -163,6 +166,50 @@ def quantity(flag: str, value: str) -> str:
             key=flag,
         )
     return value
+
+
+_SUFFIX: dict[str, Fraction] = {
+    "": Fraction(1),
+    "m": Fraction(1, 1000),
+    "k": Fraction(10**3),
+    "M": Fraction(10**6),
+    "G": Fraction(10**9),
+    "T": Fraction(10**12),
+    "P": Fraction(10**15),
+    "E": Fraction(10**18),
+    **{s + "i": Fraction(1024 ** (i + 1)) for i, s in enumerate("KMGTPE")},
+}
+
+
+def quantity_value(value: str) -> Fraction:
+    """The number a quantity already checked by `quantity` stands for: bytes for memory, cores
+    for CPU (`500m` is 1/2, `8Gi` is 8 * 2**30, `1e3` is 1000)."""
+    match = _QUANTITY.match(value)
+    if match is None:
+        raise ValueError(f"not a quantity: {value!r}")
+    number, suffix = Fraction(match.group(1)), match.group(3) or ""
+    if suffix[:1] in ("e", "E"):
+        return number * Fraction(10) ** int(suffix[1:])
+    return number * _SUFFIX[suffix]
+
+
+def bytes_quantity(n: Fraction | int) -> str:
+    """Bytes as the shortest binary quantity, rounded up to whole MiB where it is not exact
+    (8Gi + 1G -> 9146Mi): 42949672960 -> 40Gi, 1536Mi stays 1536Mi."""
+    mib = -(-Fraction(n) // _SUFFIX["Mi"])  # ceiling
+    for suffix in ("Ei", "Pi", "Ti", "Gi"):
+        per = _SUFFIX[suffix] / _SUFFIX["Mi"]
+        if mib >= per and (mib / per).denominator == 1:
+            return f"{int(mib / per)}{suffix}"
+    return f"{int(mib)}Mi"
+
+
+def cpu_quantity(n: Fraction | int) -> str:
+    """Cores as Kubernetes writes them: whole cores plain, fractions in millicores."""
+    n = Fraction(n)
+    if n.denominator == 1:
+        return str(int(n))
+    return f"{int(n * 1000)}m"
 
 
 def parse_duration(flag: str, value: str) -> int:

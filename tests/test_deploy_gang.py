@@ -1,0 +1,182 @@
+"""Issue 11: `--gang volcano|coscheduling` PodGroups against the schedulers' CRD schemas, and the
+rendered pods against the official Pod Security Standards (tests/cluster/admission.py).
+
+The PodGroups are applied to a test cluster serving the two CRDs (tests/data/crds, the fields and
+types of Volcano's and scheduler-plugins' own CRDs): the API server prunes, defaults and validates
+them against those schemas, so a wrong field or type is a 400/422 here as on a real cluster."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from tests.cluster import admission, crds
+from tests.cluster.cluster import Cluster
+from typer.testing import CliRunner
+
+from nccl_k8s.cli.main import app
+from nccl_k8s.k8s._client import ClientSettings, KubeClient
+from nccl_k8s.k8s._manifests import render
+from nccl_k8s.k8s._presets import pod_security_level
+from nccl_k8s.spec import build_run_spec
+
+CRDS = Path(__file__).parent / "data" / "crds"
+GANG_SCHEDULERS = ("default-scheduler", "volcano", "scheduler-plugins-scheduler")
+
+
+def _crd_schema(name: str) -> dict[str, Any]:
+    crd = yaml.safe_load((CRDS / name).read_text())
+    return crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize(
+    ("gang", "crd"),
+    [("volcano", "volcano-podgroups.yaml"), ("coscheduling", "coscheduling-podgroups.yaml")],
+)
+@pytest.mark.parametrize("shape", [{"world_size": 16}, {"world_size": 6, "gpus_per_node": 3}])
+def test_rendered_pod_groups_pass_their_crd_schema(
+    gang: str, crd: str, shape: dict[str, Any]
+) -> None:
+    spec = build_run_spec(run_id="g", gang=gang, priority_class="hi", **shape)
+    group = next(o for o in render(spec) if o["kind"] == "PodGroup")
+    schema = _crd_schema(crd)
+    assert crds.schema_causes(group, schema) == []
+    assert crds.unknown_fields(group, schema) == []  # nothing a real API server would prune
+
+
+@pytest.fixture(scope="module")
+def gang_cluster(cluster_factory: Callable[..., Cluster]) -> Cluster:
+    c = cluster_factory(nodes=2, gpus_per_node=1, schedulers=GANG_SCHEDULERS)
+    for path in sorted(CRDS.glob("*.yaml")):
+        c.store.create("customresourcedefinitions", yaml.safe_load(path.read_text()))
+    return c
+
+
+@pytest.fixture
+def ns(gang_cluster: Cluster) -> Iterator[str]:
+    name = f"gang-{uuid.uuid4().hex[:6]}"
+    gang_cluster.store.create("namespaces", {"metadata": {"name": name}})
+    try:
+        yield name
+    finally:
+        with contextlib.suppress(Exception):
+            gang_cluster.store.delete("namespaces", None, name)
+
+
+@pytest.mark.parametrize("gang", ["volcano", "coscheduling"])
+def test_the_api_server_accepts_the_pod_group_through_our_client(
+    gang_cluster: Cluster, ns: str, gang: str
+) -> None:
+    spec = build_run_spec(
+        world_size=2, gpus_per_node=1, run_id=f"pg-{gang[:4]}", namespace=ns, gang=gang
+    )
+    group = next(o for o in render(spec) if o["kind"] == "PodGroup")
+
+    async def roundtrip() -> tuple[Any, Any, bool, Any]:
+        async with KubeClient.connect(
+            ClientSettings(kubeconfig=str(gang_cluster.kubeconfig))
+        ) as kc:
+            applied = await kc.apply(group)
+            got = await kc.get(
+                "PodGroup", spec.run_id, namespace=ns, api_version=group["apiVersion"]
+            )
+            gone = await kc.delete(
+                "PodGroup", spec.run_id, namespace=ns, api_version=group["apiVersion"]
+            )
+            after = await kc.get(
+                "PodGroup", spec.run_id, namespace=ns, api_version=group["apiVersion"]
+            )
+            return applied, got, gone, after
+
+    applied, got, gone, after = asyncio.run(roundtrip())
+    assert applied["spec"]["minMember"] == 2 == got["spec"]["minMember"]
+    assert got["spec"]["minResources"] == {"nvidia.com/gpu": "2", "cpu": "4", "memory": "24Gi"}
+    assert gone is True and after is None
+
+
+def test_deploy_with_a_gang_creates_the_group_the_workload_owns(
+    gang_cluster: Cluster, ns: str, tmp_path: Path
+) -> None:
+    argv = [
+        "deploy", "--kubeconfig", str(gang_cluster.kubeconfig), "-n", ns, "--run-id", "gangrun",
+        "--world-size", "2", "--gpus-per-node", "1", "--gang", "volcano", "--no-wait",
+        "--", "--backend", "gloo", "-b", "1K", "-e", "1K", "-n", "1", "-w", "0",
+    ]  # fmt: skip
+    result = CliRunner().invoke(app, argv)
+    assert result.exit_code == 0, result.output
+    group = gang_cluster.store.get("podgroups.scheduling.volcano.sh", ns, "gangrun")
+    job = gang_cluster.store.get("jobs", ns, "gangrun")
+    assert group["metadata"]["ownerReferences"][0]["uid"] == job["metadata"]["uid"]
+    template = job["spec"]["template"]
+    assert template["spec"]["schedulerName"] == "volcano"
+    assert template["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == "gangrun"
+    # Deleting the workload takes the group with it (the garbage collector's cascade).
+    gang_cluster.store.delete("jobs", ns, "gangrun")
+    with pytest.raises(Exception, match="not found"):
+        gang_cluster.store.get("podgroups.scheduling.volcano.sh", ns, "gangrun")
+
+
+def test_deploy_names_a_missing_crd(cluster: Cluster, namespace: str) -> None:
+    argv = [
+        "deploy", "--kubeconfig", str(cluster.kubeconfig), "-n", namespace, "--run-id", "nocrd",
+        "--world-size", "2", "--gpus-per-node", "1", "--gang", "coscheduling", "--no-wait",
+    ]  # fmt: skip
+    result = CliRunner().invoke(app, argv)
+    assert result.exit_code == 1, result.output
+    assert "does not serve PodGroup scheduling.x-k8s.io/v1alpha1" in result.output
+    assert "CustomResourceDefinition is not installed" in result.output
+    # Nothing of the run is left (the deploy undoes what it created).
+    assert (
+        cluster.store.list(
+            "configmaps", namespace, label_selector="app.kubernetes.io/instance=nocrd"
+        )[0]
+        == []
+    )
+
+
+# ---- Pod Security Standards -----------------------------------------------------------------
+
+
+def _pod(**options: Any) -> dict[str, Any]:
+    return render(build_run_spec(run_id="psa", world_size=16, **options))[-1]["spec"]["template"][
+        "spec"
+    ]  # type: ignore[no-any-return]
+
+
+PROFILES: dict[str, dict[str, Any]] = {
+    "socket": {},
+    "socket+host-network": {"host_network": True},
+    "rdma": {"network": "ib", "rdma_resource": ["rdma/ib=1"]},
+    "host": {"security": "host", "network": "roce", "rdma_resource": ["rdma/roce=1"]},
+    "privileged": {"security": "privileged"},
+}
+
+
+@pytest.mark.parametrize("profile", sorted(PROFILES))
+def test_each_profile_passes_exactly_the_level_render_declares(profile: str) -> None:
+    options = PROFILES[profile]
+    declared = pod_security_level(build_run_spec(run_id="psa", world_size=16, **options))
+    pod = _pod(**options)
+    passes = [lv for lv in admission.LEVELS if not admission.violations(pod, lv)]
+    assert declared == passes[-1]  # the strictest level the official rules let through
+
+
+def test_socket_passes_restricted_and_the_others_say_why_not() -> None:
+    assert admission.violations(_pod(**PROFILES["socket"]), "restricted") == []
+    assert admission.violations(_pod(**PROFILES["rdma"]), "baseline") == [
+        'non-default capabilities (container "bench" must not include "IPC_LOCK" in '
+        "securityContext.capabilities.add)"
+    ]
+    host = admission.violations(_pod(**PROFILES["host"]), "baseline")
+    assert host[0].startswith("non-default capabilities")  # in check-id order, as upstream
+    assert host[1] == "host namespaces (hostNetwork=true, hostIPC=true)"
+    assert host[2].startswith('hostPort (container "bench" uses hostPort ')
+    assert admission.violations(_pod(**PROFILES["privileged"]), "baseline") == [
+        'privileged (container "bench" must not set securityContext.privileged=true)'
+    ]
