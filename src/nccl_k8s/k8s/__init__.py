@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from nccl_k8s.k8s._cleanup import cleanup
-    from nccl_k8s.k8s._client import ClientSettings
     from nccl_k8s.k8s._collect import collect
+    from nccl_k8s.k8s._config import ClientSettings
     from nccl_k8s.k8s._deploy import deploy
     from nccl_k8s.k8s._logs import LineFn, logs
     from nccl_k8s.k8s._manifests import dump, render
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
 _WHERE = {
     "cleanup": "_cleanup",
-    "ClientSettings": "_client",
+    "ClientSettings": "_config",
     "collect": "_collect",
     "deploy": "_deploy",
     "LineFn": "_logs",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from nccl_k8s.k8s._client import ClientSettings, KubeClient
-from nccl_k8s.k8s._monitor import STOPPED_ANNOTATION, gather_verdict
+from nccl_k8s.k8s._monitor import STOPPED_ANNOTATION
 from nccl_k8s.k8s._outcomes import RunStatus, RunSummary
 from nccl_k8s.k8s._plumbing import (
     created_of,
@@ -28,6 +28,7 @@ from nccl_k8s.k8s._pods import (
 )
 from nccl_k8s.k8s._settings import WaitSettings
 from nccl_k8s.k8s._types import Obj
+from nccl_k8s.k8s._verdicts import gather_verdict
 from nccl_k8s.spec import LABEL_INSTANCE
 
 
