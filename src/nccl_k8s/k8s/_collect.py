@@ -3,7 +3,7 @@ into runs/<id>/results.json, the NCCL lines diagnosed.
 
 Kubelets rotate container logs and the log API serves only the newest file, so the lines a
 long or noisy run printed first may be gone from what we can fetch. The pod wrapper
-(_manifests.POD_WRAPPER) therefore prints, last, rank 0's result lines as one block and a digest
+(_wrapper.POD_WRAPPER) therefore prints, last, rank 0's result lines as one block and a digest
 of the NCCL lines as another; `last_block` takes the last complete one of each and only then
 falls back to the lines scattered through the log (an older image, a run that failed).
 """
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from nccl_k8s.errors import ClusterError, ResultsError
 from nccl_k8s.k8s._client import ClientSettings, KubeClient
-from nccl_k8s.k8s._manifests import BLOCK_BEGIN, BLOCK_END, CONTAINER_NAME
+from nccl_k8s.k8s._manifests import CONTAINER_NAME
 from nccl_k8s.k8s._outcomes import Collected
 from nccl_k8s.k8s._plumbing import (
     bounded,
@@ -32,6 +32,7 @@ from nccl_k8s.k8s._plumbing import (
     run_sync,
 )
 from nccl_k8s.k8s._pods import PodInfo, latest_per_rank, run_phase
+from nccl_k8s.k8s._wrapper import BLOCK_BEGIN, BLOCK_END
 
 _NCCL_LINE = re.compile(r"^.*NCCL (?:INFO|WARN).*$", re.MULTILINE)
 _BLOCK_END = re.compile(rf"^.*{BLOCK_END} (\S+) (\d+)$", re.MULTILINE)
