@@ -33,7 +33,7 @@ def test_rows_print_exactly_as_nccl_tests(path: pathlib.Path) -> None:
     assert rows, path
     for line in rows:
         f = line.split()
-        row = report.Row(
+        row = report.TableRow(
             _op_of(path), int(f[0]), int(f[1]), f[2], f[3], int(f[4]), _cell(f[5:9]), _cell(f[9:13])
         )
         assert report.row_line(row) == line
@@ -114,11 +114,15 @@ def test_rotation_walks_the_buffer_at_small_sizes() -> None:
     assert rotation_shifts(big, 4, 1 << 20, 20) == [0]
 
 
-def test_memory_limit_is_nccl_tests_rule() -> None:
+def test_memory_limit_is_nccl_tests_2_19_6_rule() -> None:
+    """src/common.cu of 2.19.6: reserve min(ceil(mem / 16 GiB) GiB, 4 GiB) plus 1 GiB, then room
+    for send, recv and (checking) expected buffers."""
     gib = 1 << 30
     assert memory_limit(256 << 20, 141 * gib, check=True) is None
-    assert memory_limit(64 * gib, 141 * gib, check=True) == 140 * gib // 3
-    assert memory_limit(100 * gib, 141 * gib, check=False) == 70 * gib
+    assert memory_limit(64 * gib, 141 * gib, check=True) == (141 - 4 - 1) * gib // 3
+    assert memory_limit(100 * gib, 141 * gib, check=False) == (141 - 4 - 1) * gib // 2
+    assert memory_limit(8 * gib, 16 * gib, check=True) == (16 - 1 - 1) * gib // 3
+    assert memory_limit(8 * gib, 17 * gib, check=True) == (17 - 2 - 1) * gib // 3
 
 
 @pytest.mark.parametrize(

@@ -1065,8 +1065,7 @@ def collect(
 def nccl_tests_table(run: Any) -> list[str]:
     """The run's rows as nccl-tests prints them: one table per op (and dtype/redop/root), out
     and in placements side by side, then the op's summary."""
-    from nccl_k8s.bench.report import Cell, footer_lines, row_line, table_header
-    from nccl_k8s.bench.report import Row as TableRow
+    from nccl_k8s.bench.report import Cell, TableRow, footer_lines, row_line, table_header
 
     def cell(row: Any) -> Cell:
         nan = float("nan")
