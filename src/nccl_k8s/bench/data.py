@@ -32,7 +32,7 @@ import dataclasses
 import functools
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Union
 
 from nccl_k8s.bench.config import Dtype, RedOp
 
@@ -95,6 +95,8 @@ AVG_CONTRIBUTORS: dict[Dtype, int] = {
 _MOVE_MAX = 1 << 20
 #: Expected values of a received buffer: fn(start, n) for elements [start, start + n).
 ExpectedFn = Callable[[int, int], "torch.Tensor"]
+#: A rank, or (in simulations) a column tensor of ranks.
+Ranks = Union[int, "torch.Tensor"]
 
 #: A value no pattern produces, written into receive buffers so an op that writes nothing shows.
 SENTINEL = -1
@@ -185,9 +187,12 @@ class Pattern:
         """sum/avg_int: the largest target; prod: the largest exponent; move/max/min: alphabet."""
         if self.kind == "prod":
             return DOUBLINGS[self.dtype]
+        exact = EXACT[self.dtype] - (
+            1 if self.dtype == "uint8" else 0
+        )  # uint8's 255 is the sentinel
         if self.kind in ("sum", "avg_int"):
-            return min(EXACT[self.dtype], 1 << 31)
-        return min(EXACT[self.dtype] - (1 if self.dtype == "uint8" else 0), _MOVE_MAX)
+            return min(exact, 1 << 31)
+        return min(exact, _MOVE_MAX)
 
     @property
     def contributors(self) -> int:
@@ -243,7 +248,7 @@ def _target(p: Pattern, e: torch.Tensor) -> torch.Tensor:
     return e % (b - lo + 1) + lo
 
 
-def _position(p: Pattern, e: torch.Tensor, rank: int) -> torch.Tensor:
+def _position(p: Pattern, e: torch.Tensor, rank: Ranks) -> torch.Tensor:
     """Rank's place in an element-wise random permutation of the ranks: (a r + s) mod n."""
     import torch
 
@@ -344,24 +349,26 @@ def fill_sentinel(buf: torch.Tensor) -> None:
         buf.fill_(SENTINEL if buf.dtype.is_floating_point or buf.dtype.is_signed else 255)
 
 
-def count_wrong(got: torch.Tensor, expected_fn: ExpectedFn, *, rel_tol: float = 0.0) -> int:
-    """Elements of `got` that differ from expected_fn(start, n) (float64 values), chunk by chunk.
+def wrong_mask(got: torch.Tensor, expected: torch.Tensor, *, rel_tol: float = 0.0) -> torch.Tensor:
+    """True where `got` (any dtype) is not `expected` (float64), element by element.
 
     Exact patterns compare after rounding the expectation to the dtype (a no-op: the values are
-    exact); `rel_tol` > 0 (avg) allows |got - expected| <= rel_tol * |expected|.
+    exact); `rel_tol` > 0 (avg) allows |got - expected| <= rel_tol * |expected|. NaN is wrong.
     """
     import torch
 
+    a = got.to(torch.float64)
+    if rel_tol:
+        return ~((a - expected).abs() <= expected.abs() * rel_tol)
+    return a != _cast(expected, got.dtype).to(torch.float64)
+
+
+def count_wrong(got: torch.Tensor, expected_fn: ExpectedFn, *, rel_tol: float = 0.0) -> int:
+    """Elements of `got` that differ from expected_fn(start, n), chunk by chunk."""
     wrong = 0
     for lo in range(0, got.numel(), CHUNK):
         n = min(CHUNK, got.numel() - lo)
-        exp = expected_fn(lo, n)
-        a = got[lo : lo + n].to(torch.float64)
-        if rel_tol:
-            bad = ~((a - exp).abs() <= exp.abs() * rel_tol)  # NaN counts as wrong
-        else:
-            bad = a != _cast(exp, got.dtype).to(torch.float64)
-        wrong += int(bad.sum().item())
+        wrong += int(wrong_mask(got[lo : lo + n], expected_fn(lo, n), rel_tol=rel_tol).sum().item())
     return wrong
 
 
@@ -383,4 +390,5 @@ __all__ = [
     "mix32",
     "reduced",
     "torch_dtype",
+    "wrong_mask",
 ]

@@ -244,9 +244,10 @@ class Communicator:
         if self.comm:
             self.lib.lib.ncclCommDestroy(self.comm)
             self.comm = ctypes.c_void_p()
+        self.free_all()
 
     # -- the calls ------------------------------------------------------------------------
-    def call(
+    def specs(
         self,
         op: Op,
         send: int,
@@ -257,76 +258,79 @@ class Communicator:
         redop: RedOp,
         root: int,
         stream: int,
-        *,
-        release_gil: bool = False,
-    ) -> Callable[[], None]:
-        """A zero-argument callable issuing one collective on `stream` (raw pointers, no sync)."""
-        raw = self.lib.raw_nogil if release_gil else self.lib.raw
-        check, comm = self.lib.check, self.comm
+    ) -> list[Spec]:
+        """The libnccl calls one collective makes, with their arguments as ctypes values: one
+        call, or ncclGroupStart, the sends and receives, ncclGroupEnd (as nccl-tests calls them)."""
         vp, i, sz = ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t
+        comm = self.comm
         dt, rop = i(NCCL_DTYPES[dtype]), i(NCCL_OPS[redop])
         rank, n = self.rank, self.nranks
         strm, cnt, iroot = vp(stream), sz(count), i(root)
+        s, r = vp(send), vp(recv)
+        native = self.lib.native
+        if op == "all_reduce":
+            return [("ncclAllReduce", (s, r, cnt, dt, rop, comm, strm))]
+        if op == "broadcast":
+            return [("ncclBroadcast", (s, r, cnt, dt, iroot, comm, strm))]
+        if op == "reduce":
+            return [("ncclReduce", (s, r, cnt, dt, rop, iroot, comm, strm))]
+        if op == "all_gather":
+            return [("ncclAllGather", (s, r, cnt, dt, comm, strm))]
+        if op == "reduce_scatter":
+            return [("ncclReduceScatter", (s, r, cnt, dt, rop, comm, strm))]
+        # NCCL 2.28 added these as collectives of their own; nccl-tests uses them when present.
+        if op == "alltoall" and "ncclAlltoAll" in native:
+            return [("ncclAlltoAll", (s, r, cnt, dt, comm, strm))]
+        if op == "gather" and "ncclGather" in native:
+            return [("ncclGather", (s, r, cnt, dt, iroot, comm, strm))]
+        if op == "scatter" and "ncclScatter" in native:
+            return [("ncclScatter", (s, r, cnt, dt, iroot, comm, strm))]
 
-        def single(name: str, *args: Any) -> Callable[[], None]:
+        p2p: list[Spec] = []
+
+        def add(name: str, ptr: int, peer: int) -> None:
+            p2p.append((name, (vp(ptr), cnt, dt, i(peer), comm, strm)))
+
+        if op == "alltoall":
+            if count:
+                for peer in range(n):
+                    add("ncclSend", send + peer * chunk_bytes, peer)
+                    add("ncclRecv", recv + peer * chunk_bytes, peer)
+        elif op == "sendrecv":
+            add("ncclSend", send, (rank + 1) % n)
+            add("ncclRecv", recv, (rank - 1) % n)
+        elif op == "gather":
+            if count:
+                add("ncclSend", send, root)
+                if rank == root:
+                    for peer in range(n):
+                        add("ncclRecv", recv + peer * chunk_bytes, peer)
+        elif op == "scatter":
+            if count:
+                if rank == root:
+                    for peer in range(n):
+                        add("ncclSend", send + peer * chunk_bytes, peer)
+                add("ncclRecv", recv, root)
+        else:
+            raise ValueError(f"unknown collective {op!r}")
+        return [("ncclGroupStart", ()), *p2p, ("ncclGroupEnd", ())]
+
+    def call(self, specs: list[Spec], *, release_gil: bool = False) -> Callable[[], None]:
+        """A zero-argument callable making `specs`' calls (raw pointers, no sync)."""
+        raw = self.lib.raw_nogil if release_gil else self.lib.raw
+        check = self.lib.check
+        if len(specs) == 1:
+            name, args = specs[0]
             fn = raw[name]
 
-            def run() -> None:
+            def single() -> None:
                 rc = fn(*args)
                 if rc:
                     check(rc, name)
 
-            return run
-
-        if op == "all_reduce":
-            return single("ncclAllReduce", vp(send), vp(recv), cnt, dt, rop, comm, strm)
-        if op == "broadcast":
-            return single("ncclBroadcast", vp(send), vp(recv), cnt, dt, iroot, comm, strm)
-        if op == "reduce":
-            return single("ncclReduce", vp(send), vp(recv), cnt, dt, rop, iroot, comm, strm)
-        if op == "all_gather":
-            return single("ncclAllGather", vp(send), vp(recv), cnt, dt, comm, strm)
-        if op == "reduce_scatter":
-            return single("ncclReduceScatter", vp(send), vp(recv), cnt, dt, rop, comm, strm)
-
-        native = self.lib.native
-        if op == "alltoall" and "ncclAlltoAll" in native:
-            return single("ncclAlltoAll", vp(send), vp(recv), cnt, dt, comm, strm)
-        if op == "gather" and "ncclGather" in native:
-            return single("ncclGather", vp(send), vp(recv), cnt, dt, iroot, comm, strm)
-        if op == "scatter" and "ncclScatter" in native:
-            return single("ncclScatter", vp(send), vp(recv), cnt, dt, iroot, comm, strm)
-
-        # Point-to-point collectives: a list of (fn, args) inside one NCCL group.
-        send_fn, recv_fn = raw["ncclSend"], raw["ncclRecv"]
-        p2p: list[tuple[Any, tuple[Any, ...]]] = []
-
-        def add(fn: Any, ptr: int, peer: int) -> None:
-            p2p.append((fn, (vp(ptr), cnt, dt, i(peer), comm, strm)))
-
-        if op == "alltoall":
-            if count:
-                for r in range(n):
-                    add(send_fn, send + r * chunk_bytes, r)
-                    add(recv_fn, recv + r * chunk_bytes, r)
-        elif op == "sendrecv":
-            add(send_fn, send, (rank + 1) % n)
-            add(recv_fn, recv, (rank - 1) % n)
-        elif op == "gather":
-            if count:
-                add(send_fn, send, root)
-                if rank == root:
-                    for r in range(n):
-                        add(recv_fn, recv + r * chunk_bytes, r)
-        elif op == "scatter":
-            if count:
-                if rank == root:
-                    for r in range(n):
-                        add(send_fn, send + r * chunk_bytes, r)
-                add(recv_fn, recv, root)
-        else:
-            raise ValueError(f"unknown collective {op!r}")
+            return single
         start, end = raw["ncclGroupStart"], raw["ncclGroupEnd"]
+        p2p = [(raw[name], args) for name, args in specs[1:-1]]
 
         def grouped() -> None:
             check(start(), "ncclGroupStart")
@@ -338,6 +342,14 @@ class Communicator:
             check(end(), "ncclGroupEnd")
 
         return grouped
+
+    def pointer(self, name: str) -> int:
+        """The address of a libnccl function (for the native timed loop)."""
+        return int(ctypes.cast(getattr(self.lib.lib, name), ctypes.c_void_p).value or 0)
+
+
+#: One libnccl call: the function's name and its arguments as ctypes values.
+Spec = tuple[str, tuple[Any, ...]]
 
 
 class _CudaArray:
@@ -359,6 +371,7 @@ __all__ = [
     "Communicator",
     "Library",
     "NcclError",
+    "Spec",
     "loaded_version",
     "version_string",
 ]

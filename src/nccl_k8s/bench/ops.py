@@ -20,11 +20,12 @@ from typing import TYPE_CHECKING, Any
 from nccl_k8s.bench import data
 from nccl_k8s.bench.config import Dtype, Op, RedOp
 from nccl_k8s.bench.counts import SHAPES, Counts
+from nccl_k8s.bench.native import Program, native_loop
 
 if TYPE_CHECKING:
     import torch
 
-    from nccl_k8s.bench.nccl import Communicator
+    from nccl_k8s.bench.nccl import Communicator, Spec
 
 Call = Callable[[], Any]
 
@@ -70,6 +71,8 @@ class Bound:
     """Send view of rotation 0 (the checked op); in place, a view into the receive buffer."""
     recv0: torch.Tensor
     """Receive view of rotation 0."""
+    native: Program | None = None
+    """The same calls as one native timed loop (bench.native), where it is in use."""
 
 
 class Collectives:
@@ -102,6 +105,8 @@ class Collectives:
         """Direct NCCL communicator (bench.nccl); None runs through torch.distributed."""
         self.stream = stream
         """The CUDA stream direct NCCL calls go to (and graphs capture on)."""
+        self.native = native_loop() if comm is not None else None
+        """The native timed loop (direct driver, when it is on and builds here), or None."""
 
     # -- views ---------------------------------------------------------------------------
     def _view(self, buf: torch.Tensor, byte_offset: int, nelems: int) -> torch.Tensor:
@@ -136,11 +141,7 @@ class Collectives:
     ) -> Call:
         """A zero-argument callable issuing one collective (no host synchronisation)."""
         if self.comm is not None:
-            return self.comm.call(
-                op, send.data_ptr(), recv.data_ptr(), counts.param, counts.param * self.elt,
-                self.dtype_name, self.redop_name, root, self.stream.cuda_stream,
-                release_gil=release_gil,
-            )  # fmt: skip
+            return self.comm.call(self.specs(op, send, recv, counts, root), release_gil=release_gil)
         import torch.distributed as dist
 
         g, rank, n, redop = self.group, self.rank, self.nranks, self.redop
@@ -191,14 +192,29 @@ class Collectives:
             return lambda: dist.scatter(recv, slist, src=root, group=g)
         raise ValueError(f"unknown collective {op!r}")
 
+    def specs(
+        self, op: Op, send: torch.Tensor, recv: torch.Tensor, counts: Counts, root: int
+    ) -> list[Spec]:
+        assert self.comm is not None
+        return self.comm.specs(
+            op, send.data_ptr(), recv.data_ptr(), counts.param, counts.param * self.elt,
+            self.dtype_name, self.redop_name, root, self.stream.cuda_stream,
+        )  # fmt: skip
+
     def bind(self, op: Op, counts: Counts, shifts: list[int], root: int, in_place: bool) -> Bound:
         calls = []
+        native_specs: list[list[Spec]] = []
         for shift in shifts:
             send, recv = self.views(counts, shift, in_place)
             calls.append(self.call(op, send, recv, counts, root, in_place))
+            if self.native is not None:
+                native_specs.append(self.specs(op, send, recv, counts, root))
         send0, recv0 = self.views(counts, shifts[0], in_place)
         first = self.call(op, send0, recv0, counts, root, in_place, release_gil=True)
-        return Bound(op, counts, in_place, calls, first, send0, recv0)
+        b = Bound(op, counts, in_place, calls, first, send0, recv0)
+        if self.native is not None and self.comm is not None:
+            b.native = self.native.program(self.comm, native_specs)
+        return b
 
     # -- data ----------------------------------------------------------------------------
     def pattern(self, op: Op) -> data.Pattern:

@@ -70,6 +70,7 @@ class Watchdog:
         self._faulted = threading.Lock()
         self._thread: threading.Thread | None = None
         self._store: Any = None
+        self._store_lost = False
         self._prefix = f"{_KEY}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
 
     # -- main thread -------------------------------------------------------------------------
@@ -119,8 +120,12 @@ class Watchdog:
             "t": time.time(), "n": self._beats, "step": self.step, "where": self.where,
             "host": self.host, "pid": self.pid,
         }  # fmt: skip
-        with contextlib.suppress(Exception):  # a lost store must not kill the rank by itself
+        if self._store_lost:
+            return
+        try:
             self._store.set(f"{self._prefix}/{self.rank}", json.dumps(value))
+        except Exception:  # the launcher is gone; a lost store must not kill the rank by itself
+            self._store_lost = True
 
     def _run(self) -> None:
         interval = self.interval_s if self.interval_s > 0 else 1.0
