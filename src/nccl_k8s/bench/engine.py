@@ -109,6 +109,8 @@ class Engine:
         # nccl-tests 2.19.6 turns -z 3 off under -G (a graph cannot wait between its ops).
         self.blocking = 0 if (config.blocking == 3 and config.graph) else config.blocking
         self._rep = 0
+        self.native = False
+        """The direct driver's timed loop runs in C (bench.native)."""
 
     # -- setup ---------------------------------------------------------------------------
     def header(self) -> None:
@@ -352,7 +354,6 @@ class Engine:
                 file=sys.stderr,
             )
         self.maxbytes = self.limit_maxbytes()
-        self.p.result("meta", self._meta())
 
         elt = DTYPES[cfg.dtype]
         send_bytes = recv_bytes = 16
@@ -364,6 +365,8 @@ class Engine:
             sendbuf=r.buffer(send_bytes), recvbuf=r.buffer(recv_bytes),
             group=r.data_group, comm=r.comm, stream=r.stream,
         )  # fmt: skip
+        self.native = coll.native is not None
+        self.p.result("meta", self._meta())
         for i, op in enumerate(cfg.ops):
             try:
                 if cfg.duration_s > 0:
@@ -404,6 +407,8 @@ class Engine:
             "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("NCCL_")},
             "run_id": os.environ.get("NCCL_K8S_RUN_ID") or None,
             "timeout_s": self.wd.timeout_s,
+            "buffers": r.allocator,
+            "native_loop": self.native,
             "config": {
                 "minbytes": cfg.minbytes, "maxbytes": self.maxbytes, "stepbytes": cfg.stepbytes,
                 "stepfactor": cfg.stepfactor, "iters": cfg.iters, "warmup": cfg.warmup, "check": cfg.check,

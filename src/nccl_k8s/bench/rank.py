@@ -53,6 +53,8 @@ class Rank:
         else:
             self.device = torch.device("cpu")
         self.timeout_s = timeout_s
+        self.allocator = "torch"
+        """Where the send/receive buffers come from: ncclMemAlloc (direct driver) or torch."""
         self.comm: Communicator | None = None
         self.stream: Any = None
         self.data_group: Any = None
@@ -90,9 +92,14 @@ class Rank:
         import torch
 
         if self.comm is not None:
-            with torch.cuda.device(self.device):
-                buf = self.comm.alloc(nbytes)
+            try:
+                with torch.cuda.device(self.device):
+                    buf = self.comm.alloc(nbytes)
+            except Exception as exc:  # measured either way; say which
+                self.allocator = f"torch (ncclMemAlloc failed: {exc})"
+                buf = None
             if buf is not None:
+                self.allocator = "ncclMemAlloc"
                 return buf
         return torch.zeros(nbytes, dtype=torch.uint8, device=self.device)
 
