@@ -1,0 +1,263 @@
+"""BENCHMARKS.md's engine tables, generated from the raw outputs of one device run.
+
+    python benchmarks/engine_tables.py benchmarks/data/2026-12-03-h200x1-engine            # print
+    python benchmarks/engine_tables.py benchmarks/data/2026-12-03-h200x1-engine --write BENCHMARKS.md
+
+The folder is what benchmarks/device_engine.sh wrote (raw.tgz unpacked): nccl-tests 2.19.6's
+`ref_<op>[_graph].txt` and our `ours_<op>[_graph].txt` from the same call, plus the experiments.
+With --write, the text between the `<!-- engine-tables:begin -->` and `<!-- engine-tables:end -->`
+markers of the file is replaced; tests/test_benchmarks_md.py checks that the committed file
+equals what this prints, so no figure in those tables is typed by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import re
+import statistics
+import sys
+
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "alltoall", "sendrecv", "gather", "scatter")
+ROW = re.compile(r"^\s+\d+\s+\d+\s+\w+")
+BEGIN, END = "<!-- engine-tables:begin -->", "<!-- engine-tables:end -->"
+SMALL = (8, 64 << 10)  # the time target's range: 8 B to 64 KB
+LARGE = 32 << 20  # the bandwidth target's range: 32 MB and up
+Table = dict[int, list[str]]
+
+
+def sections(text: str) -> dict[str, Table]:
+    """op -> size -> row fields, for every 'Collective test starting' section."""
+    out: dict[str, Table] = {}
+    op = None
+    for line in text.splitlines():
+        m = re.match(r"# Collective test starting: (\w+)_perf", line)
+        if m:
+            op = m.group(1)
+            out.setdefault(op, {})
+        elif op and ROW.match(line):
+            f = line.split()
+            out[op][int(f[0])] = f
+    return out
+
+
+def table(folder: pathlib.Path, name: str, op: str) -> Table:
+    path = folder / f"{name}.txt"
+    return sections(path.read_text(errors="replace")).get(op, {}) if path.exists() else {}
+
+
+def ratio(a: str, b: str) -> float | None:
+    x, y = float(a), float(b)
+    return x / y if y > 0 and x > 0 else None
+
+
+def fmt(x: float | None, digits: int = 2) -> str:
+    return "–" if x is None else f"{x:.{digits}f}"
+
+
+def header_value(folder: pathlib.Path, name: str, pattern: str) -> str:
+    path = folder / f"{name}.txt"
+    if not path.exists():
+        return "?"
+    m = re.search(pattern, path.read_text(errors="replace"))
+    return m.group(1) if m else "?"
+
+
+def op_table(folder: pathlib.Path, op: str, graph: bool) -> tuple[list[str], dict[str, list[float]]]:
+    """Markdown rows for one op, and the ratios the summary needs."""
+    suffix = "_graph" if graph else ""
+    ref, ours = table(folder, f"ref_{op}{suffix}", op), table(folder, f"ours_{op}{suffix}", op)
+    lines = [
+        "| size (B) | nccl-tests out (µs) | ours out (µs) | time ratio out | nccl-tests in (µs) | ours in (µs) | time ratio in | bw ratio out | #wrong ours |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    stats: dict[str, list[float]] = {"small_out": [], "small_in": [], "large_bw": []}
+    for size in sorted(set(ref) & set(ours)):
+        r, o = ref[size], ours[size]
+        t_out, t_in = ratio(o[5], r[5]), ratio(o[9], r[9])
+        bw = ratio(r[5], o[5])  # algbw (and busbw, same factor) ours / theirs = their time / ours
+        if SMALL[0] <= size <= SMALL[1]:
+            stats["small_out"] += [t_out] if t_out else []
+            stats["small_in"] += [t_in] if t_in else []
+        if size >= LARGE and bw:
+            stats["large_bw"].append(bw)
+        wrong = o[8] + ("" if o[12] == "N/A" else f" / {o[12]}")
+        lines.append(
+            f"| {size} | {r[5]} | {o[5]} | {fmt(t_out)} | {r[9]} | {o[9]} | {fmt(t_in)} | "
+            f"{fmt(bw) if size >= LARGE else ''} | {wrong} |"
+        )
+    return lines, stats
+
+
+def summary_row(op: str, graph: bool, stats: dict[str, list[float]]) -> str:
+    so, si, lb = stats["small_out"], stats["small_in"], stats["large_bw"]
+    met_t = bool(so) and max(so) <= 1.05
+    met_b = bool(lb) and min(lb) >= 0.99
+    return (
+        f"| {op}{' -G 20' if graph else ''} | {fmt(statistics.median(so) if so else None)} | {fmt(max(so) if so else None)} | "
+        f"{fmt(statistics.median(si) if si else None)} | {fmt(min(lb) if lb else None)} | "
+        f"{'yes' if met_t else 'no'} | {'yes' if met_b else 'no'} |"
+    )
+
+
+def native_table(folder: pathlib.Path) -> list[str]:
+    lines = [
+        "| op | out: Python loop / nccl-tests, median (max) | out: C loop / nccl-tests, median (max) | in: Python / nccl-tests | in: C loop / nccl-tests |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    native = sections((folder / "native_all.txt").read_text(errors="replace")) if (folder / "native_all.txt").exists() else {}
+    for op in OPS:
+        ref, ours, nat = table(folder, f"ref_{op}", op), table(folder, f"ours_{op}", op), native.get(op, {})
+        cols = []
+        for col in (5, 9):
+            for src in (ours, nat):
+                rs = [
+                    x for s in sorted(set(ref) & set(src)) if SMALL[0] <= s <= SMALL[1]
+                    for x in [ratio(src[s][col], ref[s][col])] if x
+                ]  # fmt: skip
+                cols.append(f"{fmt(statistics.median(rs))} ({fmt(max(rs))})" if rs else "–")
+        if any(c != "–" for c in cols):
+            lines.append(f"| {op} | {cols[0]} | {cols[1]} | {cols[2]} | {cols[3]} |")
+    return lines
+
+
+def sendrecv_alloc_table(folder: pathlib.Path) -> list[str]:
+    ref = table(folder, "ref_sendrecv_graph", "sendrecv")
+    mem = table(folder, "ours_sendrecv_graph", "sendrecv")
+    old = table(folder, "sendrecv_graph_torchalloc", "sendrecv")
+    lines = [
+        "| size (B) | nccl-tests -G 20 (µs) | ours, ncclMemAlloc buffers (µs) | ours, torch allocator buffers (µs) | ratio ncclMemAlloc | ratio torch allocator |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for size in sorted(set(ref) & set(mem) & set(old)):
+        lines.append(
+            f"| {size} | {ref[size][5]} | {mem[size][5]} | {old[size][5]} | "
+            f"{fmt(ratio(mem[size][5], ref[size][5]))} | {fmt(ratio(old[size][5], ref[size][5]))} |"
+        )
+    return lines
+
+
+def heartbeat_table(folder: pathlib.Path) -> list[str]:
+    runs = {name: table(folder, name, "all_reduce") for name in ("hb_on_1", "hb_off_1", "hb_on_2", "hb_off_2")}
+    sizes = sorted(set.intersection(*(set(t) for t in runs.values()))) if all(runs.values()) else []
+    lines = [
+        "| size (B) | heartbeats on, run 1 (µs) | off, run 1 | on, run 2 | off, run 2 |",
+        "| ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for size in sizes:
+        lines.append(f"| {size} | " + " | ".join(runs[n][size][5] for n in runs) + " |")
+    return lines
+
+
+def driver_table(folder: pathlib.Path) -> list[str]:
+    """Our two NCCL drivers in one earlier run (default.txt: direct, torch.txt: torch.distributed)."""
+    direct = sections((folder / "default.txt").read_text(errors="replace"))
+    torch_ = sections((folder / "torch.txt").read_text(errors="replace"))
+    lines = [
+        "| op | direct out, median 8 B-64 KB (µs) | torch.distributed out (µs) | direct in (µs) | torch.distributed in (µs) |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    for op in OPS:
+        d, t = direct.get(op, {}), torch_.get(op, {})
+        sizes = [s for s in sorted(set(d) & set(t)) if SMALL[0] <= s <= SMALL[1]]
+        if not sizes:
+            continue
+        med = [fmt(statistics.median(float(src[s][col]) for s in sizes)) for col in (5, 9) for src in (d, t)]
+        lines.append(f"| {op} | {med[0]} | {med[1]} | {med[2]} | {med[3]} |")
+    return lines
+
+
+def check_lines(folder: pathlib.Path) -> list[str]:
+    """Every run's verdict lines, counted: the checks that ran on the GPU."""
+    out = []
+    for name in ("ours", "torch", "native"):
+        files = sorted(folder.glob(f"{name}_*.txt"))
+        oks = sum(p.read_text(errors="replace").count("# Out of bounds values : 0 OK") for p in files)
+        bad = sum(len(re.findall(r"# Out of bounds values : [1-9]\d* FAILED", p.read_text(errors="replace"))) for p in files)
+        out.append(f"- `{name}_*`: {len(files)} runs, {oks} op tables `0 OK`, {bad} `FAILED`")
+    return out
+
+
+def hang_lines(folder: pathlib.Path) -> list[str]:
+    out = []
+    for name in ("hang_direct", "hang_torch"):
+        text = "\n".join(p.read_text(errors="replace") for p in (folder / f"{name}.txt", folder / f"{name}.err") if p.exists())
+        fault = next((line for line in text.splitlines() if line.startswith("NCCL_K8S_FAULT")), None)
+        human = next((line for line in text.splitlines() if "culprit" in line and not line.startswith("NCCL_K8S_FAULT")), None)
+        exits = (folder / "exits.txt").read_text() if (folder / "exits.txt").exists() else ""
+        code = re.search(rf"^{name} exit=(\d+) (\d+)s", exits, re.M)
+        out.append(f"- {name}: exit {code.group(1) if code else '?'} after {code.group(2) if code else '?'} s (process start included)")
+        out.append(f"  - `{fault}`" if fault else "  - no FAULT line")
+        if human:
+            out.append(f"  - stderr: `{human.strip()}`")
+    pod = folder / "pod_default.txt"
+    if pod.exists():
+        m = re.search(r'"timeout_s":\s*(\d+)', pod.read_text())
+        out.append(f"- no -T, KUBERNETES_SERVICE_HOST set: meta `timeout_s` = {m.group(1) if m else '?'}")
+    return out
+
+
+def render(folder: pathlib.Path, drivers: pathlib.Path | None = None) -> str:
+    gpu = header_value(folder, "versions", r"GPU 0: ([^(]+?) \(")
+    torch_v = header_value(folder, "versions", r"^torch (\S+)")
+    when = header_value(folder, "versions", r"^(\d{4}-\d\d-\d\d)")
+    lib_ours = header_value(folder, "ours_all_reduce", r"nccl-library=(\S+)")
+    lib_ref = header_value(folder, "ref_all_reduce", r"nccl-library=(\d+)")
+    flags = header_value(folder, "ours_all_reduce", r"(minBytes .*?iters: \d+ )")
+    out = [
+        BEGIN,
+        f"<!-- generated by: python benchmarks/engine_tables.py {folder.as_posix()}"
+        + (f" --drivers {drivers.as_posix()}" if drivers else "")
+        + " --write BENCHMARKS.md -->",
+        "",
+        f"Run {when} on one {gpu.strip()} (torch {torch_v}); NCCL as loaded: ours `nccl-library={lib_ours}`,"
+        f" nccl-tests `nccl-library={lib_ref}`. Flags: `-b 8 -e 256M -f 4 -n 20 -w 5` ({flags.strip()}),"
+        " default and `-G 20`, every op, world size 1; each op ran nccl-tests then ours in the same call.",
+        "Time ratio = ours / nccl-tests (lower is better); bw ratio = ours / nccl-tests algbw (busbw has the"
+        " same factor; at world size 1 it is 0 for all but broadcast, reduce and sendrecv).",
+        "",
+        "### Summary (targets: time <= 1.05x at 8 B-64 KB, bandwidth >= 0.99x at >= 32 MB)",
+        "",
+        "| op | time ratio out 8 B-64 KB, median | max | time ratio in, median | bw ratio >= 32 MB, min | time target | bw target |",
+        "| --- | ---: | ---: | ---: | ---: | :---: | :---: |",
+    ]
+    tables: list[str] = []
+    for graph in (False, True):
+        for op in OPS:
+            lines, stats = op_table(folder, op, graph)
+            if len(lines) > 2:
+                out.append(summary_row(op, graph, stats))
+                tables += ["", f"#### {op}{' -G 20' if graph else ''}", "", *lines]
+    out += ["", "### Checks on the GPU", "", *check_lines(folder)]
+    out += ["", "### The timeout watchdog (a GPU sleep queued before the 1 MB op, `-T 5`)", "", *hang_lines(folder)]
+    out += ["", "### sendrecv under `-G 20`: where the buffers come from", "", *sendrecv_alloc_table(folder)]
+    out += ["", "### A timed loop in C (`NCCL_K8S_NATIVE_LOOP=1`) against the Python loop, 8 B-64 KB", "", *native_table(folder)]
+    out += ["", "### Heartbeats on and off (all_reduce, `-n 200`, interleaved runs)", "", *heartbeat_table(folder)]
+    if drivers is not None:
+        out += [
+            "",
+            f"### The torch.distributed driver's cost (`--driver torch`; an earlier run, `{drivers.as_posix()}`)",
+            "",
+            *driver_table(drivers),
+        ]
+    out += ["", "### Per op, per size", *tables, "", END]
+    return "\n".join(out) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("folder", type=pathlib.Path)
+    ap.add_argument("--drivers", type=pathlib.Path, help="an earlier run with default.txt and torch.txt")
+    ap.add_argument("--write", type=pathlib.Path, help="replace the generated block of this file")
+    args = ap.parse_args()
+    text = render(args.folder, args.drivers)
+    if not args.write:
+        sys.stdout.write(text)
+        return
+    doc = args.write.read_text()
+    start, end = doc.index(BEGIN), doc.index(END) + len(END) + 1
+    args.write.write_text(doc[:start] + text + doc[end:])
+
+
+if __name__ == "__main__":
+    main()
