@@ -84,6 +84,35 @@ def test_number_format(value: float, width: int, text: str) -> None:
     assert report.float_str(value, width) == text
 
 
+def test_columns_never_overflow_at_rounding_edges() -> None:
+    """nccl-tests picks the format by the printed width (snprintf), so 9999.996 in a 7-wide
+    column is '10000.0', not the 8-character '10000.00'."""
+    assert report.float_str(9999.996, 7) == "10000.0"
+    assert report.float_str(999999.6, 6) == " 1e+06"
+    assert report.float_str(99.996, 6) == "100.00"
+    for width in (6, 7):
+        for exp in range(-3, 12):
+            for mant in (1.0, 9.9949, 9.995, 9.996, 9.99999):
+                assert len(report.float_str(mant * 10.0**exp, width)) == width, (mant, exp, width)
+
+
+def test_wrong_counts_print_as_nccl_tests_6g() -> None:
+    cell = report.Cell(1.0, 1.0, 1.0, 1234567, 1.0, 1.0)
+    row = report.TableRow("all_reduce", 8, 2, "float", "sum", -1, cell, cell)
+    assert report.row_line(row).split()[8] == "1.23457e+06"
+
+
+def test_fault_line_round_trip() -> None:
+    payload = {"rank": 0, "culprit": 3, "host": "bench-0", "pid": 42, "reason": "no heartbeat for 31 s",
+               "where": "all_reduce 8 B out-of-place timing"}  # fmt: skip
+    line = report.fault_line(payload)
+    assert line.startswith(report.FAULT_PREFIX + ' {"v":1,')
+    assert report.parse_fault_line("2026-12-03T10:00:00Z " + line) == {"v": 1, **payload}
+    assert report.parse_fault_line(line[:-5]) is None  # cut off
+    assert report.parse_fault_line("NCCL_K8S_FAULT {\"v\":2}") is None
+    assert report.parse_fault_line("nothing here") is None
+
+
 @pytest.mark.parametrize(
     ("op", "nranks", "factor"),
     [("all_reduce", 8, 1.75), ("all_gather", 8, 0.875), ("reduce_scatter", 4, 0.75), ("alltoall", 2, 0.5),

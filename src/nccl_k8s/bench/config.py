@@ -123,7 +123,8 @@ class BenchConfig:
     iters: int = 20
     """-n: timed operations per size and placement."""
     warmup: int = 1
-    """-w: untimed operations at the largest and smallest size before the sweep (nccl-tests: 1)."""
+    """-w: untimed operations at every size from -b doubling up to -e, before the sweep
+    (nccl-tests 2.19.6; default 1)."""
     check: int = 1
     """-c: checked operations per size after timing; 0 turns checking off."""
     dtype: Dtype = "float"

@@ -12,8 +12,9 @@ timeout (-T, or POD_TIMEOUT_S in a pod), or when a collective fails because a pe
 the rank that noticed reads every heartbeat twice a few seconds apart and names the culprit: a
 rank whose heartbeat stopped (SIGSTOP, a dead process or node), else the rank furthest behind.
 It prints one FAULT_PREFIX line on stdout and one human line on stderr, aborts the NCCL
-communicator (bounded), and exits 1. The heartbeat write is deferred while a timed loop runs,
-so it never lands inside one (checked in BENCHMARKS.md).
+communicator (bounded), and exits 1. The heartbeat write waits while a timed loop runs (up to
+3 s, so a long loop still beats), so it does not land inside the short ones whose times it could
+disturb (BENCHMARKS.md has the on/off figures).
 """
 
 from __future__ import annotations
