@@ -2,7 +2,8 @@
 # The engine on the lent GPU machine, in one call: nccl-tests 2.19.6 and our engine side by side
 # (every op, default and -G 20, same flags, same run), our torch driver, the native timed loop,
 # buffers from torch's allocator instead of ncclMemAlloc, heartbeats off, and a collective that
-# never completes (the watchdog must abort it) with both drivers.
+# never completes (the watchdog must abort it) with both drivers. PARTS picks what runs
+# ("experiments table", the default; "sendrecvdebug" adds NCCL's INFO logs of sendrecv).
 #
 #   from the repo root on the device:  bash benchmarks/device_engine.sh   (nccl-tests source in
 #   $REF, default ../.ref; see ../shared/ref/README.md)
@@ -31,6 +32,8 @@ BUILD=$!
   echo "NCCL_HOME $NCCL_HOME"; command -v cc gcc || echo "no C compiler"; } > "$R/versions.txt" 2>&1
 
 t() { local name=$1; shift; local s=$SECONDS; "$@" > "$R/$name.txt" 2> "$R/$name.err"; echo "$name exit=$? ${SECONDS}-${s}s" | tee -a "$R/exits.txt"; }
+PARTS=${PARTS:-"experiments table"}
+if [[ $PARTS == *experiments* ]]; then
 
 # 1. The torch driver, every op, default and -G (the direct driver is in the table runs below).
 t torch_default ours --driver torch --ops all -b 8 -e 16M -f 8 -n 5 -w 1
@@ -66,9 +69,26 @@ for k in 1 2; do
   t hb_off_$k env NCCL_K8S_HEARTBEAT_S=0 python3 -m nccl_k8s.bench --backend nccl --no-result-lines --ops all_reduce -b 8 -e 64K -f 2 -n 200 -w 20
 done
 
+fi
+if [[ $PARTS == *heartbeats* ]]; then
+  # Heartbeats on and off, three interleaved pairs, long loops at small sizes.
+  for k in 1 2 3; do
+    t hb_on_$k ours --ops all_reduce -b 8 -e 64K -f 4 -n 1000 -w 20
+    t hb_off_$k env NCCL_K8S_HEARTBEAT_S=0 python3 -m nccl_k8s.bench --backend nccl --no-result-lines --ops all_reduce -b 8 -e 64K -f 4 -n 1000 -w 20
+  done
+fi
+if [[ $PARTS == *sendrecvdebug* ]]; then
+  # sendrecv's GPU time, ours against nccl-tests: what NCCL says it does for each.
+  wait $BUILD
+  D="NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,P2P,GRAPH,TUNING,ENV"
+  t dbg_ref_sendrecv env $D /tmp/nt/nccl-tests/build/sendrecv_perf -b 8 -e 32M -f 64 -n 20 -w 5 -g 1 -G 20
+  t dbg_ours_sendrecv env $D python3 -m nccl_k8s.bench --backend nccl --no-result-lines --ops sendrecv -b 8 -e 32M -f 64 -n 20 -w 5 -G 20
+  t dbg_ours_sendrecv_py env $D NCCL_K8S_NATIVE_LOOP=0 python3 -m nccl_k8s.bench --backend nccl --no-result-lines --ops sendrecv -b 8 -e 32M -f 64 -n 20 -w 5 -G 20
+fi
 wait $BUILD; tail -3 /tmp/build.log > "$R/build.txt"
-# 6. The side-by-side table: per op, nccl-tests then ours (direct driver, ncclMemAlloc); default
-#    and -G 20. Then every op through the native C loop in one process.
+if [[ $PARTS == *table* ]]; then
+# 6. The side-by-side table: per op, nccl-tests then ours (direct driver, ncclMemAlloc, the C timed
+#    loop where a compiler builds it); default and -G 20. Then every op with the Python loop.
 for op in $OPS; do
   for mode in "" "-G 20"; do
     tag=$op$( [ -n "$mode" ] && echo _graph )
@@ -76,7 +96,8 @@ for op in $OPS; do
     t ours_$tag ours --ops $op $FLAGS $mode
   done
 done
-t native_all env NCCL_K8S_NATIVE_LOOP=1 python3 -m nccl_k8s.bench --backend nccl --no-result-lines --ops all $FLAGS
+[[ $PARTS == *pythonloop* ]] && t python_all env NCCL_K8S_NATIVE_LOOP=0 python3 -m nccl_k8s.bench --backend nccl --no-result-lines --ops all $FLAGS
+fi
 tar czf "$OUT/raw.tgz" -C "$R" .
 grep -H "Out of bounds\|nccl-library\|FAULT\|culprit" "$R"/*.txt "$R"/*.err 2>/dev/null | grep -v "^.*ref_" | sort | uniq -c | sort -rn | head -60
 cat "$R/exits.txt"

@@ -18,7 +18,17 @@ import re
 import statistics
 import sys
 
-OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "alltoall", "sendrecv", "gather", "scatter")
+OPS = (
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "broadcast",
+    "reduce",
+    "alltoall",
+    "sendrecv",
+    "gather",
+    "scatter",
+)
 ROW = re.compile(r"^\s+\d+\s+\d+\s+\w+")
 BEGIN, END = "<!-- engine-tables:begin -->", "<!-- engine-tables:end -->"
 SMALL = (8, 64 << 10)  # the time target's range: 8 B to 64 KB
@@ -63,7 +73,9 @@ def header_value(folder: pathlib.Path, name: str, pattern: str) -> str:
     return m.group(1) if m else "?"
 
 
-def op_table(folder: pathlib.Path, op: str, graph: bool) -> tuple[list[str], dict[str, list[float]]]:
+def op_table(
+    folder: pathlib.Path, op: str, graph: bool
+) -> tuple[list[str], dict[str, list[float]]]:
     """Markdown rows for one op, and the ratios the summary needs."""
     suffix = "_graph" if graph else ""
     ref, ours = table(folder, f"ref_{op}{suffix}", op), table(folder, f"ours_{op}{suffix}", op)
@@ -100,17 +112,29 @@ def summary_row(op: str, graph: bool, stats: dict[str, list[float]]) -> str:
     )
 
 
-def native_table(folder: pathlib.Path) -> list[str]:
+def loop_table(folder: pathlib.Path) -> list[str]:
+    """The Python loop against the C loop, each against nccl-tests, at 8 B-64 KB (one run).
+
+    The folder holds per-op runs with one loop (`ours_<op>.txt`) and one `--ops all` run with the
+    other (`python_all.txt` or `native_all.txt`); each file's header says which timer it used.
+    """
     lines = [
         "| op | out: Python loop / nccl-tests, median (max) | out: C loop / nccl-tests, median (max) | in: Python / nccl-tests | in: C loop / nccl-tests |",
         "| --- | ---: | ---: | ---: | ---: |",
     ]
-    native = sections((folder / "native_all.txt").read_text(errors="replace")) if (folder / "native_all.txt").exists() else {}
+    other_path = next(
+        (folder / n for n in ("python_all.txt", "native_all.txt") if (folder / n).exists()), None
+    )
+    if other_path is None:
+        return []
+    other = sections(other_path.read_text(errors="replace"))
+    other_is_c = other_path.name == "native_all.txt"
     for op in OPS:
-        ref, ours, nat = table(folder, f"ref_{op}", op), table(folder, f"ours_{op}", op), native.get(op, {})
+        ref, ours = table(folder, f"ref_{op}", op), table(folder, f"ours_{op}", op)
+        py, c = (ours, other.get(op, {})) if other_is_c else (other.get(op, {}), ours)
         cols = []
         for col in (5, 9):
-            for src in (ours, nat):
+            for src in (py, c):
                 rs = [
                     x for s in sorted(set(ref) & set(src)) if SMALL[0] <= s <= SMALL[1]
                     for x in [ratio(src[s][col], ref[s][col])] if x
@@ -138,14 +162,26 @@ def sendrecv_alloc_table(folder: pathlib.Path) -> list[str]:
 
 
 def heartbeat_table(folder: pathlib.Path) -> list[str]:
-    runs = {name: table(folder, name, "all_reduce") for name in ("hb_on_1", "hb_off_1", "hb_on_2", "hb_off_2")}
-    sizes = sorted(set.intersection(*(set(t) for t in runs.values()))) if all(runs.values()) else []
+    """all_reduce with heartbeats on and off, in the interleaved pairs the run made."""
+    pairs = sorted({int(p.stem.rsplit("_", 1)[1]) for p in folder.glob("hb_on_*.txt")})
+    names = [f"hb_{state}_{k}" for k in pairs for state in ("on", "off")]
+    runs = {name: table(folder, name, "all_reduce") for name in names}
+    if not runs or not all(runs.values()):
+        return []
+    sizes = sorted(set.intersection(*(set(t) for t in runs.values())))
+    head = " | ".join(
+        f"{'on' if '_on_' in n else 'off'}, pair {n.rsplit('_', 1)[1]} (µs)" for n in names
+    )
     lines = [
-        "| size (B) | heartbeats on, run 1 (µs) | off, run 1 | on, run 2 | off, run 2 |",
-        "| ---: | ---: | ---: | ---: | ---: |",
+        f"| size (B) | {head} | median on / median off |",
+        "| ---: |" + " ---: |" * (len(names) + 1),
     ]
     for size in sizes:
-        lines.append(f"| {size} | " + " | ".join(runs[n][size][5] for n in runs) + " |")
+        on = statistics.median(float(runs[n][size][5]) for n in names if "_on_" in n)
+        off = statistics.median(float(runs[n][size][5]) for n in names if "_off_" in n)
+        lines.append(
+            f"| {size} | " + " | ".join(runs[n][size][5] for n in names) + f" | {fmt(on / off)} |"
+        )
     return lines
 
 
@@ -162,7 +198,11 @@ def driver_table(folder: pathlib.Path) -> list[str]:
         sizes = [s for s in sorted(set(d) & set(t)) if SMALL[0] <= s <= SMALL[1]]
         if not sizes:
             continue
-        med = [fmt(statistics.median(float(src[s][col]) for s in sizes)) for col in (5, 9) for src in (d, t)]
+        med = [
+            fmt(statistics.median(float(src[s][col]) for s in sizes))
+            for col in (5, 9)
+            for src in (d, t)
+        ]
         lines.append(f"| {op} | {med[0]} | {med[1]} | {med[2]} | {med[3]} |")
     return lines
 
@@ -170,34 +210,71 @@ def driver_table(folder: pathlib.Path) -> list[str]:
 def check_lines(folder: pathlib.Path) -> list[str]:
     """Every run's verdict lines, counted: the checks that ran on the GPU."""
     out = []
-    for name in ("ours", "torch", "native"):
+    for name in ("ours", "torch", "native", "python"):
         files = sorted(folder.glob(f"{name}_*.txt"))
-        oks = sum(p.read_text(errors="replace").count("# Out of bounds values : 0 OK") for p in files)
-        bad = sum(len(re.findall(r"# Out of bounds values : [1-9]\d* FAILED", p.read_text(errors="replace"))) for p in files)
-        out.append(f"- `{name}_*`: {len(files)} runs, {oks} op tables `0 OK`, {bad} `FAILED`")
+        if not files:
+            continue
+        oks = sum(
+            p.read_text(errors="replace").count("# Out of bounds values : 0 OK") for p in files
+        )
+        bad = sum(
+            len(
+                re.findall(
+                    r"# Out of bounds values : [1-9]\d* FAILED", p.read_text(errors="replace")
+                )
+            )
+            for p in files
+        )
+        out.append(
+            f"- `{folder.as_posix()}/{name}_*`: {len(files)} runs, {oks} op tables `0 OK`, {bad} `FAILED`"
+        )
     return out
 
 
 def hang_lines(folder: pathlib.Path) -> list[str]:
     out = []
     for name in ("hang_direct", "hang_torch"):
-        text = "\n".join(p.read_text(errors="replace") for p in (folder / f"{name}.txt", folder / f"{name}.err") if p.exists())
-        fault = next((line for line in text.splitlines() if line.startswith("NCCL_K8S_FAULT")), None)
-        human = next((line for line in text.splitlines() if "culprit" in line and not line.startswith("NCCL_K8S_FAULT")), None)
+        text = "\n".join(
+            p.read_text(errors="replace")
+            for p in (folder / f"{name}.txt", folder / f"{name}.err")
+            if p.exists()
+        )
+        fault = next(
+            (line for line in text.splitlines() if line.startswith("NCCL_K8S_FAULT")), None
+        )
+        human = next(
+            (
+                line
+                for line in text.splitlines()
+                if "culprit" in line and not line.startswith("NCCL_K8S_FAULT")
+            ),
+            None,
+        )
         exits = (folder / "exits.txt").read_text() if (folder / "exits.txt").exists() else ""
         code = re.search(rf"^{name} exit=(\d+) (\d+)s", exits, re.M)
-        out.append(f"- {name}: exit {code.group(1) if code else '?'} after {code.group(2) if code else '?'} s (process start included)")
+        out.append(
+            f"- {name}: exit {code.group(1) if code else '?'} after {code.group(2) if code else '?'} s (process start included)"
+        )
         out.append(f"  - `{fault}`" if fault else "  - no FAULT line")
         if human:
             out.append(f"  - stderr: `{human.strip()}`")
     pod = folder / "pod_default.txt"
     if pod.exists():
         m = re.search(r'"timeout_s":\s*(\d+)', pod.read_text())
-        out.append(f"- no -T, KUBERNETES_SERVICE_HOST set: meta `timeout_s` = {m.group(1) if m else '?'}")
+        out.append(
+            f"- no -T, KUBERNETES_SERVICE_HOST set: meta `timeout_s` = {m.group(1) if m else '?'}"
+        )
     return out
 
 
-def render(folder: pathlib.Path, drivers: pathlib.Path | None = None) -> str:
+def render(
+    folder: pathlib.Path,
+    experiments: pathlib.Path | None = None,
+    drivers: pathlib.Path | None = None,
+) -> str:
+    """The block: the table run in `folder`, the experiments of `experiments` (default: the
+    same folder), the driver comparison of `drivers`."""
+    exp = experiments or folder
     gpu = header_value(folder, "versions", r"GPU 0: ([^(]+?) \(")
     torch_v = header_value(folder, "versions", r"^torch (\S+)")
     when = header_value(folder, "versions", r"^(\d{4}-\d\d-\d\d)")
@@ -207,6 +284,7 @@ def render(folder: pathlib.Path, drivers: pathlib.Path | None = None) -> str:
     out = [
         BEGIN,
         f"<!-- generated by: python benchmarks/engine_tables.py {folder.as_posix()}"
+        + (f" --experiments {experiments.as_posix()}" if experiments else "")
         + (f" --drivers {drivers.as_posix()}" if drivers else "")
         + " --write BENCHMARKS.md -->",
         "",
@@ -228,11 +306,40 @@ def render(folder: pathlib.Path, drivers: pathlib.Path | None = None) -> str:
             if len(lines) > 2:
                 out.append(summary_row(op, graph, stats))
                 tables += ["", f"#### {op}{' -G 20' if graph else ''}", "", *lines]
-    out += ["", "### Checks on the GPU", "", *check_lines(folder)]
-    out += ["", "### The timeout watchdog (a GPU sleep queued before the 1 MB op, `-T 5`)", "", *hang_lines(folder)]
-    out += ["", "### sendrecv under `-G 20`: where the buffers come from", "", *sendrecv_alloc_table(folder)]
-    out += ["", "### A timed loop in C (`NCCL_K8S_NATIVE_LOOP=1`) against the Python loop, 8 B-64 KB", "", *native_table(folder)]
-    out += ["", "### Heartbeats on and off (all_reduce, `-n 200`, interleaved runs)", "", *heartbeat_table(folder)]
+    out += [
+        "",
+        "### The timed loop in C against the Python loop (`NCCL_K8S_NATIVE_LOOP`), 8 B-64 KB, same run",
+        "",
+    ]
+    out += loop_table(folder)
+    out += [
+        "",
+        "### Checks on the GPU",
+        "",
+        *check_lines(folder),
+        *(check_lines(exp) if exp != folder else []),
+    ]
+    out += [
+        "",
+        f"### The timeout watchdog (a GPU sleep queued before the 1 MB op, `-T 5`; `{exp.as_posix()}`)",
+        "",
+    ]
+    out += hang_lines(exp)
+    out += ["", f"### sendrecv under `-G 20`: where the buffers come from (`{exp.as_posix()}`)", ""]
+    out += sendrecv_alloc_table(exp)
+    if exp != folder and (exp / "native_all.txt").exists():
+        out += [
+            "",
+            f"### The same loop comparison in the earlier run (`{exp.as_posix()}`)",
+            "",
+            *loop_table(exp),
+        ]
+    out += [
+        "",
+        f"### Heartbeats on and off (all_reduce, `-n 200`, interleaved runs; `{exp.as_posix()}`)",
+        "",
+    ]
+    out += heartbeat_table(exp)
     if drivers is not None:
         out += [
             "",
@@ -247,10 +354,17 @@ def render(folder: pathlib.Path, drivers: pathlib.Path | None = None) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("folder", type=pathlib.Path)
-    ap.add_argument("--drivers", type=pathlib.Path, help="an earlier run with default.txt and torch.txt")
+    ap.add_argument(
+        "--experiments",
+        type=pathlib.Path,
+        help="the run with the hang, heartbeat and allocator experiments",
+    )
+    ap.add_argument(
+        "--drivers", type=pathlib.Path, help="an earlier run with default.txt and torch.txt"
+    )
     ap.add_argument("--write", type=pathlib.Path, help="replace the generated block of this file")
     args = ap.parse_args()
-    text = render(args.folder, args.drivers)
+    text = render(args.folder, args.experiments, args.drivers)
     if not args.write:
         sys.stdout.write(text)
         return

@@ -56,7 +56,10 @@ def main() -> None:
     args = ap.parse_args()
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True) for _ in range(2)]
+    hogs = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+        for _ in range(2)
+    ]
     try:
         with (out / "runs.jsonl").open("a", encoding="utf-8") as f:
             for nproc in (int(n) for n in args.nproc.split(",")):

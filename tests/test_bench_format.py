@@ -109,7 +109,7 @@ def test_fault_line_round_trip() -> None:
     assert line.startswith(report.FAULT_PREFIX + ' {"v":1,')
     assert report.parse_fault_line("2026-12-03T10:00:00Z " + line) == {"v": 1, **payload}
     assert report.parse_fault_line(line[:-5]) is None  # cut off
-    assert report.parse_fault_line("NCCL_K8S_FAULT {\"v\":2}") is None
+    assert report.parse_fault_line('NCCL_K8S_FAULT {"v":2}') is None
     assert report.parse_fault_line("nothing here") is None
 
 

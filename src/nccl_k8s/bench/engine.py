@@ -109,6 +109,7 @@ class Engine:
         # nccl-tests 2.19.6 turns -z 3 off under -G (a graph cannot wait between its ops).
         self.blocking = 0 if (config.blocking == 3 and config.graph) else config.blocking
         self._rep = 0
+        self.coll: Collectives | None = None
         self.native = False
         """The direct driver's timed loop runs in C (bench.native)."""
 
@@ -117,6 +118,8 @@ class Engine:
         c, v = self.cfg, self.versions
         lib = f"nccl-library={v['nccl_code']}" if v["nccl"] else "nccl-library=none"
         driver = f" driver={self.r.driver}" if self.r.driver else ""
+        if self.r.comm is not None:
+            driver += f" timer={'c' if self.native else 'python'}"
         version_line = (
             f"# nccl-k8s version {__version__} {lib} torch={v['torch']} "
             f"backend={self.r.backend}{driver} world={self.r.world}"
@@ -176,21 +179,22 @@ class Engine:
         sequence = [b.calls[i % len(b.calls)] for i in range(cfg.iters)]
         if cfg.graph:
             graph = self._graph(sequence)
+            launcher = self.coll.graph_program(graph) if self.coll is not None else None
             r.barrier()
             with self.wd.timed():
-                t0 = time.perf_counter()
-                for _ in range(cfg.graph):
-                    graph.replay()
-                r.complete()
-                elapsed = time.perf_counter() - t0
+                if launcher is not None:  # G launches and the wait, timed in C (bench.native)
+                    elapsed = launcher.timed(cfg.graph)
+                else:
+                    t0 = time.perf_counter()
+                    for _ in range(cfg.graph):
+                        graph.replay()
+                    r.complete()
+                    elapsed = time.perf_counter() - t0
             del graph
             return elapsed / (cfg.iters * cfg.graph)
         with self.wd.timed():
-            if z == 0 and b.native is not None:  # the same ops from a C loop (bench.native)
-                t0 = time.perf_counter()
-                b.native.run(cfg.iters)
-                r.finish()
-                return (time.perf_counter() - t0) / cfg.iters
+            if z == 0 and b.native is not None:  # the same ops, issued and timed in C
+                return b.native.timed(cfg.iters) / cfg.iters
             if z == 0:
                 t0 = time.perf_counter()
                 for call in sequence:
@@ -365,7 +369,10 @@ class Engine:
             sendbuf=r.buffer(send_bytes), recvbuf=r.buffer(recv_bytes),
             group=r.data_group, comm=r.comm, stream=r.stream,
         )  # fmt: skip
-        self.native = coll.native is not None
+        self.coll = coll
+        self.native = coll.native is not None and bool(coll.native.stream_query)
+        if not self.native:
+            coll.native = None  # without cudaStreamQuery the C loop cannot time: Python does
         self.p.result("meta", self._meta())
         for i, op in enumerate(cfg.ops):
             try:

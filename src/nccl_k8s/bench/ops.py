@@ -213,8 +213,34 @@ class Collectives:
         first = self.call(op, send0, recv0, counts, root, in_place, release_gil=True)
         b = Bound(op, counts, in_place, calls, first, send0, recv0)
         if self.native is not None and self.comm is not None:
-            b.native = self.native.program(self.comm, native_specs)
+            comm = self.comm
+            b.native = self.native.program(
+                [[(comm.pointer(name), args) for name, args in op] for op in native_specs],
+                names=[[name for name, _ in op] for op in native_specs],
+                check=comm.lib.check, stream=self.stream.cuda_stream,
+                comm=int(comm.comm.value or 0), async_error=comm.pointer("ncclCommGetAsyncError"),
+            )  # fmt: skip
         return b
+
+    def graph_program(self, graph: Any) -> Program | None:
+        """The C loop launching a captured CUDA graph on the NCCL stream (None: use replay)."""
+        raw = getattr(graph, "raw_cuda_graph_exec", None)
+        if self.native is None or self.comm is None or not self.native.graph_launch or raw is None:
+            return None
+        import ctypes
+
+        from nccl_k8s.bench.native import NativeError
+
+        def cuda_check(rc: int, what: str) -> None:
+            if rc:
+                raise NativeError(f"{what} failed: CUDA error {rc}")
+
+        stream = self.stream.cuda_stream
+        launch = (self.native.graph_launch, (ctypes.c_void_p(raw()), ctypes.c_void_p(stream)))
+        return self.native.program(
+            [[launch]], names=[["cudaGraphLaunch"]], check=cuda_check, stream=stream,
+            comm=int(self.comm.comm.value or 0), async_error=self.comm.pointer("ncclCommGetAsyncError"),
+        )  # fmt: skip
 
     # -- data ----------------------------------------------------------------------------
     def pattern(self, op: Op) -> data.Pattern:

@@ -68,6 +68,8 @@ class Watchdog:
         self._mark = time.monotonic()
         self._beats = 0
         self._stop = threading.Event()
+        self._idle = threading.Event()
+        self._idle.set()
         self._faulted = threading.Lock()
         self._thread: threading.Thread | None = None
         self._store: Any = None
@@ -94,10 +96,12 @@ class Watchdog:
     def timed(self) -> Iterator[None]:
         """Around a timed loop: no heartbeat write lands inside it."""
         self.busy = True
+        self._idle.clear()
         try:
             yield
         finally:
             self.busy = False
+            self._idle.set()
 
     def stop(self) -> None:
         self._stop.set()
@@ -130,15 +134,12 @@ class Watchdog:
 
     def _run(self) -> None:
         interval = self.interval_s if self.interval_s > 0 else 1.0
-        deferred_since: float | None = None
-        while not self._stop.wait(interval if deferred_since is None else 0.01):
-            now = time.monotonic()
+        while not self._stop.wait(interval):
             if self.interval_s > 0:
-                if self.busy and (deferred_since is None or now - deferred_since < _MAX_DEFER_S):
-                    deferred_since = deferred_since or now
-                else:
-                    deferred_since = None
-                    self._beat()
+                if self.busy:  # sleep until the timed loop ends (no polling beside it)
+                    self._idle.wait(_MAX_DEFER_S)
+                self._beat()
+            now = time.monotonic()
             idle = now - self._mark
             if self.timeout_s and idle > self.timeout_s:
                 self.fault(f"no progress for {idle:.0f} s (timeout -T {self.timeout_s:g} s)")
