@@ -24,6 +24,7 @@ from nccl_k8s import __version__
 from nccl_k8s.bench import report
 from nccl_k8s.bench.config import DTYPES, ROOTED_OPS, BenchConfig, Op, check_backend, timeout_for
 from nccl_k8s.bench.counts import SHAPES, buffer_bytes, memory_limit, rotation_shifts
+from nccl_k8s.bench.native import native_loop
 from nccl_k8s.bench.ops import Bound, Collectives
 from nccl_k8s.bench.rank import Rank, device_info, resolve_backend, versions
 from nccl_k8s.bench.watch import Watchdog
@@ -184,10 +185,18 @@ class Engine:
             with self.wd.timed():
                 if launcher is not None:  # G launches and the wait, timed in C (bench.native)
                     elapsed = launcher.timed(cfg.graph)
-                else:
+                else:  # replay on the capture stream, as nccl-tests launches on its stream
+                    stream = r.capture_stream() if r.stream is not None else None
                     t0 = time.perf_counter()
-                    for _ in range(cfg.graph):
-                        graph.replay()
+                    if stream is not None:
+                        import torch
+
+                        with torch.cuda.stream(stream):
+                            for _ in range(cfg.graph):
+                                graph.replay()
+                    else:
+                        for _ in range(cfg.graph):
+                            graph.replay()
                     r.complete()
                     elapsed = time.perf_counter() - t0
             del graph
@@ -351,6 +360,8 @@ class Engine:
         cfg, r = self.cfg, self.r
         self.versions = versions(r)
         self.devices = r.gather_object(device_info(r))
+        loop = native_loop() if r.comm is not None else None
+        self.native = loop is not None and bool(loop.stream_query)  # the header says which timer
         self.header()
         if cfg.blocking == 3 and cfg.graph and r.rank == 0:
             print(
@@ -370,7 +381,6 @@ class Engine:
             group=r.data_group, comm=r.comm, stream=r.stream,
         )  # fmt: skip
         self.coll = coll
-        self.native = coll.native is not None and bool(coll.native.stream_query)
         if not self.native:
             coll.native = None  # without cudaStreamQuery the C loop cannot time: Python does
         self.p.result("meta", self._meta())
