@@ -63,7 +63,9 @@ def main() -> None:
             t_off = run(off, fn, arg)
             ratios.append(t_on / t_off)
             print(f"{name:>14} {k:5d} {t_on * 1e9:13.1f} {t_off * 1e9:14.1f}")
-        print(f"{name:>14} median on/off {statistics.median(ratios):.3f} (min {min(ratios):.3f}, max {max(ratios):.3f})")
+        print(
+            f"{name:>14} median on/off {statistics.median(ratios):.3f} (min {min(ratios):.3f}, max {max(ratios):.3f})"
+        )
     del server
 
 
