@@ -18,17 +18,10 @@ import re
 import statistics
 import sys
 
-OPS = (
-    "all_reduce",
-    "all_gather",
-    "reduce_scatter",
-    "broadcast",
-    "reduce",
-    "alltoall",
-    "sendrecv",
-    "gather",
-    "scatter",
-)
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "src"))
+
+from nccl_k8s.bench.config import ALL_OPS as OPS
+
 ROW = re.compile(r"^\s+\d+\s+\d+\s+\w+")
 BEGIN, END = "<!-- engine-tables:begin -->", "<!-- engine-tables:end -->"
 SMALL = (8, 64 << 10)  # the time target's range: 8 B to 64 KB
@@ -145,38 +138,33 @@ def loop_table(folder: pathlib.Path) -> list[str]:
     return lines
 
 
-def sendrecv_alloc_table(folder: pathlib.Path) -> list[str]:
-    ref = table(folder, "ref_sendrecv_graph", "sendrecv")
-    mem = table(folder, "ours_sendrecv_graph", "sendrecv")
-    old = table(folder, "sendrecv_graph_torchalloc", "sendrecv")
+def _versus(
+    folder: pathlib.Path, files: tuple[str, str, str], heads: tuple[str, str, str]
+) -> list[str]:
+    """sendrecv out-of-place times of three runs side by side, the last two against the first."""
+    ref, a, b = (table(folder, name, "sendrecv") for name in files)
     lines = [
-        "| size (B) | nccl-tests -G 20 (µs) | ours, ncclMemAlloc buffers (µs) | ours, torch allocator buffers (µs) | ratio ncclMemAlloc | ratio torch allocator |",
+        f"| size (B) | {heads[0]} (µs) | {heads[1]} (µs) | {heads[2]} (µs) | ratio {heads[1]} | ratio {heads[2]} |",
         "| ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
-    for size in sorted(set(ref) & set(mem) & set(old)):
+    for size in sorted(set(ref) & set(a) & set(b)):
         lines.append(
-            f"| {size} | {ref[size][5]} | {mem[size][5]} | {old[size][5]} | "
-            f"{fmt(ratio(mem[size][5], ref[size][5]))} | {fmt(ratio(old[size][5], ref[size][5]))} |"
+            f"| {size} | {ref[size][5]} | {a[size][5]} | {b[size][5]} | "
+            f"{fmt(ratio(a[size][5], ref[size][5]))} | {fmt(ratio(b[size][5], ref[size][5]))} |"
         )
     return lines
+
+
+def sendrecv_alloc_table(folder: pathlib.Path) -> list[str]:
+    files = ("ref_sendrecv_graph", "ours_sendrecv_graph", "sendrecv_graph_torchalloc")
+    return _versus(
+        folder, files, ("nccl-tests -G 20", "ours, ncclMemAlloc", "ours, torch allocator")
+    )
 
 
 def sendrecv_launch_table(folder: pathlib.Path) -> list[str]:
-    ref = table(folder, "dbg_ref_sendrecv", "sendrecv")
-    c, py = (
-        table(folder, "dbg_ours_sendrecv", "sendrecv"),
-        table(folder, "dbg_ours_sendrecv_py", "sendrecv"),
-    )
-    lines = [
-        "| size (B) | nccl-tests (µs) | ours, C launch (µs) | ours, Python replay (µs) | ratio C | ratio Python |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: |",
-    ]
-    for size in sorted(set(ref) & set(c) & set(py)):
-        lines.append(
-            f"| {size} | {ref[size][5]} | {c[size][5]} | {py[size][5]} | "
-            f"{fmt(ratio(c[size][5], ref[size][5]))} | {fmt(ratio(py[size][5], ref[size][5]))} |"
-        )
-    return lines
+    files = ("dbg_ref_sendrecv", "dbg_ours_sendrecv", "dbg_ours_sendrecv_py")
+    return _versus(folder, files, ("nccl-tests", "ours, C launch", "ours, Python replay"))
 
 
 def heartbeat_table(folder: pathlib.Path) -> list[str]:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
-from nccl_k8s.bench.watch import Watchdog  # noqa: E402
+from nccl_k8s.bench.watch import Watchdog
 
 LOOPS, CALLS, ROUNDS = 50, 2000, 10
 

@@ -13,14 +13,14 @@ import socket
 import subprocess
 import sys
 import textwrap
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import torch.multiprocessing as mp
 from typer.testing import CliRunner
 
 from nccl_k8s.bench import report
-from nccl_k8s.bench.config import ALL_OPS
+from nccl_k8s.bench.config import ALL_OPS, Dtype, Op, RedOp
 from nccl_k8s.bench.counts import SHAPES
 from nccl_k8s.cli.main import app
 
@@ -40,7 +40,9 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _check_worker(rank: int, world: int, port: int, out: str, cases: list[tuple[str, str]]) -> None:
+def _check_worker(
+    rank: int, world: int, port: int, out: str, cases: list[tuple[Dtype, RedOp]]
+) -> None:
     import torch
     import torch.distributed as dist
 
@@ -94,7 +96,7 @@ def _check_worker(rank: int, world: int, port: int, out: str, cases: list[tuple[
     ],
 )
 def test_every_op_is_exact_and_the_checker_catches_one_wrong_element(
-    tmp_path: pathlib.Path, world: int, cases: list[tuple[str, str]]
+    tmp_path: pathlib.Path, world: int, cases: list[tuple[Dtype, RedOp]]
 ) -> None:
     mp.spawn(  # type: ignore[attr-defined,no-untyped-call]
         _check_worker, args=(world, _free_port(), str(tmp_path), cases), nprocs=world, join=True
@@ -153,7 +155,7 @@ def test_all_ops_table_and_json_agree(tmp_path: pathlib.Path, nproc: int, extra:
     for row in doc["results"]:
         rows_by_op.setdefault(row["op"], []).append(row)
     for op, rows in sections.items():
-        shape = SHAPES[op]
+        shape = SHAPES[cast(Op, op)]
         factor = shape.bus_factor(nproc)
         assert len(rows) == 9 and len(rows_by_op[op]) == 9, op
         for fields, js in zip(rows, rows_by_op[op], strict=True):

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pathlib
 import re
+from typing import cast
 
 import pytest
 
 from nccl_k8s.bench import report
-from nccl_k8s.bench.config import DTYPES, parse_size
+from nccl_k8s.bench.config import DTYPES, Dtype, Op, parse_size
 from nccl_k8s.bench.counts import SHAPES, memory_limit, rotation_shifts
 
 DATA = pathlib.Path(__file__).parent / "data" / "nccl-tests"
@@ -47,8 +48,8 @@ def test_size_and_count_columns_follow_nccl_tests(path: pathlib.Path) -> None:
     assert header
     lo, hi, factor = (int(x) for x in header.groups())
     rows = [line.split() for line in text.splitlines() if ROW.match(line)]
-    dtype = rows[0][2]
-    shape = SHAPES[_op_of(path)]
+    dtype = cast(Dtype, rows[0][2])
+    shape = SHAPES[cast(Op, _op_of(path))]
     size, expected = lo, list[tuple[int, int]]()
     while size <= hi and len(expected) < len(rows):
         c = shape.counts(size, DTYPES[dtype], 1)
@@ -118,7 +119,7 @@ def test_fault_line_round_trip() -> None:
     [("all_reduce", 8, 1.75), ("all_gather", 8, 0.875), ("reduce_scatter", 4, 0.75), ("alltoall", 2, 0.5),
      ("broadcast", 8, 1.0), ("reduce", 8, 1.0), ("sendrecv", 8, 1.0), ("gather", 4, 0.75), ("scatter", 4, 0.75)],
 )  # fmt: skip
-def test_bus_factors(op: str, nranks: int, factor: float) -> None:
+def test_bus_factors(op: Op, nranks: int, factor: float) -> None:
     shape = SHAPES[op]
     counts = shape.counts(1 << 20, 4, nranks)
     algbw, busbw = shape.bandwidth(counts, 4, nranks, 1e-3)

@@ -9,6 +9,7 @@ very inputs `data.inputs` gives the ranks; the expected values are what the chec
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -39,7 +40,10 @@ def _in_dtype(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 def _reduce(terms: torch.Tensor, dtype: torch.dtype, redop: str, order: Any) -> torch.Tensor:
     """Reduce rows in `order`, rounding every partial result to `dtype` (as a ring does)."""
-    fn = {"sum": torch.add, "prod": torch.mul, "max": torch.maximum, "min": torch.minimum}[redop]
+    fns: dict[str, Callable[..., torch.Tensor]] = {
+        "sum": torch.add, "prod": torch.mul, "max": torch.maximum, "min": torch.minimum,
+    }  # fmt: skip
+    fn = fns[redop]
     order = list(order)
     acc = _in_dtype(terms[order[0]], dtype)
     for r in order[1:]:

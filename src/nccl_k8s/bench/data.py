@@ -32,7 +32,7 @@ import dataclasses
 import functools
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Literal, Union
+from typing import TYPE_CHECKING, Literal
 
 from nccl_k8s.bench.config import Dtype, RedOp
 
@@ -95,8 +95,7 @@ AVG_CONTRIBUTORS: dict[Dtype, int] = {
 _MOVE_MAX = 1 << 20
 #: Expected values of a received buffer: fn(start, n) for elements [start, start + n).
 ExpectedFn = Callable[[int, int], "torch.Tensor"]
-#: A rank, or (in simulations) a column tensor of ranks.
-Ranks = Union[int, "torch.Tensor"]
+
 
 #: A value no pattern produces, written into receive buffers so an op that writes nothing shows.
 SENTINEL = -1
@@ -248,7 +247,7 @@ def _target(p: Pattern, e: torch.Tensor) -> torch.Tensor:
     return e % (b - lo + 1) + lo
 
 
-def _position(p: Pattern, e: torch.Tensor, rank: Ranks) -> torch.Tensor:
+def _position(p: Pattern, e: torch.Tensor, rank: int | torch.Tensor) -> torch.Tensor:
     """Rank's place in an element-wise random permutation of the ranks: (a r + s) mod n."""
     import torch
 
@@ -261,7 +260,7 @@ def _position(p: Pattern, e: torch.Tensor, rank: Ranks) -> torch.Tensor:
 
 
 def _avg_position(
-    p: Pattern, start: int, n: int, rep: int, rank: int, device: torch.device
+    p: Pattern, start: int, n: int, rep: int, rank: int | torch.Tensor, device: torch.device
 ) -> torch.Tensor:
     """avg: rank's place among the contributors of each element, tiled so that in any n/k
     consecutive elements every rank is one of the k (a random affine order per repetition)."""
@@ -286,12 +285,18 @@ def _avg_values(p: Pattern, e: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
 
 
 def inputs(
-    p: Pattern, rank: int, start: int, n: int, rep: int, device: torch.device
+    p: Pattern, rank: int | torch.Tensor, start: int, n: int, rep: int, device: torch.device
 ) -> torch.Tensor:
-    """float64 values of `rank`'s input elements [start, start + n) (exact in the dtype)."""
+    """float64 values of `rank`'s input elements [start, start + n) (exact in the dtype).
+
+    For the reductions `rank` may be a column of ranks (shape [R, 1]): then one row per rank,
+    which is how the unit tests simulate thousands of ranks.
+    """
     import torch
 
     if p.kind == "move":
+        if not isinstance(rank, int):
+            raise TypeError("data movement draws one rank at a time")
         return (_hashed(start, n, _salt(_TAGS["move"], rep, rank), device) % (p.budget + 1)).to(
             torch.float64
         )
