@@ -41,7 +41,7 @@ def render(folder: pathlib.Path) -> str:
         "",
         f"| step | {pods.get('pods')} bare pods / {pods.get('nodes')} nodes | Indexed Job ({job.get('pods')}) + headless Service / {job.get('nodes')} nodes |",
         "| --- | ---: | ---: |",
-        f"| all created | {s(pods, 'create_s')} | {s(job, 'create_s')} |",
+        f"| all created | {s(pods, 'create_s')} | – (one Job object; its controller makes the pods) |",
         f"| all scheduled | {s(pods, 'all_scheduled_s')} | {s(job, 'all_scheduled_s')} |",
         f"| all finished / Job Complete | {s(pods, 'all_finished_s')} | {s(job, 'job_complete_s')} |",
         f"| list through the store | {s(pods, 'list_store_s')} | {s(job, 'list_store_s')} |",
