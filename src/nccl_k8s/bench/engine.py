@@ -529,6 +529,11 @@ def run_rank(cfg: BenchConfig, argv: Sequence[str], *, stdout: TextIO = sys.stdo
         return outcome.exit_code
     finally:
         wd.stop()
+        # The watchdog's abort hook refers to the engine, which refers to the watchdog: break
+        # the cycle, so that the engine's process groups go now, in close(), and not at
+        # interpreter exit, where tearing down a gloo group aborts the process.
+        wd.on_abort = None
+        engine = None
         rank.close()
 
 

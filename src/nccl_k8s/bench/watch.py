@@ -104,9 +104,16 @@ class Watchdog:
             self._idle.set()
 
     def stop(self) -> None:
+        """End the thread and close the store client now, not at interpreter exit (a client
+        torn down by the garbage collector while the thread is inside it aborts the process)."""
         self._stop.set()
+        self._idle.set()
         if self._thread is not None:
-            self._thread.join(timeout=2 * max(self.interval_s, 0.1))
+            self._thread.join(timeout=10)
+            if self._thread.is_alive():
+                return  # still inside a store call: leave the client to it
+        self._store_lost = True
+        self._store = None
 
     # -- the thread --------------------------------------------------------------------------
     def _connect(self) -> Any:
