@@ -8,6 +8,7 @@ them against those schemas, so a wrong field or type is a 400/422 here as on a r
 from __future__ import annotations
 
 import asyncio
+import re
 import contextlib
 import uuid
 from collections.abc import Callable, Iterator
@@ -176,7 +177,8 @@ def test_socket_passes_restricted_and_the_others_say_why_not() -> None:
     host = admission.violations(_pod(**PROFILES["host"]), "baseline")
     assert host[0].startswith("non-default capabilities")  # in check-id order, as upstream
     assert host[1] == "host namespaces (hostNetwork=true, hostIPC=true)"
-    assert host[2].startswith('hostPort (container "bench" uses hostPort ')
+    # Under hostNetwork both the rendezvous and the metrics port are the node's.
+    assert re.fullmatch(r'hostPorts? \(container "bench" uses hostPorts \d+, 8080\)', host[2])
     assert admission.violations(_pod(**PROFILES["privileged"]), "baseline") == [
         'privileged (container "bench" must not set securityContext.privileged=true)'
     ]

@@ -84,6 +84,8 @@ EVERYTHING = {
     "network_attachment": ["sriov-a,sriov-b"],
     "gang": "volcano",
     "qos": "guaranteed",
+    "metrics_port": "9400",
+    "pod_monitor": True,
     "engine_args": ["-b", "8", "-e", "1G", "--ops", "all"],
 }
 
@@ -122,7 +124,14 @@ def by_kind(objs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 #: Kinds the upstream schemas do not know: checked against their CRDs (test_deploy_gang.py).
-CUSTOM_KINDS = ("PodGroup",)
+CUSTOM_KINDS = ("PodGroup", "PodMonitor")
+
+
+def pod_selector(objs: list[dict[str, Any]]) -> dict[str, Any]:
+    return objs[-1]["spec"]["selector"]["matchLabels"] if objs[-1]["kind"] == "StatefulSet" else {
+        k: v for k, v in objs[-1]["spec"]["template"]["metadata"]["labels"].items()
+        if k.startswith("app.kubernetes.io/") and k != "app.kubernetes.io/managed-by"
+    }  # fmt: skip
 
 
 def pod_spec(objs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -268,7 +277,9 @@ def test_each_pod_runs_torchrun_on_the_engine() -> None:
         "--rdzv-conf=timeout=900",
         "--max-restarts=0",
     ]
-    assert args[args.index("-m") :] == ["-m", "nccl_k8s.bench", "-b", "8", "-e", "1G", "-f", "2"]
+    assert args[args.index("-m") :] == [
+        "-m", "nccl_k8s.bench", "--metrics-port", "8080", "-b", "8", "-e", "1G", "-f", "2",
+    ]  # fmt: skip
     env = env_of(render(spec))
     assert env["NCCL_K8S_RUN_ID"] == "nccl-golden-8x4"
     assert env["PYTHONPATH"] == f"/opt/nccl-k8s/{ZIPAPP_NAME}"
@@ -322,10 +333,14 @@ def test_zipapp_holds_only_the_engine_and_is_small() -> None:
     names = zipfile.ZipFile(BytesIO(data)).namelist()
     assert names == sorted(names)
     assert "nccl_k8s/__init__.py" in names and "nccl_k8s/bench/config.py" in names
+    # The engine, and prometheus_client (with its license) for the pods' metrics server.
     assert all(
-        n == "__main__.py" or n == "nccl_k8s/__init__.py" or n.startswith("nccl_k8s/bench/")
+        n == "__main__.py"
+        or n == "nccl_k8s/__init__.py"
+        or n.startswith(("nccl_k8s/bench/", "prometheus_client/"))
         for n in names
     )
+    assert {"prometheus_client/__init__.py", "prometheus_client/LICENSE"} <= set(names)
     assert {i.date_time for i in zipfile.ZipFile(BytesIO(data)).infolist()} == {
         (1980, 1, 1, 0, 0, 0)
     }
@@ -456,10 +471,18 @@ def test_everything_option_lands_where_it_belongs() -> None:
         "linkerd.io/inject": "enabled",
         "scheduling.k8s.io/group-name": "nccl-everything",
         "k8s.v1.cni.cncf.io/networks": "sriov-a,sriov-b",
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": "9400",
+        "prometheus.io/path": "/metrics",
         "owner": "someone@example.com",
         "example.com/note": "rail-optimized",
     }
-    for kind in ("ConfigMap", "Service", "PodGroup"):
+    # --pod-monitor: the run's pods, by their named port.
+    assert by_kind(objs)["PodMonitor"]["spec"] == {
+        "selector": {"matchLabels": pod_selector(objs)},
+        "podMetricsEndpoints": [{"port": "metrics", "path": "/metrics"}],
+    }
+    for kind in ("ConfigMap", "Service", "PodGroup", "PodMonitor"):
         assert by_kind(objs)[kind]["metadata"]["annotations"] == {"owner": "someone@example.com"}
     assert (job["spec"]["activeDeadlineSeconds"], job["spec"]["ttlSecondsAfterFinished"]) == (
         7200,
@@ -488,8 +511,11 @@ def test_everything_option_lands_where_it_belongs() -> None:
             "containerPort": job_spec_port(objs),
             "hostPort": job_spec_port(objs),
             "protocol": "TCP",
-        }
+        },
+        # Under hostNetwork the metrics port is the node's too.
+        {"name": "metrics", "containerPort": 9400, "hostPort": 9400, "protocol": "TCP"},
     ]
+    assert c["args"][c["args"].index("nccl_k8s.bench") + 1 :][:2] == ["--metrics-port", "9400"]
     assert {"name": "results", "mountPath": "/workspace/results"} in c["volumeMounts"]
     assert c["args"][-2:] == ["--json", "/workspace/results/nccl-everything.json"]
     assert env_of(objs)["NCCL_DEBUG"] == "WARN"
@@ -511,10 +537,11 @@ def test_statefulset_is_parallel_with_the_headless_service() -> None:
     assert pod_spec(objs)["restartPolicy"] == "Always"
 
 
-def test_statefulset_script_ranks_by_ordinal_and_repeats(tmp_path: Path) -> None:
-    """Run the pod's shell script as the kubelet would, with a torchrun that records its argv."""
+def test_statefulset_script_ranks_by_ordinal_and_lets_the_engine_sweep(tmp_path: Path) -> None:
+    """Run the pod's shell script as the kubelet would, with a torchrun that records its argv:
+    one torchrun, whose engine sweeps until stopped; its failure is the container's."""
     spec = build_run_spec(
-        nodes=2, gpus_per_node=8, workload="statefulset", interval="0", run_id="soak", pvc="res",
+        nodes=2, gpus_per_node=8, workload="statefulset", interval="90s", run_id="soak", pvc="res",
         engine_args=["-b", "8", "--ops", "all_reduce,broadcast", "-d", "float"],
     )  # fmt: skip
     c = container(render(spec))
@@ -522,13 +549,10 @@ def test_statefulset_script_ranks_by_ordinal_and_repeats(tmp_path: Path) -> None
     bindir.mkdir()
     calls = tmp_path / "calls"
     fake = bindir / "torchrun"
-    # Records each call's argv one per line; on the second sweep it ends the loop.
     fake.write_text(
         "#!/bin/sh\n"
         f'for a in "$@"; do echo "$a"; done >> {calls}\n'
         f'echo --- >> {calls}\n'
-        # The parent is the pod wrapper (python3); the loop is its parent's.
-        f'[ "$(grep -c -- --- {calls})" -ge 2 ] && kill -TERM "$(cut -d" " -f4 /proc/$PPID/stat)"\n'
         "exit 3\n"
     )  # fmt: skip
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
@@ -536,15 +560,16 @@ def test_statefulset_script_ranks_by_ordinal_and_repeats(tmp_path: Path) -> None
     wrapper = next(e["value"] for e in c["env"] if e["name"] == "NCCL_K8S_WRAPPER")
     env = {"PATH": f"{bindir}:/usr/bin:/bin", "POD_NAME": "soak-1", "NCCL_K8S_WRAPPER": wrapper}
     run = subprocess.run(kubelet_expand, env=env, capture_output=True, text=True, timeout=30)
-    assert "sweep 0 exited with status 3" in run.stderr
+    assert run.returncode == 3  # not swallowed: the kubelet sees it and restarts the container
     sweeps = [s.strip().splitlines() for s in calls.read_text().split("---") if s.strip()]
-    assert len(sweeps) == 2
-    for i, argv in enumerate(sweeps):
-        assert "--node-rank=1" in argv
-        assert argv[argv.index("-m") :] == [
-            "-m", "nccl_k8s.bench", "-b", "8", "--ops", "all_reduce,broadcast", "-d", "float",
-            "--json", f"/workspace/results/soak-{i}.json",
-        ]  # fmt: skip
+    assert len(sweeps) == 1
+    argv = sweeps[0]
+    assert "--node-rank=1" in argv
+    assert argv[argv.index("-m") :] == [
+        "-m", "nccl_k8s.bench", "--sweeps", "0", "--sweep-interval", "90",
+        "--metrics-port", "8080", "-b", "8", "--ops", "all_reduce,broadcast", "-d", "float",
+        "--json", "/workspace/results/soak.json",
+    ]  # fmt: skip
 
 
 # --- ownership --------------------------------------------------------------------------------
@@ -594,7 +619,9 @@ def test_engine_flags_pass_through_after_the_separator_only() -> None:
     a = CliRunner().invoke(app, [*base, "--", "-b", "8", "-e", "1G", "-n", "5"])
     assert a.exit_code == 0, a.output
     args_a = container(list(yaml.safe_load_all(a.stdout)))["args"]
-    assert args_a[args_a.index("nccl_k8s.bench") + 1 :] == ["-b", "8", "-e", "1G", "-n", "5"]
+    assert args_a[args_a.index("nccl_k8s.bench") + 1 :] == [
+        "--metrics-port", "8080", "-b", "8", "-e", "1G", "-n", "5",
+    ]  # fmt: skip
     assert "namespace" not in yaml.safe_load_all(a.stdout).__next__()["metadata"]
 
     b = CliRunner().invoke(app, [*base, "-b", "8", "-e", "1G", "-n", "50"])
@@ -667,9 +694,13 @@ def test_host_network_declares_the_rendezvous_port_as_a_host_port() -> None:
     objs = _objs_for("host")
     port = job_spec_port(objs)
     assert container(objs)["ports"] == [
-        {"name": "rendezvous", "containerPort": port, "hostPort": port, "protocol": "TCP"}
+        {"name": "rendezvous", "containerPort": port, "hostPort": port, "protocol": "TCP"},
+        {"name": "metrics", "containerPort": 8080, "hostPort": 8080, "protocol": "TCP"},
     ]
-    assert "ports" not in container(render(_SPECS["job-8x4"]))  # no host port off the host
+    # Off the host network: the metrics port is declared, no host port at all.
+    assert container(render(_SPECS["job-8x4"]))["ports"] == [
+        {"name": "metrics", "containerPort": 8080, "protocol": "TCP"}
+    ]
 
 
 def test_a_disrupted_rank_fails_the_whole_gang() -> None:

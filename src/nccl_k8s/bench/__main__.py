@@ -30,7 +30,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(_recorded(run_rank)(cfg, args))
     except ConfigError as exc:  # backend-dependent checks run once the backend is known
-        if os.environ.get("RANK", "0") == "0":
+        # Local rank 0 speaks for its node: a refused --metrics-port is its own error alone.
+        if os.environ.get("LOCAL_RANK", "0") == "0":
             print(f"error: {exc}", file=sys.stderr)
         return 2
 

@@ -79,6 +79,9 @@ BLOCKING_MODES = {
 #: Seconds a pod waits on a collective that never completes before it aborts (-T 0 in a pod):
 #: torch's own NCCL default, so both drivers and gloo give up at the same time.
 POD_TIMEOUT_S = 600
+#: Where the metrics server listens when --metrics-addr is not given (e.g. a pod's own address,
+#: `$(POD_IP)`, on clusters whose pods share a network stack); unset: 0.0.0.0.
+METRICS_ADDR_ENV = "NCCL_K8S_METRICS_ADDR"
 
 _T = TypeVar("_T", bound=str)
 
@@ -158,6 +161,18 @@ class BenchConfig:
     """--report-interval: soak mode: seconds between bus-bandwidth reports."""
     result_lines: bool = True
     """Print machine-readable result lines (prefix NCCL_K8S_RESULT) after the table."""
+    sweeps: int = 1
+    """--sweeps: how many sweeps (every op at every size) to run; 0 runs them until stopped
+    (continuous mode). With more than one, each sweep's result lines are one framed block
+    (SWEEP_BLOCK) that starts with its own meta line, so every sweep reads on its own."""
+    sweep_interval_s: float = 0.0
+    """--sweep-interval: seconds between the end of one sweep and the start of the next."""
+    metrics_port: int = 0
+    """--metrics-port: serve Prometheus metrics on this TCP port (local rank 0 of each node);
+    0: no metrics server."""
+    metrics_addr: str | None = None
+    """--metrics-addr: the address the metrics server listens on; None: $NCCL_K8S_METRICS_ADDR,
+    else every IPv4 address (0.0.0.0)."""
 
     def sizes(self) -> list[int]:
         """The size column's inputs, exactly as nccl-tests walks them."""
@@ -293,6 +308,34 @@ def build_parser(prog: str = "python -m nccl_k8s.bench") -> argparse.ArgumentPar
         metavar="SECONDS",
         help="soak mode: seconds between busbw reports",
     )
+    add(
+        "--sweeps",
+        type=_int("--sweeps", minimum=0),
+        default=1,
+        metavar="N",
+        help="run the whole sweep N times, 0: until stopped (continuous mode)",
+    )
+    add(
+        "--sweep-interval",
+        type=_float("--sweep-interval"),
+        default=0.0,
+        metavar="SECONDS",
+        help="pause between two sweeps",
+    )
+    add(
+        "--metrics-port",
+        type=_int("--metrics-port", minimum=0),
+        default=0,
+        metavar="PORT",
+        help="serve Prometheus metrics on this port (one server per node; 0: none); "
+        "needs prometheus_client",
+    )
+    add(
+        "--metrics-addr",
+        default=None,
+        metavar="ADDR",
+        help=f"address the metrics server listens on (default: ${METRICS_ADDR_ENV}, else 0.0.0.0)",
+    )
     add("--no-result-lines", action="store_true", help="omit the NCCL_K8S_RESULT lines")
     return p
 
@@ -333,6 +376,10 @@ def config_from_namespace(ns: argparse.Namespace) -> BenchConfig:
             "capture; expected -z 0 or 3 with -G"
         )
     ops = _parse_ops(ns.ops)
+    if ns.metrics_port > 65535:
+        raise ConfigError(f"--metrics-port {ns.metrics_port}: expected a TCP port, 1 to 65535")
+    if ns.metrics_addr is not None and not ns.metrics_port:
+        raise ConfigError(f"--metrics-addr {ns.metrics_addr!r}: expected --metrics-port too")
     return BenchConfig(
         minbytes=minbytes,
         maxbytes=maxbytes,
@@ -356,6 +403,10 @@ def config_from_namespace(ns: argparse.Namespace) -> BenchConfig:
         duration_s=ns.duration,
         report_interval_s=ns.report_interval,
         result_lines=not ns.no_result_lines,
+        sweeps=ns.sweeps,
+        sweep_interval_s=ns.sweep_interval,
+        metrics_port=ns.metrics_port,
+        metrics_addr=ns.metrics_addr,
     )
 
 
@@ -420,6 +471,7 @@ __all__ = [
     "BLOCKING_MODES",
     "DRIVERS",
     "DTYPES",
+    "METRICS_ADDR_ENV",
     "POD_TIMEOUT_S",
     "REDOPS",
     "REDUCING_OPS",

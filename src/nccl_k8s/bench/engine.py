@@ -18,13 +18,15 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from nccl_k8s import __version__
 from nccl_k8s.bench import report
 from nccl_k8s.bench.config import DTYPES, ROOTED_OPS, BenchConfig, Op, check_backend, timeout_for
 from nccl_k8s.bench.counts import SHAPES, buffer_bytes, memory_limit, rotation_shifts
+from nccl_k8s.bench.metrics import NULL as NULL_METRICS
+from nccl_k8s.bench.metrics import Metrics, serve
 from nccl_k8s.bench.native import native_loop
 from nccl_k8s.bench.ops import Bound, Collectives
 from nccl_k8s.bench.rank import Rank, default_env, device_info, resolve_backend, versions
@@ -53,6 +55,8 @@ class RunOutcome:
     summaries: list[OpSummary]
     min_busbw: float | None
     maxbytes: int
+    failed_in_earlier_sweeps: list[str] = dataclasses.field(default_factory=list)
+    """Ops that failed in an earlier sweep of the run and passed in this, the last one."""
 
     @property
     def failed_ops(self) -> list[str]:
@@ -64,16 +68,26 @@ class RunOutcome:
 
     @property
     def exit_code(self) -> int:
-        return 1 if self.failed_ops else 0
+        return 1 if self.failed_ops or self.failed_in_earlier_sweeps else 0
 
 
 class Printer:
-    """Rank 0's output: the nccl-tests table, and result lines."""
+    """Rank 0's output: the nccl-tests table, and result lines (with several sweeps, kept back
+    and printed as one block when the sweep ends: `end_block`)."""
 
     def __init__(self, enabled: bool, stream: TextIO, result_lines: bool) -> None:
         self.enabled = enabled
         self.stream = stream
         self.result_lines = result_lines
+        self.block: list[str] | None = None
+
+    def begin_block(self) -> None:
+        self.block = []
+
+    def end_block(self) -> None:
+        lines, self.block = self.block, None
+        if lines:
+            self.lines(report.block_lines(report.RESULTS_BLOCK, lines))
 
     def line(self, text: str = "") -> None:
         if self.enabled:
@@ -85,8 +99,13 @@ class Printer:
             self.line(t)
 
     def result(self, kind: str, payload: dict[str, Any]) -> None:
-        if self.result_lines:
-            self.line(report.result_line(kind, payload))
+        if not self.result_lines:
+            return
+        if self.block is not None:
+            if self.enabled:
+                self.block.append(report.result_line(kind, payload))
+            return
+        self.line(report.result_line(kind, payload))
 
 
 _BLOCKING_NOTES = {
@@ -98,12 +117,22 @@ _BLOCKING_NOTES = {
 
 class Engine:
     def __init__(
-        self, config: BenchConfig, rank: Rank, printer: Printer, watchdog: Watchdog
+        self,
+        config: BenchConfig,
+        rank: Rank,
+        printer: Printer,
+        watchdog: Watchdog,
+        metrics: Metrics = NULL_METRICS,
     ) -> None:
         self.cfg = config
         self.r = rank
         self.p = printer
         self.wd = watchdog
+        self.metrics = metrics
+        self.sweep_index: int | None = None
+        """The sweep being measured when the run has several (--sweeps); None with one."""
+        self.wrong_by_rank: dict[int, int] = {}
+        """Wrong elements each rank's checks found in this sweep (ranks with some)."""
         self.summaries: list[OpSummary] = []
         self.versions: dict[str, Any] = {}
         self.devices: list[dict[str, Any]] = []
@@ -316,6 +345,15 @@ class Engine:
                     checked = bool(cfg.check) and (shape.inplace_checked or not in_place)
                     if checked and wrong:
                         local_errors += 1
+                    if checked:
+                        self._count_wrong(wrongs)
+                    if self.metrics.enabled:
+                        self.metrics.cell(
+                            self._labels(op, shape.reduces, counts.size_bytes(elt), in_place),
+                            time_s=t, algbw=algbw, busbw=busbw, rank_times=times,
+                            rank_busbw=[shape.bandwidth(counts, elt, r.world, x)[1] for x in times],
+                            rank_wrong=wrongs if checked else None,
+                        )  # fmt: skip
                     cells.append(
                         report.Cell(
                             time_us=t * 1e6, algbw=algbw, busbw=busbw,
@@ -345,6 +383,17 @@ class Engine:
         self._summary_line(summary)
         return summary
 
+    def _labels(self, op: Op, reduces: bool, size: int, in_place: bool | None) -> list[str]:
+        """The metrics labels of a row (op, dtype, redop, size and, unless None, placement)."""
+        redop = self.cfg.redop if reduces else "none"
+        labels = [op, self.cfg.dtype, redop, str(size)]
+        return labels if in_place is None else [*labels, "in" if in_place else "out"]
+
+    def _count_wrong(self, wrongs: Sequence[int]) -> None:
+        for rank, n in enumerate(wrongs):
+            if n:
+                self.wrong_by_rank[rank] = self.wrong_by_rank.get(rank, 0) + n
+
     def _summary_line(self, s: OpSummary) -> None:
         ok = s.ok and (self.cfg.min_busbw is None or s.avg_busbw >= self.cfg.min_busbw)
         payload: dict[str, Any] = {
@@ -355,9 +404,36 @@ class Engine:
         self.p.result("summary", payload)
 
     # -- whole run -----------------------------------------------------------------------
-    def run(self) -> RunOutcome:
-        from nccl_k8s.bench.soak import soak_op
+    def run(self, on_sweep: Callable[[RunOutcome], None] | None = None) -> RunOutcome:
+        """Every sweep (--sweeps; 0: until stopped); the last sweep's outcome, failed when any
+        sweep failed. `on_sweep` hears each sweep's outcome as it ends (rank 0's --json)."""
+        cfg = self.cfg
+        self.setup()
+        failed: list[str] = []
+        index = 0
+        while True:
+            outcome = self.sweep(index if cfg.sweeps != 1 else None)
+            failed += [op for op in outcome.failed_ops if op not in failed]
+            if on_sweep is not None:
+                on_sweep(outcome)
+            index += 1
+            if cfg.sweeps and index >= cfg.sweeps:
+                break
+            self.pause(index)
+        outcome.failed_in_earlier_sweeps = [op for op in failed if op not in outcome.failed_ops]
+        return outcome
 
+    def pause(self, next_index: int) -> None:
+        """--sweep-interval between two sweeps, then every rank starts the next one together."""
+        self.wd.progress(f"waiting for sweep {next_index}")
+        end = time.monotonic() + self.cfg.sweep_interval_s
+        while (left := end - time.monotonic()) > 0:
+            time.sleep(min(left, 1.0))
+            self.wd.alive()
+        self.r.barrier()
+
+    def setup(self) -> None:
+        """Once per run: versions, devices, the header, the buffers and the collectives."""
         cfg, r = self.cfg, self.r
         self.versions = versions(r)
         self.devices = r.gather_object(device_info(r))
@@ -384,15 +460,40 @@ class Engine:
         self.coll = coll
         if not self.native:
             coll.native = None  # without cudaStreamQuery the C loop cannot time: Python does
+        if self.metrics.enabled:
+            self.metrics.run_started(
+                info=self._info(),
+                world=r.world,
+                hosts={int(d["rank"]): str(d["host"]) for d in self.devices},
+                nodes={int(d["rank"]): str(d.get("node") or d["host"]) for d in self.devices},
+                host=r.host,
+            )
+
+    def sweep(self, index: int | None = None) -> RunOutcome:
+        """Every op at every size once. `index` numbers the sweep when the run has several:
+        its result lines then form one block, its own meta line first and a `sweep` line last."""
+        from nccl_k8s.bench.soak import soak_op
+
+        cfg, r, coll = self.cfg, self.r, self.coll
+        assert coll is not None, "setup() first"
+        self.sweep_index = index
+        self.summaries = []
+        self.wrong_by_rank = {}
+        started = time.time()
+        if index is not None:
+            self.wd.progress(f"sweep {index}")
+            self.p.line(f"# nccl-k8s sweep {index} starting")
+            self.p.begin_block()
         self.p.result("meta", self._meta())
         for i, op in enumerate(cfg.ops):
+            first = i == 0 and not index
             try:
                 if cfg.duration_s > 0:
-                    if i:
+                    if not first:
                         self.p.line(f"# Collective test starting: {op}_perf")
                     self.summaries.append(soak_op(self, op, coll))
                 else:
-                    self.run_op(op, coll, first=i == 0)
+                    self.run_op(op, coll, first=first)
             except Exception as exc:
                 if r.world > 1:  # the ranks may no longer agree on what comes next: stop here
                     raise
@@ -405,16 +506,44 @@ class Engine:
                 self.p.line(f"# {op}_perf failed: {failed.error}")
                 self.p.line(f"# Collective test concluded: {op}_perf")
                 self._summary_line(failed)
-        return self.outcome()
+        outcome = self.outcome()
+        duration = time.time() - started
+        self.metrics.sweep_ended(ok=not outcome.failed_ops, duration_s=duration)
+        if index is not None:
+            verdict = "ok" if not outcome.failed_ops else "FAILED: " + ", ".join(outcome.failed_ops)
+            self.p.result(
+                "sweep",
+                {
+                    "sweep": index, "ok": not outcome.failed_ops, "failed_ops": outcome.failed_ops,
+                    "duration_s": duration,
+                    "wrong_by_rank": {str(k): v for k, v in sorted(self.wrong_by_rank.items())},
+                    "time": _iso(time.time()),
+                },
+            )  # fmt: skip
+            self.p.end_block()
+            self.p.line(f"# nccl-k8s sweep {index} ended after {duration:.1f} s: {verdict}")
+        return outcome
 
     def outcome(self) -> RunOutcome:
         return RunOutcome(list(self.summaries), self.cfg.min_busbw, self.maxbytes)
+
+    def _info(self) -> dict[str, str]:
+        v, r = self.versions, self.r
+        return {
+            "run_id": os.environ.get("NCCL_K8S_RUN_ID") or "",
+            "nccl_k8s_version": str(v.get("nccl_k8s") or __version__),
+            "nccl_version": str(v.get("nccl") or ""),
+            "torch_version": str(v.get("torch") or ""),
+            "backend": r.backend,
+            "driver": r.driver or "torch",
+        }
 
     def _meta(self) -> dict[str, Any]:
         cfg, r = self.cfg, self.r
         hosts = sorted({d["host"] for d in self.devices})
         return {
-            "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "time": _iso(time.time()),
+            **({"sweep": self.sweep_index} if self.sweep_index is not None else {}),
             **self.versions,
             "driver": r.driver or "torch",
             "world_size": r.world,
@@ -432,9 +561,14 @@ class Engine:
                 "stepfactor": cfg.stepfactor, "iters": cfg.iters, "warmup": cfg.warmup, "check": cfg.check,
                 "dtype": cfg.dtype, "redop": cfg.redop, "root": cfg.root, "blocking": self.blocking,
                 "average": cfg.average, "graph": cfg.graph, "ops": list(cfg.ops),
-                "duration_s": cfg.duration_s,
+                "duration_s": cfg.duration_s, "sweeps": cfg.sweeps,
+                "sweep_interval_s": cfg.sweep_interval_s,
             },
         }  # fmt: skip
+
+
+def _iso(t: float) -> str:
+    return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).isoformat(timespec="seconds")
 
 
 def write_json(path: str, engine: Engine, argv: Sequence[str], started: str, *, errors: Sequence[str] = ()) -> None:  # fmt: skip
@@ -499,6 +633,12 @@ def run_rank(cfg: BenchConfig, argv: Sequence[str], *, stdout: TextIO = sys.stdo
     default_env()
     engine: Engine | None = None
     rank: Rank | None = None
+    # One metrics server per node, up before the rendezvous: a port that cannot be had is a
+    # one-line error before any rank waits for this one, and the run's info is scraped as soon
+    # as it is known.
+    metrics: Metrics = NULL_METRICS
+    if cfg.metrics_port and os.environ.get("LOCAL_RANK", "0") == "0":
+        metrics = serve(cfg.metrics_port, cfg.metrics_addr)
 
     def partial_json(error: str) -> None:
         if engine is None or rank is None or rank.rank != 0 or not cfg.json_path:
@@ -538,12 +678,15 @@ def run_rank(cfg: BenchConfig, argv: Sequence[str], *, stdout: TextIO = sys.stdo
         check_backend(cfg, backend, world_size=rank.world)
         if not agent_store:
             wd.start()
-        engine = Engine(cfg, rank, Printer(rank.rank == 0, stdout, cfg.result_lines), wd)
+        engine = Engine(cfg, rank, Printer(rank.rank == 0, stdout, cfg.result_lines), wd, metrics)
+
+        def sweep_ended(_: RunOutcome) -> None:
+            if rank is not None and rank.rank == 0 and cfg.json_path and engine is not None:
+                write_json(cfg.json_path, engine, argv, started)  # each sweep: the latest
+
         try:
-            outcome = engine.run()
+            outcome = engine.run(on_sweep=sweep_ended)
             wd.progress("finishing")
-            if rank.rank == 0 and cfg.json_path:
-                write_json(cfg.json_path, engine, argv, started)
             rank.barrier()
         except PEER_ERRORS as exc:
             if rank.world == 1:
@@ -553,6 +696,7 @@ def run_rank(cfg: BenchConfig, argv: Sequence[str], *, stdout: TextIO = sys.stdo
             raise  # the culprit is this rank itself, or nobody could be named
         return outcome.exit_code
     finally:
+        metrics.close()
         wd.stop()
         # The watchdog's abort hook refers to the engine, which refers to the watchdog: break
         # the cycle, so that the engine's process groups go now, in close(), and not at

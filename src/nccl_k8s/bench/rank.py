@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from nccl_k8s.bench.nccl import Communicator
 
 GIB = 1 << 30
+#: The pod's node name, when the deployer puts it in the environment.
+NODE_NAME_ENV = "NCCL_K8S_NODE_NAME"
 #: Seconds the process groups' own timeouts wait beyond the watchdog's, so the watchdog (which
 #: names the culprit) always speaks first and torch's timeouts are only a backstop.
 BACKSTOP_S = 60
@@ -194,6 +196,8 @@ def resolve_backend(requested: Backend) -> Backend:
 
 def device_info(r: Rank) -> dict[str, Any]:
     info: dict[str, Any] = {"rank": r.rank, "host": r.host, "pid": os.getpid()}
+    # The Kubernetes node when the pod's environment names it (the downward API), else the host.
+    info["node"] = os.environ.get(NODE_NAME_ENV) or r.host
     if r.cuda:
         import torch
 

@@ -22,6 +22,14 @@ RESULT_VERSION = 1
 FAULT_PREFIX = "NCCL_K8S_FAULT"
 #: Version of the fault-line object (field "v").
 FAULT_VERSION = 1
+#: Markers of a block of lines that is read only when complete: `NCCL_K8S_BEGIN <name> <n>`, the
+#: n lines, `NCCL_K8S_END <name> <n>`. With several sweeps (--sweeps) rank 0 prints each sweep's
+#: result lines as one RESULTS_BLOCK when the sweep ends, its own meta line first, so a sweep
+#: reads on its own whatever log rotation took before it; the pod wrapper (k8s._wrapper) frames
+#: a single sweep's lines the same way when the engine ends.
+BLOCK_BEGIN = "NCCL_K8S_BEGIN"
+BLOCK_END = "NCCL_K8S_END"
+RESULTS_BLOCK = "results"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,6 +132,11 @@ def result_line(kind: str, payload: dict[str, Any]) -> str:
     return f"{RESULT_PREFIX} {json.dumps(body, separators=(',', ':'), sort_keys=False)}"
 
 
+def block_lines(name: str, lines: list[str]) -> list[str]:
+    """`lines` framed as one block (BLOCK_BEGIN/BLOCK_END with the line count)."""
+    return [f"{BLOCK_BEGIN} {name} {len(lines)}", *lines, f"{BLOCK_END} {name} {len(lines)}"]
+
+
 def row_payloads(row: TableRow) -> list[dict[str, Any]]:
     """One result-line object per placement of a row."""
     out = []
@@ -197,12 +210,16 @@ def parse_fault_line(line: str) -> dict[str, Any] | None:
 
 
 __all__ = [
+    "BLOCK_BEGIN",
+    "BLOCK_END",
     "FAULT_PREFIX",
     "FAULT_VERSION",
+    "RESULTS_BLOCK",
     "RESULT_PREFIX",
     "RESULT_VERSION",
     "Cell",
     "TableRow",
+    "block_lines",
     "fault_line",
     "float_str",
     "footer_lines",

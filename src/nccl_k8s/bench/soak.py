@@ -70,11 +70,22 @@ def soak_op(engine: Engine, op: Op, coll: Collectives) -> OpSummary:
                 local = (
                     engine.checked_op(coll, b, max(root, 0), engine.next_rep()) if cfg.check else 0
                 )
-                wrong = int(sum(v[0] for v in r.gather_floats([float(local)])))
+                ranks_wrong = [int(v[0]) for v in r.gather_floats([float(local)])]
+                wrong = sum(ranks_wrong)
                 checks += 1 if cfg.check else 0
                 wrong_total += wrong
+                if cfg.check:
+                    engine._count_wrong(ranks_wrong)
                 secs = now - iv_start
                 algbw, busbw = shape.bandwidth(counts, elt, r.world, secs / iv_iters)
+                if engine.metrics.enabled:
+                    engine.metrics.soak_interval(
+                        engine._labels(op, shape.reduces, nbytes, None),
+                        iters=iv_iters,
+                        algbw=algbw,
+                        busbw=busbw,
+                        rank_wrong=ranks_wrong if cfg.check else None,
+                    )
                 intervals.append(
                     {
                         "t_s": now - start,
@@ -98,6 +109,16 @@ def soak_op(engine: Engine, op: Op, coll: Collectives) -> OpSummary:
         p99 = samples[min(len(samples) - 1, (len(samples) * 99 + 99) // 100 - 1)]
         mean = sum(samples) / len(samples)
         algbw, busbw = shape.bandwidth(counts, elt, r.world, mean)
+        # Every rank's mean op time, once per size, for the per-rank (per-node) metrics: a
+        # collective, so every rank takes part whether or not its process serves them.
+        times = [v[0] for v in r.gather_floats([mean])] if cfg.metrics_port else []
+        if engine.metrics.enabled:
+            engine.metrics.cell(
+                engine._labels(op, shape.reduces, nbytes, False),
+                time_s=mean, algbw=algbw, busbw=busbw, rank_times=times,
+                rank_busbw=[shape.bandwidth(counts, elt, r.world, t)[1] for t in times],
+                rank_wrong=None,
+            )  # fmt: skip
         p.line(
             f"# soak {op} {nbytes} B  iters {total_iters}  op time (us) min {samples[0] * 1e6:.2f}"
             f"  median {med * 1e6:.2f}  p99 {p99 * 1e6:.2f}  mean busbw {busbw:.2f} GB/s"

@@ -100,6 +100,10 @@ class Watchdog:
         self.step += 1
         self._mark = time.monotonic()
 
+    def alive(self) -> None:
+        """The main thread waits on purpose (between sweeps): no timeout, no step counted."""
+        self._mark = time.monotonic()
+
     @contextlib.contextmanager
     def timed(self) -> Iterator[None]:
         """Around a timed loop: no heartbeat write lands inside it."""

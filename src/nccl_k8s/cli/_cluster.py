@@ -8,7 +8,7 @@ on a terminal).
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -162,11 +162,29 @@ def results_command(
     concurrency: Annotated[
         int, typer.Option("--concurrency", metavar="N", help="Pods whose logs are fetched at once.")
     ] = 32,
+    sweep: Annotated[
+        int | None,
+        typer.Option(
+            "--sweep",
+            metavar="N",
+            help="A run of several sweeps (statefulset): sweep N instead of the latest "
+            "(-> runs/<run-id>/sweep-N.json).",
+        ),
+    ] = None,
+    all_sweeps: Annotated[
+        bool,
+        typer.Option(
+            "--all-sweeps",
+            help="A run of several sweeps: every complete sweep still in the log, each to "
+            "runs/<run-id>/sweep-N.json, and a table of them over time.",
+        ),
+    ] = False,
     namespace: Namespace = None,
     context: Context = None,
     kubeconfig: Kubeconfig = None,
 ) -> None:
-    """Collect the results from every pod into runs/<run-id>/ and print the nccl-tests table."""
+    """Collect the results from every pod into runs/<run-id>/ and print the nccl-tests table.
+    A statefulset run's sweeps are read as each ends: the latest by default."""
     import json
 
     from rich.markup import escape
@@ -178,20 +196,29 @@ def results_command(
     fmt = output_format(output)
     if concurrency < 1:
         raise UsageError(f"--concurrency {concurrency}: expected >= 1", key="--concurrency")
+    if sweep is not None and sweep < 0:
+        raise UsageError(f"--sweep {sweep}: expected a sweep number >= 0", key="--sweep")
+    if sweep is not None and all_sweeps:
+        raise UsageError("--sweep and --all-sweeps: give one of them", key="--sweep")
     _check_runs_dir()
     got = k8s.collect(
         run,
         client=client_settings(kubeconfig, context),
         namespace=namespace,
         concurrency=concurrency,
+        sweep=sweep,
+        all_sweeps=all_sweeps,
     )
-    if fmt == "json":
+    if all_sweeps:
+        _print_sweeps(got, fmt)
+    elif fmt == "json":
         typer.echo(json.dumps(to_dict(got.run), indent=1))
     else:
         for text in nccl_tests_table(got.run):
             out.print(text, markup=False, highlight=False)
+    which = "" if got.run.meta.sweep is None else f"sweep {got.run.meta.sweep}: "
     err.print(
-        f"run {got.run_id}: {len(got.run.rows)} rows from {got.pods} pods in "
+        f"run {got.run_id}: {which}{len(got.run.rows)} rows from {got.pods} pods in "
         f"{got.elapsed_s:.1f}s -> {got.results_path} (raw logs in {got.log_dir})",
         markup=False,
         highlight=False,
@@ -207,6 +234,49 @@ def results_command(
     if bad:
         err.print(f"[red]wrong results[/red] in {len(bad)} rows", markup=True)
         raise typer.Exit(1)
+
+
+def _print_sweeps(got: Any, fmt: str) -> None:
+    """--all-sweeps: one line per sweep (time, verdict, each op's average busbw)."""
+    import json
+
+    series = []
+    for s in got.sweeps:
+        meta = s.run.meta
+        ok = all(x.ok is not False for x in s.run.summaries)
+        series.append(
+            {
+                "sweep": meta.sweep,
+                "time": meta.time,
+                "ok": ok,
+                "avg_busbw": {x.op: x.avg_busbw for x in s.run.summaries},
+                "path": str(s.path),
+            }
+        )
+    if fmt == "json":
+        typer.echo(json.dumps({"run_id": got.run_id, "sweeps": series}, indent=1))
+        return
+    ops = list(dict.fromkeys(op for x in series for op in x["avg_busbw"]))
+    rows: list[tuple[str, ...]] = [("SWEEP", "TIME", "RESULT", *(f"{op} GB/s" for op in ops))]
+    for x in series:
+        rows.append(
+            (
+                "-" if x["sweep"] is None else str(x["sweep"]),
+                x["time"] or "-",
+                "ok" if x["ok"] else "FAILED",
+                *(_gbps(x["avg_busbw"].get(op)) for op in ops),
+            )
+        )
+    out.file.write(_columns([(*r, "") for r in rows]))
+    err.print(
+        f"run {got.run_id}: {len(series)} sweeps -> {got.results_path.parent}/sweep-N.json",
+        markup=False,
+        highlight=False,
+    )
+
+
+def _gbps(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
 
 
 def _check_runs_dir() -> None:

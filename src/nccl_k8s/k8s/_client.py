@@ -439,10 +439,14 @@ class KubeClient:
         except NotFound as e:
             if (api_version, kind) not in CUSTOM:
                 raise
+            needs = (
+                "install the Prometheus Operator, or deploy without --pod-monitor"
+                if kind == "PodMonitor"
+                else "install the scheduler that defines it, or deploy without that --gang"
+            )
             raise NotFound(
                 f"{self.server} does not serve {kind} {api_version} (its "
-                "CustomResourceDefinition is not installed): install the scheduler that defines "
-                "it, or deploy without that --gang",
+                f"CustomResourceDefinition is not installed): {needs}",
                 status=404,
                 verb="create",
                 resource=plural(kind),

@@ -32,6 +32,10 @@ CUSTOM: dict[tuple[str, str], Any] = {
     ("scheduling.x-k8s.io/v1alpha1", "PodGroup"): create_namespaced_resource(
         "scheduling.x-k8s.io", "v1alpha1", "PodGroup", "podgroups"
     ),
+    # --pod-monitor: the Prometheus Operator's.
+    ("monitoring.coreos.com/v1", "PodMonitor"): create_namespaced_resource(
+        "monitoring.coreos.com", "v1", "PodMonitor", "podmonitors"
+    ),
 }
 
 
@@ -51,6 +55,8 @@ def resource(kind: str, api_version: str | None = None) -> Any:
 def plural(kind: str) -> str:
     if kind == "PodGroup":
         return "podgroups"
+    if kind == "PodMonitor":
+        return "podmonitors"
     res = RESOURCES.get(kind)
     return str(lk_resource.api_info(res).plural) if res is not None else kind.lower()
 

@@ -11,6 +11,9 @@ Objects of a run:
 - PodGroup `<run-id>` (`--gang`): Volcano's (scheduling.volcano.sh/v1beta1) or the
   scheduler-plugins coscheduling plugin's (scheduling.x-k8s.io/v1alpha1), minMember = pods, so
   the run's pods are placed all together or not at all.
+- PodMonitor `<run-id>` (`--pod-monitor`): Prometheus Operator's, scraping the pods' `metrics`
+  port (every pod serves it unless --metrics-port 0, annotated prometheus.io/scrape for plain
+  Prometheus too).
 - Job `<run-id>` (Indexed, one pod per node) or StatefulSet `<run-id>` (continuous mode).
 
 Every container runs under a small wrapper (POD_WRAPPER, Python's standard library only) that
@@ -38,6 +41,7 @@ from typing import Literal
 
 import yaml
 
+from nccl_k8s.errors import UsageError
 from nccl_k8s.k8s._presets import (
     MESH_OPT_OUT_ANNOTATIONS,
     MESH_OPT_OUT_LABELS,
@@ -48,7 +52,7 @@ from nccl_k8s.k8s._presets import (
 )
 from nccl_k8s.k8s._types import Obj
 from nccl_k8s.k8s._wrapper import BLOCK_BEGIN, BLOCK_END, POD_WRAPPER, WRAPPER_ENV
-from nccl_k8s.k8s._zipapp import ZIPAPP_NAME, engine_zipapp
+from nccl_k8s.k8s._zipapp import ZIPAPP_NAME, carries_prometheus_client, engine_zipapp
 from nccl_k8s.spec import (
     LABEL_COMPONENT,
     LABEL_INSTANCE,
@@ -63,6 +67,10 @@ from nccl_k8s.spec._values import bytes_quantity, cpu_quantity
 
 APP_NAME = "nccl-k8s"
 CONTAINER_NAME = "bench"
+#: The containerPort the engine serves Prometheus metrics on, by name, and the path.
+METRICS_PORT_NAME = "metrics"
+METRICS_PATH = "/metrics"
+PODMONITOR_API_VERSION = "monitoring.coreos.com/v1"
 ENGINE_MOUNT = "/opt/nccl-k8s"
 RESULTS_MOUNT = "/workspace/results"
 WORKER = "worker"
@@ -181,23 +189,32 @@ def _wants_results_file(spec: RunSpec) -> bool:
     )
 
 
+def _engine_flags(spec: RunSpec) -> list[str]:
+    """The engine flags the deployer sets (the user's may not: spec refuses them): continuous
+    sweeps for a StatefulSet, the metrics port every pod serves."""
+    flags: list[str] = []
+    if spec.workload == "statefulset":
+        flags += ["--sweeps", "0", "--sweep-interval", str(spec.interval_s or 0)]
+    if spec.metrics_port:
+        flags += ["--metrics-port", str(spec.metrics_port)]
+    return flags
+
+
 def _job_container_args(spec: RunSpec) -> tuple[list[str], list[str]]:
-    args = ["torchrun", *_torchrun_args(spec, "$(JOB_COMPLETION_INDEX)")]
+    args = ["torchrun", *_torchrun_args(spec, "$(JOB_COMPLETION_INDEX)"), *_engine_flags(spec)]
     args += [_escape_refs(a) for a in spec.engine_args]
     if _wants_results_file(spec):
         args += ["--json", f"{RESULTS_MOUNT}/{spec.run_id}.json"]
     return ["python3", "-c", POD_WRAPPER], args
 
 
+#: The StatefulSet's container: its node rank is its ordinal (the end of its pod's name); the
+#: engine itself sweeps until stopped (--sweeps 0), so its metrics server and counters live
+#: across sweeps and a failed sweep shows in them, in its result lines and in `status`, while a
+#: rank that dies ends the container (the kubelet restarts it: restarts, CrashLoopBackOff).
 _SOAK_SCRIPT = """\
 rank="${{POD_NAME##*-}}"
-i=0
-while :; do
-  python3 -c "$NCCL_K8S_WRAPPER" torchrun {torchrun} "$@"{results}
-  echo "nccl-k8s: sweep $i exited with status $?" >&2
-  i=$((i + 1))
-  sleep {interval}
-done
+exec python3 -c "$NCCL_K8S_WRAPPER" torchrun {torchrun} "$@"{results}
 """
 
 
@@ -207,11 +224,11 @@ def _statefulset_container_args(spec: RunSpec) -> tuple[list[str], list[str]]:
     torchrun = " ".join(shlex.quote(a) for a in _torchrun_args(spec, "RANK_PLACEHOLDER"))
     torchrun = torchrun.replace("RANK_PLACEHOLDER", '"$rank"')
     results = ""
-    if _wants_results_file(spec):
-        results = f' --json "{RESULTS_MOUNT}/{spec.run_id}-$i.json"'
-    script = _SOAK_SCRIPT.format(torchrun=torchrun, results=results, interval=spec.interval_s)
-    args = [_escape_refs(script), "nccl-k8s"] + [_escape_refs(a) for a in spec.engine_args]
-    return ["/bin/sh", "-c"], args
+    if _wants_results_file(spec):  # rewritten after every sweep: the latest
+        results = f' --json "{RESULTS_MOUNT}/{spec.run_id}.json"'
+    script = _SOAK_SCRIPT.format(torchrun=torchrun, results=results)
+    engine = [*_engine_flags(spec), *(_escape_refs(a) for a in spec.engine_args)]
+    return ["/bin/sh", "-c"], [_escape_refs(script), "nccl-k8s", *engine]
 
 
 def _env(spec: RunSpec) -> list[Obj]:
@@ -231,8 +248,11 @@ def _env(spec: RunSpec) -> list[Obj]:
         )
     else:
         env.append({"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})
-        # The soak loop wraps each sweep (its blocks end each sweep; `results` takes the last).
         env.append({"name": WRAPPER_ENV, "value": POD_WRAPPER})
+    if spec.metrics_port:
+        # The pod's own address, for `--env NCCL_K8S_METRICS_ADDR=$(POD_IP)` where the metrics
+        # server must listen on it alone (docs/metrics.md); it listens on every address otherwise.
+        env.append({"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
     if spec.engine == "zipapp":
         env.append({"name": "PYTHONPATH", "value": f"{ENGINE_MOUNT}/{ZIPAPP_NAME}"})
     env += [{"name": k, "value": v} for k, v in pod_env(spec)]
@@ -310,17 +330,28 @@ def pod_template(spec: RunSpec) -> Obj:
         "resources": _resources(spec),
         "volumeMounts": mounts,
     }
+    ports: list[Obj] = []
     if host_network:
         # In the node's network namespace the rendezvous port is the node's: declared as a
         # hostPort, the scheduler keeps two runs that would both bind it off one node.
-        container["ports"] = [
+        ports.append(
             {
                 "name": "rendezvous",
                 "containerPort": spec.master_port,
                 "hostPort": spec.master_port,
                 "protocol": "TCP",
             }
-        ]
+        )
+    if spec.metrics_port:
+        # Named, so a PodMonitor (and a user's scrape config) can select it by name; a hostPort
+        # under hostNetwork for the same reason as the rendezvous port.
+        metrics: Obj = {"name": METRICS_PORT_NAME, "containerPort": spec.metrics_port}
+        if host_network:
+            metrics["hostPort"] = spec.metrics_port
+        metrics["protocol"] = "TCP"
+        ports.append(metrics)
+    if ports:
+        container["ports"] = ports
     if profile.container_security_context:
         container["securityContext"] = copy.deepcopy(profile.container_security_context)
 
@@ -366,6 +397,16 @@ def pod_template(spec: RunSpec) -> Obj:
         annotations[gang["annotation"]] = spec.run_id
     if spec.network_attachments:
         annotations[NETWORKS_ANNOTATION] = ",".join(spec.network_attachments)
+    if spec.metrics_port:
+        # The prometheus.io annotation convention (Prometheus' kubernetes_sd example relabelling
+        # and many Helm charts' scrape configs read it), as the seed annotated its pods.
+        annotations.update(
+            {
+                "prometheus.io/scrape": "true",
+                "prometheus.io/port": str(spec.metrics_port),
+                "prometheus.io/path": METRICS_PATH,
+            }
+        )
     # The user's annotations last: an explicit choice (say, Istio injection after all) wins.
     annotations.update(spec.annotations)
     annotations.update(spec.pod_annotations)
@@ -461,12 +502,35 @@ def pod_group(spec: RunSpec) -> Obj:
     }
 
 
+def pod_monitor(spec: RunSpec) -> Obj:
+    """A Prometheus Operator PodMonitor: the run's pods, their `metrics` port. In the run's
+    namespace (the PodMonitor's default); a Prometheus selects it by its labels (--label)."""
+    return {
+        "apiVersion": PODMONITOR_API_VERSION,
+        "kind": "PodMonitor",
+        "metadata": _metadata(spec, spec.run_id, **{LABEL_COMPONENT: "metrics"}),
+        "spec": {
+            "selector": {"matchLabels": selector_labels(spec)},
+            "podMetricsEndpoints": [{"port": METRICS_PORT_NAME, "path": METRICS_PATH}],
+        },
+    }
+
+
 def render(spec: RunSpec) -> list[Obj]:
     """The run's objects in apply order; the same spec always gives the same objects."""
     objs: list[Obj] = []
     if spec.engine == "zipapp":
+        if spec.metrics_port and not carries_prometheus_client(engine_zipapp()):
+            raise UsageError(
+                f"--metrics-port {spec.metrics_port}: the engine zipapp carries prometheus_client "
+                "from this installation, which has none: pip install 'nccl-k8s[k8s]' (it "
+                "brings prometheus_client), or --metrics-port 0 for no metrics",
+                key="--metrics-port",
+            )
         objs.append(configmap(spec))
     objs.append(service(spec))
+    if spec.pod_monitor:
+        objs.append(pod_monitor(spec))
     if spec.gang is not None:
         objs.append(pod_group(spec))  # before the pods that name it
     objs.append(job(spec) if spec.workload == "job" else statefulset(spec))
@@ -553,6 +617,9 @@ __all__ = [
     "BLOCK_END",
     "CONTAINER_NAME",
     "GANGS",
+    "METRICS_PATH",
+    "METRICS_PORT_NAME",
+    "PODMONITOR_API_VERSION",
     "POD_WRAPPER",
     "PSA_ANNOTATION",
     "RESULTS_MOUNT",
@@ -562,6 +629,7 @@ __all__ = [
     "dump",
     "job",
     "pod_group",
+    "pod_monitor",
     "pod_template",
     "render",
     "selector_labels",

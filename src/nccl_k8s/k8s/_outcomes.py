@@ -93,17 +93,31 @@ class WaitOutcome:
 
 
 @dataclasses.dataclass(frozen=True)
+class CollectedSweep:
+    """One complete sweep of a run of several, as `results --all-sweeps` stores it."""
+
+    index: int | None
+    """The engine's sweep number (None: a run of one sweep)."""
+    run: Any
+    """Its nccl_k8s.results Run."""
+    path: Path | None
+    """Where it was written (`sweep-<index>.json`), None until then."""
+
+
+@dataclasses.dataclass(frozen=True)
 class Collected:
     run_id: str
     namespace: str
     run: Any
-    """The merged nccl_k8s.results Run."""
+    """The merged nccl_k8s.results Run (of the chosen sweep: the latest by default)."""
     results_path: Path
     log_dir: Path
     pods: int
     diagnosis: Any
     """nccl_k8s.results Diagnosis of the pods' NCCL lines (None when there were none)."""
     elapsed_s: float
+    sweeps: list[CollectedSweep] = dataclasses.field(default_factory=list)
+    """With all_sweeps: every complete sweep in the log, oldest first."""
 
 
 @dataclasses.dataclass(frozen=True)

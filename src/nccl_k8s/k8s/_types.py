@@ -9,8 +9,9 @@ Obj = dict[str, Any]
 
 #: The kinds this tool reads or writes.
 Kind = Literal[
-    "ConfigMap", "Service", "Pod", "Namespace", "Node", "Event", "Job", "StatefulSet", "PodGroup"
-]
+    "ConfigMap", "Service", "Pod", "Namespace", "Node", "Event", "Job", "StatefulSet", "PodGroup",
+    "PodMonitor",
+]  # fmt: skip
 
 #: A pod's phase as Kubernetes reports it.
 PodPhase = Literal["Pending", "Running", "Succeeded", "Failed", "Unknown"]

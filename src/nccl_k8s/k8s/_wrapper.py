@@ -6,9 +6,11 @@ from __future__ import annotations
 
 #: Markers of the blocks the wrapper prints last: `NCCL_K8S_BEGIN <name> <n>`, n lines,
 #: `NCCL_K8S_END <name> <n>`; names "results" (rank 0's result lines) and "nccl" (the digest).
-BLOCK_BEGIN = "NCCL_K8S_BEGIN"
+#: The engine frames each of several sweeps the same way (bench.report); the wrapper keeps no
+#: copy of lines the engine framed, so a StatefulSet's endless sweeps cost it no memory.
+from nccl_k8s.bench.report import BLOCK_BEGIN, BLOCK_END
+
 WRAPPER_ENV = "NCCL_K8S_WRAPPER"
-BLOCK_END = "NCCL_K8S_END"
 
 #: The container's wrapper: `python3 -c POD_WRAPPER COMMAND...`. It must run on any image with
 #: Python >= 3.8, so it uses the standard library only. Blocks are printed only when the command
@@ -22,13 +24,17 @@ import re, signal, subprocess, sys
 child = subprocess.Popen(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 for s in (signal.SIGTERM, signal.SIGINT):
     signal.signal(s, lambda n, _: child.send_signal(n))
-out, results, nccl, count, last = sys.stdout.buffer, [], [], {}, b"\\n"
+out, results, nccl, count, last, framed = sys.stdout.buffer, [], [], {}, b"\\n", False
 who = re.compile(rb"(\\S+:\\d+):\\d+ (\\[\\d+\\])")
 for line in iter(child.stdout.readline, b""):
     out.write(line)
     out.flush()
     last = line
-    if b"NCCL_K8S_RESULT " in line:
+    if b"NCCL_K8S_BEGIN results " in line:
+        framed = True  # the engine frames each of several sweeps itself: nothing to keep
+    elif b"NCCL_K8S_END results " in line:
+        framed = False
+    elif b"NCCL_K8S_RESULT " in line and not framed:
         results.append(line)
     elif b"NCCL INFO" in line or b"NCCL WARN" in line:
         m = who.search(line)

@@ -2,7 +2,10 @@
 
 The deployer ships these bytes in a ConfigMap, so no custom image is needed. The archive holds
 only `nccl_k8s/__init__.py` and the `nccl_k8s.bench` package (the engine imports nothing else of
-ours), plus a `__main__.py` so `python nccl_k8s.pyz ...` runs the engine too.
+ours), plus a `__main__.py` so `python nccl_k8s.pyz ...` runs the engine too. It also carries
+prometheus_client (pure Python, no dependencies, Apache-2.0, its license file beside it) from
+the installation that builds it: stock PyTorch images have none, and every pod serves metrics
+(--metrics-port) with it.
 
 Deterministic: entries sorted, fixed timestamps and modes, fixed compression level, so the same
 sources give the same bytes and `render` stays a pure function of the RunSpec.
@@ -59,7 +62,42 @@ def engine_sources(root: Path | None = None) -> list[tuple[str, bytes]]:
     for path in bench.rglob("*"):
         if path.is_file() and _belongs(path.relative_to(bench)):
             files["nccl_k8s/" + path.relative_to(root).as_posix()] = path.read_bytes()
+    files.update(_vendored())
     return sorted(files.items())
+
+
+#: The one third-party package the zipapp carries, for the engine's metrics server.
+VENDORED = "prometheus_client"
+
+
+def _vendored() -> dict[str, bytes]:
+    """prometheus_client's sources and license, by archive name; empty when not installed."""
+    try:
+        import prometheus_client
+    except ImportError:
+        return {}
+    from importlib import metadata
+
+    pkg = Path(prometheus_client.__file__).resolve().parent
+    files = {
+        f"{VENDORED}/{path.relative_to(pkg).as_posix()}": path.read_bytes()
+        for path in pkg.rglob("*")
+        if path.is_file() and _belongs(path.relative_to(pkg))
+    }
+    try:
+        dist = metadata.distribution(VENDORED)
+        for f in dist.files or ():
+            if f.name.upper().startswith(("LICENSE", "NOTICE")):
+                files[f"{VENDORED}/{f.name}"] = Path(str(f.locate())).read_bytes()
+    except (metadata.PackageNotFoundError, OSError):
+        pass
+    return files
+
+
+def carries_prometheus_client(zipapp: bytes) -> bool:
+    """Whether a zipapp holds prometheus_client (so its engine can serve --metrics-port)."""
+    with zipfile.ZipFile(io.BytesIO(zipapp)) as zf:
+        return f"{VENDORED}/__init__.py" in zf.namelist()
 
 
 def build_zipapp(root: Path | None = None) -> bytes:
@@ -93,6 +131,7 @@ __all__ = [
     "ZIPAPP_NAME",
     "ZipappTooLarge",
     "build_zipapp",
+    "carries_prometheus_client",
     "engine_sources",
     "engine_zipapp",
 ]

@@ -134,6 +134,13 @@ def prepare(argv: Sequence[str]) -> LocalRun:
         raise UsageError("--run-id names the stored results; it cannot go with --no-save")
     if config.json_path:
         check_writable(Path(config.json_path), what="--json", is_dir=False)
+    if config.metrics_port:
+        from nccl_k8s.bench.metrics import check
+
+        try:
+            check(config.metrics_port, config.metrics_addr)
+        except ConfigError as exc:
+            raise UsageError(str(exc)) from None
 
     rank_argv = _drop_value(list(argv), "--nproc")
     rank_argv = _drop_value(rank_argv, "--run-id")

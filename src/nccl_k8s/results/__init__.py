@@ -16,7 +16,14 @@ Imports the standard library, nccl_k8s.errors and the engine's printing constant
 
 from nccl_k8s.results.compare import Comparison, compare, min_busbw_gate, parse_tolerance, select
 from nccl_k8s.results.diagnose import Diagnosis, Finding, diagnose_files, diagnose_text
-from nccl_k8s.results.lines import RESULT_PREFIX, collect_results, parse_result_lines
+from nccl_k8s.results.lines import (
+    RESULT_PREFIX,
+    blocks,
+    collect_results,
+    last_block,
+    parse_result_lines,
+    parse_sweeps,
+)
 from nccl_k8s.results.nccltests import import_file, import_files
 from nccl_k8s.results.schema import (
     SCHEMA_VERSION,
@@ -45,6 +52,7 @@ __all__ = [
     "RunConfig",
     "RunMeta",
     "Summary",
+    "blocks",
     "collect_results",
     "compare",
     "diagnose_files",
@@ -52,10 +60,12 @@ __all__ = [
     "dump",
     "import_file",
     "import_files",
+    "last_block",
     "load",
     "min_busbw_gate",
     "new_run_id",
     "parse_result_lines",
+    "parse_sweeps",
     "parse_tolerance",
     "resolve",
     "results_path",

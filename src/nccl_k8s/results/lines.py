@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal, cast, get_args
 
-from nccl_k8s.bench.report import RESULT_PREFIX
+from nccl_k8s.bench.report import BLOCK_BEGIN, BLOCK_END, RESULT_PREFIX, RESULTS_BLOCK
 from nccl_k8s.errors import ResultsError
 from nccl_k8s.results.schema import (
     Device,
@@ -41,7 +42,7 @@ from nccl_k8s.results.schema import (
 _LINE_START = RESULT_PREFIX + " "
 #: The version of the line format ("v" in every object) this reader understands.
 LINE_VERSION = 1
-Kind = Literal["meta", "row", "summary", "soak"]
+Kind = Literal["meta", "row", "summary", "soak", "sweep"]
 KINDS: tuple[Kind, ...] = get_args(Kind)
 
 
@@ -67,6 +68,7 @@ def _meta_from_line(r: _Reader) -> RunMeta:
         devices=devices,
         env=r.str_map("env"),
         config=config_from(r.obj("config")),
+        sweep=r.int_("sweep"),
     )
     if meta.gpu_model is None and meta.backend != "gloo":  # gloo ranks' "device" is the CPU
         names = {d.name for d in devices if d.name}
@@ -114,9 +116,11 @@ def parse_result_lines(text: str, *, origin: str = "<output>") -> Run:
         r = _Reader(rec, f"line {lineno}", origin)
         if kind == "meta":
             if have_meta:
-                # One run per text; a second meta means two runs were concatenated.
+                # One run per text; a second meta means two runs (or sweeps) were concatenated.
                 raise ResultsError(
-                    f"{where}: a second meta line: the text holds more than one run", path=origin
+                    f"{where}: a second meta line: the text holds more than one run (several "
+                    "sweeps are read one by one: parse_sweeps)",
+                    path=origin,
                 )
             run.meta = _meta_from_line(r)
             have_meta = True
@@ -135,6 +139,11 @@ def parse_result_lines(text: str, *, origin: str = "<output>") -> Run:
             )
         elif kind == "soak":
             run.soak.append({k: x for k, x in rec.items() if k not in ("v", "kind")})
+        elif kind == "sweep":
+            # The sweep's end (with several sweeps): its verdict is the summaries'; the line
+            # matters to `status`, which reads it from the log.
+            if not have_meta:
+                raise ResultsError(f"{where}: sweep line before the meta line", path=origin)
         else:
             raise ResultsError(
                 f"{where}: unknown result kind {kind!r} (expected {', '.join(KINDS)})",
@@ -148,6 +157,48 @@ def parse_result_lines(text: str, *, origin: str = "<output>") -> Run:
     if not have_meta:
         raise ResultsError(f"{origin}: result lines but no meta line", path=origin)
     return run
+
+
+_BLOCK_END = re.compile(rf"^.*{BLOCK_END} (\S+) (\d+)$", re.MULTILINE)
+
+
+def blocks(text: str, name: str) -> list[list[str]]:
+    """The lines of every complete `name` block in `text` (BEGIN, exactly n lines, END n), in
+    order. A block cut by log rotation has no BEGIN in the text, or the wrong number of lines
+    after it, and is left out."""
+    if BLOCK_END not in text:
+        return []
+    out: list[list[str]] = []
+    for end in _BLOCK_END.finditer(text):
+        if end.group(1) != name:
+            continue
+        n = int(end.group(2))
+        before = text[: end.start()].rstrip("\n").rsplit("\n", n + 1)
+        if n == 0 or len(before) <= n:
+            continue
+        if before[-n - 1].endswith(f"{BLOCK_BEGIN} {name} {n}"):
+            out.append(before[-n:])
+    return out
+
+
+def last_block(text: str, name: str) -> list[str] | None:
+    """The lines of the last complete `name` block, or None when there is none."""
+    found = blocks(text, name)
+    return found[-1] if found else None
+
+
+def parse_sweeps(text: str, *, origin: str = "<output>") -> list[Run]:
+    """Every sweep in `text`, oldest first: each complete results block (RESULTS_BLOCK: the engine
+    frames each of several sweeps, the pod wrapper the one sweep of a Job) is one Run; without
+    any block, the result lines wherever they are make one Run. ResultsError as
+    parse_result_lines when there is none."""
+    found = blocks(text, RESULTS_BLOCK)
+    if not found:
+        return [parse_result_lines(text, origin=origin)]
+    return [
+        parse_result_lines("\n".join(lines), origin=f"{origin} (block {i + 1})")
+        for i, lines in enumerate(found)
+    ]
 
 
 def collect_results(
@@ -174,4 +225,12 @@ def collect_results(
     return run, path
 
 
-__all__ = ["LINE_VERSION", "RESULT_PREFIX", "collect_results", "parse_result_lines"]
+__all__ = [
+    "LINE_VERSION",
+    "RESULT_PREFIX",
+    "blocks",
+    "collect_results",
+    "last_block",
+    "parse_result_lines",
+    "parse_sweeps",
+]

@@ -406,6 +406,11 @@ def write_report(
         for r in runs:
             r.run = select(r.run, dtype=dtype, redop=redop, name=f"run {r.label}")
     plots = all_plots([Series(r.label, r.run) for r in runs])
+    if not plots:
+        # A run without a row (a sweep still running when it was collected, a run that failed at
+        # once) plots nothing: an empty page must not pass for a report.
+        empty = ", ".join(r.label for r in runs if not r.run.rows) or ", ".join(refs)
+        raise ResultsError(f"{empty}: no rows to plot; nothing written", path=str(refs[0]))
     result = ReportResult(runs=runs, plots=plots)
     if png_dir is not None:
         try:

@@ -43,6 +43,7 @@ from nccl_k8s.spec._model import (
 from nccl_k8s.spec._options import (
     LIFETIME,
     METADATA,
+    MONITORING,
     NETWORK,
     OPTION_BY_NAME,
     OPTIONS,
@@ -73,6 +74,7 @@ __all__ = [
     "MASTER_PORT_SPAN",
     "MEMORY_PER_GPU",
     "METADATA",
+    "MONITORING",
     "NETWORK",
     "NETWORKS_ANNOTATION",
     "NO_IBVERBS_REPOSITORIES",

@@ -345,6 +345,57 @@ def _metadata(v: _Given) -> dict[str, Any]:
     return {"labels": labels, "annotations": annotations, "pod_annotations": pod_annotations}
 
 
+#: Engine flags the deployer sets itself: the metrics port follows --metrics-port (the pods'
+#: port and annotations must name the one the engine serves), the sweeps follow --workload.
+_DEPLOY_SETS = {
+    "--metrics-port": "the deploy option --metrics-port (the pods' containerPort and "
+    "annotations follow it)",
+}
+_STATEFULSET_SETS = ("--sweeps", "--sweep-interval")
+
+
+def _monitoring(v: _Given, kind: Workload, engine_args: Sequence[str]) -> dict[str, Any]:
+    """--metrics-port and --pod-monitor, and the engine flags they and the workload own."""
+    text = v.need("metrics_port")
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise UsageError(
+            f"--metrics-port {quote(text)}: expected a TCP port, 1 to 65535, or 0 for none",
+            key="--metrics-port",
+        )
+    pod_monitor = v.switch("pod_monitor")
+    if pod_monitor and not port:
+        raise UsageError(
+            "--pod-monitor with --metrics-port 0: the PodMonitor scrapes the metrics port; "
+            "expected a port",
+            key="--pod-monitor",
+        )
+    for arg in engine_args:
+        flag = str(arg).split("=", 1)[0]
+        if flag in _DEPLOY_SETS:
+            raise UsageError(
+                f"engine arguments: {flag} is set by {_DEPLOY_SETS[flag]}", key="engine_args"
+            )
+        if flag in _STATEFULSET_SETS and kind == "statefulset":
+            raise UsageError(
+                f"engine arguments: {flag} is set by --workload statefulset (sweeps until "
+                "stopped) and --interval (the pause between them)",
+                key="engine_args",
+            )
+    from nccl_k8s.bench.config import parse_args
+
+    if kind == "job" and parse_args([str(a) for a in engine_args]).sweeps == 0:
+        raise UsageError(
+            "engine arguments: --sweeps 0 sweeps until stopped, which a Job never is (its "
+            "--active-deadline fails it): expected --workload statefulset for continuous sweeps",
+            key="engine_args",
+        )
+    return {"metrics_port": port, "pod_monitor": pod_monitor}
+
+
 def _gang(v: _Given) -> Gang | None:
     text = v.text("gang")
     return None if text is None else cast(Gang, choice("--gang", text, get_args(Gang)))
@@ -406,4 +457,5 @@ def build_run_spec(
         master_port=master_port_for(run_id),
         rendezvous_timeout_s=rdzv_s,
         engine_args=_engine_args(engine_args, world_size=world),
+        **_monitoring(v, kind, engine_args),
     )

@@ -168,6 +168,12 @@ class RunSpec:
     engine_args: tuple[str, ...]
     """Engine flags, passed verbatim to `python -m nccl_k8s.bench` (already validated by the
     engine's own parser)."""
+    metrics_port: int = 8080
+    """TCP port each pod's engine serves Prometheus metrics on (local rank 0 of the pod), a
+    named containerPort `metrics` and the pods' prometheus.io/* annotations; 0: no metrics.
+    8080 is what the prometheus.io annotation convention and the seed used."""
+    pod_monitor: bool = False
+    """Also render a Prometheus Operator PodMonitor selecting the run's pods (port `metrics`)."""
 
     @property
     def workload_name(self) -> str:

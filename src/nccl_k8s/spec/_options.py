@@ -46,6 +46,7 @@ PODS = "Pods"
 NETWORK = "Network and privilege"
 LIFETIME = "Lifetime"
 METADATA = "Metadata"
+MONITORING = "Monitoring"
 
 #: Every deploy option (`render` and `deploy` take them all), in --help order per panel.
 OPTIONS: tuple[Option, ...] = (
@@ -139,6 +140,13 @@ OPTIONS: tuple[Option, ...] = (
     Option(name="rendezvous_timeout", flags=("--rendezvous-timeout",), metavar="DURATION",
            panel=LIFETIME, default="15m",
            help="How long pods wait for each other (cold nodes pull a multi-GB image first)."),
+    Option(name="metrics_port", flags=("--metrics-port",), metavar="PORT", panel=MONITORING,
+           default="8080",
+           help="Port each pod serves Prometheus metrics on (a named containerPort `metrics` "
+           "and the prometheus.io/* annotations; 0: none). docs/metrics.md lists the metrics."),
+    Option(name="pod_monitor", flags=("--pod-monitor",), kind="switch", panel=MONITORING,
+           help="Also create a Prometheus Operator PodMonitor (monitoring.coreos.com/v1) that "
+           "scrapes the run's pods."),
 )  # fmt: skip
 
 OPTION_BY_NAME: dict[str, Option] = {o.name: o for o in OPTIONS}
