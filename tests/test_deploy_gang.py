@@ -8,8 +8,8 @@ them against those schemas, so a wrong field or type is a 400/422 here as on a r
 from __future__ import annotations
 
 import asyncio
-import re
 import contextlib
+import re
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path

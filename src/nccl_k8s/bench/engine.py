@@ -516,7 +516,7 @@ class Engine:
                 {
                     "sweep": index, "ok": not outcome.failed_ops, "failed_ops": outcome.failed_ops,
                     "duration_s": duration,
-                    "wrong_by_rank": {str(k): v for k, v in sorted(self.wrong_by_rank.items())},
+                    "wrong_ranks": self._wrong_ranks(),
                     "time": _iso(time.time()),
                 },
             )  # fmt: skip
@@ -526,6 +526,20 @@ class Engine:
 
     def outcome(self) -> RunOutcome:
         return RunOutcome(list(self.summaries), self.cfg.min_busbw, self.maxbytes)
+
+    def _wrong_ranks(self) -> list[dict[str, Any]]:
+        """The ranks whose checks found wrong elements this sweep, where they ran: what
+        `status` names without reading the meta line."""
+        where = {int(d["rank"]): d for d in self.devices}
+        return [
+            {
+                "rank": rank,
+                "host": where.get(rank, {}).get("host"),
+                "node": where.get(rank, {}).get("node"),
+                "wrong": n,
+            }
+            for rank, n in sorted(self.wrong_by_rank.items())
+        ]
 
     def _info(self) -> dict[str, str]:
         v, r = self.versions, self.r

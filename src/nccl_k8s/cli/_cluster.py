@@ -59,9 +59,13 @@ def status_command(
         return
     detail = f" ({st.detail})" if st.detail else ""
     out.print(f"run {st.run_id} in {st.namespace}: {st.phase}{detail}", markup=False)
+    if st.kind == "StatefulSet":
+        out.print(_sweep_line(st.last_sweep), markup=False)
     rows: list[tuple[str, ...]] = [("RANK", "POD", "NODE", "PHASE", "RESTARTS", "AGE", "REASON")]
     for p in st.pods:
         reason = p.message if p.problem else p.reason
+        if st.pod_sweeps.get(p.name) and not reason:
+            reason = f"last {st.pod_sweeps[p.name]}"
         rows.append(
             (
                 "-" if p.rank is None else str(p.rank),
@@ -76,6 +80,23 @@ def status_command(
     # Plain columns, as kubectl prints them: a rich Table takes a third of a second for a
     # thousand pods, and status should answer within one.
     out.file.write(_columns(rows))
+
+
+def _sweep_line(sweep: dict[str, Any] | None) -> str:
+    """A run of sweeps: how the last one went, in one line."""
+    if sweep is None:
+        return "last sweep: none has ended yet"
+    when = f" at {sweep['time']}" if sweep.get("time") else ""
+    took = f" after {float(sweep['duration_s']):.0f}s" if sweep.get("duration_s") else ""
+    if sweep.get("ok"):
+        return f"last sweep: {sweep.get('sweep')} passed{when}{took}"
+    why = [f"{', '.join(sweep.get('failed_ops') or []) or 'an op'} failed"]
+    for r in sweep.get("wrong_ranks") or []:
+        why.append(
+            f"{r.get('wrong')} wrong elements on rank {r.get('rank')} (pod {r.get('host')}, "
+            f"node {r.get('node')})"
+        )
+    return f"last sweep: {sweep.get('sweep')} FAILED{when}{took}: {'; '.join(why)}"
 
 
 def _columns(rows: list[tuple[str, ...]]) -> str:

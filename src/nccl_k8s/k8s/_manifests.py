@@ -41,6 +41,7 @@ from typing import Literal
 
 import yaml
 
+from nccl_k8s.bench.config import METRICS_ADDR_ENV
 from nccl_k8s.errors import UsageError
 from nccl_k8s.k8s._presets import (
     MESH_OPT_OUT_ANNOTATIONS,
@@ -250,9 +251,13 @@ def _env(spec: RunSpec) -> list[Obj]:
         env.append({"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})
         env.append({"name": WRAPPER_ENV, "value": POD_WRAPPER})
     if spec.metrics_port:
-        # The pod's own address, for `--env NCCL_K8S_METRICS_ADDR=$(POD_IP)` where the metrics
-        # server must listen on it alone (docs/metrics.md); it listens on every address otherwise.
+        # The metrics server listens on the pod's own address, which Prometheus scrapes; not on
+        # every address, where pods that share a network stack (hostNetwork without a hostPort
+        # check, or a test cluster) would fight over the port. `--env
+        # NCCL_K8S_METRICS_ADDR=0.0.0.0` listens everywhere (kubectl port-forward dials loopback).
         env.append({"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
+        if not any(k == METRICS_ADDR_ENV for k, _ in spec.env):
+            env.append({"name": METRICS_ADDR_ENV, "value": "$(POD_IP)"})
     if spec.engine == "zipapp":
         env.append({"name": "PYTHONPATH", "value": f"{ENGINE_MOUNT}/{ZIPAPP_NAME}"})
     env += [{"name": k, "value": v} for k, v in pod_env(spec)]

@@ -20,17 +20,31 @@ class RunStatus:
     detail: str | None
     created: str | None
     pods: list[PodInfo]
+    last_sweep: dict[str, Any] | None = None
+    """A run of sweeps (StatefulSet): rank 0's last sweep line (sweep, ok, failed_ops, time,
+    duration_s, wrong_ranks) and the pod it came from; None before the first sweep ends."""
+    pod_sweeps: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Pod name -> its part in the last sweep, in words."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        pods = []
+        for p in self.pods:
+            d = p.to_dict()
+            if self.last_sweep is not None:
+                d["last_sweep"] = self.pod_sweeps.get(p.name)
+            pods.append(d)
+        out: dict[str, Any] = {
             "run_id": self.run_id,
             "namespace": self.namespace,
             "workload": self.kind,
             "phase": self.phase,
             "detail": self.detail,
             "created": self.created,
-            "pods": [p.to_dict() for p in self.pods],
+            "pods": pods,
         }
+        if self.kind == "StatefulSet":
+            out["last_sweep"] = self.last_sweep
+        return out
 
 
 @dataclasses.dataclass(frozen=True)

@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
+import re
+from typing import Any
 
+from nccl_k8s.errors import ClusterError
 from nccl_k8s.k8s._client import ClientSettings, KubeClient
+from nccl_k8s.k8s._manifests import CONTAINER_NAME
 from nccl_k8s.k8s._monitor import STOPPED_ANNOTATION
 from nccl_k8s.k8s._outcomes import RunStatus, RunSummary
 from nccl_k8s.k8s._plumbing import (
@@ -49,11 +55,80 @@ def status(
         phase = run_phase(workload, pods)
         detail = await _detail(kc, ns, workload, raw, phase)
         created = (workload or {}).get("metadata", {}).get("creationTimestamp")
+        sweep = None
+        if (workload or {}).get("kind") == "StatefulSet":
+            sweep = await last_sweep(kc, ns, pods)
         return RunStatus(
-            rid, ns, workload.get("kind") if workload else None, phase, detail, created, pods
+            rid,
+            ns,
+            workload.get("kind") if workload else None,
+            phase,
+            detail,
+            created,
+            pods,
+            last_sweep=sweep,
+            pod_sweeps=sweep_per_pod(sweep, pods) if sweep is not None else {},
         )
 
     return run_sync(main, client)
+
+
+#: Lines of rank 0's log read first for its last sweep line: a sweep's table and results block
+#: are far fewer for the sweeps continuous mode runs; the whole log is read only when they are not.
+SWEEP_TAIL_LINES = 2000
+_SWEEP_LINE = re.compile(r'NCCL_K8S_RESULT (\{"v":\d+,"kind":"sweep",.*\})\s*$')
+
+
+async def last_sweep(kc: KubeClient, ns: str, pods: list[PodInfo]) -> dict[str, Any] | None:
+    """The sweep line rank 0 printed last (engine --sweeps): which sweep, whether it passed, its
+    failed ops and the ranks whose checks found wrong elements; None before the first ends."""
+    rank0 = next((p for p in latest_per_rank(pods) if p.rank == 0), None)
+    if rank0 is None:
+        return None
+    for tail in (SWEEP_TAIL_LINES, None):
+        try:
+            text = await kc.logs(
+                rank0.name, namespace=ns, container=CONTAINER_NAME, tail_lines=tail
+            )
+        except ClusterError as e:
+            if e.status == 400:  # not started (yet): no sweep
+                return None
+            raise
+        for line in reversed(text.splitlines()):
+            m = _SWEEP_LINE.search(line)
+            if m is None:
+                continue
+            with contextlib.suppress(ValueError):
+                found: dict[str, Any] = json.loads(m.group(1))
+                found["pod"] = rank0.name
+                return found
+        if tail is None or text.count("\n") < tail:
+            return None
+    return None
+
+
+def sweep_per_pod(sweep: dict[str, Any], pods: list[PodInfo]) -> dict[str, str]:
+    """Each pod's part in the last sweep: the wrong elements its ranks found, else the sweep's
+    verdict (a --min-busbw miss or a failed op is the run's, not one pod's)."""
+    index = sweep.get("sweep")
+    head = f"sweep {index}"
+    wrong: dict[str, list[dict[str, Any]]] = {}
+    for r in sweep.get("wrong_ranks") or []:
+        wrong.setdefault(str(r.get("host")), []).append(r)
+    out: dict[str, str] = {}
+    for p in pods:
+        mine = wrong.get(p.name)
+        if mine:
+            n = sum(int(r.get("wrong") or 0) for r in mine)
+            ranks = ", ".join(str(r.get("rank")) for r in mine)
+            out[p.name] = f"{head}: FAILED, {n} wrong elements on rank {ranks}"
+        elif sweep.get("ok"):
+            out[p.name] = f"{head}: ok"
+        elif wrong:
+            out[p.name] = f"{head}: failed elsewhere, its ranks were right"
+        else:
+            out[p.name] = f"{head}: FAILED ({', '.join(sweep.get('failed_ops') or [])})"
+    return out
 
 
 async def _detail(
