@@ -1,5 +1,6 @@
 """Issue 11: `--gang volcano|coscheduling` PodGroups against the schedulers' CRD schemas, and the
-rendered pods against the official Pod Security Standards (tests/cluster/admission.py).
+rendered pods against the official Pod Security Standards (tests/cluster/admission.py). Issue 13:
+`--pod-monitor`'s PodMonitor against the Prometheus Operator's CRD schema, the same way.
 
 The PodGroups are applied to a test cluster serving the two CRDs (tests/data/crds, the fields and
 types of Volcano's and scheduler-plugins' own CRDs): the API server prunes, defaults and validates
@@ -139,6 +140,56 @@ def test_deploy_names_a_missing_crd(cluster: Cluster, namespace: str) -> None:
         )[0]
         == []
     )
+
+
+# ---- --pod-monitor: the Prometheus Operator's PodMonitor (issue 13) --------------------------
+
+
+@pytest.mark.parametrize("workload", ["job", "statefulset"])
+def test_rendered_pod_monitor_passes_its_crd_schema(workload: str) -> None:
+    spec = build_run_spec(run_id="pm", world_size=16, workload=workload, pod_monitor=True)
+    objs = render(spec)
+    monitor = next(o for o in objs if o["kind"] == "PodMonitor")
+    schema = _crd_schema("monitoring-podmonitors.yaml")
+    assert crds.schema_causes(monitor, schema) == []
+    assert crds.unknown_fields(monitor, schema) == []
+    # It selects exactly the run's pods, by the port name their container declares.
+    template = objs[-1]["spec"]["template"]
+    labels = template["metadata"]["labels"]
+    assert all(labels[k] == v for k, v in monitor["spec"]["selector"]["matchLabels"].items())
+    names = {p["name"] for p in template["spec"]["containers"][0]["ports"]}
+    assert monitor["spec"]["podMetricsEndpoints"][0]["port"] in names
+
+
+def test_deploy_with_a_pod_monitor_creates_it_owned_by_the_workload(
+    gang_cluster: Cluster, ns: str
+) -> None:
+    argv = [
+        "deploy", "--kubeconfig", str(gang_cluster.kubeconfig), "-n", ns, "--run-id", "pmrun",
+        "--world-size", "2", "--gpus-per-node", "1", "--pod-monitor", "--label", "release=prom",
+        "--no-wait", "--", "--backend", "gloo", "-b", "1K", "-e", "1K", "-n", "1", "-w", "0",
+    ]  # fmt: skip
+    result = CliRunner().invoke(app, argv)
+    assert result.exit_code == 0, result.output
+    assert "PodMonitor/pmrun" in result.output
+    monitor = gang_cluster.store.get("podmonitors.monitoring.coreos.com", ns, "pmrun")
+    job = gang_cluster.store.get("jobs", ns, "pmrun")
+    assert monitor["metadata"]["ownerReferences"][0]["uid"] == job["metadata"]["uid"]
+    assert monitor["metadata"]["labels"]["release"] == "prom"  # what a Prometheus selects by
+    assert monitor["spec"]["podMetricsEndpoints"] == [{"port": "metrics", "path": "/metrics"}]
+
+
+def test_deploy_names_a_missing_prometheus_operator(cluster: Cluster, namespace: str) -> None:
+    argv = [
+        "deploy", "--kubeconfig", str(cluster.kubeconfig), "-n", namespace, "--run-id", "nopm",
+        "--world-size", "2", "--gpus-per-node", "1", "--pod-monitor", "--no-wait",
+    ]  # fmt: skip
+    result = CliRunner().invoke(app, argv)
+    assert result.exit_code == 1, result.output
+    assert "does not serve PodMonitor monitoring.coreos.com/v1" in result.output
+    assert "install the Prometheus Operator, or deploy without --pod-monitor" in result.output
+    labels = "app.kubernetes.io/instance=nopm"
+    assert cluster.store.list("services", namespace, label_selector=labels)[0] == []
 
 
 # ---- Pod Security Standards -----------------------------------------------------------------
