@@ -23,6 +23,7 @@ import functools
 import re
 import time
 from pathlib import Path
+from typing import Any
 
 from nccl_k8s.errors import ClusterError, ResultsError, RunFailed
 from nccl_k8s.k8s._client import ClientSettings, KubeClient
@@ -39,6 +40,7 @@ from nccl_k8s.k8s._plumbing import (
     run_sync,
 )
 from nccl_k8s.k8s._pods import PodInfo, latest_per_rank, run_phase
+from nccl_k8s.k8s._tracing import annotate, span
 from nccl_k8s.k8s._wrapper import BLOCK_END
 
 _NCCL_LINE = re.compile(r"^.*NCCL (?:INFO|WARN).*$", re.MULTILINE)
@@ -76,9 +78,14 @@ def collect(
     result_line = re.compile(f"^.*{re.escape(RESULT_PREFIX)}.*$", re.MULTILINE)
 
     async def main(kc: KubeClient) -> Collected:
+        with span("collect", run_id=run_id, namespace=namespace) as s:
+            return await _collect(kc, s)
+
+    async def _collect(kc: KubeClient, trace: Any) -> Collected:
         start = time.monotonic()
         ns = await namespace_of(kc, namespace)
         rid = await resolve_run(kc, ns, run_id)
+        annotate(trace, run_id=rid, namespace=ns)
         pods = latest_per_rank(await get_pods(kc, ns, rid))
         if not pods:
             raise no_run(kc, ns, rid)

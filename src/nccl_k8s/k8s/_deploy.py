@@ -23,6 +23,7 @@ from nccl_k8s.k8s._monitor import Ending, follow_run
 from nccl_k8s.k8s._outcomes import Created, Deployed, ProgressFn, WaitOutcome
 from nccl_k8s.k8s._plumbing import WORKLOADS, delete_created, run_sync
 from nccl_k8s.k8s._settings import WaitSettings
+from nccl_k8s.k8s._tracing import span
 from nccl_k8s.k8s._types import Obj
 from nccl_k8s.spec import LABEL_INSTANCE, LABEL_NAME, RunSpec
 
@@ -47,14 +48,20 @@ def deploy(
     run keeps going and how to follow it again."""
 
     async def main(kc: KubeClient) -> tuple[Deployed, WaitOutcome | None]:
-        deployed = await _deploy(kc, spec, create_namespace=create_namespace)
-        if on_deployed is not None:
-            on_deployed(deployed)
-        if not wait:
-            return deployed, None
+        ns = spec.namespace or kc.namespace
+        with span("deploy", run_id=spec.run_id, namespace=ns, **_span_attributes(spec)):
+            with span("apply", run_id=spec.run_id, namespace=ns):
+                deployed = await _deploy(kc, spec, create_namespace=create_namespace)
+            if on_deployed is not None:
+                on_deployed(deployed)
+            if not wait:
+                return deployed, None
+            return deployed, await _follow(kc, deployed)
+
+    async def _follow(kc: KubeClient, deployed: Deployed) -> WaitOutcome:
         ending = Ending(stop=True, delete=None if keep_on_failure else deployed.created)
         try:
-            outcome = await follow_run(
+            return await follow_run(
                 kc,
                 deployed.namespace,
                 spec.run_id,
@@ -66,9 +73,18 @@ def deploy(
             )
         except ClusterError as e:
             raise _still_running(e, deployed) from e
-        return deployed, outcome
 
     return run_sync(main, client)
+
+
+def _span_attributes(spec: RunSpec) -> dict[str, object]:
+    """What the deploy span says of the run (OpenTelemetry attribute values: str, int)."""
+    return {
+        "nccl_k8s.workload": spec.workload,
+        "nccl_k8s.nodes": spec.nodes,
+        "nccl_k8s.gpus_per_node": spec.gpus_per_node,
+        "nccl_k8s.image": spec.image,
+    }
 
 
 def _still_running(e: ClusterError, d: Deployed) -> ClusterError:

@@ -36,6 +36,7 @@ from nccl_k8s.k8s._culprit import (
     lost,
     started,
 )
+from nccl_k8s.k8s._manifests import CONTAINER_NAME
 from nccl_k8s.k8s._outcomes import Created, Progress, ProgressFn, WaitOutcome
 from nccl_k8s.k8s._plumbing import (
     WORKLOADS,
@@ -58,7 +59,10 @@ from nccl_k8s.k8s._pods import (
     pod_info,
     run_phase,
 )
+from nccl_k8s.k8s._progress import RankZeroLog, phase_of, stages
 from nccl_k8s.k8s._settings import WaitSettings
+from nccl_k8s.k8s._tracing import Phases, span
+from nccl_k8s.k8s._tracing import enabled as tracing_enabled
 from nccl_k8s.k8s._types import Obj
 from nccl_k8s.k8s._verdicts import (
     RunState,
@@ -105,15 +109,16 @@ def wait(
             raise no_run(kc, ns, rid)
         spec = workload.get("spec") or {}
         expected = int(spec.get("completions") or spec.get("replicas") or 0)
-        return await follow_run(
-            kc,
-            ns,
-            rid,
-            expected=expected,
-            settings=settings or WaitSettings(),
-            progress=progress,
-            ending=Ending(stop=True),
-        )
+        with span("wait", run_id=rid, namespace=ns):
+            return await follow_run(
+                kc,
+                ns,
+                rid,
+                expected=expected,
+                settings=settings or WaitSettings(),
+                progress=progress,
+                ending=Ending(stop=True),
+            )
 
     return run_sync(main, client)
 
@@ -171,6 +176,13 @@ async def follow_run(
     scheduler_checked = False
     failing_since: float | None = None
     end = _Ender(kc, namespace, run_id, ending, settings)
+    # Rank 0's log, followed once its container runs (only when someone looks: the live summary
+    # or a trace): what it measures, and when the ranks met (the rendezvous phase ends there).
+    rank0 = RankZeroLog()
+    want_log = progress is not None or tracing_enabled()
+    following = False
+    phases = Phases(run_id=run_id, namespace=namespace)
+    phases.enter("schedule")
     try:
         while True:
             try:
@@ -187,8 +199,22 @@ async def follow_run(
             current = latest_per_rank(infos)
             workload = run.workload()
             counts = phase_counts(current)
+            first = next((p for p in current if p.rank == 0), None)
+            if want_log and not following and first is not None:
+                pod = run.pods.get(first.name)
+                if pod is not None and started(pod):
+                    following = True
+                    tasks.append(
+                        asyncio.create_task(_follow_rank0(kc, namespace, first.name, rank0, queue))
+                    )
+            phases.enter(phase_of(current, expected, joined=rank0.joined))
             if progress is not None:
-                progress(Progress(run_id, namespace, elapsed, counts, expected, _note(workload)))
+                progress(
+                    Progress(
+                        run_id, namespace, elapsed, counts, expected, _note(workload),
+                        stages=stages(current), rank0=rank0.text(),
+                    )
+                )  # fmt: skip
 
             gone = run.vanished()
             if gone is not None:
@@ -237,10 +263,31 @@ async def follow_run(
                 absent = await check_scheduled(kc, namespace, run_id, workload, current, elapsed)
                 if absent is not None:
                     raise await end(absent, workload, [])
+    except BaseException as e:
+        phases.close(e)
+        raise
     finally:
+        phases.close()
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _follow_rank0(
+    kc: KubeClient, namespace: str, pod: str, log: RankZeroLog, queue: asyncio.Queue[Any]
+) -> None:
+    """Feed rank 0's log to `log` from its last lines on; a change wakes the waiter. Best
+    effort: the summary goes on without it when the stream fails or ends."""
+    with contextlib.suppress(Exception):
+        async for line in kc.follow_logs(
+            pod, namespace=namespace, container=CONTAINER_NAME, tail_lines=RANK0_TAIL_LINES
+        ):
+            if log.feed(line.rstrip("\n")):
+                await queue.put(("log", None))
+
+
+#: Lines of rank 0's log read when following starts (a `wait` re-attached to a long run).
+RANK0_TAIL_LINES = 200
 
 
 def _took(workload: Obj | None, elapsed: float) -> float:

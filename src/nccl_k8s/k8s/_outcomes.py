@@ -69,6 +69,11 @@ class Progress:
     counts: dict[str, int]
     expected: int
     note: str | None = None
+    stages: dict[str, int] = dataclasses.field(default_factory=dict)
+    """Pods per stage (_progress.STAGES): Pending split into unscheduled and pulling/creating."""
+    rank0: str | None = None
+    """What rank 0's log says it measures (`all_reduce up to 64 KiB`); None before the ranks
+    met, or when its log is not followed."""
 
 
 @dataclasses.dataclass(frozen=True)
