@@ -1,5 +1,6 @@
 """Issue 13: deploy's phases as OpenTelemetry spans, sent over OTLP/HTTP when
-OTEL_EXPORTER_OTLP_ENDPOINT is set, and nothing (no import, no cost) when it is not.
+OTEL_EXPORTER_OTLP_ENDPOINT is set, and nothing (no import, no cost) when it is not; the same
+deploy's live summary on a terminal.
 
 The end-to-end test sends the spans with the SDK's real OTLP/HTTP exporter to a receiver on
 127.0.0.1 that decodes the protobuf as a collector would (opentelemetry-proto's
@@ -10,7 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import http.server
+import io
 import itertools
+import re
 import subprocess
 import sys
 import threading
@@ -26,9 +29,11 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
+from rich.console import Console
 from tests.cluster.cluster import Cluster
 from tests.e2e_helpers import cli
 
+from nccl_k8s.cli import _deploy as cli_deploy
 from nccl_k8s.k8s import _tracing
 
 
@@ -160,7 +165,7 @@ def cluster() -> Iterator[Cluster]:
 
 
 @pytest.mark.slow
-def test_deploy_and_results_send_their_phases_as_spans(
+def test_deploy_and_results_send_their_phases_as_spans_and_the_terminal_shows_progress(
     cluster: Cluster, receiver: Receiver, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ns = f"trace-{uuid.uuid4().hex[:6]}"
@@ -168,6 +173,9 @@ def test_deploy_and_results_send_their_phases_as_spans(
     monkeypatch.setenv("NCCL_K8S_RUNS_DIR", str(tmp_path / "runs"))
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{receiver.server_port}")
     rid = f"t-{uuid.uuid4().hex[:6]}"
+    # stderr as a terminal: the live summary is drawn there.
+    terminal = io.StringIO()
+    monkeypatch.setattr(cli_deploy, "err", Console(file=terminal, force_terminal=True, width=200))
     try:
         deployed = cli(
             cluster, "deploy", "-n", ns, "--run-id", rid, "--world-size", "2",
@@ -175,7 +183,12 @@ def test_deploy_and_results_send_their_phases_as_spans(
             "-n", "2", "-w", "0",
         )  # fmt: skip
         assert deployed.exit_code == 0, deployed.output
-        assert " pods (" not in deployed.output  # not a terminal: no live summary
+        live = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", terminal.getvalue())
+        assert re.search(rf"run {rid}: 2 succeeded of 2 pods \(\d+s\)", live), live
+        # What rank 0's log said while the run was followed (a log stream may trail the pods'
+        # status by a moment: its last rows may come after the run ended).
+        assert re.search(r"; rank 0: all_reduce up to [124] KiB", live), live
+        assert re.search(rf"run {rid}: 2 running of 2 pods", live), live
         collected = cli(cluster, "results", "-n", ns, "--run", rid)
         assert collected.exit_code == 0, collected.output
         _tracing.shutdown()  # what the command's exit does: send what is queued

@@ -49,32 +49,24 @@ def render_command(
 
 
 class _LiveSummary:
-    """deploy --wait's summary on stderr: a rich Live line on a terminal, else one line per
-    change of the counts (CI logs)."""
+    """deploy --wait's live summary on stderr (a rich Live line: where the pods are, what rank 0
+    measures), on a terminal only: piped or in CI, stderr keeps only the outcome lines."""
 
     def __init__(self) -> None:
         self._live: Any = None
-        self._last: tuple[Any, ...] | None = None
-
-    def _text(self, p: Any) -> str:
-        counts = ", ".join(f"{v} {k}" for k, v in p.counts.items())
-        note = f"; {p.note}" if p.note else ""
-        return f"run {p.run_id}: {counts} of {p.expected} pods ({p.elapsed_s:.0f}s){note}"
 
     def __call__(self, p: Any) -> None:
+        if not err.is_terminal:
+            return
         from rich.live import Live
         from rich.text import Text
 
-        if err.is_terminal:
-            if self._live is None:
-                self._live = Live(console=err, auto_refresh=False, transient=False)
-                self._live.start()
-            self._live.update(Text(self._text(p)), refresh=True)
-            return
-        key = (tuple(p.counts.items()), p.note)
-        if key != self._last:
-            self._last = key
-            err.print(self._text(p), markup=False, highlight=False)
+        from nccl_k8s.k8s import progress_line
+
+        if self._live is None:
+            self._live = Live(console=err, auto_refresh=False, transient=False)
+            self._live.start()
+        self._live.update(Text(progress_line(p)), refresh=True)
 
     def close(self) -> None:
         if self._live is not None:

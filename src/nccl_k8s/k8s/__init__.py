@@ -37,6 +37,7 @@ if TYPE_CHECKING:
         WaitOutcome,
     )
     from nccl_k8s.k8s._pods import PodInfo, Problem
+    from nccl_k8s.k8s._progress import progress_line
     from nccl_k8s.k8s._settings import WaitSettings
     from nccl_k8s.k8s._status import list_runs, status
     from nccl_k8s.k8s._types import RunPhase
@@ -61,6 +62,7 @@ _WHERE = {
     "WaitOutcome": "_outcomes",
     "PodInfo": "_pods",
     "Problem": "_pods",
+    "progress_line": "_progress",
     "list_runs": "_status",
     "status": "_status",
     "RunPhase": "_types",
@@ -86,6 +88,7 @@ __all__ = [
     "dump",
     "list_runs",
     "logs",
+    "progress_line",
     "render",
     "status",
     "wait",
