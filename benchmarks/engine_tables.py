@@ -274,11 +274,31 @@ def hang_lines(folder: pathlib.Path) -> list[str]:
     return out
 
 
+def inprocess_table(path: pathlib.Path) -> list[str]:
+    """benchmarks/heartbeat_inprocess.py's runs: per run and size, the medians on and off."""
+    out = [
+        "| run | flags | size (B) | on, median (µs) | off, median (µs) | on / off |",
+        "| --- | --- | ---: | ---: | ---: | ---: |",
+    ]
+    title, flags, summary = "", "", []
+    for line in path.read_text().splitlines():
+        if line.startswith("== "):
+            title = line[3:].strip()
+        elif line.startswith("# flags:"):
+            flags = line.split(";")[0].removeprefix("# flags:").strip()
+        elif m := re.fullmatch(r"\s*(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)", line):
+            out.append(f"| {title} | `{flags}` | {' | '.join(m.groups())} |")
+        elif line.startswith("median on/off"):
+            summary.append(f"- {title}: {line}")
+    return [*out, "", *summary]
+
+
 def render(
     folder: pathlib.Path,
     experiments: pathlib.Path | None = None,
     drivers: pathlib.Path | None = None,
     heartbeat_cpu: pathlib.Path | None = None,
+    heartbeat_gpu: pathlib.Path | None = None,
 ) -> str:
     """The block: the table run in `folder`, the experiments of `experiments` (default: the
     same folder), the driver comparison of `drivers`."""
@@ -295,6 +315,7 @@ def render(
         + (f" --experiments {experiments.as_posix()}" if experiments else "")
         + (f" --drivers {drivers.as_posix()}" if drivers else "")
         + (f" --heartbeat-cpu {heartbeat_cpu.as_posix()}" if heartbeat_cpu else "")
+        + (f" --heartbeat-gpu {heartbeat_gpu.as_posix()}" if heartbeat_gpu else "")
         + " --write BENCHMARKS.md -->",
         "",
         f"Run {when} on one {gpu.strip()} (torch {torch_v}); NCCL as loaded: ours `nccl-library={lib_ours}`,"
@@ -348,6 +369,12 @@ def render(
             for line in heartbeat_cpu.read_text().splitlines()
             if "median on/off" in line
         ]
+    if heartbeat_gpu is not None:
+        title = (
+            "### Heartbeats on and off in one process on the GPU"
+            f" (`benchmarks/heartbeat_inprocess.py`, `{heartbeat_gpu.as_posix()}`)"
+        )
+        out += ["", title, "", *inprocess_table(heartbeat_gpu)]
     if drivers is not None:
         out += [
             "",
@@ -373,9 +400,14 @@ def main() -> None:
     ap.add_argument(
         "--heartbeat-cpu", type=pathlib.Path, help="benchmarks/heartbeat_overhead.py's output"
     )
+    ap.add_argument(
+        "--heartbeat-gpu", type=pathlib.Path, help="benchmarks/heartbeat_inprocess.py's output"
+    )
     ap.add_argument("--write", type=pathlib.Path, help="replace the generated block of this file")
     args = ap.parse_args()
-    text = render(args.folder, args.experiments, args.drivers, args.heartbeat_cpu)
+    text = render(
+        args.folder, args.experiments, args.drivers, args.heartbeat_cpu, args.heartbeat_gpu
+    )
     if not args.write:
         sys.stdout.write(text)
         return
