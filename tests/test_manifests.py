@@ -26,7 +26,8 @@ import typer
 import yaml
 from typer.testing import CliRunner
 
-from nccl_k8s.k8s._manifests import attach_owner, dump, render
+from nccl_k8s.k8s._dump import dump
+from nccl_k8s.k8s._manifests import attach_owner, render
 from nccl_k8s.k8s._wrapper import POD_WRAPPER
 from nccl_k8s.k8s._zipapp import MAX_ZIPAPP_BYTES, ZIPAPP_NAME, build_zipapp, engine_zipapp
 from nccl_k8s.spec import RunSpec, build_run_spec

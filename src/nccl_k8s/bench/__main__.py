@@ -25,7 +25,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    from nccl_k8s.bench.engine import run_rank
+    from nccl_k8s.bench.runner import run_rank
 
     try:
         return int(_recorded(run_rank)(cfg, args))

@@ -10,12 +10,9 @@ graph and the graph is launched G times.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import datetime
-import json
 import os
-import socket
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -23,13 +20,13 @@ from typing import Any, TextIO
 
 from nccl_k8s import __version__
 from nccl_k8s.bench import report
-from nccl_k8s.bench.config import DTYPES, ROOTED_OPS, BenchConfig, Op, check_backend, timeout_for
+from nccl_k8s.bench.config import DTYPES, ROOTED_OPS, BenchConfig, Op
 from nccl_k8s.bench.counts import SHAPES, buffer_bytes, memory_limit, rotation_shifts
 from nccl_k8s.bench.metrics import NULL as NULL_METRICS
-from nccl_k8s.bench.metrics import Metrics, serve
+from nccl_k8s.bench.metrics import Metrics
 from nccl_k8s.bench.native import native_loop
 from nccl_k8s.bench.ops import Bound, Collectives
-from nccl_k8s.bench.rank import Rank, default_env, device_info, resolve_backend, versions
+from nccl_k8s.bench.rank import Rank, device_info, versions
 from nccl_k8s.bench.watch import Watchdog
 
 #: Exceptions a collective raises when a peer went away or timed out (gloo: RuntimeError).
@@ -585,152 +582,10 @@ def _iso(t: float) -> str:
     return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).isoformat(timespec="seconds")
 
 
-def write_json(path: str, engine: Engine, argv: Sequence[str], started: str, *, errors: Sequence[str] = ()) -> None:  # fmt: skip
-    """nccl-tests' -J layout (version 3 field names), plus `op` per row and per-op summaries."""
-    cfg, outcome, v = engine.cfg, engine.outcome(), engine.versions
-    rows = [report.nccl_tests_json_row(row, cfg.iters) for s in outcome.summaries for row in s.rows]
-    oob = sum(s.out_of_bounds for s in outcome.summaries)
-    avg = sum(s.avg_busbw for s in outcome.summaries) / max(1, len(outcome.summaries))
-    doc = {
-        "version": 3,
-        "generator": f"nccl-k8s {__version__}",
-        "start_time": started,
-        "args": list(argv),
-        "env": [f"{k}={val}" for k, val in sorted(os.environ.items()) if k.startswith("NCCL_")],
-        "nccl_version": v.get("nccl_code", 0),
-        "nccl_library": v.get("nccl_library"),
-        **({"nccl_note": v["nccl_note"]} if v.get("nccl_note") else {}),
-        "config": {
-            "nthreads": 1, "ngpus": 1, "minimum_bytes": cfg.minbytes, "maximum_bytes": outcome.maxbytes,
-            **({"step_factor": cfg.stepfactor} if cfg.stepfactor > 1 else {"step_bytes": cfg.stepbytes}),
-            "warmup_iters": cfg.warmup, "iterations": cfg.iters, "aggregated_iterations": 1,
-            "validation": cfg.check, "graph": cfg.graph,
-            "blocking_collectives": "true" if engine.blocking else "false",
-            "datatype": cfg.dtype, "redop": cfg.redop, "backend": v.get("backend"),
-            "devices": [
-                {"rank": d["rank"], "group": 0, "pid": d["pid"], "hostname": d["host"], "device": d["device"],
-                 "device_hex": d["pci"], "device_info": d["name"]}
-                for d in engine.devices
-            ],
-        },
-        "results": rows,
-        "ops": [
-            {"op": s.op, "out_of_bounds": {"count": s.out_of_bounds, "okay": "true" if s.ok else "false"},
-             "average_bus_bandwidth": {"bandwidth": s.avg_busbw,
-                                       "okay": "unchecked" if cfg.min_busbw is None
-                                       else ("true" if s.avg_busbw >= cfg.min_busbw else "false")},
-             **({"error": s.error} if s.error else {})}
-            for s in outcome.summaries
-        ],
-        "out_of_bounds": {"count": oob, "okay": "true" if oob == 0 else "false"},
-        "average_bus_bandwidth": {"bandwidth": avg, "okay": "unchecked" if cfg.min_busbw is None
-                                  else ("true" if not outcome.failed_ops else "false")},
-        "errors": [*errors, *(f"{s.op}: {s.error}" for s in outcome.summaries if s.error)],
-        "end_time": time.strftime("%Y-%m-%d %H:%M:%S"),
-    }  # fmt: skip
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(doc, f, indent=1)
-        f.write("\n")
-    os.replace(tmp, path)
-
-
-def run_rank(cfg: BenchConfig, argv: Sequence[str], *, stdout: TextIO = sys.stdout) -> int:
-    """Everything one rank does; returns the exit code (0 ok, 1 wrong results or below --min-busbw).
-
-    A collective that times out or loses a peer ends the process here with exit code 1 after
-    the FAULT line naming the culprit (bench.watch); rank 0's --json keeps the ops measured.
-    """
-    started = time.strftime("%Y-%m-%d %H:%M:%S")
-    backend = resolve_backend(cfg.backend)
-    timeout_s = timeout_for(cfg)
-    default_env()
-    engine: Engine | None = None
-    rank: Rank | None = None
-    # One metrics server per node, up before the rendezvous: a port that cannot be had is a
-    # one-line error before any rank waits for this one, and the run's info is scraped as soon
-    # as it is known.
-    metrics: Metrics = NULL_METRICS
-    if cfg.metrics_port and os.environ.get("LOCAL_RANK", "0") == "0":
-        metrics = serve(cfg.metrics_port, cfg.metrics_addr)
-
-    def partial_json(error: str) -> None:
-        if engine is None or rank is None or rank.rank != 0 or not cfg.json_path:
-            return
-        if engine.devices:
-            with contextlib.suppress(OSError):
-                write_json(cfg.json_path, engine, argv, started, errors=[error])
-
-    def on_abort() -> None:
-        partial_json("aborted: a collective timed out or lost a peer")
-        if rank is not None:
-            rank.abort()
-
-    wd = Watchdog(
-        int(os.environ["RANK"]),
-        int(os.environ["WORLD_SIZE"]),
-        host=socket.gethostname(),
-        timeout_s=timeout_s,
-        on_abort=on_abort,
-        stdout=stdout if cfg.result_lines else None,
-    )
-    # Under torchrun (and nccl-k8s run) the rendezvous store lives in the agent, so the watchdog
-    # can watch the rendezvous too: a rank that never joins is named after -T, not after the
-    # process group's backstop. A lone process hosts its own store only once it has joined.
-    agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
-    try:
-        if agent_store:
-            wd.progress("rendezvous")
-            wd.start()
-        try:
-            rank = Rank(backend, timeout_s, driver=cfg.driver)
-        except PEER_ERRORS as exc:
-            if not agent_store or wd.world == 1:
-                raise
-            wd.fault(f"{type(exc).__name__}: {_first_line(exc)}", raised_here=True)
-            raise
-        check_backend(cfg, backend, world_size=rank.world)
-        if not agent_store:
-            wd.start()
-        engine = Engine(cfg, rank, Printer(rank.rank == 0, stdout, cfg.result_lines), wd, metrics)
-
-        def sweep_ended(_: RunOutcome) -> None:
-            if rank is not None and rank.rank == 0 and cfg.json_path and engine is not None:
-                write_json(cfg.json_path, engine, argv, started)  # each sweep: the latest
-
-        try:
-            outcome = engine.run(on_sweep=sweep_ended)
-            wd.progress("finishing")
-            rank.barrier()
-        except PEER_ERRORS as exc:
-            if rank.world == 1:
-                partial_json(f"{type(exc).__name__}: {exc}")
-                raise
-            wd.fault(f"{type(exc).__name__}: {_first_line(exc)}", raised_here=True)
-            raise  # the culprit is this rank itself, or nobody could be named
-        return outcome.exit_code
-    finally:
-        metrics.close()
-        wd.stop()
-        # The watchdog's abort hook refers to the engine, which refers to the watchdog: break
-        # the cycle, so that the engine's process groups go now, in close(), and not at
-        # interpreter exit, where tearing down a gloo group aborts the process.
-        wd.on_abort = None
-        engine = None
-        if rank is not None:
-            rank.close()
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else ""
-
-
 __all__ = [
+    "PEER_ERRORS",
     "Engine",
     "OpSummary",
     "Printer",
     "RunOutcome",
-    "run_rank",
-    "write_json",
 ]

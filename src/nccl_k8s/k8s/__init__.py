@@ -24,8 +24,9 @@ if TYPE_CHECKING:
     from nccl_k8s.k8s._collect import collect
     from nccl_k8s.k8s._config import ClientSettings
     from nccl_k8s.k8s._deploy import deploy
+    from nccl_k8s.k8s._dump import dump
     from nccl_k8s.k8s._logs import LineFn, logs
-    from nccl_k8s.k8s._manifests import dump, render
+    from nccl_k8s.k8s._manifests import render
     from nccl_k8s.k8s._monitor import wait
     from nccl_k8s.k8s._outcomes import (
         Cleaned,
@@ -49,7 +50,7 @@ _WHERE = {
     "deploy": "_deploy",
     "LineFn": "_logs",
     "logs": "_logs",
-    "dump": "_manifests",
+    "dump": "_dump",
     "render": "_manifests",
     "WaitSettings": "_settings",
     "wait": "_monitor",
