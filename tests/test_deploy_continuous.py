@@ -164,6 +164,8 @@ def test_statefulset_sweeps_scraped_and_a_sabotaged_sweep_fails_visibly(
         "3",
     }
     assert "nccl_k8s_bus_bandwidth_bytes_per_second" not in pod1  # rank 0's pod speaks for the run
+    node1 = pods[f"{rid}-1"]["spec"]["nodeName"]  # the node, not the pod's host name
+    assert {lb["node"] for lb, _ in pod1["nccl_k8s_rank_bus_bandwidth_bytes_per_second"]} == {node1}
     assert value(pod1, "nccl_k8s_sweeps_total") >= 1
 
     ok = cli(cluster, "status", "-n", ns, "--run", rid)
@@ -191,7 +193,7 @@ def test_statefulset_sweeps_scraped_and_a_sabotaged_sweep_fails_visibly(
     text = cli(cluster, "status", "-n", ns, "--run", rid).output
     assert re.search(
         rf"^last sweep: \d+ FAILED at \S+ after \d+s: all_reduce failed; \d+ wrong elements on "
-        rf"rank 3 \(pod {rid}-1, node {rid}-1\)$",
+        rf"rank 3 \(pod {rid}-1, node {node1}\)$",
         text,
         re.M,
     ), text

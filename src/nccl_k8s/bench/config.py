@@ -82,6 +82,9 @@ POD_TIMEOUT_S = 600
 #: Where the metrics server listens when --metrics-addr is not given (e.g. a pod's own address,
 #: `$(POD_IP)`, on clusters whose pods share a network stack); unset: 0.0.0.0.
 METRICS_ADDR_ENV = "NCCL_K8S_METRICS_ADDR"
+#: The pod's Kubernetes node, when the deployer puts it in the environment (the `node` of the
+#: metrics and of the culprit lines; else the host name).
+NODE_NAME_ENV = "NCCL_K8S_NODE_NAME"
 
 _T = TypeVar("_T", bound=str)
 

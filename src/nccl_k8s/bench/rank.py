@@ -16,15 +16,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from nccl_k8s import __version__
-from nccl_k8s.bench.config import Backend, Driver
+from nccl_k8s.bench.config import NODE_NAME_ENV, Backend, Driver
 from nccl_k8s.bench.ops import all_gather_fn
 
 if TYPE_CHECKING:
     from nccl_k8s.bench.nccl import Communicator
 
 GIB = 1 << 30
-#: The pod's node name, when the deployer puts it in the environment.
-NODE_NAME_ENV = "NCCL_K8S_NODE_NAME"
 #: Seconds the process groups' own timeouts wait beyond the watchdog's, so the watchdog (which
 #: names the culprit) always speaks first and torch's timeouts are only a backstop.
 BACKSTOP_S = 60

@@ -36,7 +36,7 @@ import base64
 import copy
 import shlex
 
-from nccl_k8s.bench.config import METRICS_ADDR_ENV
+from nccl_k8s.bench.config import METRICS_ADDR_ENV, NODE_NAME_ENV
 from nccl_k8s.errors import UsageError
 from nccl_k8s.k8s._presets import (
     MESH_OPT_OUT_ANNOTATIONS,
@@ -245,6 +245,8 @@ def _env(spec: RunSpec) -> list[Obj]:
     else:
         env.append({"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})
         env.append({"name": WRAPPER_ENV, "value": POD_WRAPPER})
+    # The node, as the metrics' `node` label and the culprit lines name it (not the pod's host name).
+    env.append({"name": NODE_NAME_ENV, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}})
     if spec.metrics_port:
         # The metrics server listens on the pod's own address, which Prometheus scrapes; not on
         # every address, where pods that share a network stack (hostNetwork without a hostPort
