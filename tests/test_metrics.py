@@ -210,6 +210,19 @@ def test_every_dashboard_query_reads_only_metrics_the_engine_exports(scraped: Sc
     assert "by (node)" in heatmap["targets"][0]["expr"]
 
 
+def test_docs_list_every_metric_a_run_exports_and_no_other(scraped: Scraped) -> None:
+    assert scraped.during_soak is not None and scraped.after_sweep is not None
+    exported = {
+        name
+        for text in (scraped.during_soak, scraped.after_sweep)
+        for name in samples(text)
+        if name.startswith("nccl_k8s_") and not name.endswith("_created")
+    }
+    table = (Path(__file__).parent.parent / "docs" / "metrics.md").read_text()
+    documented = set(re.findall(r"^\| `(nccl_k8s_\w+)` \|", table, re.M))
+    assert documented == exported
+
+
 def _hide_prometheus_client(tmp_path: Path) -> dict[str, str]:
     shadow = tmp_path / "shadow" / "prometheus_client"
     shadow.mkdir(parents=True)

@@ -150,7 +150,7 @@ def deploy_command(
         bool,
         typer.Option(
             "--wait/--no-wait",
-            help="Follow the run until it ends, with a live summary on stderr.",
+            help="Follow the run until it ends (a live summary on stderr when it is a terminal).",
             rich_help_panel=CLUSTER,
         ),
     ] = True,
