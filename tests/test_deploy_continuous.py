@@ -12,13 +12,11 @@ is first asked.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 import shutil
 import urllib.request
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -67,27 +65,6 @@ def sabotaged_zipapp(tmp_path: Path) -> bytes:
     return build_zipapp(root)
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
-    c = Cluster(nodes=2, gpus_per_node=2)
-    try:
-        c.start()
-        yield c
-    finally:
-        c.stop()
-
-
-@pytest.fixture
-def ns(cluster: Cluster) -> Iterator[str]:
-    name = f"cont-{uuid.uuid4().hex[:6]}"
-    cluster.store.create("namespaces", {"metadata": {"name": name}})
-    try:
-        yield name
-    finally:
-        with contextlib.suppress(Exception):
-            cluster.store.delete("namespaces", None, name)
-
-
 def scrape(ip: str) -> dict[str, list[tuple[dict[str, str], float]]]:
     with urllib.request.urlopen(f"http://{ip}:8080/metrics", timeout=5) as r:
         text = r.read().decode()
@@ -103,9 +80,11 @@ def value(metrics: dict[str, list[tuple[dict[str, str], float]]], name: str) -> 
 
 
 def test_statefulset_sweeps_scraped_and_a_sabotaged_sweep_fails_visibly(
-    cluster: Cluster, ns: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cluster: Cluster, namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import nccl_k8s.k8s._manifests as manifests
+
+    ns = namespace
 
     monkeypatch.setenv("NCCL_K8S_RUNS_DIR", str(tmp_path / "runs"))
     zipapp = sabotaged_zipapp(tmp_path)

@@ -9,7 +9,6 @@ ExportTraceServiceRequest): what a Jaeger or Tempo behind an OpenTelemetry colle
 
 from __future__ import annotations
 
-import contextlib
 import http.server
 import io
 import itertools
@@ -154,47 +153,36 @@ def receiver() -> Iterator[Receiver]:
         server.server_close()
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
-    c = Cluster(nodes=2, gpus_per_node=1)
-    try:
-        c.start()
-        yield c
-    finally:
-        c.stop()
-
-
 @pytest.mark.slow
 def test_deploy_and_results_send_their_phases_as_spans_and_the_terminal_shows_progress(
-    cluster: Cluster, receiver: Receiver, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cluster: Cluster,
+    namespace: str,
+    receiver: Receiver,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    ns = f"trace-{uuid.uuid4().hex[:6]}"
-    cluster.store.create("namespaces", {"metadata": {"name": ns}})
+    ns = namespace
     monkeypatch.setenv("NCCL_K8S_RUNS_DIR", str(tmp_path / "runs"))
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{receiver.server_port}")
     rid = f"t-{uuid.uuid4().hex[:6]}"
     # stderr as a terminal: the live summary is drawn there.
     terminal = io.StringIO()
     monkeypatch.setattr(cli_deploy, "err", Console(file=terminal, force_terminal=True, width=200))
-    try:
-        deployed = cli(
-            cluster, "deploy", "-n", ns, "--run-id", rid, "--world-size", "2",
-            "--gpus-per-node", "1", "--", "--backend", "gloo", "-b", "1K", "-e", "4K",
-            "-n", "2", "-w", "0",
-        )  # fmt: skip
-        assert deployed.exit_code == 0, deployed.output
-        live = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", terminal.getvalue())
-        assert re.search(rf"run {rid}: 2 succeeded of 2 pods \(\d+s\)", live), live
-        # What rank 0's log said while the run was followed (a log stream may trail the pods'
-        # status by a moment: its last rows may come after the run ended).
-        assert re.search(r"; rank 0: all_reduce up to [124] KiB", live), live
-        assert re.search(rf"run {rid}: 2 running of 2 pods", live), live
-        collected = cli(cluster, "results", "-n", ns, "--run", rid)
-        assert collected.exit_code == 0, collected.output
-        _tracing.shutdown()  # what the command's exit does: send what is queued
-    finally:
-        with contextlib.suppress(Exception):
-            cluster.store.delete("namespaces", None, ns)
+    deployed = cli(
+        cluster, "deploy", "-n", ns, "--run-id", rid, "--world-size", "2",
+        "--gpus-per-node", "1", "--", "--backend", "gloo", "-b", "1K", "-e", "4K",
+        "-n", "2", "-w", "0",
+    )  # fmt: skip
+    assert deployed.exit_code == 0, deployed.output
+    live = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", terminal.getvalue())
+    assert re.search(rf"run {rid}: 2 succeeded of 2 pods \(\d+s\)", live), live
+    # What rank 0's log said while the run was followed (a log stream may trail the pods'
+    # status by a moment: its last rows may come after the run ended).
+    assert re.search(r"; rank 0: all_reduce up to [124] KiB", live), live
+    assert re.search(rf"run {rid}: 2 running of 2 pods", live), live
+    collected = cli(cluster, "results", "-n", ns, "--run", rid)
+    assert collected.exit_code == 0, collected.output
+    _tracing.shutdown()  # what the command's exit does: send what is queued
 
     assert set(receiver.paths) == {"/v1/traces"}
     spans = {s.name: s for s in receiver.spans}
