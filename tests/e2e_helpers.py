@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -33,6 +34,24 @@ def labelled(cluster: Cluster, ns: str, selector: str = MANAGED) -> list[str]:
         items, _ = cluster.store.list(res, ns, label_selector=selector)
         found += [f"{res}/{o['metadata']['name']}" for o in items]
     return sorted(found)
+
+
+def engine_zipapp_with(tmp_path: Path, code: str) -> bytes:
+    """The engine zipapp with `code` run first by its entry point (after its __future__ import):
+    a marker, or a hook that sabotages the data plane."""
+    import shutil
+
+    import nccl_k8s
+    from nccl_k8s.k8s._zipapp import build_zipapp
+
+    root = tmp_path / "pkg" / "nccl_k8s"
+    src = Path(nccl_k8s.__file__).parent
+    shutil.copytree(src / "bench", root / "bench", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(src / "__init__.py", root / "__init__.py")
+    main = root / "bench" / "__main__.py"
+    future = "from __future__ import annotations\n"
+    main.write_text(main.read_text().replace(future, future + code, 1))
+    return build_zipapp(root)
 
 
 def wait_for(what: str, fn: Callable[[], Any], timeout_s: float = 60.0) -> Any:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import urllib.request
 import uuid
 from pathlib import Path
@@ -22,7 +21,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from tests.cluster.cluster import Cluster
-from tests.e2e_helpers import cli, labelled, wait_for
+from tests.e2e_helpers import cli, engine_zipapp_with, labelled, wait_for
 
 from nccl_k8s.results.schema import load
 
@@ -51,20 +50,6 @@ _dist.all_reduce = _all_reduce
 """
 
 
-def sabotaged_zipapp(tmp_path: Path) -> bytes:
-    import nccl_k8s
-    from nccl_k8s.k8s._zipapp import build_zipapp
-
-    root = tmp_path / "pkg" / "nccl_k8s"
-    src = Path(nccl_k8s.__file__).parent
-    shutil.copytree(src / "bench", root / "bench", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(src / "__init__.py", root / "__init__.py")
-    main = root / "bench" / "__main__.py"
-    future = "from __future__ import annotations\n"
-    main.write_text(main.read_text().replace(future, future + HOOK, 1))
-    return build_zipapp(root)
-
-
 def scrape(ip: str) -> dict[str, list[tuple[dict[str, str], float]]]:
     with urllib.request.urlopen(f"http://{ip}:8080/metrics", timeout=5) as r:
         text = r.read().decode()
@@ -87,7 +72,7 @@ def test_statefulset_sweeps_scraped_and_a_sabotaged_sweep_fails_visibly(
     ns = namespace
 
     monkeypatch.setenv("NCCL_K8S_RUNS_DIR", str(tmp_path / "runs"))
-    zipapp = sabotaged_zipapp(tmp_path)
+    zipapp = engine_zipapp_with(tmp_path, HOOK)
     monkeypatch.setattr(manifests, "engine_zipapp", lambda: zipapp)
     hold, broken = tmp_path / "hold", tmp_path / "break"
     hold.touch()

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 from tests.cluster.cluster import Cluster
-from tests.e2e_helpers import cli, labelled, wait_for
+from tests.e2e_helpers import cli, engine_zipapp_with, labelled, wait_for
 from typer.testing import CliRunner
 
 from nccl_k8s.cli.main import app
@@ -267,23 +267,8 @@ def test_statefulset_mode_waits_until_every_rank_runs_then_cleans_up(
 def marked_zipapp(tmp_path: Path) -> bytes:
     """The engine zipapp with one line added to its entry point, printing where it runs from:
     proof that the pods run the ConfigMap's engine, not the package installed in the venv."""
-    import shutil
-
-    import nccl_k8s
-    from nccl_k8s.k8s._zipapp import build_zipapp
-
-    root = tmp_path / "pkg" / "nccl_k8s"
-    src = Path(nccl_k8s.__file__).parent
-    shutil.copytree(src / "bench", root / "bench", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(src / "__init__.py", root / "__init__.py")
-    main = root / "bench" / "__main__.py"
-    future = "from __future__ import annotations\n"
-    main.write_text(
-        main.read_text().replace(
-            future, future + 'print("engine-from", __file__, flush=True)  # test marker\n', 1
-        )
-    )
-    return build_zipapp(root)
+    marker = 'print("engine-from", __file__, flush=True)  # test marker\n'
+    return engine_zipapp_with(tmp_path, marker)
 
 
 def test_pod_killed_mid_run_fails_the_run_naming_rank_pod_node(
