@@ -30,6 +30,19 @@ step run-graph nk run --ops all -b 8 -e 1M -f 32 -G 5 --run-id gpu-graph
 step run-bf16-avg nk run --ops all_reduce,reduce_scatter -b 1K -e 16M -f 64 -d bfloat16 -o avg --run-id gpu-bf16
 step run-torch-driver nk run --ops all -b 8 -e 1M -f 64 --driver torch --no-save
 step bad-flag nk run -b 1Q
+# Metrics on the GPU: a soak with --metrics-port, scraped twice while it runs (issue 13).
+nk run --ops all_reduce -b 64M -e 64M --duration 24 --report-interval 2 \
+  --metrics-port 19400 --run-id gpu-metrics >"$V/run-metrics.txt" 2>&1 &
+soak=$!
+scrape() { python3 -c 'import urllib.request; print(urllib.request.urlopen("http://127.0.0.1:19400/metrics", timeout=5).read().decode())' >"$V/scrape-$1.txt" 2>/dev/null; }
+for _ in $(seq 40); do sleep 0.5; scrape 1 && break; done
+sleep 8; scrape 2
+for k in 1 2; do
+  echo "scrape $k: $(grep -c '^# TYPE' "$V/scrape-$k.txt") TYPE lines;" \
+    "$(grep -E '^nccl_k8s_soak_iterations_total' "$V/scrape-$k.txt" | head -2 | tr '\n' ' ')"
+done
+wait $soak; echo "metrics soak rc=$?" | tee -a "$V/run-metrics.txt"
+grep -E '^nccl_k8s_bus_bandwidth_bytes_per_second\{[^}]*size="67108864"' "$V/scrape-2.txt" | head -4
 grep -h "nccl-library" "$V"/run-*.txt | sort -u | tee "$V/versions.txt"
 python3 - "$V" <<'PY' | tee "$V/stored.txt"
 import json, sys, pathlib

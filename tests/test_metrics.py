@@ -8,6 +8,7 @@ the module: it is scraped over HTTP every 0.1 s while it runs, as Prometheus wou
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import socket
@@ -66,7 +67,7 @@ def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scraped]:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     env["NCCL_K8S_RUNS_DIR"] = str(tmp_path_factory.mktemp("runs"))
     args = [
-        "run", "--no-save", "--nproc", "2", "-b", "1K", "-e", "2K", "-f", "2",
+        "run", "--run-id", "scraped-1", "--nproc", "2", "-b", "1K", "-e", "2K", "-f", "2",
         "--duration", "1", "--report-interval", "0.25", "--sweeps", "2", "--sweep-interval", "2",
         "--metrics-port", str(port), "--metrics-addr", "127.0.0.1", "-T", "60",
     ]  # fmt: skip
@@ -116,6 +117,12 @@ def test_a_local_soak_is_scraped_while_it_runs(scraped: Scraped) -> None:
     assert iters and all(value >= 1 for _, value in iters)
     info = got["nccl_k8s_run_info"][0][0]
     assert info["backend"] == "gloo" and info["torch_version"].startswith("2.")
+    assert info["run_id"] == "scraped-1"  # the id `results`/`report` know the run by
+    # Inside the first sweep nothing is known of a last sweep: NaN, never a 0 that reads "failed".
+    if got["nccl_k8s_sweeps_total"] == [({}, 0.0)]:
+        assert math.isnan(got["nccl_k8s_last_sweep_success"][0][1])
+    else:  # the scrape came late (a loaded machine): the first sweep's verdict is there
+        assert got["nccl_k8s_last_sweep_success"] == [({}, 1.0)]
 
 
 def test_after_a_sweep_every_rank_and_the_sweep_counters_are_there(scraped: Scraped) -> None:

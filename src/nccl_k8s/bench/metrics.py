@@ -157,6 +157,10 @@ class Exporter(Metrics):
         self.last_duration = gauge(
             "nccl_k8s_last_sweep_duration_seconds", "How long the last sweep took."
         )
+        # NaN, not 0, until a sweep has ended: a 0 would read as "the last sweep failed" (and
+        # fire an alert on `== 0`) during every first sweep; NaN compares false.
+        for unknown in (self.last_ok, self.last_end, self.last_duration):
+            unknown.set(float("nan"))
 
     def run_started(
         self,

@@ -227,8 +227,12 @@ def proc_state(pid: int) -> str | None:
     return rest[0] if rest else None
 
 
-def rank_env(rank: int, world: int, *, port: int, run_id: str, fault_dir: Path) -> dict[str, str]:
-    """torchrun's worker environment for one rank of a one-node run, plus ours."""
+def rank_env(
+    rank: int, world: int, *, port: int, run_id: str, fault_dir: Path, stored_as: str | None = None
+) -> dict[str, str]:
+    """torchrun's worker environment for one rank of a one-node run, plus ours: `stored_as` is
+    the id the results are stored under (NCCL_K8S_RUN_ID, as pods have it: the engine's meta and
+    its metrics' run_info name the run by it)."""
     env = {
         "RANK": str(rank),
         "LOCAL_RANK": str(rank),
@@ -250,10 +254,14 @@ def rank_env(rank: int, world: int, *, port: int, run_id: str, fault_dir: Path) 
         FAULT_DIR_ENV: str(fault_dir),
         LAUNCHER_PID_ENV: str(os.getpid()),
     }
+    if stored_as:
+        env["NCCL_K8S_RUN_ID"] = stored_as
     return env
 
 
-def run_ranks(nproc: int, argv: Sequence[str], *, work: Path) -> int:
+def run_ranks(
+    nproc: int, argv: Sequence[str], *, work: Path, run_id: str | None = None
+) -> int:
     """Run `python -m nccl_k8s.bench ARGV` as `nproc` local ranks; returns the run's exit code
     (0, or the 1/2 verdict the table printed), raises RunFailed naming the culprit, or
     Interrupted once every rank has been stopped."""
@@ -271,9 +279,11 @@ def run_ranks(nproc: int, argv: Sequence[str], *, work: Path) -> int:
         wait_for_workers=False,
         timeout=datetime.timedelta(seconds=STORE_TIMEOUT_S),
     )
-    run_id = f"nccl-k8s-{uuid.uuid4().hex[:8]}"
+    elastic_id = f"nccl-k8s-{uuid.uuid4().hex[:8]}"
     envs = {
-        r: rank_env(r, nproc, port=store.port, run_id=run_id, fault_dir=fault_dir)
+        r: rank_env(
+            r, nproc, port=store.port, run_id=elastic_id, fault_dir=fault_dir, stored_as=run_id
+        )
         for r in range(nproc)
     }
     args = {r: ("-m", "nccl_k8s.launch._rank", *argv) for r in range(nproc)}

@@ -224,13 +224,16 @@ def _drop_value(argv: list[str], flag: str) -> list[str]:
     return out
 
 
-def launch(run: LocalRun, *, work: Path, extra_argv: Sequence[str] = ()) -> int:
+def launch(
+    run: LocalRun, *, work: Path, extra_argv: Sequence[str] = (), run_id: str | None = None
+) -> int:
     """Start the ranks and wait; returns the run's exit code (0, or the 1/2 verdict the table
     printed), or raises RunFailed naming the culprit rank, or Interrupted.
 
-    `work` is the run's private directory (`workdir()`), which the caller removes.
+    `work` is the run's private directory (`workdir()`), which the caller removes; `run_id` the
+    id its results are stored under, which the ranks see as NCCL_K8S_RUN_ID.
     """
-    return run_ranks(run.nproc, [*run.rank_argv, *extra_argv], work=work)
+    return run_ranks(run.nproc, [*run.rank_argv, *extra_argv], work=work, run_id=run_id)
 
 
 __all__ = [

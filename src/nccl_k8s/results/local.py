@@ -69,7 +69,8 @@ def run_and_save(run_plan: Plan, work: Path) -> tuple[int, Path | None]:
     started = time.time()
     user_json = run.config.json_path
     json_path = Path(user_json) if user_json else work / "engine.json"
-    code = local.launch(run, work=work, extra_argv=() if user_json else ("--json", str(json_path)))
+    extra = () if user_json else ("--json", str(json_path))
+    code = local.launch(run, work=work, extra_argv=extra, run_id=run_plan.run_id)
     # An old --json file from an earlier run is not this run's result.
     if not json_path.is_file() or json_path.stat().st_mtime < started - 1:
         return code, None
