@@ -259,9 +259,7 @@ def rank_env(
     return env
 
 
-def run_ranks(
-    nproc: int, argv: Sequence[str], *, work: Path, run_id: str | None = None
-) -> int:
+def run_ranks(nproc: int, argv: Sequence[str], *, work: Path, run_id: str | None = None) -> int:
     """Run `python -m nccl_k8s.bench ARGV` as `nproc` local ranks; returns the run's exit code
     (0, or the 1/2 verdict the table printed), raises RunFailed naming the culprit, or
     Interrupted once every rank has been stopped."""
