@@ -156,4 +156,4 @@ def _engine_hint(e: typer.TyperException) -> str:
 
 
 #: Commands whose arguments after `--` are engine flags.
-_TAKES_ENGINE = ("render", "deploy")
+_TAKES_ENGINE = ("render", "deploy", "doctor", "check")

@@ -125,7 +125,7 @@ PullTimeout = Annotated[
 ]
 
 
-def _wait_settings(
+def wait_settings(
     timeout: str | None, schedule_timeout: str | None, pull_timeout: str | None
 ) -> Any:
     import dataclasses
@@ -190,7 +190,7 @@ def deploy_command(
     its ranks stopped, its objects kept)."""
     from nccl_k8s import k8s
 
-    settings = _wait_settings(timeout, schedule_timeout, pull_timeout)
+    settings = wait_settings(timeout, schedule_timeout, pull_timeout)
 
     def deployed(d: Any) -> None:
         made = " (namespace created)" if d.created_namespace else ""
@@ -233,7 +233,7 @@ def wait_command(
     a run that fails is named the same way and its ranks stopped (its objects are kept)."""
     from nccl_k8s import k8s
 
-    settings = _wait_settings(timeout, schedule_timeout, pull_timeout)
+    settings = wait_settings(timeout, schedule_timeout, pull_timeout)
     live = _LiveSummary()
     try:
         outcome = k8s.wait(

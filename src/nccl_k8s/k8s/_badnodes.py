@@ -12,6 +12,10 @@ pass-1 pair that was slow (or failed) while both of its nodes end up good is a s
 two good nodes: reported, neither node flagged.
 
 A node's reported score is the median bus bandwidth of the tests it took part in.
+
+A test that could not run at all (its pods were never scheduled: the GPUs were busy) says
+nothing about either node: it is `inconclusive`, never a failure; a suspect whose retest could
+not run stays `unknown`.
 """
 
 from __future__ import annotations
@@ -36,10 +40,12 @@ class PairResult:
     busbw: float | None
     error: str | None = None
     pass_no: int = 1
+    inconclusive: bool = False
+    """The test never ran (not scheduled): neither node is to blame for `error`."""
 
     @property
     def ok(self) -> bool:
-        return self.error is None and self.busbw is not None
+        return self.error is None and self.busbw is not None and not self.inconclusive
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,7 +156,16 @@ def verdicts(nodes: Sequence[str], results: Sequence[PairResult], threshold: flo
             out.append(NodeVerdict(node, "unknown", score, why))
             continue
         r = checks[0]
-        if not r.ok:
+        if r.inconclusive:
+            out.append(
+                NodeVerdict(
+                    node,
+                    "unknown",
+                    score,
+                    f"its test with good node {r.b} could not run: {r.error}",
+                )
+            )
+        elif not r.ok:
             out.append(
                 NodeVerdict(node, "bad", score, f"its test with good node {r.b} failed: {r.error}")
             )
@@ -170,7 +185,8 @@ def verdicts(nodes: Sequence[str], results: Sequence[PairResult], threshold: flo
     links = [
         SlowLink(r.a, r.b, r.busbw, _link_why(r, threshold, ref))
         for r in pass1
-        if (not r.ok or (floor is not None and (r.busbw or 0.0) < floor))
+        if not r.inconclusive
+        and (not r.ok or (floor is not None and (r.busbw or 0.0) < floor))
         and r.a in good_after
         and r.b in good_after
     ]

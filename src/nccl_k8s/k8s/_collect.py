@@ -16,6 +16,7 @@ import functools
 import re
 import time
 from pathlib import Path
+from typing import Any
 
 from nccl_k8s.errors import ClusterError, ResultsError
 from nccl_k8s.k8s._client import ClientSettings, KubeClient
@@ -54,6 +55,16 @@ def last_block(text: str, name: str) -> list[str] | None:
     return None
 
 
+def name_nodes(run: Any, pods: list[PodInfo]) -> None:
+    """Give every rank of `run` its Kubernetes node, from its pod (global rank r runs in pod
+    rank r // G), where the engine's meta line did not name it."""
+    per_pod = run.meta.gpus_per_node or 1
+    node_of = {p.rank: p.node for p in pods if p.rank is not None}
+    for device in run.meta.devices:
+        if device.node is None:
+            device.node = node_of.get(device.rank // per_pod)
+
+
 def collect(
     run_id: str | None = None,
     *,
@@ -67,6 +78,7 @@ def collect(
     diagnose the NCCL lines. A whole log is in memory only while it is in flight (at most
     `concurrency` of them); afterwards only its result and NCCL lines are kept."""
     from nccl_k8s.results import RESULT_PREFIX, collect_results, diagnose_text
+    from nccl_k8s.results.schema import dump
     from nccl_k8s.results.store import runs_dir as default_runs_dir
 
     result_line = re.compile(f"^.*{re.escape(RESULT_PREFIX)}.*$", re.MULTILINE)
@@ -109,10 +121,9 @@ def collect(
                 f"(raw logs in {log_dir}); rank 0 prints them when its sweep ends",
                 path=str(log_dir),
             )
-        run, path = collect_results(
-            result_texts, run_id=rid, out=base / "results.json", origin=f"run {rid}"
-        )
-        assert path is not None
+        run, _ = collect_results(result_texts, run_id=rid, origin=f"run {rid}")
+        name_nodes(run, pods)
+        path = dump(run, base / "results.json")
         nccl_texts = ["\n".join(n) for _, n in parts if n]
         diagnosis = None
         if nccl_texts:

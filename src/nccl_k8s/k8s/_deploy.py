@@ -14,10 +14,14 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import functools
 from collections.abc import Callable
+from pathlib import Path
 
 from nccl_k8s.errors import ClusterError, Conflict, Forbidden, UsageError
+from nccl_k8s.k8s._bundle import write_bundle
 from nccl_k8s.k8s._client import ClientSettings, KubeClient
+from nccl_k8s.k8s._doctor import refusal
 from nccl_k8s.k8s._manifests import APP_NAME, attach_owner, render
 from nccl_k8s.k8s._monitor import Ending, follow_run
 from nccl_k8s.k8s._outcomes import Created, Deployed, ProgressFn, WaitOutcome
@@ -35,6 +39,7 @@ def deploy(
     wait: bool = True,
     wait_settings: WaitSettings | None = None,
     keep_on_failure: bool = False,
+    bundle_on_failure: Path | None = None,
     progress: ProgressFn | None = None,
     on_deployed: Callable[[Deployed], None] | None = None,
 ) -> tuple[Deployed, WaitOutcome | None]:
@@ -43,8 +48,9 @@ def deploy(
     A run that fails while followed (a rank failed or was lost, pods unschedulable past the
     schedule timeout, the Job cannot create pods) is ended: what this deploy created is deleted
     (and its pods waited for), or with `keep_on_failure` kept with its ranks stopped; RunFailed
-    says which. When waiting itself fails (the API server goes away), the ClusterError says the
-    run keeps going and how to follow it again."""
+    says which; with `bundle_on_failure`, the debug bundle is written there first, while the
+    whole run is still there. When waiting itself fails (the API server goes away), the
+    ClusterError says the run keeps going and how to follow it again."""
 
     async def main(kc: KubeClient) -> tuple[Deployed, WaitOutcome | None]:
         deployed = await _deploy(kc, spec, create_namespace=create_namespace)
@@ -52,7 +58,14 @@ def deploy(
             on_deployed(deployed)
         if not wait:
             return deployed, None
-        ending = Ending(stop=True, delete=None if keep_on_failure else deployed.created)
+        before = None
+        if bundle_on_failure is not None:
+            before = functools.partial(
+                _bundle_note, kc, deployed.namespace, spec.run_id, bundle_on_failure
+            )
+        ending = Ending(
+            stop=True, delete=None if keep_on_failure else deployed.created, before=before
+        )
         try:
             outcome = await follow_run(
                 kc,
@@ -69,6 +82,12 @@ def deploy(
         return deployed, outcome
 
     return run_sync(main, client)
+
+
+async def _bundle_note(kc: KubeClient, namespace: str, run_id: str, path: Path) -> str:
+    """Write the failed run's debug bundle (before it is ended); what the message adds."""
+    await write_bundle(kc, namespace, run_id, path)
+    return f"(debug bundle: {path})"
 
 
 def _still_running(e: ClusterError, d: Deployed) -> ClusterError:
@@ -98,6 +117,13 @@ async def _deploy(kc: KubeClient, spec: RunSpec, *, create_namespace: bool) -> D
             f"namespace {namespace} does not exist on {kc.server}: create it (kubectl create "
             "namespace ...) or pass --create-namespace",
             key="--namespace",
+        )
+    refused = await refusal(kc, spec, namespace, ns_obj)
+    if refused is not None:
+        raise UsageError(
+            f"deploy refused, nothing was created: {refused.text()} (`nccl-k8s doctor` with "
+            "the same flags runs every check)",
+            key=refused.name,
         )
 
     created: list[Created] = []

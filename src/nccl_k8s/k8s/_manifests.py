@@ -63,6 +63,8 @@ from nccl_k8s.spec._values import bytes_quantity, cpu_quantity
 
 APP_NAME = "nccl-k8s"
 CONTAINER_NAME = "bench"
+#: The pod's node name, from the downward API, in every container's environment.
+NODE_NAME_ENV = "NCCL_K8S_NODE_NAME"
 ENGINE_MOUNT = "/opt/nccl-k8s"
 RESULTS_MOUNT = "/workspace/results"
 WORKER = "worker"
@@ -215,7 +217,12 @@ def _statefulset_container_args(spec: RunSpec) -> tuple[list[str], list[str]]:
 
 
 def _env(spec: RunSpec) -> list[Obj]:
-    env: list[Obj] = [{"name": "NCCL_K8S_RUN_ID", "value": spec.run_id}]
+    env: list[Obj] = [
+        {"name": "NCCL_K8S_RUN_ID", "value": spec.run_id},
+        # The Kubernetes node of this pod (the downward API): results name each rank's node, not
+        # only its pod's hostname, so a bad-node verdict or a report can point at a node.
+        {"name": NODE_NAME_ENV, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+    ]
     if spec.workload == "job":
         # The Job controller injects this too, but only on clusters new enough; stating it keeps
         # the pod's command valid wherever the annotation exists.
@@ -254,21 +261,29 @@ def _resources(spec: RunSpec) -> Obj:
 
 
 def _affinity(spec: RunSpec) -> Obj | None:
+    out: Obj = {}
+    if spec.node_names:
+        # By the node's name (a field every node has), not the hostname label, which a node
+        # may lack or carry with another value.
+        fields = [{"key": "metadata.name", "operator": "In", "values": list(spec.node_names)}]
+        out["nodeAffinity"] = {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchFields": fields}]
+            }
+        }
     term = {
         "labelSelector": {"matchLabels": selector_labels(spec)},
         "topologyKey": "kubernetes.io/hostname",
     }
     if spec.spread == "required":
-        return {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
-    if spec.spread == "preferred":
-        return {
-            "podAntiAffinity": {
-                "preferredDuringSchedulingIgnoredDuringExecution": [
-                    {"weight": 100, "podAffinityTerm": term}
-                ]
-            }
+        out["podAntiAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
+    elif spec.spread == "preferred":
+        out["podAntiAffinity"] = {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 100, "podAffinityTerm": term}
+            ]
         }
-    return None
+    return out or None
 
 
 def pod_template(spec: RunSpec) -> Obj:
@@ -553,6 +568,7 @@ __all__ = [
     "BLOCK_END",
     "CONTAINER_NAME",
     "GANGS",
+    "NODE_NAME_ENV",
     "POD_WRAPPER",
     "PSA_ANNOTATION",
     "RESULTS_MOUNT",

@@ -9,7 +9,19 @@ Obj = dict[str, Any]
 
 #: The kinds this tool reads or writes.
 Kind = Literal[
-    "ConfigMap", "Service", "Pod", "Namespace", "Node", "Event", "Job", "StatefulSet", "PodGroup"
+    "ConfigMap",
+    "Service",
+    "Pod",
+    "Namespace",
+    "Node",
+    "Event",
+    "Job",
+    "StatefulSet",
+    "PodGroup",
+    "ResourceQuota",
+    "LimitRange",
+    "Lease",
+    "LocalQueue",
 ]
 
 #: A pod's phase as Kubernetes reports it.
