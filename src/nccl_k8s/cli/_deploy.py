@@ -182,6 +182,15 @@ def deploy_command(
             rich_help_panel=CLUSTER,
         ),
     ] = False,
+    bundle_on_failure: Annotated[
+        bool,
+        typer.Option(
+            "--bundle-on-failure",
+            help="When the followed run fails, write its debug bundle (`nccl-k8s bundle`) to "
+            "./<run-id>.bundle.tar.gz before anything of it is deleted or stopped.",
+            rich_help_panel=CLUSTER,
+        ),
+    ] = False,
     context: Context = None,
     kubeconfig: Kubeconfig = None,
 ) -> None:
@@ -209,6 +218,7 @@ def deploy_command(
             wait=wait,
             wait_settings=settings,
             keep_on_failure=keep_on_failure,
+            bundle_on_failure=k8s.bundle_path(spec.run_id) if bundle_on_failure else None,
             progress=live,
             on_deployed=deployed,
         )

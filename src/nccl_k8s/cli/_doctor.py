@@ -128,7 +128,7 @@ def nodes_check_command(
         typer.Option(
             "--threshold",
             metavar="FRACTION",
-            help="A node is bad below this fraction of the cluster's median bus bandwidth.",
+            help="A node is bad below this fraction of the good nodes' median bus bandwidth.",
         ),
     ] = 0.9,
     write_label: Annotated[

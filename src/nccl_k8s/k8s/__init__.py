@@ -23,7 +23,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from nccl_k8s.k8s._bundle import Bundled, bundle
+    from nccl_k8s.k8s._bundle import Bundled, bundle, bundle_path
     from nccl_k8s.k8s._cleanup import cleanup
     from nccl_k8s.k8s._collect import collect
     from nccl_k8s.k8s._config import ClientSettings
@@ -51,6 +51,7 @@ if TYPE_CHECKING:
 _WHERE = {
     "Bundled": "_bundle",
     "bundle": "_bundle",
+    "bundle_path": "_bundle",
     "NODES_CHECK_ENGINE_ARGS": "_settings",
     "Doctored": "_doctor",
     "doctor": "_doctor",
@@ -103,6 +104,7 @@ __all__ = [
     "WaitOutcome",
     "WaitSettings",
     "bundle",
+    "bundle_path",
     "cleanup",
     "collect",
     "deploy",

@@ -9,7 +9,10 @@ the nodes being slow. A node whose best pass-1 pair is below `threshold` x the r
 every pass-1 test failed, is a suspect. Pass 2 tests each suspect with a known-good node it has
 not met yet. A suspect is bad when that test is slow or fails, and cleared when it is fine; a
 pass-1 pair that was slow (or failed) while both of its nodes end up good is a slow link between
-two good nodes: reported, neither node flagged.
+two good nodes: reported, neither node flagged. "Slow" in pass 2 (and for links) is measured
+against the known-good nodes' median best pair, not the all-node median: on a small cluster the
+partners of bad nodes pull that one down, and a retest must show a suspect is as good as the
+nodes already known to be good.
 
 A node's reported score is the median bus bandwidth of the tests it took part in.
 
@@ -68,7 +71,8 @@ class SlowLink:
 @dataclasses.dataclass(frozen=True)
 class Findings:
     reference: float | None
-    """The cluster's reference busbw (GB/s): the median of the nodes' best pass-1 pair."""
+    """The cluster's reference busbw (GB/s): the median of the known-good nodes' best pass-1
+    pair (of every node's, when none is known good)."""
     threshold: float
     nodes: list[NodeVerdict]
     links: list[SlowLink]
@@ -140,9 +144,9 @@ def verdicts(nodes: Sequence[str], results: Sequence[PairResult], threshold: flo
     """Every node's verdict from both passes' results."""
     pass1 = [r for r in results if r.pass_no == 1]
     pass2 = [r for r in results if r.pass_no == 2]
-    ref = reference(nodes, pass1)
-    floor = None if ref is None else threshold * ref
     _, good = suspects(nodes, pass1, threshold)
+    ref = reference(good, pass1) if good else reference(nodes, pass1)
+    floor = None if ref is None else threshold * ref
     out: list[NodeVerdict] = []
     for node in nodes:
         mine = [r.busbw for r in results if r.ok and node in (r.a, r.b) and r.busbw is not None]

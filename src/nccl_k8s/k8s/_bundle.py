@@ -206,7 +206,8 @@ async def write_bundle(kc: KubeClient, ns: str, run_id: str, path: Path) -> Bund
     return Bundled(run_id, ns, path, missing=missing, **counts)
 
 
-def default_path(run_id: str) -> Path:
+def bundle_path(run_id: str) -> Path:
+    """Where a run's bundle goes when no path is given: the current directory."""
     return Path(f"{run_id}.bundle.tar.gz")
 
 
@@ -223,9 +224,9 @@ def bundle(
     async def main(kc: KubeClient) -> Bundled:
         ns = await namespace_of(kc, namespace)
         rid = await resolve_run(kc, ns, run_id)
-        return await write_bundle(kc, ns, rid, path or default_path(rid))
+        return await write_bundle(kc, ns, rid, path or bundle_path(rid))
 
     return run_sync(main, client)
 
 
-__all__ = ["Bundled", "bundle", "default_path", "write_bundle"]
+__all__ = ["Bundled", "bundle", "bundle_path", "write_bundle"]

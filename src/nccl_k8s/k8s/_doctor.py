@@ -84,12 +84,12 @@ async def _nothing() -> Read:
 
 async def _admission_reads(kc: KubeClient, spec: RunSpec, namespace: str) -> list[Read]:
     """Quotas, limit ranges and (with --queue) LocalQueues of the namespace, at once."""
-    queue = kc.list("LocalQueue", namespace=namespace) if spec.queue else _nothing()
+    queue = _read(kc.list("LocalQueue", namespace=namespace)) if spec.queue else _nothing()
     return list(
         await asyncio.gather(
             _read(kc.list("ResourceQuota", namespace=namespace)),
             _read(kc.list("LimitRange", namespace=namespace)),
-            _read(queue),
+            queue,
         )
     )
 
@@ -114,12 +114,12 @@ async def preflight(kc: KubeClient, spec: RunSpec, *, create_namespace: bool = F
         return Doctored(kc.server, namespace, [check_api(kc.server, None, str(e))])
     name = scheduler_name(spec)
     gang = GANGS[spec.gang]["apiVersion"] if spec.gang else None
-    leases: Awaitable[Read] = _nothing()
-    placed: Awaitable[Read] = _nothing()
     if name is not None:
-        leases = _read(kc.list("Lease", all_namespaces=True))
         by = {"spec.schedulerName": name}
+        leases = _read(kc.list("Lease", all_namespaces=True))
         placed = _read(kc.list("Pod", all_namespaces=True, fields=by))
+    else:
+        leases, placed = _nothing(), _nothing()
     groups = (
         _read(kc.list("PodGroup", namespace=namespace, api_version=gang)) if gang else _nothing()
     )

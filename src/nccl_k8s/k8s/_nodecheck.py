@@ -29,7 +29,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from nccl_k8s.errors import ClusterError, Conflict, ResultsError, RunFailed, UsageError
+from nccl_k8s.errors import (
+    ClusterError,
+    Conflict,
+    NotFound,
+    ResultsError,
+    RunFailed,
+    UsageError,
+)
 from nccl_k8s.k8s._badnodes import (
     Findings,
     PairResult,
@@ -182,6 +189,8 @@ class _Runner:
     def _remove(self, spec: RunSpec) -> None:
         try:
             cleanup(spec.run_id, client=self.client, namespace=spec.namespace, timeout_s=60)
+        except NotFound:
+            pass  # a failed test's deploy has removed it already
         except ClusterError as e:
             self.progress(f"could not remove test run {spec.run_id}: {e}")
 
