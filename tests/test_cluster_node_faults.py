@@ -8,10 +8,8 @@ Each test asserts what a pod would see: the CPU time its processes got, its exit
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import json
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -46,22 +44,11 @@ def cluster() -> Iterator[Cluster]:
         yield c
 
 
-@pytest.fixture
-def ns(cluster: Cluster) -> Iterator[str]:
-    name = f"nf-{uuid.uuid4().hex[:6]}"
-    cluster.store.create("namespaces", {"metadata": {"name": name}})
-    try:
-        yield name
-    finally:
-        with contextlib.suppress(Exception):
-            cluster.store.delete("namespaces", None, name)
-
-
-def pod(name: str, ns: str, node: str, script: str) -> Obj:
+def pod(name: str, namespace: str, node: str, script: str) -> Obj:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "namespace": ns},
+        "metadata": {"name": name, "namespace": namespace},
         "spec": {
             "restartPolicy": "Never",
             "nodeSelector": {"kubernetes.io/hostname": node},
@@ -72,59 +59,59 @@ def pod(name: str, ns: str, node: str, script: str) -> Obj:
     }
 
 
-def ended(cluster: Cluster, ns: str, name: str) -> Obj | None:
-    p = cluster.store.get("pods", ns, name)
+def ended(cluster: Cluster, namespace: str, name: str) -> Obj | None:
+    p = cluster.store.get("pods", namespace, name)
     return p if p["status"].get("phase") in ("Succeeded", "Failed") else None
 
 
-def log(cluster: Cluster, ns: str, name: str) -> str:
-    path = cluster.kubelet.log_path(ns, name, "main")
+def log(cluster: Cluster, namespace: str, name: str) -> str:
+    path = cluster.kubelet.log_path(namespace, name, "main")
     return path.read_text() if path else ""
 
 
 def test_node_slow_gives_its_pods_processes_a_fraction_of_the_cpu(
-    cluster: Cluster, ns: str
+    cluster: Cluster, namespace: str
 ) -> None:
     api = Api(cluster.url)
     assert api.post("/_test/faults/node-slow", {"node": "node-0", "factor": 4})[0] == 200
     try:
-        cluster.store.create("pods", pod("slow", ns, "node-0", BUSY))
-        cluster.store.create("pods", pod("free", ns, "node-1", BUSY))
-        wait_for("pod slow ended", lambda: ended(cluster, ns, "slow"), 30)
-        wait_for("pod free ended", lambda: ended(cluster, ns, "free"), 30)
+        cluster.store.create("pods", pod("slow", namespace, "node-0", BUSY))
+        cluster.store.create("pods", pod("free", namespace, "node-1", BUSY))
+        wait_for("pod slow ended", lambda: ended(cluster, namespace, "slow"), 30)
+        wait_for("pod free ended", lambda: ended(cluster, namespace, "free"), 30)
     finally:
         api.post("/_test/faults/node-slow", {"node": "node-0", "factor": None})
-    cpu = {n: float(log(cluster, ns, n).split("cpu ")[1]) for n in ("slow", "free")}
+    cpu = {n: float(log(cluster, namespace, n).split("cpu ")[1]) for n in ("slow", "free")}
     # Over 3 s of wall time the child on node-0 ran about a quarter of the time; the one on
     # node-1 had a core to itself most of it (two busy pods, two cores).
     assert cpu["slow"] < 0.45 * cpu["free"], cpu
     assert cpu["slow"] > 0.1, cpu  # slowed, not frozen
-    assert cluster.store.get("pods", ns, "slow")["status"]["phase"] == "Succeeded"
+    assert cluster.store.get("pods", namespace, "slow")["status"]["phase"] == "Succeeded"
     # Cleared: a pod on node-0 runs at full speed again.
-    cluster.store.create("pods", pod("again", ns, "node-0", BUSY))
-    wait_for("pod again ended", lambda: ended(cluster, ns, "again"), 30)
-    assert float(log(cluster, ns, "again").split("cpu ")[1]) > 2 * cpu["slow"]
+    cluster.store.create("pods", pod("again", namespace, "node-0", BUSY))
+    wait_for("pod again ended", lambda: ended(cluster, namespace, "again"), 30)
+    assert float(log(cluster, namespace, "again").split("cpu ")[1]) > 2 * cpu["slow"]
 
 
 def test_node_crash_fails_every_container_that_starts_there_until_healed(
-    cluster: Cluster, ns: str
+    cluster: Cluster, namespace: str
 ) -> None:
     api = Api(cluster.url)
     assert api.post("/_test/faults/node-crash", {"node": "node-1"})[0] == 200
     try:
-        cluster.store.create("pods", pod("crash", ns, "node-1", "print('ran')"))
-        cluster.store.create("pods", pod("fine", ns, "node-0", "print('ran')"))
-        crashed = wait_for("pod crash ended", lambda: ended(cluster, ns, "crash"), 30)
-        fine = wait_for("pod fine ended", lambda: ended(cluster, ns, "fine"), 30)
+        cluster.store.create("pods", pod("crash", namespace, "node-1", "print('ran')"))
+        cluster.store.create("pods", pod("fine", namespace, "node-0", "print('ran')"))
+        crashed = wait_for("pod crash ended", lambda: ended(cluster, namespace, "crash"), 30)
+        fine = wait_for("pod fine ended", lambda: ended(cluster, namespace, "fine"), 30)
     finally:
         api.post("/_test/faults/node-crash", {"node": "node-1", "crash": False})
     term = crashed["status"]["containerStatuses"][0]["state"]["terminated"]
     assert crashed["status"]["phase"] == "Failed" and term["exitCode"] == 1
-    assert "ran" not in log(cluster, ns, "crash")
-    assert "node node-1 crashes every container at start" in log(cluster, ns, "crash")
-    assert fine["status"]["phase"] == "Succeeded" and log(cluster, ns, "fine") == "ran\n"
-    cluster.store.create("pods", pod("healed", ns, "node-1", "print('ran')"))
-    healed = wait_for("pod healed ended", lambda: ended(cluster, ns, "healed"), 30)
+    assert "ran" not in log(cluster, namespace, "crash")
+    assert "node node-1 crashes every container at start" in log(cluster, namespace, "crash")
+    assert fine["status"]["phase"] == "Succeeded" and log(cluster, namespace, "fine") == "ran\n"
+    cluster.store.create("pods", pod("healed", namespace, "node-1", "print('ran')"))
+    healed = wait_for("pod healed ended", lambda: ended(cluster, namespace, "healed"), 30)
     assert healed["status"]["phase"] == "Succeeded"
 
 
@@ -137,7 +124,7 @@ def test_node_faults_refuse_a_node_that_is_not_there(cluster: Cluster) -> None:
 
 
 def test_each_scheduler_holds_a_renewed_lease_and_quota_objects_are_served(
-    cluster: Cluster, ns: str
+    cluster: Cluster, namespace: str
 ) -> None:
     api = Api(cluster.url)
     code, body = api.get("/apis/coordination.k8s.io/v1/namespaces/kube-system/leases")
@@ -155,7 +142,7 @@ def test_each_scheduler_holds_a_renewed_lease_and_quota_objects_are_served(
         "metadata": {"name": "gpus"},
         "spec": {"hard": {"requests.nvidia.com/gpu": "4"}},
     }
-    code, body = api.post(f"/api/v1/namespaces/{ns}/resourcequotas", quota)
+    code, body = api.post(f"/api/v1/namespaces/{namespace}/resourcequotas", quota)
     assert code == 201, json.dumps(body)
-    code, body = api.get(f"/api/v1/namespaces/{ns}/limitranges")
+    code, body = api.get(f"/api/v1/namespaces/{namespace}/limitranges")
     assert code == 200 and body["items"] == []

@@ -8,7 +8,6 @@ run's bundle holds its objects, events and pods' state and `doctor --run` says w
 
 from __future__ import annotations
 
-import contextlib
 import json
 import tarfile
 import time
@@ -33,17 +32,6 @@ def cluster() -> Iterator[Cluster]:
         yield c
 
 
-@pytest.fixture
-def ns(cluster: Cluster) -> Iterator[str]:
-    name = f"dr-{uuid.uuid4().hex[:6]}"
-    cluster.store.create("namespaces", {"metadata": {"name": name}})
-    try:
-        yield name
-    finally:
-        with contextlib.suppress(Exception):
-            cluster.store.delete("namespaces", None, name)
-
-
 def rows(output: str) -> dict[str, tuple[str, str, str]]:
     """check name -> (status, found, hint) from doctor's table."""
     out: dict[str, tuple[str, str, str]] = {}
@@ -61,16 +49,16 @@ def rows(output: str) -> dict[str, tuple[str, str, str]]:
 
 
 def test_doctor_names_each_failure_with_its_hint_and_passes_a_deployable_run(
-    cluster: Cluster, ns: str
+    cluster: Cluster, namespace: str
 ) -> None:
     size = ["--world-size", "4", "--gpus-per-node", "2"]
-    ok = cli(cluster, "doctor", "-n", ns, *size)
+    ok = cli(cluster, "doctor", "-n", namespace, *size)
     assert ok.exit_code == 0, ok.output
     assert "doctor: 0 fail, 0 warn" in ok.output
     assert all(s == "pass" for s, _, _ in rows(ok.output).values())
 
     # A cluster without the named scheduler.
-    absent = cli(cluster, "doctor", "-n", ns, *size, "--scheduler", "hami-scheduler")
+    absent = cli(cluster, "doctor", "-n", namespace, *size, "--scheduler", "hami-scheduler")
     assert absent.exit_code == 1, absent.output
     status, found, hint = rows(absent.output)["scheduler"]
     assert status == "fail"
@@ -80,14 +68,14 @@ def test_doctor_names_each_failure_with_its_hint_and_passes_a_deployable_run(
     )
     assert hint.startswith("install hami-scheduler (its Helm chart) or deploy without --scheduler")
     assert [n for n, (s, _, _) in rows(absent.output).items() if s != "pass"] == ["scheduler"]
-    running = cli(cluster, "doctor", "-n", ns, *size, "--scheduler", "volcano")
+    running = cli(cluster, "doctor", "-n", namespace, *size, "--scheduler", "volcano")
     assert running.exit_code == 0, running.output
     assert rows(running.output)["scheduler"][1].startswith(
         "volcano runs: its Lease kube-system/volcano was renewed"
     )
 
     # Too few GPUs for the world asked.
-    big = cli(cluster, "doctor", "-n", ns, "--world-size", "16", "--gpus-per-node", "2")
+    big = cli(cluster, "doctor", "-n", namespace, "--world-size", "16", "--gpus-per-node", "2")
     assert big.exit_code == 1, big.output
     status, found, hint = rows(big.output)["world"]
     assert status == "fail"
@@ -100,17 +88,28 @@ def test_doctor_names_each_failure_with_its_hint_and_passes_a_deployable_run(
     # JSON: the same checks, ok false.
     doc = json.loads(
         cli(
-            cluster, "doctor", "-n", ns, "--world-size", "16", "--gpus-per-node", "2", "-o", "json"
+            cluster,
+            "doctor",
+            "-n",
+            namespace,
+            "--world-size",
+            "16",
+            "--gpus-per-node",
+            "2",
+            "-o",
+            "json",
         ).output
     )
-    assert doc["ok"] is False and doc["namespace"] == ns
+    assert doc["ok"] is False and doc["namespace"] == namespace
     assert [c["name"] for c in doc["checks"] if c["status"] == "fail"] == ["world"]
 
 
 def test_baseline_namespace_rdma_profile_and_no_rdma_resource_fail_both_and_deploy_refuses(
-    cluster: Cluster, ns: str
+    cluster: Cluster, namespace: str
 ) -> None:
-    cluster.store.mutate("namespaces", None, ns, lambda o: o["metadata"]["labels"].update(BASELINE))
+    cluster.store.mutate(
+        "namespaces", None, namespace, lambda o: o["metadata"]["labels"].update(BASELINE)
+    )
     ib = [
         "--world-size",
         "4",
@@ -121,13 +120,13 @@ def test_baseline_namespace_rdma_profile_and_no_rdma_resource_fail_both_and_depl
         "--rdma-resource",
         "rdma/ib=1",
     ]
-    res = cli(cluster, "doctor", "-n", ns, *ib)
+    res = cli(cluster, "doctor", "-n", namespace, *ib)
     assert res.exit_code == 1, res.output
     found = rows(res.output)
     status, psa, hint = found["pod-security"]
     assert status == "fail"
     assert psa == (
-        f"namespace {ns} enforces Pod Security level 'baseline' (pod-security.kubernetes.io/enforce) "
+        f"namespace {namespace} enforces Pod Security level 'baseline' (pod-security.kubernetes.io/enforce) "
         "and the pods of --security rdma need 'privileged' (the IPC_LOCK capability): admission "
         "refuses them"
     )
@@ -140,21 +139,23 @@ def test_baseline_namespace_rdma_profile_and_no_rdma_resource_fail_both_and_depl
     # deploy runs the cheap part first: refused with the same words, nothing created.
     rid = f"r-{uuid.uuid4().hex[:6]}"
     start = time.monotonic()
-    refused = cli(cluster, "deploy", "-n", ns, "--run-id", rid, *ib)
+    refused = cli(cluster, "deploy", "-n", namespace, "--run-id", rid, *ib)
     assert refused.exit_code == 2, refused.output
     assert time.monotonic() - start < 5
     lines = refused.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(
         f"error: deploy refused, nothing was created: pod-security: {psa}; hint: "
     )
-    assert labelled(cluster, ns) == []
+    assert labelled(cluster, namespace) == []
 
 
-def test_deploy_refuses_a_run_its_namespace_quota_cannot_hold(cluster: Cluster, ns: str) -> None:
+def test_deploy_refuses_a_run_its_namespace_quota_cannot_hold(
+    cluster: Cluster, namespace: str
+) -> None:
     cluster.store.create(
         "resourcequotas",
         {
-            "metadata": {"name": "gpus", "namespace": ns},
+            "metadata": {"name": "gpus", "namespace": namespace},
             "spec": {"hard": {"requests.nvidia.com/gpu": "2"}},
             "status": {
                 "hard": {"requests.nvidia.com/gpu": "2"},
@@ -162,14 +163,14 @@ def test_deploy_refuses_a_run_its_namespace_quota_cannot_hold(cluster: Cluster, 
             },
         },
     )
-    res = cli(cluster, "deploy", "-n", ns, "--world-size", "4", "--gpus-per-node", "2")
+    res = cli(cluster, "deploy", "-n", namespace, "--world-size", "4", "--gpus-per-node", "2")
     assert res.exit_code == 2, res.output
     assert (
         "error: deploy refused, nothing was created: quota: ResourceQuota gpus: the run needs "
         "requests.nvidia.com/gpu 4, 2 of 2 is left (0 used): the pods would be refused"
         in res.output
     )
-    assert labelled(cluster, ns) == []
+    assert labelled(cluster, namespace) == []
 
 
 def members(path: Path) -> dict[str, bytes]:
@@ -178,14 +179,14 @@ def members(path: Path) -> dict[str, bytes]:
 
 
 def test_a_pending_runs_bundle_and_doctor_run_say_why(
-    cluster: Cluster, ns: str, tmp_path: Path
+    cluster: Cluster, namespace: str, tmp_path: Path
 ) -> None:
     rid = f"r-{uuid.uuid4().hex[:6]}"
     made = cli(
         cluster,
         "deploy",
         "-n",
-        ns,
+        namespace,
         "--run-id",
         rid,
         "--no-wait",
@@ -200,28 +201,28 @@ def test_a_pending_runs_bundle_and_doctor_run_say_why(
     assert made.exit_code == 0, made.output
 
     def unschedulable() -> bool:
-        pods = cluster.store.list("pods", ns)[0]
+        pods = cluster.store.list("pods", namespace)[0]
         return len(pods) == 2 and all(
             any(c.get("reason") == "Unschedulable" for c in p["status"].get("conditions") or [])
             for p in pods
         )
 
     wait_for("both pods Unschedulable", unschedulable, 20)
-    why = cli(cluster, "doctor", "-n", ns, "--run", rid)
+    why = cli(cluster, "doctor", "-n", namespace, "--run", rid)
     assert why.exit_code == 1, why.output
     lines = why.output.splitlines()
-    assert lines[0] == f"run {rid} in {ns} (Job): Unschedulable"
+    assert lines[0] == f"run {rid} in {namespace} (Job): Unschedulable"
     assert lines[1].split() == ["RANK", "POD", "NODE", "PHASE", "WHY"]
     for rank, line in enumerate(lines[2:4]):
         assert line.startswith(f"{rank}     {rid}-{rank}-"), line
         assert " -     Pending  Unschedulable for " in line
         assert line.endswith("0/4 nodes are available: 4 Insufficient nvidia.com/gpu.")
-    doc = json.loads(cli(cluster, "doctor", "-n", ns, "--run", rid, "-o", "json").output)
+    doc = json.loads(cli(cluster, "doctor", "-n", namespace, "--run", rid, "-o", "json").output)
     assert doc["phase"] == "Unschedulable" and doc["ok"] is False
     assert [r["rank"] for r in doc["rows"]] == [0, 1]
 
     out = tmp_path / "pending.tar.gz"
-    got = cli(cluster, "bundle", "-n", ns, "--run", rid, "-o", str(out))
+    got = cli(cluster, "bundle", "-n", namespace, "--run", rid, "-o", str(out))
     assert got.exit_code == 0, got.output
     assert f"run {rid}: 5 objects (2 pods), " in got.output and str(out) in got.output
     files = members(out)
@@ -233,7 +234,7 @@ def test_a_pending_runs_bundle_and_doctor_run_say_why(
         f"{rid}/objects/configmap-{rid}-engine.yaml",
         *(
             f"{rid}/objects/pod-{p['metadata']['name']}.yaml"
-            for p in cluster.store.list("pods", ns)[0]
+            for p in cluster.store.list("pods", namespace)[0]
         ),
     }
     cm = yaml.safe_load(files[f"{rid}/objects/configmap-{rid}-engine.yaml"])
@@ -247,11 +248,11 @@ def test_a_pending_runs_bundle_and_doctor_run_say_why(
     readme = files[f"{rid}/README.txt"].decode()
     assert "Not available:" in readme and "logs/" in readme  # the pods never started
     assert not [n for n in names if "/logs/" in n or "/nodes/" in n]
-    assert cli(cluster, "cleanup", "-n", ns, "--run", rid).exit_code == 0
+    assert cli(cluster, "cleanup", "-n", namespace, "--run", rid).exit_code == 0
 
 
 def test_bundle_on_failure_is_written_before_the_failed_run_is_deleted(
-    cluster: Cluster, ns: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cluster: Cluster, namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
     rid = f"r-{uuid.uuid4().hex[:6]}"
@@ -259,7 +260,7 @@ def test_bundle_on_failure_is_written_before_the_failed_run_is_deleted(
         cluster.faults.node_crash(node)
     try:
         res = cli(
-            cluster, "deploy", "-n", ns, "--run-id", rid, "--bundle-on-failure",
+            cluster, "deploy", "-n", namespace, "--run-id", rid, "--bundle-on-failure",
             "--world-size", "2", "--gpus-per-node", "1", "--node", "node-1", "--node", "node-2",
             "--", "--backend", "gloo",
         )  # fmt: skip
@@ -270,7 +271,7 @@ def test_bundle_on_failure_is_written_before_the_failed_run_is_deleted(
     path = tmp_path / f"{rid}.bundle.tar.gz"
     assert f"(debug bundle: {rid}.bundle.tar.gz)" in res.output
     assert "(deleted what this deploy created" in res.output
-    assert labelled(cluster, ns) == []  # deleted after the bundle was written
+    assert labelled(cluster, namespace) == []  # deleted after the bundle was written
     files = members(path)
     # The rank that failed first; the other may be gone already (the Job deletes it once failed).
     culprit = f"{rid}/objects/pod-{rid}-0-"
@@ -283,7 +284,7 @@ def test_bundle_on_failure_is_written_before_the_failed_run_is_deleted(
     logs = [v.decode() for k, v in files.items() if k.endswith(".log")]
     assert logs and all("crashes every container at start" in text for text in logs)
     table = files[f"{rid}/doctor.txt"].decode().splitlines()
-    assert table[0].startswith(f"run {rid} in {ns} (Job): Failed: rank 0 (pod {rid}-0-")
+    assert table[0].startswith(f"run {rid} in {namespace} (Job): Failed: rank 0 (pod {rid}-0-")
     assert table[2].startswith("0*") and table[2].endswith(
         "Failed  exit code 1; last log lines: test cluster: node "
         f"{table[2].split()[2]} crashes every container at start (node-crash fault)"

@@ -3,12 +3,14 @@ on a healthy cluster (exit 0) and exactly the slow and the crashing node once no
 4x and node-4 crashes every container (exit 1). Every 2-node test is a real run: deploy (pinned
 to its two nodes), results (each rank's node named), cleanup.
 
-The "nodes" of this cluster share the machine's two cores, which real nodes never do, so the
-measurement is made to stand that: gloo on sizes whose timing spans many of the node-slow
-fault's 20 ms duty cycles, the best row of each test, a threshold of 0.5 (a 4x slow node
-measures at about a quarter of a healthy pair; healthy pairs spread by up to a third here),
-and one test at a time (--parallel 1): pairs measuring at once on two cores, or one measuring
-while another starts, share them unevenly.
+The "nodes" of this cluster share the machine's two cores (and whatever else runs on it), which
+real nodes never do, so the measurement is made to stand that: gloo on sizes whose timing spans
+many of the node-slow fault's 20 ms duty cycles, the best row of each test, one test at a time
+(--parallel 1: pairs measuring at once on two cores, or one measuring while another starts,
+share them unevenly), and a threshold of 0.6. Measured here, a pair with the 4x slow node
+reaches 0.2-0.5 of a healthy pair (gloo over loopback is not wholly CPU-bound, so a quarter of
+the CPU costs less than a quarter of the bandwidth), and healthy pairs spread down to about 0.65
+of their median with the machine busy.
 
 Labels and taints are written by the same code path the CLI uses, checked here without a whole
 check: on given verdicts, touching only the key this tool owns.
@@ -16,10 +18,8 @@ check: on given verdicts, touching only the key this tool owns.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -48,17 +48,6 @@ def cluster() -> Iterator[Cluster]:
         yield c
 
 
-@pytest.fixture
-def ns(cluster: Cluster) -> Iterator[str]:
-    name = f"nc-{uuid.uuid4().hex[:6]}"
-    cluster.store.create("namespaces", {"metadata": {"name": name}})
-    try:
-        yield name
-    finally:
-        with contextlib.suppress(Exception):
-            cluster.store.delete("namespaces", None, name)
-
-
 @pytest.fixture(autouse=True)
 def runs_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     d = tmp_path / "runs"
@@ -66,17 +55,17 @@ def runs_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return d
 
 
-def check(cluster: Cluster, ns: str, *args: str):
+def check(cluster: Cluster, namespace: str, *args: str):
     return cli(
-        cluster, "nodes", "check", "-n", ns, "--gpus-per-node", "1", "--threshold", "0.5",
+        cluster, "nodes", "check", "-n", namespace, "--gpus-per-node", "1", "--threshold", "0.6",
         "--parallel", "1", *args, *ENGINE,
     )  # fmt: skip
 
 
 def test_healthy_nodes_pass_then_the_slow_and_the_crashing_node_are_flagged(
-    cluster: Cluster, ns: str, runs_dir: Path
+    cluster: Cluster, namespace: str, runs_dir: Path
 ) -> None:
-    healthy = check(cluster, ns, "-o", "json")
+    healthy = check(cluster, namespace, "-o", "json")
     assert healthy.exit_code == 0, healthy.output
     doc = json.loads(healthy.output[healthy.output.index("{") :])
     assert {v["node"]: v["verdict"] for v in doc["nodes"]} == dict.fromkeys(NODES, "good")
@@ -88,13 +77,13 @@ def test_healthy_nodes_pass_then_the_slow_and_the_crashing_node_are_flagged(
     first = tests[0]
     devices = load(runs_dir / first["run_id"] / "results.json").meta.devices
     assert sorted(str(d.node) for d in devices) == sorted([first["a"], first["b"]])
-    assert labelled(cluster, ns) == []  # every test run was removed
+    assert labelled(cluster, namespace) == []  # every test run was removed
 
     api = Api(cluster.url)
     assert api.post("/_test/faults/node-slow", {"node": "node-2", "factor": 4})[0] == 200
     assert api.post("/_test/faults/node-crash", {"node": "node-4"})[0] == 200
     try:
-        faulty = check(cluster, ns, "--label", "--taint", "--dry-run")
+        faulty = check(cluster, namespace, "--label", "--taint", "--dry-run")
     finally:
         api.post("/_test/faults/node-slow", {"node": "node-2", "factor": None})
         api.post("/_test/faults/node-crash", {"node": "node-4", "crash": False})
@@ -109,7 +98,7 @@ def test_healthy_nodes_pass_then_the_slow_and_the_crashing_node_are_flagged(
         "node-4": "bad",
     }, faulty.output
     assert re.match(
-        r"[\d.]+ GB/s with good node node-\d, below 0\.5 x the cluster's [\d.]+ GB/s$",
+        r"[\d.]+ GB/s with good node node-\d, below 0\.6 x the cluster's [\d.]+ GB/s$",
         table["node-2"][1],
     ), table["node-2"]
     assert re.match(
@@ -125,7 +114,7 @@ def test_healthy_nodes_pass_then_the_slow_and_the_crashing_node_are_flagged(
         node = cluster.store.get("nodes", None, name)
         assert "nccl-k8s/node-check" not in node["metadata"]["labels"]
         assert not [t for t in node["spec"].get("taints") or [] if t["key"] == "nccl-k8s/bad-node"]
-    assert labelled(cluster, ns) == []
+    assert labelled(cluster, namespace) == []
 
 
 def test_verdicts_are_written_as_our_label_and_taint_only(cluster: Cluster) -> None:

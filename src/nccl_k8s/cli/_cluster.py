@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from nccl_k8s.cli._common import Command, err, handle_errors, out
+from nccl_k8s.cli._common import Command, columns, err, handle_errors, out
 from nccl_k8s.cli._options import (
     Context,
     Kubeconfig,
@@ -75,15 +75,7 @@ def status_command(
         )
     # Plain columns, as kubectl prints them: a rich Table takes a third of a second for a
     # thousand pods, and status should answer within one.
-    out.file.write(_columns(rows))
-
-
-def _columns(rows: list[tuple[str, ...]]) -> str:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
-    lines = (
-        "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) + "  " + r[-1] for r in rows
-    )
-    return "\n".join(line.rstrip() for line in lines) + "\n"
+    out.file.write(columns(rows))
 
 
 @handle_errors
@@ -110,7 +102,7 @@ def list_command(
     for r in runs:
         pods = ", ".join(f"{v} {k}" for k, v in r.pods.items() if v) or "-"
         rows.append((r.run_id, r.kind or "-", r.phase, pods, r.created or "-"))
-    out.file.write(_columns(rows))
+    out.file.write(columns(rows))
 
 
 @handle_errors

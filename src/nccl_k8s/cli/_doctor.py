@@ -12,12 +12,21 @@ from typing import Annotated, Any
 
 import typer
 
-from nccl_k8s.cli._common import Command, Group, err, handle_errors, out, with_default
+from nccl_k8s.cli._common import (
+    Command,
+    Group,
+    columns,
+    err,
+    handle_errors,
+    out,
+    with_default,
+)
 from nccl_k8s.cli._deploy import ScheduleTimeout, wait_settings
 from nccl_k8s.cli._options import (
     CLUSTER,
     Context,
     Kubeconfig,
+    Namespace,
     Output,
     RunId,
     client_settings,
@@ -25,15 +34,6 @@ from nccl_k8s.cli._options import (
     with_spec_options,
 )
 from nccl_k8s.errors import UsageError
-
-
-def _columns(rows: list[tuple[str, ...]]) -> str:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
-    lines = (
-        "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) + "  " + r[-1] for r in rows
-    )
-    return "\n".join(line.rstrip() for line in lines) + "\n"
-
 
 DoctorRun = Annotated[
     str | None,
@@ -83,7 +83,7 @@ def doctor_command(
             rows.append((c.name, c.status, c.message))
             if c.hint:
                 rows.append(("", "", f"hint: {c.hint}"))
-        out.file.write(_columns(rows))
+        out.file.write(columns(rows))
         counts = {s: sum(1 for c in report.checks if c.status == s) for s in ("fail", "warn")}
         err.print(
             f"doctor: {counts['fail']} fail, {counts['warn']} warn, "
@@ -202,7 +202,7 @@ def nodes_check_command(
         for v in f.nodes:
             score = "-" if v.score is None else f"{v.score:.3g}"
             rows.append((v.node, v.verdict, score, v.why))
-        out.file.write(_columns(rows))
+        out.file.write(columns(rows))
         ref = "-" if f.reference is None else f"{f.reference:.3g} GB/s"
         out.print(f"cluster reference busbw {ref}, threshold {f.threshold:g}", markup=False)
         for link in f.links:
@@ -228,17 +228,7 @@ def bundle_command(
             show_default=False,
         ),
     ] = None,
-    namespace: Annotated[
-        str | None,
-        typer.Option(
-            "--namespace",
-            "-n",
-            metavar="NAME",
-            help=with_default("Namespace.", "the kubeconfig context's"),
-            show_default=False,
-            rich_help_panel=CLUSTER,
-        ),
-    ] = None,
+    namespace: Namespace = None,
     context: Context = None,
     kubeconfig: Kubeconfig = None,
 ) -> None:

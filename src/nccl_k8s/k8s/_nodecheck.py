@@ -196,13 +196,18 @@ class _Runner:
 
     def run(self, pairs: list[tuple[str, str]], pass_no: int, parallel: int) -> list[PairTest]:
         specs = [self._spec(a, b) for a, b in pairs]
-        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
+        pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, parallel))
+        try:
             futures = [pool.submit(self.one, s, pass_no) for s in specs]
             out = []
             for f in futures:
                 test = f.result()
                 self.progress(_said(test))
                 out.append(test)
+        finally:
+            # Interrupted: do not wait for the tests still running (abandon() removes their
+            # runs, and their deploys then end on their own); done: nothing is left to wait for.
+            pool.shutdown(wait=False, cancel_futures=True)
         return out
 
     def abandon(self) -> None:
