@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pathlib
 import re
+from typing import cast
 
 import pytest
 
 from nccl_k8s.bench import report
-from nccl_k8s.bench.config import DTYPES, parse_size
+from nccl_k8s.bench.config import DTYPES, Dtype, Op, parse_size
 from nccl_k8s.bench.counts import SHAPES, memory_limit, rotation_shifts
 
 DATA = pathlib.Path(__file__).parent / "data" / "nccl-tests"
@@ -33,7 +34,7 @@ def test_rows_print_exactly_as_nccl_tests(path: pathlib.Path) -> None:
     assert rows, path
     for line in rows:
         f = line.split()
-        row = report.Row(
+        row = report.TableRow(
             _op_of(path), int(f[0]), int(f[1]), f[2], f[3], int(f[4]), _cell(f[5:9]), _cell(f[9:13])
         )
         assert report.row_line(row) == line
@@ -47,8 +48,8 @@ def test_size_and_count_columns_follow_nccl_tests(path: pathlib.Path) -> None:
     assert header
     lo, hi, factor = (int(x) for x in header.groups())
     rows = [line.split() for line in text.splitlines() if ROW.match(line)]
-    dtype = rows[0][2]
-    shape = SHAPES[_op_of(path)]
+    dtype = cast(Dtype, rows[0][2])
+    shape = SHAPES[cast(Op, _op_of(path))]
     size, expected = lo, list[tuple[int, int]]()
     while size <= hi and len(expected) < len(rows):
         c = shape.counts(size, DTYPES[dtype], 1)
@@ -84,12 +85,41 @@ def test_number_format(value: float, width: int, text: str) -> None:
     assert report.float_str(value, width) == text
 
 
+def test_columns_never_overflow_at_rounding_edges() -> None:
+    """nccl-tests picks the format by the printed width (snprintf), so 9999.996 in a 7-wide
+    column is '10000.0', not the 8-character '10000.00'."""
+    assert report.float_str(9999.996, 7) == "10000.0"
+    assert report.float_str(999999.6, 6) == " 1e+06"
+    assert report.float_str(99.996, 6) == "100.00"
+    for width in (6, 7):
+        for exp in range(-3, 12):
+            for mant in (1.0, 9.9949, 9.995, 9.996, 9.99999):
+                assert len(report.float_str(mant * 10.0**exp, width)) == width, (mant, exp, width)
+
+
+def test_wrong_counts_print_as_nccl_tests_6g() -> None:
+    cell = report.Cell(1.0, 1.0, 1.0, 1234567, 1.0, 1.0)
+    row = report.TableRow("all_reduce", 8, 2, "float", "sum", -1, cell, cell)
+    assert report.row_line(row).split()[8] == "1.23457e+06"
+
+
+def test_fault_line_round_trip() -> None:
+    payload = {"rank": 0, "culprit": 3, "host": "bench-0", "pid": 42, "reason": "no heartbeat for 31 s",
+               "where": "all_reduce 8 B out-of-place timing"}  # fmt: skip
+    line = report.fault_line(payload)
+    assert line.startswith(report.FAULT_PREFIX + ' {"v":1,')
+    assert report.parse_fault_line("2026-12-03T10:00:00Z " + line) == {"v": 1, **payload}
+    assert report.parse_fault_line(line[:-5]) is None  # cut off
+    assert report.parse_fault_line('NCCL_K8S_FAULT {"v":2}') is None
+    assert report.parse_fault_line("nothing here") is None
+
+
 @pytest.mark.parametrize(
     ("op", "nranks", "factor"),
     [("all_reduce", 8, 1.75), ("all_gather", 8, 0.875), ("reduce_scatter", 4, 0.75), ("alltoall", 2, 0.5),
      ("broadcast", 8, 1.0), ("reduce", 8, 1.0), ("sendrecv", 8, 1.0), ("gather", 4, 0.75), ("scatter", 4, 0.75)],
 )  # fmt: skip
-def test_bus_factors(op: str, nranks: int, factor: float) -> None:
+def test_bus_factors(op: Op, nranks: int, factor: float) -> None:
     shape = SHAPES[op]
     counts = shape.counts(1 << 20, 4, nranks)
     algbw, busbw = shape.bandwidth(counts, 4, nranks, 1e-3)
@@ -114,11 +144,15 @@ def test_rotation_walks_the_buffer_at_small_sizes() -> None:
     assert rotation_shifts(big, 4, 1 << 20, 20) == [0]
 
 
-def test_memory_limit_is_nccl_tests_rule() -> None:
+def test_memory_limit_is_nccl_tests_2_19_6_rule() -> None:
+    """src/common.cu of 2.19.6: reserve min(ceil(mem / 16 GiB) GiB, 4 GiB) plus 1 GiB, then room
+    for send, recv and (checking) expected buffers."""
     gib = 1 << 30
     assert memory_limit(256 << 20, 141 * gib, check=True) is None
-    assert memory_limit(64 * gib, 141 * gib, check=True) == 140 * gib // 3
-    assert memory_limit(100 * gib, 141 * gib, check=False) == 70 * gib
+    assert memory_limit(64 * gib, 141 * gib, check=True) == (141 - 4 - 1) * gib // 3
+    assert memory_limit(100 * gib, 141 * gib, check=False) == (141 - 4 - 1) * gib // 2
+    assert memory_limit(8 * gib, 16 * gib, check=True) == (16 - 1 - 1) * gib // 3
+    assert memory_limit(8 * gib, 17 * gib, check=True) == (17 - 2 - 1) * gib // 3
 
 
 @pytest.mark.parametrize(

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests import e2e_helpers
 from tests.cluster.cluster import Cluster
 
 pytestmark = pytest.mark.slow
@@ -38,15 +39,7 @@ Obj = dict[str, Any]
 
 def wait_for(what: str, fn: Callable[[], Any], timeout_s: float = 20.0) -> Any:
     """Poll fn until it returns something truthy; fail naming `what` and the last value."""
-    deadline = time.monotonic() + timeout_s
-    last: Any = None
-    while time.monotonic() < deadline:
-        with contextlib.suppress(Exception):
-            last = fn()
-            if last:
-                return last
-        time.sleep(0.05)
-    pytest.fail(f"timed out after {timeout_s}s waiting for {what}; last: {last!r}")
+    return e2e_helpers.wait_for(what, fn, timeout_s)
 
 
 def pod_manifest(name: str, ns: str, script: str, **spec: Any) -> Obj:

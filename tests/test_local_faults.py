@@ -220,7 +220,14 @@ def test_a_rank_stopped_or_killed_mid_run_is_named(
     errors = run.error_lines()
     assert len(errors) == 1, run.stderr()
     assert errors[0].startswith(f"error: rank {victim} (pid {ranks[victim].pid}) {what}"), errors
-    assert re.search(r"\(noticed by rank [02]: RuntimeError: ", errors[0]), errors
+    # The rank that noticed says what it saw: its watchdog (no progress within -T) or, when the
+    # dead peer's socket closed first, torch's error; or nobody had noticed before the launcher
+    # stopped the others (a SIGKILLed rank is evidence enough).
+    assert re.search(
+        r"\(noticed by rank [02]: (RuntimeError: |no progress for \d+ s)"
+        r"|no other rank had failed yet",
+        errors[0],
+    ), errors
     # -T 2, then SETTLE_S for the peers, then the stop: not the 30 s of SIGTERM to a stopped rank.
     assert took < 20
     _nothing_left(run)
@@ -240,7 +247,7 @@ def test_a_rank_stopped_before_the_rendezvous_is_named(start: Start, tmp_path: P
     (error,) = run.error_lines()
     assert re.match(
         r"error: rank 1 \(pid (\d+)\) stopped \(SIGSTOP\): the run timed out waiting for it "
-        r"\(noticed by rank 0: \w+: wait timeout",
+        r"\(noticed by rank 0: (\w+: wait timeout|no progress for \d+ s \(timeout -T 2 s\))",
         error,
     ), error
     assert int(re.findall(r"pid (\d+)", error)[0]) in children
@@ -255,9 +262,11 @@ def test_a_rank_that_spins_without_progress_is_named(start: Start, tmp_path: Pat
     ranks = run.rank_pids(2)
     assert run.wait() == 1
     (error,) = run.error_lines()
+    # Rank 1's own code spins (a CPU-hungry main thread) while rank 0 waits in the collective:
+    # the engine's watchdogs name rank 1 and where it spins.
     assert error.startswith(
-        f"error: rank 1 (pid {ranks[1].pid}) did not progress: the run timed out waiting for it "
-        "(noticed by rank 0: RuntimeError: Timed out waiting 2000ms"
+        f"error: rank 1 (pid {ranks[1].pid}) failed: alive but busy outside the collective "
+        f"(running {tmp_path / 'sitecustomize.py'}:"
     ), error
     _nothing_left(run)
 

@@ -128,3 +128,13 @@ def test_store_run_names_the_run_directory(tmp_path: Path) -> None:
     run.meta.run_id = None
     path = store_run(run, base=tmp_path)
     assert path.parent.name.startswith("nccl-") and load(path).meta.run_id == path.parent.name
+
+
+def test_the_loaded_libnccl_path_is_kept_through_the_results_file(tmp_path: Path) -> None:
+    """The engine names the libnccl it loaded (ncclGetVersion's library); results keep it."""
+    lib = "/usr/local/lib/python3.12/dist-packages/nvidia/nccl/lib/libnccl.so.2"
+    run = parse_result_lines(line("meta", **META, nccl_library=lib) + "\n" + row(8, "out", 5.0))
+    assert (run.meta.nccl, run.meta.nccl_library) == ("2.28.9", lib)
+    _, path = collect_results([line("meta", **META, nccl_library=lib), row(8, "out", 5.0)],
+                                   run_id="r", out=tmp_path / "results.json")  # fmt: skip
+    assert path is not None and load(path).meta.nccl_library == lib

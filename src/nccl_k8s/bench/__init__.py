@@ -6,6 +6,15 @@ is the per-rank entry point; it works under plain torchrun.
 """
 
 from nccl_k8s.bench.config import ALL_OPS, BenchConfig, ConfigError, parse_args, parse_size
-from nccl_k8s.bench.report import RESULT_PREFIX
+from nccl_k8s.bench.report import FAULT_PREFIX, RESULT_PREFIX, parse_fault_line
 
-__all__ = ["ALL_OPS", "RESULT_PREFIX", "BenchConfig", "ConfigError", "parse_args", "parse_size"]
+__all__ = [
+    "ALL_OPS",
+    "FAULT_PREFIX",
+    "RESULT_PREFIX",
+    "BenchConfig",
+    "ConfigError",
+    "parse_args",
+    "parse_fault_line",
+    "parse_size",
+]

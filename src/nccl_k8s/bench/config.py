@@ -10,12 +10,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import os
 import re
-from collections.abc import Callable, Sequence
-from typing import NoReturn
+from collections.abc import Callable, Mapping, Sequence
+from typing import Literal, NoReturn, TypeVar, get_args
 
-#: Collectives the engine knows, in the order `--ops all` runs them.
-ALL_OPS: tuple[str, ...] = (
+#: A collective the engine knows; `--ops all` runs them in this order.
+Op = Literal[
     "all_reduce",
     "all_gather",
     "reduce_scatter",
@@ -25,10 +26,22 @@ ALL_OPS: tuple[str, ...] = (
     "sendrecv",
     "gather",
     "scatter",
-)
+]
+#: nccl-tests' type names (its `-d` values).
+Dtype = Literal[
+    "int8", "uint8", "int32", "int64", "half", "float", "double", "bfloat16", "f8e4m3", "f8e5m2"
+]
+#: nccl-tests' reduction names (its `-o` values).
+RedOp = Literal["sum", "prod", "max", "min", "avg"]
+#: --backend: NCCL, gloo, or NCCL when CUDA devices exist.
+Backend = Literal["auto", "nccl", "gloo"]
+#: --driver: with NCCL, libnccl through ctypes (as nccl-tests calls it) or torch.distributed.
+Driver = Literal["direct", "torch"]
 
-#: nccl-tests' type names (its `-d` values) -> bytes per element.
-DTYPES: dict[str, int] = {
+ALL_OPS: tuple[Op, ...] = get_args(Op)
+
+#: Bytes per element of each dtype.
+DTYPES: dict[Dtype, int] = {
     "int8": 1,
     "uint8": 1,
     "int32": 4,
@@ -41,7 +54,7 @@ DTYPES: dict[str, int] = {
     "f8e5m2": 1,
 }
 #: Aliases nccl-tests users type, mapped to nccl-tests' canonical names.
-DTYPE_ALIASES: dict[str, str] = {
+DTYPE_ALIASES: dict[str, Dtype] = {
     "float32": "float",
     "fp32": "float",
     "float16": "half",
@@ -52,9 +65,31 @@ DTYPE_ALIASES: dict[str, str] = {
     "char": "int8",
     "int": "int32",
 }
-REDOPS: tuple[str, ...] = ("sum", "prod", "max", "min", "avg")
-BACKENDS: tuple[str, ...] = ("auto", "nccl", "gloo")
+REDOPS: tuple[RedOp, ...] = get_args(RedOp)
+BACKENDS: tuple[Backend, ...] = get_args(Backend)
+DRIVERS: tuple[Driver, ...] = get_args(Driver)
 AVERAGE_MODES = {0: "rank 0", 1: "average", 2: "minimum", 3: "maximum"}
+#: -z, as nccl-tests 2.19.6 reads it.
+BLOCKING_MODES = {
+    0: "no wait between ops",
+    1: "wait and barrier after each op (time includes the barrier)",
+    2: "wait after each op, no barrier",
+    3: "wait and barrier after each op; time excludes the barrier",
+}
+#: Seconds a pod waits on a collective that never completes before it aborts (-T 0 in a pod):
+#: torch's own NCCL default, so both drivers and gloo give up at the same time.
+POD_TIMEOUT_S = 600
+
+_T = TypeVar("_T", bound=str)
+
+
+def _member(value: str, choices: tuple[_T, ...]) -> _T | None:
+    """`value` as a member of a Literal's values, or None."""
+    for choice in choices:
+        if choice == value:
+            return choice
+    return None
+
 
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kKmMgG]?)[bB]?\s*$")
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
@@ -73,14 +108,6 @@ def parse_size(text: str, *, flag: str = "size") -> int:
     return int(float(number) * _UNITS[unit.lower()])
 
 
-def format_size(nbytes: int) -> str:
-    """The shortest exact K/M/G spelling of a byte count (for messages and headers)."""
-    for suffix, unit in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
-        if nbytes >= unit and nbytes % unit == 0:
-            return f"{nbytes // unit}{suffix}"
-    return str(nbytes)
-
-
 @dataclasses.dataclass(frozen=True)
 class BenchConfig:
     """One engine run. Field names follow nccl-tests; units are in the names where they matter."""
@@ -96,28 +123,30 @@ class BenchConfig:
     iters: int = 20
     """-n: timed operations per size and placement."""
     warmup: int = 1
-    """-w: untimed operations at the largest and smallest size before the sweep (nccl-tests: 1)."""
+    """-w: untimed operations at every size from -b doubling up to -e, before the sweep
+    (nccl-tests 2.19.6; default 1)."""
     check: int = 1
     """-c: checked operations per size after timing; 0 turns checking off."""
-    dtype: str = "float"
+    dtype: Dtype = "float"
     """-d: element type, nccl-tests' name."""
-    redop: str = "sum"
+    redop: RedOp = "sum"
     """-o: reduction for the reducing collectives."""
     root: int = 0
     """-r: root rank for rooted collectives; -1 sweeps every root."""
     blocking: int = 0
-    """-z: 1 waits for completion and barriers after every op (changes what time means)."""
+    """-z: 0 no wait, 1 wait + barrier after each op, 2 wait only, 3 wait + barrier, barrier untimed."""
     average: int = 1
     """-a: how per-rank times combine: 0 rank 0, 1 average, 2 minimum, 3 maximum."""
     graph: int = 0
     """-G: capture the timed ops in a CUDA graph and launch it this many times (NCCL only)."""
     timeout_s: int = 0
-    """-T: seconds before a stuck collective aborts the run; 0 keeps torch's default."""
-    ops: tuple[str, ...] = ("all_reduce",)
+    """-T: seconds a rank waits on a collective before it names the culprit and aborts; 0: none
+    (POD_TIMEOUT_S inside a Kubernetes pod)."""
+    ops: tuple[Op, ...] = ("all_reduce",)
     """--ops: collectives to run, in order."""
-    backend: str = "auto"
+    backend: Backend = "auto"
     """--backend: nccl, gloo, or auto (NCCL when CUDA devices exist)."""
-    driver: str = "direct"
+    driver: Driver = "direct"
     """--driver: with NCCL, call libnccl directly (direct) or go through torch.distributed (torch)."""
     json_path: str | None = None
     """--json: also write results in nccl-tests' -J layout to this path (rank 0)."""
@@ -129,10 +158,6 @@ class BenchConfig:
     """--report-interval: soak mode: seconds between bus-bandwidth reports."""
     result_lines: bool = True
     """Print machine-readable result lines (prefix NCCL_K8S_RESULT) after the table."""
-
-    @property
-    def rooted_ops(self) -> tuple[str, ...]:
-        return tuple(op for op in self.ops if op in ROOTED_OPS)
 
     def sizes(self) -> list[int]:
         """The size column's inputs, exactly as nccl-tests walks them."""
@@ -148,12 +173,18 @@ class BenchConfig:
                 break
         return sizes
 
-    def with_maxbytes(self, maxbytes: int) -> BenchConfig:
-        return dataclasses.replace(self, maxbytes=maxbytes)
+    def warmup_sizes(self, maxbytes: int) -> list[int]:
+        """nccl-tests 2.19.6 warms every size from -b doubling up to the largest (x2 steps)."""
+        sizes: list[int] = []
+        size = min(self.minbytes, maxbytes)
+        while size <= maxbytes and len(sizes) < 64:
+            sizes.append(size)
+            size = size * 2 if size else 1
+        return sizes
 
 
-ROOTED_OPS = frozenset({"broadcast", "reduce", "gather", "scatter"})
-REDUCING_OPS = frozenset({"all_reduce", "reduce_scatter", "reduce"})
+ROOTED_OPS: frozenset[Op] = frozenset({"broadcast", "reduce", "gather", "scatter"})
+REDUCING_OPS: frozenset[Op] = frozenset({"all_reduce", "reduce_scatter", "reduce"})
 
 
 class _Parser(argparse.ArgumentParser):
@@ -212,10 +243,23 @@ def build_parser(prog: str = "python -m nccl_k8s.bench") -> argparse.ArgumentPar
     add("-d", "--datatype", default="float", metavar="TYPE", help=", ".join(DTYPES))
     add("-o", "--op", default="sum", metavar="REDOP", help=", ".join(REDOPS))
     add("-r", "--root", type=_int("-r", minimum=-1), default=0, help="root rank, -1 = all")
-    add("-z", "--blocking", type=_int("-z", minimum=0), default=0, help="1: sync after each op")
+    add(
+        "-z",
+        "--blocking",
+        type=_int("-z", minimum=0),
+        default=0,
+        help="0 none, 1 wait+barrier, 2 wait, 3 wait+barrier (untimed)",
+    )
     add("-a", "--average", type=_int("-a", minimum=0), default=1, help="0 rank0 1 avg 2 min 3 max")
     add("-G", "--cudagraph", type=_int("-G", minimum=0), default=0, help="CUDA graph launches")
-    add("-T", "--timeout", type=_int("-T", minimum=0), default=0, help="seconds, 0 = default")
+    add(
+        "-T",
+        "--timeout",
+        type=_int("-T", minimum=0),
+        default=0,
+        help=f"seconds a stuck collective may wait before the run names the culprit and aborts "
+        f"(0: none, {POD_TIMEOUT_S} inside a Kubernetes pod)",
+    )
     add(
         "--ops",
         default="all_reduce",
@@ -267,18 +311,27 @@ def config_from_namespace(ns: argparse.Namespace) -> BenchConfig:
     if ns.stepfactor > 1 and minbytes == 0:
         raise ConfigError("-b 0 with -f > 1: a factor never grows 0, expected -b >= 1")
 
-    dtype = DTYPE_ALIASES.get(ns.datatype, ns.datatype)
-    if dtype not in DTYPES:
+    dtype = DTYPE_ALIASES.get(ns.datatype) or _member(ns.datatype, tuple(DTYPES))
+    if dtype is None:
         raise ConfigError(f"-d {ns.datatype!r}: expected one of {', '.join(DTYPES)}")
-    if ns.op not in REDOPS:
+    redop = _member(ns.op, REDOPS)
+    if redop is None:
         raise ConfigError(f"-o {ns.op!r}: expected one of {', '.join(REDOPS)}")
     if ns.average not in AVERAGE_MODES:
         raise ConfigError(f"-a {ns.average}: expected 0 (rank 0), 1 (avg), 2 (min) or 3 (max)")
-    if ns.backend not in BACKENDS:
+    if ns.blocking not in BLOCKING_MODES:
+        raise ConfigError(f"-z {ns.blocking}: expected 0, 1, 2 or 3 (nccl-tests' blocking modes)")
+    backend = _member(ns.backend, BACKENDS)
+    if backend is None:
         raise ConfigError(f"--backend {ns.backend!r}: expected one of {', '.join(BACKENDS)}")
-
-    if ns.driver not in ("direct", "torch"):
+    driver = _member(ns.driver, DRIVERS)
+    if driver is None:
         raise ConfigError(f"--driver {ns.driver!r}: expected direct or torch")
+    if ns.blocking in (1, 2) and ns.cudagraph:
+        raise ConfigError(
+            f"-z {ns.blocking} with -G {ns.cudagraph}: a CUDA graph cannot wait inside its "
+            "capture; expected -z 0 or 3 with -G"
+        )
     ops = _parse_ops(ns.ops)
     return BenchConfig(
         minbytes=minbytes,
@@ -289,15 +342,15 @@ def config_from_namespace(ns: argparse.Namespace) -> BenchConfig:
         warmup=ns.warmup_iters,
         check=ns.check,
         dtype=dtype,
-        redop=ns.op,
+        redop=redop,
         root=ns.root,
         blocking=ns.blocking,
         average=ns.average,
         graph=ns.cudagraph,
         timeout_s=ns.timeout,
         ops=ops,
-        backend=ns.backend,
-        driver=ns.driver,
+        backend=backend,
+        driver=driver,
         json_path=ns.json_path,
         min_busbw=ns.min_busbw,
         duration_s=ns.duration,
@@ -306,16 +359,16 @@ def config_from_namespace(ns: argparse.Namespace) -> BenchConfig:
     )
 
 
-def _parse_ops(text: str) -> tuple[str, ...]:
+def _parse_ops(text: str) -> tuple[Op, ...]:
     names = [part.strip() for part in text.split(",") if part.strip()]
     if not names:
         raise ConfigError(f"--ops {text!r}: expected a collective name or 'all'")
     if names == ["all"]:
         return ALL_OPS
-    ops: list[str] = []
+    ops: list[Op] = []
     for name in names:
-        canonical = name.removesuffix("_perf")
-        if canonical not in ALL_OPS:
+        canonical = _member(name.removesuffix("_perf"), ALL_OPS)
+        if canonical is None:
             raise ConfigError(
                 f"--ops {name!r}: unknown collective, expected 'all' or {', '.join(ALL_OPS)}"
             )
@@ -328,6 +381,14 @@ def parse_args(argv: Sequence[str]) -> BenchConfig:
     """Parse and validate engine flags; raises ConfigError with one line."""
     ns = build_parser().parse_args(list(argv))
     return config_from_namespace(ns)
+
+
+def timeout_for(config: BenchConfig, environ: Mapping[str, str] | None = None) -> int:
+    """The collective timeout in effect: -T, or POD_TIMEOUT_S inside a pod when -T is 0."""
+    env = os.environ if environ is None else environ
+    if config.timeout_s:
+        return config.timeout_s
+    return POD_TIMEOUT_S if env.get("KUBERNETES_SERVICE_HOST") else 0
 
 
 def check_backend(config: BenchConfig, backend: str, *, world_size: int) -> None:
@@ -355,16 +416,25 @@ def check_backend(config: BenchConfig, backend: str, *, world_size: int) -> None
 
 __all__ = [
     "ALL_OPS",
+    "BACKENDS",
+    "BLOCKING_MODES",
+    "DRIVERS",
     "DTYPES",
+    "POD_TIMEOUT_S",
     "REDOPS",
     "REDUCING_OPS",
     "ROOTED_OPS",
+    "Backend",
     "BenchConfig",
     "ConfigError",
+    "Driver",
+    "Dtype",
+    "Op",
+    "RedOp",
     "build_parser",
     "check_backend",
     "config_from_namespace",
-    "format_size",
     "parse_args",
     "parse_size",
+    "timeout_for",
 ]

@@ -12,6 +12,16 @@ the size column is then the larger of the send and receive buffers, so it can be
 from __future__ import annotations
 
 import dataclasses
+from typing import Literal
+
+from nccl_k8s.bench.config import Op
+
+#: How a split collective lays its per-rank chunks out: same (no split), gather (recv holds n
+#: chunks), scatter (send holds n chunks), alltoall (both).
+Layout = Literal["same", "gather", "scatter", "alltoall"]
+#: Bus factor: allreduce 2(n-1)/n, ring (n-1)/n, one 1.
+Bus = Literal["allreduce", "ring", "one"]
+GIB = 1 << 30
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,13 +48,11 @@ class Counts:
 class Shape:
     """How one collective sizes its buffers and how its bandwidth is reported."""
 
-    name: str
+    name: Op
     split: bool
     """Buffers are split into per-rank chunks (rounded down to 16 bytes)."""
-    layout: str
-    """same | gather (recv = n chunks) | scatter (send = n chunks) | alltoall (both)."""
-    bus: str
-    """Bus factor: allreduce 2(n-1)/n, ring (n-1)/n, one 1."""
+    layout: Layout
+    bus: Bus
     rooted: bool
     reduces: bool
     """Prints the reduction in the redop column (others print 'none')."""
@@ -85,7 +93,7 @@ class Shape:
         return algbw, algbw * self.bus_factor(nranks)
 
 
-SHAPES: dict[str, Shape] = {
+SHAPES: dict[Op, Shape] = {
     s.name: s
     for s in (
         Shape("all_reduce", False, "same", "allreduce", False, True, True),
@@ -101,7 +109,7 @@ SHAPES: dict[str, Shape] = {
 }
 
 
-def buffer_bytes(op: str, maxbytes: int, elt_size: int, nranks: int) -> tuple[int, int]:
+def buffer_bytes(op: Op, maxbytes: int, elt_size: int, nranks: int) -> tuple[int, int]:
     """(send, recv) buffer bytes to allocate: room for the largest size and for rotation.
 
     Small sizes rotate through the buffer (nccl-tests' cache-avoiding shift), which needs the
@@ -117,11 +125,13 @@ def buffer_bytes(op: str, maxbytes: int, elt_size: int, nranks: int) -> tuple[in
 
 
 def memory_limit(maxbytes: int, memory_bytes: int, *, check: bool) -> int | None:
-    """nccl-tests' rule: send, receive and (when checking) expected buffers plus 1 GiB must fit.
+    """nccl-tests 2.19.6's rule: it reserves 1 GiB per 16 GiB of device memory (at most 4 GiB)
+    plus 1 GiB, and the rest must hold the send, receive and (when checking) expected buffers.
 
     Returns the reduced maximum size, or None when `maxbytes` fits.
     """
-    limit = max(0, (memory_bytes - (1 << 30)) // (3 if check else 2))
+    reserve = min(-(-memory_bytes // (16 * GIB)) * GIB, 4 * GIB)
+    limit = max(0, (memory_bytes - reserve - GIB) // (3 if check else 2))
     return limit if maxbytes > limit else None
 
 

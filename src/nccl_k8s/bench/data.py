@@ -1,35 +1,52 @@
 """Inputs whose correct result is exact, and the check that counts wrong elements.
 
-Every rank r fills element j of its input with f((r + j + rep) % k), small integers that every
-dtype holds exactly. Because the values depend on r only through a shift, the reduction over
-ranks of element j depends only on how many ranks land on each residue, which is known in closed
-form; so each rank computes its expected output without seeing the others' data, in O(k) passes
-over its own buffer, for any world size.
+Every element's value comes from a 32-bit hash of (rank, index, repetition), so no two places in
+a buffer, no two ranks and no two checks share a pattern: a chunk shifted inside itself, two
+ranks' chunks swapped or a stale buffer from an earlier check all read as wrong elements, as in
+nccl-tests (whose generator this follows in idea, not in code). Values are small integers (or,
+for `avg`, short binary fractions) that every dtype holds exactly.
 
-k and f are chosen per (redop, dtype, world size) so that no sum, product or partial result ever
-leaves the range where the dtype is exact: then the correct answer does not depend on the order
-in which NCCL or gloo reduce, and any difference is a real error. Averages are the exception
-(NCCL multiplies by 1/n before summing), so `avg` gives every rank the same values and allows
-rounding of a few units in the last place.
+How each reduction stays exact whatever order NCCL or gloo reduce in:
 
-Work goes in chunks so that checking a 4 GB buffer never needs 32 GB of int64 scratch.
+- sum: each element draws a target y in [B/2, B] (B the largest integer the dtype holds
+  exactly) and splits it over the ranks, q = y // n to every rank and one more to the m = y % n
+  ranks an element-wise random permutation puts first. Every partial sum lies in [0, y], so it
+  is exact; the expected value is y, computed by any rank in O(1) per element. Below n <= B/2
+  every rank adds at least 1 to every element, so a missing or doubled rank changes them all.
+- prod: the same split of a target exponent; each rank contributes 2**x, the product is 2**y.
+- max/min: the rank the permutation puts first holds the target; the others draw values on the
+  near side of it.
+- avg: k ranks per element (tiled so that every rank contributes once per n/k elements) give
+  values in [L, 2L) with b random low bits; the others give 0. The mean is known exactly; NCCL
+  premultiplies by 1/n and gloo divides the sum, so the result may be off by a few roundings,
+  and k is small enough per dtype that the tolerance, 2(k + 1) units of rounding, stays far below
+  L/n, the least that a missing, doubled or substituted rank changes (test_check_blind_spots).
+- data movement: values are the hash itself, reduced to an alphabet of 8 to 2**20 symbols.
+
+Work goes in chunks so that checking a 4 GB buffer never needs 32 GB of scratch.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
+
+from nccl_k8s.bench.config import Dtype, RedOp
 
 if TYPE_CHECKING:
     import torch
 
 #: Elements per chunk when generating or checking (bounded scratch memory).
-CHUNK = 1 << 24
+CHUNK = 1 << 22
 
-#: Largest integer each float dtype represents exactly (2^(mantissa bits + 1)).
-_EXACT = {
+#: What a reducing collective does with the ranks' inputs; "move" for collectives that only copy.
+Kind = Literal["move", "sum", "prod", "max", "min", "avg", "avg_int"]
+
+#: Largest B such that every integer in [0, B] is exact in the dtype.
+EXACT: dict[Dtype, int] = {
     "half": 2048,
     "bfloat16": 256,
     "float": 1 << 24,
@@ -41,8 +58,8 @@ _EXACT = {
     "int32": (1 << 31) - 1,
     "int64": (1 << 63) - 1,
 }
-#: Most doublings a product may hold without overflow.
-_DOUBLINGS = {
+#: Largest power of two each dtype holds (products are 2**y with y <= this).
+DOUBLINGS: dict[Dtype, int] = {
     "half": 15,
     "bfloat16": 100,
     "float": 100,
@@ -54,14 +71,88 @@ _DOUBLINGS = {
     "int32": 30,
     "int64": 62,
 }
-#: Expected int64 values of a received buffer: fn(start, n) for elements [start, start + n).
+#: Floating types: explicit mantissa bits and the smallest normal number.
+FLOAT_LAYOUT: dict[Dtype, tuple[int, float]] = {
+    "double": (52, 2.0**-1022),
+    "float": (23, 2.0**-126),
+    "half": (10, 2.0**-14),
+    "bfloat16": (7, 2.0**-126),
+    "f8e4m3": (3, 2.0**-6),
+    "f8e5m2": (2, 2.0**-14),
+}
+#: Ranks that contribute to one element of an `avg`, per dtype: 4k(k+1)u stays <= 1/8 (u the
+#: unit roundoff), so the tolerance is at least 8x below what one rank changes; f8 has too few
+#: bits for more than one.
+AVG_CONTRIBUTORS: dict[Dtype, int] = {
+    "double": 8,
+    "float": 8,
+    "half": 4,
+    "bfloat16": 2,
+    "f8e4m3": 1,
+    "f8e5m2": 1,
+}
+#: Largest symbol of the data-movement alphabet (kept clear of the sentinel).
+_MOVE_MAX = 1 << 20
+#: Expected values of a received buffer: fn(start, n) for elements [start, start + n).
 ExpectedFn = Callable[[int, int], "torch.Tensor"]
+
 
 #: A value no pattern produces, written into receive buffers so an op that writes nothing shows.
 SENTINEL = -1
 
+_M32 = 0xFFFFFFFF
+# Two odd multipliers below 2**31, so x * C never leaves int64 for x < 2**32.
+_C1 = 0x7FEB352D
+_C2 = 0x2C1B3C6D
+_GOLDEN = 0x1E3779B9
+_TAGS = {"move": 1, "sum": 2, "prod": 3, "max": 4, "min": 5, "avg": 6, "avg_int": 2}
 
-def torch_dtype(name: str) -> torch.dtype:
+
+def mix32(x: int) -> int:
+    """The element hash on one Python int (for salts): a 32-bit avalanche mix."""
+    x &= _M32
+    x ^= x >> 16
+    x = (x * _C1) & _M32
+    x ^= x >> 15
+    x = (x * _C2) & _M32
+    x ^= x >> 16
+    return x
+
+
+def _mix(x: torch.Tensor) -> torch.Tensor:
+    """mix32 on an int64 tensor of values in [0, 2**32), in place where it can."""
+    x = x ^ (x >> 16)
+    x.mul_(_C1).bitwise_and_(_M32)
+    x.bitwise_xor_(x >> 15)
+    x.mul_(_C2).bitwise_and_(_M32)
+    x.bitwise_xor_(x >> 16)
+    return x
+
+
+def _salt(*parts: int) -> int:
+    h = 0x9E3779B9
+    for p in parts:
+        h = mix32(h ^ (p & _M32) ^ ((p >> 32) * _GOLDEN))
+    return h
+
+
+def _hashed(start: int, n: int, salt: int, device: torch.device) -> torch.Tensor:
+    """32-bit hashes of indices [start, start + n) under `salt` (int64 tensor)."""
+    import torch
+
+    idx = torch.arange(start, start + n, device=device, dtype=torch.int64)
+    if start + n > _M32:  # buffers past 4 Gi elements: fold the high bits in
+        idx = (idx & _M32) ^ (((idx >> 32) * _GOLDEN) & _M32)
+    return _mix(idx.bitwise_xor_(salt))
+
+
+@functools.lru_cache(maxsize=64)
+def _units(n: int) -> tuple[int, ...]:
+    """Multipliers a with gcd(a, n) = 1: r -> (a r + s) mod n permutes the ranks."""
+    return tuple(a for a in range(max(n, 1)) if math.gcd(a, n) == 1) or (0,)
+
+
+def torch_dtype(name: Dtype) -> torch.dtype:
     import torch
 
     return {
@@ -78,54 +169,169 @@ def torch_dtype(name: str) -> torch.dtype:
     }[name]
 
 
-def is_float(dtype: str) -> bool:
-    return dtype not in ("int8", "uint8", "int32", "int64")
+def is_float(dtype: Dtype) -> bool:
+    return dtype in FLOAT_LAYOUT
 
 
 @dataclasses.dataclass(frozen=True)
 class Pattern:
-    """value(r, j) = f((r + j + rep) % k); f is 'ident' (t), 'spike' (t == 0) or 'double' (2 if t == 0 else 1)."""
+    """How the inputs of one collective are generated and what its output must be."""
 
-    k: int
-    f: str
-    same_on_all_ranks: bool = False
+    kind: Kind
+    dtype: Dtype
+    nranks: int
 
-    def fvals(self) -> list[int]:
-        if self.f == "ident":
-            return list(range(self.k))
-        if self.f == "spike":
-            return [1] + [0] * (self.k - 1)
-        return [2] + [1] * (self.k - 1)
+    @property
+    def budget(self) -> int:
+        """sum/avg_int: the largest target; prod: the largest exponent; move/max/min: alphabet."""
+        if self.kind == "prod":
+            return DOUBLINGS[self.dtype]
+        exact = EXACT[self.dtype] - (
+            1 if self.dtype == "uint8" else 0
+        )  # uint8's 255 is the sentinel
+        if self.kind in ("sum", "avg_int"):
+            return min(exact, 1 << 31)
+        return min(exact, _MOVE_MAX)
+
+    @property
+    def contributors(self) -> int:
+        """avg: ranks with a non-zero value per element."""
+        return min(self.nranks, AVG_CONTRIBUTORS.get(self.dtype, 1))
+
+    @property
+    def avg_bits(self) -> int:
+        return min(FLOAT_LAYOUT[self.dtype][0], 6)
+
+    @property
+    def avg_base(self) -> float:
+        """L: a power of two with L/n a normal number, so premultiplied terms keep their bits."""
+        _, tiny = FLOAT_LAYOUT[self.dtype]
+        need = max(1 << self.avg_bits, self.nranks * tiny)
+        return float(2.0 ** math.ceil(math.log2(need)))
+
+    @property
+    def tolerance(self) -> float:
+        """Relative error allowed: 2(k + 1) unit roundoffs for avg, 0 (exact) otherwise."""
+        if self.kind != "avg":
+            return 0.0
+        u = 2.0 ** -(FLOAT_LAYOUT[self.dtype][0] + 1)
+        return 2.0 * (self.contributors + 1) * u
+
+    @property
+    def min_change(self) -> float:
+        """avg: the least a missing, doubled or substituted rank moves an element (L/n)."""
+        return self.avg_base / self.nranks
 
 
-def choose_pattern(redop: str | None, dtype: str, nranks: int) -> Pattern:
+def choose_pattern(redop: RedOp | None, dtype: Dtype, nranks: int) -> Pattern:
     """The pattern for a collective: redop None for the ones that only move data."""
-    exact = _EXACT[dtype]
-    if redop is None or redop in ("max", "min"):
-        return Pattern(min(16, exact + 1), "ident")
-    if redop == "sum":
-        if exact // nranks >= 1:
-            return Pattern(min(16, exact // nranks + 1), "ident")
-        return Pattern(math.ceil(nranks / exact), "spike")
-    if redop == "prod":
-        return Pattern(max(1, math.ceil(nranks / _DOUBLINGS[dtype])), "double")
-    # avg: identical inputs, so the average is the value itself.
-    return Pattern(min(16, max(1, exact // nranks) + 1), "ident", same_on_all_ranks=True)
+    if redop is None:
+        return Pattern("move", dtype, nranks)
+    if redop == "avg":
+        return Pattern("avg" if is_float(dtype) else "avg_int", dtype, nranks)
+    return Pattern(redop, dtype, nranks)
 
 
-def _values(
-    pattern: Pattern, rank: int, start: int, n: int, rep: int, device: torch.device
-) -> torch.Tensor:
-    """int64 values of elements [start, start + n) on `rank`."""
+# -- per-element draws shared by every rank ------------------------------------------------------
+def _element(p: Pattern, start: int, n: int, rep: int, device: torch.device) -> torch.Tensor:
+    """A rank-independent hash per element (the same on every rank)."""
+    return _hashed(start, n, _salt(_TAGS[p.kind], rep, 0x5EED), device)
+
+
+def _target(p: Pattern, e: torch.Tensor) -> torch.Tensor:
+    """sum/prod: y in [B/2, B]; max: y in [V/2, V]; min: y in [0, V/2]."""
+    b = p.budget
+    if p.kind == "min":
+        return e % (b // 2 + 1)
+    lo = b // 2
+    return e % (b - lo + 1) + lo
+
+
+def _position(p: Pattern, e: torch.Tensor, rank: int | torch.Tensor) -> torch.Tensor:
+    """Rank's place in an element-wise random permutation of the ranks: (a r + s) mod n."""
     import torch
 
-    shift = 0 if pattern.same_on_all_ranks else rank
-    idx = torch.arange(
-        start + shift + rep, start + shift + rep + n, device=device, dtype=torch.int64
-    )
-    idx.remainder_(pattern.k)
-    table = torch.tensor(pattern.fvals(), device=device, dtype=torch.int64)
-    return table[idx]
+    n = p.nranks
+    units = _units(n)
+    e2 = _mix(e ^ 0x2545F491)
+    a = torch.tensor(units, dtype=torch.int64, device=e.device)[e2 % len(units)]
+    s = _mix(e2 ^ 0x68E31DA4) % n
+    return (a * rank + s) % n
+
+
+def _avg_position(
+    p: Pattern, start: int, n: int, rep: int, rank: int | torch.Tensor, device: torch.device
+) -> torch.Tensor:
+    """avg: rank's place among the contributors of each element, tiled so that in any n/k
+    consecutive elements every rank is one of the k (a random affine order per repetition)."""
+    import torch
+
+    world, k = p.nranks, p.contributors
+    units = _units(world)
+    h = _salt(_TAGS["avg"], rep, 0xA7)
+    a, s = units[h % len(units)], mix32(h) % world
+    t = (a * rank + s) % world
+    j = torch.arange(start, start + n, device=device, dtype=torch.int64)
+    return (t - j * k) % world
+
+
+def _avg_values(p: Pattern, e: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    """avg: value of contributor `pos` (< k) of each element, in [L, 2L)."""
+    import torch
+
+    bits = p.avg_bits
+    r = _mix(e ^ ((pos * _GOLDEN) & _M32)) & ((1 << bits) - 1)
+    return (r.to(torch.float64) / (1 << bits) + 1.0) * p.avg_base
+
+
+def inputs(
+    p: Pattern, rank: int | torch.Tensor, start: int, n: int, rep: int, device: torch.device
+) -> torch.Tensor:
+    """float64 values of `rank`'s input elements [start, start + n) (exact in the dtype).
+
+    For the reductions `rank` may be a column of ranks (shape [R, 1]): then one row per rank,
+    which is how the unit tests simulate thousands of ranks.
+    """
+    import torch
+
+    if p.kind == "move":
+        if not isinstance(rank, int):
+            raise TypeError("data movement draws one rank at a time")
+        return (_hashed(start, n, _salt(_TAGS["move"], rep, rank), device) % (p.budget + 1)).to(
+            torch.float64
+        )
+    e = _element(p, start, n, rep, device)
+    if p.kind == "avg":
+        pos = _avg_position(p, start, n, rep, rank, device)
+        vals = _avg_values(p, e, pos)
+        return torch.where(pos < p.contributors, vals, torch.zeros_like(vals))
+    y = _target(p, e)
+    pos = _position(p, e, rank)
+    if p.kind in ("sum", "prod", "avg_int"):
+        x = y // p.nranks + (pos < y % p.nranks).to(torch.int64)
+        return torch.exp2(x.to(torch.float64)) if p.kind == "prod" else x.to(torch.float64)
+    # max / min: the rank in first place holds the target, the others stay on its near side.
+    r = _mix(e ^ ((pos * _GOLDEN) & _M32))
+    other = r % (y + 1) if p.kind == "max" else y + r % (p.budget - y + 1)
+    return torch.where(pos == 0, y, other).to(torch.float64)
+
+
+def reduced(p: Pattern, start: int, n: int, rep: int, device: torch.device) -> torch.Tensor:
+    """float64 result of reducing every rank's elements [start, start + n)."""
+    import torch
+
+    e = _element(p, start, n, rep, device)
+    if p.kind == "avg":
+        total = torch.zeros(n, dtype=torch.float64, device=device)
+        for i in range(p.contributors):
+            total += _avg_values(p, e, torch.full_like(e, i))
+        return total / p.nranks
+    y = _target(p, e)
+    if p.kind == "prod":
+        return torch.exp2(y.to(torch.float64))
+    if p.kind == "avg_int":
+        return (y // p.nranks).to(torch.float64)
+    return y.to(torch.float64)
 
 
 def _cast(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -136,113 +342,58 @@ def _cast(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return values.to(dtype)
 
 
-def fill(buf: torch.Tensor, pattern: Pattern, rank: int, rep: int, *, start: int = 0) -> None:
-    """Write value(rank, start + j) into buf[j] for every j."""
+def fill(buf: torch.Tensor, p: Pattern, rank: int, rep: int, *, start: int = 0) -> None:
+    """Write rank's input element start + j into buf[j] for every j."""
     for lo in range(0, buf.numel(), CHUNK):
         n = min(CHUNK, buf.numel() - lo)
-        buf[lo : lo + n].copy_(
-            _cast(_values(pattern, rank, start + lo, n, rep, buf.device), buf.dtype)
-        )
+        buf[lo : lo + n].copy_(_cast(inputs(p, rank, start + lo, n, rep, buf.device), buf.dtype))
 
 
 def fill_sentinel(buf: torch.Tensor) -> None:
-    import torch
-
     if buf.numel():
-        buf.copy_(
-            _cast(
-                torch.full((1,), SENTINEL, dtype=torch.int64, device=buf.device), buf.dtype
-            ).expand_as(buf)
-        )
+        buf.fill_(SENTINEL if buf.dtype.is_floating_point or buf.dtype.is_signed else 255)
 
 
-def _reduced(
-    pattern: Pattern, redop: str, nranks: int, start: int, n: int, rep: int, device: torch.device
-) -> torch.Tensor:
-    """Exact reduction over all ranks of elements [start, start + n), as int64 (or float64 for avg)."""
+def wrong_mask(got: torch.Tensor, expected: torch.Tensor, *, rel_tol: float = 0.0) -> torch.Tensor:
+    """True where `got` (any dtype) is not `expected` (float64), element by element.
+
+    Exact patterns compare after rounding the expectation to the dtype (a no-op: the values are
+    exact); `rel_tol` > 0 (avg) allows |got - expected| <= rel_tol * |expected|. NaN is wrong.
+    """
     import torch
 
-    if pattern.same_on_all_ranks:
-        return _values(pattern, 0, start, n, rep, device)
-    k = pattern.k
-    q, rem = divmod(nranks, k)
-    m = torch.arange(start + rep, start + rep + n, device=device, dtype=torch.int64).remainder_(k)
-    fv = pattern.fvals()
-    acc: torch.Tensor | None = None
-    for t in range(k):
-        # How many ranks r in [0, n) have (r + m) % k == t.
-        cnt = ((t - m).remainder_(k) < rem).to(torch.int64) + q
-        if redop == "sum":
-            term = cnt * fv[t]
-            acc = term if acc is None else acc + term
-        elif redop == "prod":
-            term = torch.pow(torch.full_like(cnt, fv[t]), cnt)
-            acc = term if acc is None else acc * term
-        else:
-            big = torch.iinfo(torch.int64).max
-            present = torch.where(
-                cnt > 0,
-                torch.full_like(cnt, fv[t]),
-                torch.full_like(cnt, -big if redop == "max" else big),
-            )
-            if acc is None:
-                acc = present
-            else:
-                acc = torch.maximum(acc, present) if redop == "max" else torch.minimum(acc, present)
-    assert acc is not None
-    return acc
+    a = got.to(torch.float64)
+    if rel_tol:
+        return ~((a - expected).abs() <= expected.abs() * rel_tol)
+    return a != _cast(expected, got.dtype).to(torch.float64)
 
 
-def count_wrong(
-    got: torch.Tensor,
-    expected_fn: ExpectedFn,
-    *,
-    tolerance_ulps: float = 0.0,
-) -> int:
-    """Elements of `got` that differ from expected_fn(start, n) (int64 values), chunk by chunk."""
-    import torch
-
+def count_wrong(got: torch.Tensor, expected_fn: ExpectedFn, *, rel_tol: float = 0.0) -> int:
+    """Elements of `got` that differ from expected_fn(start, n), chunk by chunk."""
     wrong = 0
     for lo in range(0, got.numel(), CHUNK):
         n = min(CHUNK, got.numel() - lo)
-        exp = _cast(expected_fn(lo, n), got.dtype)
-        if got.dtype.is_floating_point:
-            a = got[lo : lo + n].to(torch.float64)
-            b = exp.to(torch.float64)
-            if tolerance_ulps:
-                eps = torch.finfo(got.dtype).eps
-                bad = (a - b).abs() > (b.abs().clamp(min=1.0) * eps * tolerance_ulps)
-            else:
-                bad = a != b
-        else:
-            bad = got[lo : lo + n] != exp
-        wrong += int(bad.sum().item())
+        wrong += int(wrong_mask(got[lo : lo + n], expected_fn(lo, n), rel_tol=rel_tol).sum().item())
     return wrong
 
 
-def expected_values(
-    pattern: Pattern, rank: int, start: int, n: int, rep: int, device: torch.device
-) -> torch.Tensor:
-    return _values(pattern, rank, start, n, rep, device)
-
-
-def expected_reduced(
-    pattern: Pattern, redop: str, nranks: int, start: int, n: int, rep: int, device: torch.device
-) -> torch.Tensor:
-    return _reduced(pattern, redop, nranks, start, n, rep, device)
-
-
 __all__ = [
+    "AVG_CONTRIBUTORS",
     "CHUNK",
+    "DOUBLINGS",
+    "EXACT",
     "SENTINEL",
     "ExpectedFn",
+    "Kind",
     "Pattern",
     "choose_pattern",
     "count_wrong",
-    "expected_reduced",
-    "expected_values",
     "fill",
     "fill_sentinel",
+    "inputs",
     "is_float",
+    "mix32",
+    "reduced",
     "torch_dtype",
+    "wrong_mask",
 ]

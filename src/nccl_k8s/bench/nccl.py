@@ -15,17 +15,18 @@ import ctypes
 import glob
 import os
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
+from nccl_k8s.bench.config import Dtype, Op, RedOp
+
 #: ncclDataType_t values (nccl.h).
-NCCL_DTYPES = {
+NCCL_DTYPES: dict[Dtype, int] = {
     "int8": 0, "uint8": 1, "int32": 2, "int64": 4, "half": 6, "float": 7, "double": 8,
     "bfloat16": 9, "f8e4m3": 10, "f8e5m2": 11,
 }  # fmt: skip
 #: ncclRedOp_t values.
-NCCL_OPS = {"sum": 0, "prod": 1, "max": 2, "min": 3, "avg": 4}
+NCCL_OPS: dict[RedOp, int] = {"sum": 0, "prod": 1, "max": 2, "min": 3, "avg": 4}
 _UNIQUE_ID_BYTES = 128
 
 
@@ -35,6 +36,27 @@ class NcclError(RuntimeError):
 
 class _UniqueId(ctypes.Structure):
     _fields_ = [("internal", ctypes.c_char * _UNIQUE_ID_BYTES)]
+
+
+class _DlInfo(ctypes.Structure):
+    _fields_ = [
+        ("dli_fname", ctypes.c_char_p),
+        ("dli_fbase", ctypes.c_void_p),
+        ("dli_sname", ctypes.c_char_p),
+        ("dli_saddr", ctypes.c_void_p),
+    ]
+
+
+def _path_of(fn: Any) -> str | None:
+    """The file a loaded function comes from (dladdr), e.g. .../nvidia/nccl/lib/libnccl.so.2."""
+    try:
+        libc = ctypes.CDLL(None)
+        info = _DlInfo()
+        if libc.dladdr(ctypes.cast(fn, ctypes.c_void_p), ctypes.byref(info)) and info.dli_fname:
+            return str(os.path.realpath(info.dli_fname.decode(errors="replace")))
+    except (OSError, AttributeError):
+        pass
+    return None
 
 
 def _candidates() -> list[str]:
@@ -86,6 +108,13 @@ class Library:
             fn = getattr(lib, name)
             fn.argtypes = args
             fn.restype = i
+        # ncclMemAlloc (2.19+): the allocation nccl-tests uses, which NCCL can register for
+        # zero-copy transfers when ops are captured in CUDA graphs.
+        self.mem_alloc = getattr(lib, "ncclMemAlloc", None)
+        self.mem_free = getattr(lib, "ncclMemFree", None)
+        if self.mem_alloc is not None and self.mem_free is not None:
+            self.mem_alloc.argtypes, self.mem_alloc.restype = [ctypes.POINTER(p), sz], i
+            self.mem_free.argtypes, self.mem_free.restype = [p], i
         # NCCL 2.28 added these as collectives of their own; nccl-tests uses them when present.
         self.native: dict[str, Any] = {}
         for name, args in {
@@ -99,8 +128,12 @@ class Library:
                 fn.restype = i
                 self.native[name] = fn
         # The timed loop calls these through pointers without argtypes, with arguments already
-        # converted to ctypes values: 30-40 % less Python per call (bench/ctypes_overhead.py).
+        # converted to ctypes values: 30-40 % less Python per call (benchmarks/ctypes_overhead.py).
         self.raw = {name: self._raw(name) for name in (*sig, *self.native)}
+        # The same through the CDLL handle: the GIL is released during the call, for calls that
+        # may block (first use of a connection), so the watchdog thread keeps running.
+        self.raw_nogil = {name: self._raw_nogil(name) for name in (*sig, *self.native)}
+        self.path = _path_of(lib.ncclGetVersion)
         lib.ncclGetErrorString.argtypes = [i]
         lib.ncclGetErrorString.restype = ctypes.c_char_p
 
@@ -113,18 +146,34 @@ class Library:
         fn.restype = ctypes.c_int
         return fn
 
+    def _raw_nogil(self, name: str) -> Any:
+        fn = self.lib._FuncPtr((name, self.lib))
+        fn.restype = ctypes.c_int
+        return fn
+
     def check(self, rc: int, what: str) -> None:
         if rc:
             text = self.lib.ncclGetErrorString(rc).decode(errors="replace")
             raise NcclError(f"{what} failed: {text} (ncclResult {rc})")
 
-    def version(self) -> str:
+    def version_code(self) -> int:
+        """ncclGetVersion of the loaded library: major*10000 + minor*100 + patch (2.9+)."""
         v = ctypes.c_int()
         self.check(self.lib.ncclGetVersion(ctypes.byref(v)), "ncclGetVersion")
-        code = v.value
-        major, rest = divmod(code, 10000) if code >= 10000 else divmod(code, 1000)
-        minor, patch = divmod(rest, 100)
-        return f"{major}.{minor}.{patch}"
+        return int(v.value)
+
+
+def version_string(code: int) -> str:
+    """2.28.9 from 22809 (and NCCL < 2.9's major*1000 codes)."""
+    major, rest = divmod(code, 10000) if code >= 10000 else divmod(code, 1000)
+    minor, patch = divmod(rest, 100)
+    return f"{major}.{minor}.{patch}"
+
+
+def loaded_version() -> tuple[int, str | None]:
+    """(version code, file) of the libnccl this process uses; the direct driver loads the same."""
+    lib = Library()
+    return lib.version_code(), lib.path
 
 
 class Communicator:
@@ -147,6 +196,7 @@ class Communicator:
             self.lib.lib.ncclCommInitRank(ctypes.byref(comm), nranks, uid, rank), "ncclCommInitRank"
         )
         self.comm = comm
+        self._allocs: list[ctypes.c_void_p] = []
 
     def async_error(self) -> None:
         err = ctypes.c_int()
@@ -156,17 +206,34 @@ class Communicator:
         )
         self.lib.check(err.value, "asynchronous NCCL operation")
 
-    def wait(self, stream: Any, timeout_s: float) -> None:
-        """Poll the stream as nccl-tests does, watching NCCL's async errors and the timeout."""
-        start = time.monotonic()
+    def wait(self, stream: Any) -> None:
+        """Poll the stream as nccl-tests does, watching NCCL's async errors (the collective
+        timeout is the watchdog's: bench.watch)."""
         while not stream.query():
             self.async_error()
-            if timeout_s and time.monotonic() - start > timeout_s:
-                self.abort()
-                raise NcclError(
-                    f"collective did not complete within -T {timeout_s:g} s; communicator aborted"
-                )
             os.sched_yield()
+
+    def alloc(self, nbytes: int) -> Any:
+        """A uint8 CUDA tensor of `nbytes` from ncclMemAlloc, or None where NCCL has none.
+
+        The tensor borrows the memory; `free_all` gives it back when the communicator goes.
+        """
+        import torch
+
+        lib = self.lib
+        if lib.mem_alloc is None or os.environ.get("NCCL_K8S_ALLOC") == "torch":
+            return None
+        ptr = ctypes.c_void_p()
+        lib.check(lib.mem_alloc(ctypes.byref(ptr), max(nbytes, 1)), "ncclMemAlloc")
+        self._allocs.append(ptr)
+        holder = _CudaArray(int(ptr.value or 0), max(nbytes, 1))
+        return torch.as_tensor(holder, device=f"cuda:{torch.cuda.current_device()}")[:nbytes]
+
+    def free_all(self) -> None:
+        while self._allocs:
+            ptr = self._allocs.pop()
+            if self.lib.mem_free is not None:
+                self.lib.mem_free(ptr)
 
     def abort(self) -> None:
         if self.comm:
@@ -177,86 +244,93 @@ class Communicator:
         if self.comm:
             self.lib.lib.ncclCommDestroy(self.comm)
             self.comm = ctypes.c_void_p()
+        self.free_all()
 
     # -- the calls ------------------------------------------------------------------------
-    def call(
+    def specs(
         self,
-        op: str,
+        op: Op,
         send: int,
         recv: int,
         count: int,
         chunk_bytes: int,
-        dtype: str,
-        redop: str,
+        dtype: Dtype,
+        redop: RedOp,
         root: int,
         stream: int,
-    ) -> Callable[[], None]:
-        """A zero-argument callable issuing one collective on `stream` (raw pointers, no sync)."""
-        raw, check, comm = self.lib.raw, self.lib.check, self.comm
+    ) -> list[Spec]:
+        """The libnccl calls one collective makes, with their arguments as ctypes values: one
+        call, or ncclGroupStart, the sends and receives, ncclGroupEnd (as nccl-tests calls them)."""
         vp, i, sz = ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t
+        comm = self.comm
         dt, rop = i(NCCL_DTYPES[dtype]), i(NCCL_OPS[redop])
         rank, n = self.rank, self.nranks
         strm, cnt, iroot = vp(stream), sz(count), i(root)
+        s, r = vp(send), vp(recv)
+        native = self.lib.native
+        if op == "all_reduce":
+            return [("ncclAllReduce", (s, r, cnt, dt, rop, comm, strm))]
+        if op == "broadcast":
+            return [("ncclBroadcast", (s, r, cnt, dt, iroot, comm, strm))]
+        if op == "reduce":
+            return [("ncclReduce", (s, r, cnt, dt, rop, iroot, comm, strm))]
+        if op == "all_gather":
+            return [("ncclAllGather", (s, r, cnt, dt, comm, strm))]
+        if op == "reduce_scatter":
+            return [("ncclReduceScatter", (s, r, cnt, dt, rop, comm, strm))]
+        # NCCL 2.28 added these as collectives of their own; nccl-tests uses them when present.
+        if op == "alltoall" and "ncclAlltoAll" in native:
+            return [("ncclAlltoAll", (s, r, cnt, dt, comm, strm))]
+        if op == "gather" and "ncclGather" in native:
+            return [("ncclGather", (s, r, cnt, dt, iroot, comm, strm))]
+        if op == "scatter" and "ncclScatter" in native:
+            return [("ncclScatter", (s, r, cnt, dt, iroot, comm, strm))]
 
-        def single(name: str, *args: Any) -> Callable[[], None]:
+        p2p: list[Spec] = []
+
+        def add(name: str, ptr: int, peer: int) -> None:
+            p2p.append((name, (vp(ptr), cnt, dt, i(peer), comm, strm)))
+
+        if op == "alltoall":
+            if count:
+                for peer in range(n):
+                    add("ncclSend", send + peer * chunk_bytes, peer)
+                    add("ncclRecv", recv + peer * chunk_bytes, peer)
+        elif op == "sendrecv":
+            add("ncclSend", send, (rank + 1) % n)
+            add("ncclRecv", recv, (rank - 1) % n)
+        elif op == "gather":
+            if count:
+                add("ncclSend", send, root)
+                if rank == root:
+                    for peer in range(n):
+                        add("ncclRecv", recv + peer * chunk_bytes, peer)
+        elif op == "scatter":
+            if count:
+                if rank == root:
+                    for peer in range(n):
+                        add("ncclSend", send + peer * chunk_bytes, peer)
+                add("ncclRecv", recv, root)
+        else:
+            raise ValueError(f"unknown collective {op!r}")
+        return [("ncclGroupStart", ()), *p2p, ("ncclGroupEnd", ())]
+
+    def call(self, specs: list[Spec], *, release_gil: bool = False) -> Callable[[], None]:
+        """A zero-argument callable making `specs`' calls (raw pointers, no sync)."""
+        raw = self.lib.raw_nogil if release_gil else self.lib.raw
+        check = self.lib.check
+        if len(specs) == 1:
+            name, args = specs[0]
             fn = raw[name]
 
-            def run() -> None:
+            def single() -> None:
                 rc = fn(*args)
                 if rc:
                     check(rc, name)
 
-            return run
-
-        if op == "all_reduce":
-            return single("ncclAllReduce", vp(send), vp(recv), cnt, dt, rop, comm, strm)
-        if op == "broadcast":
-            return single("ncclBroadcast", vp(send), vp(recv), cnt, dt, iroot, comm, strm)
-        if op == "reduce":
-            return single("ncclReduce", vp(send), vp(recv), cnt, dt, rop, iroot, comm, strm)
-        if op == "all_gather":
-            return single("ncclAllGather", vp(send), vp(recv), cnt, dt, comm, strm)
-        if op == "reduce_scatter":
-            return single("ncclReduceScatter", vp(send), vp(recv), cnt, dt, rop, comm, strm)
-
-        native = self.lib.native
-        if op == "alltoall" and "ncclAlltoAll" in native:
-            return single("ncclAlltoAll", vp(send), vp(recv), cnt, dt, comm, strm)
-        if op == "gather" and "ncclGather" in native:
-            return single("ncclGather", vp(send), vp(recv), cnt, dt, iroot, comm, strm)
-        if op == "scatter" and "ncclScatter" in native:
-            return single("ncclScatter", vp(send), vp(recv), cnt, dt, iroot, comm, strm)
-
-        # Point-to-point collectives: a list of (fn, args) inside one NCCL group.
-        send_fn, recv_fn = raw["ncclSend"], raw["ncclRecv"]
-        p2p: list[tuple[Any, tuple[Any, ...]]] = []
-
-        def add(fn: Any, ptr: int, peer: int) -> None:
-            p2p.append((fn, (vp(ptr), cnt, dt, i(peer), comm, strm)))
-
-        if op == "alltoall":
-            if count:
-                for r in range(n):
-                    add(send_fn, send + r * chunk_bytes, r)
-                    add(recv_fn, recv + r * chunk_bytes, r)
-        elif op == "sendrecv":
-            add(send_fn, send, (rank + 1) % n)
-            add(recv_fn, recv, (rank - 1) % n)
-        elif op == "gather":
-            if count:
-                add(send_fn, send, root)
-                if rank == root:
-                    for r in range(n):
-                        add(recv_fn, recv + r * chunk_bytes, r)
-        elif op == "scatter":
-            if count:
-                if rank == root:
-                    for r in range(n):
-                        add(send_fn, send + r * chunk_bytes, r)
-                add(recv_fn, recv, root)
-        else:
-            raise ValueError(f"unknown collective {op!r}")
+            return single
         start, end = raw["ncclGroupStart"], raw["ncclGroupEnd"]
+        p2p = [(raw[name], args) for name, args in specs[1:-1]]
 
         def grouped() -> None:
             check(start(), "ncclGroupStart")
@@ -269,5 +343,35 @@ class Communicator:
 
         return grouped
 
+    def pointer(self, name: str) -> int:
+        """The address of a libnccl function (for the native timed loop)."""
+        return int(ctypes.cast(getattr(self.lib.lib, name), ctypes.c_void_p).value or 0)
 
-__all__ = ["NCCL_DTYPES", "NCCL_OPS", "Communicator", "Library", "NcclError"]
+
+#: One libnccl call: the function's name and its arguments as ctypes values.
+Spec = tuple[str, tuple[Any, ...]]
+
+
+class _CudaArray:
+    """Just enough of __cuda_array_interface__ for torch.as_tensor to wrap a device pointer."""
+
+    def __init__(self, ptr: int, nbytes: int) -> None:
+        self.__cuda_array_interface__ = {
+            "shape": (nbytes,),
+            "typestr": "|u1",
+            "data": (ptr, False),
+            "version": 3,
+            "strides": None,
+        }
+
+
+__all__ = [
+    "NCCL_DTYPES",
+    "NCCL_OPS",
+    "Communicator",
+    "Library",
+    "NcclError",
+    "Spec",
+    "loaded_version",
+    "version_string",
+]

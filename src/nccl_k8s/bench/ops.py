@@ -18,17 +18,19 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from nccl_k8s.bench import data
+from nccl_k8s.bench.config import Dtype, Op, RedOp
 from nccl_k8s.bench.counts import SHAPES, Counts
+from nccl_k8s.bench.native import Program, native_loop
 
 if TYPE_CHECKING:
     import torch
 
-    from nccl_k8s.bench.nccl import Communicator
+    from nccl_k8s.bench.nccl import Communicator, Spec
 
 Call = Callable[[], Any]
 
 
-def torch_redop(name: str) -> Any:
+def torch_redop(name: RedOp) -> Any:
     import torch.distributed as dist
 
     return {
@@ -57,15 +59,20 @@ def reduce_scatter_fn() -> Any:
 class Bound:
     """One collective bound to buffers: what the timed loop and the checker need."""
 
-    op: str
+    op: Op
     counts: Counts
     in_place: bool
     calls: list[Call]
     """calls[i % len(calls)] is timed op i (rotating through the buffer)."""
+    first: Call
+    """Op 0 again, made so that it may block (warm-up, sync and checked ops): with the direct
+    driver it releases the GIL, so the watchdog thread can still run if a peer never comes."""
     send0: torch.Tensor
     """Send view of rotation 0 (the checked op); in place, a view into the receive buffer."""
     recv0: torch.Tensor
     """Receive view of rotation 0."""
+    native: Program | None = None
+    """The same calls as one native timed loop (bench.native), where it is in use."""
 
 
 class Collectives:
@@ -76,8 +83,8 @@ class Collectives:
         *,
         rank: int,
         nranks: int,
-        dtype: str,
-        redop: str,
+        dtype: Dtype,
+        redop: RedOp,
         sendbuf: torch.Tensor,
         recvbuf: torch.Tensor,
         group: Any = None,
@@ -98,6 +105,8 @@ class Collectives:
         """Direct NCCL communicator (bench.nccl); None runs through torch.distributed."""
         self.stream = stream
         """The CUDA stream direct NCCL calls go to (and graphs capture on)."""
+        self.native = native_loop() if comm is not None else None
+        """The native timed loop (direct driver, when it is on and builds here), or None."""
 
     # -- views ---------------------------------------------------------------------------
     def _view(self, buf: torch.Tensor, byte_offset: int, nelems: int) -> torch.Tensor:
@@ -121,19 +130,18 @@ class Collectives:
     # -- calls ---------------------------------------------------------------------------
     def call(
         self,
-        op: str,
+        op: Op,
         send: torch.Tensor,
         recv: torch.Tensor,
         counts: Counts,
         root: int,
         in_place: bool,
+        *,
+        release_gil: bool = False,
     ) -> Call:
         """A zero-argument callable issuing one collective (no host synchronisation)."""
         if self.comm is not None:
-            return self.comm.call(
-                op, send.data_ptr(), recv.data_ptr(), counts.param, counts.param * self.elt,
-                self.dtype_name, self.redop_name, root, self.stream.cuda_stream,
-            )  # fmt: skip
+            return self.comm.call(self.specs(op, send, recv, counts, root), release_gil=release_gil)
         import torch.distributed as dist
 
         g, rank, n, redop = self.group, self.rank, self.nranks, self.redop
@@ -160,6 +168,10 @@ class Collectives:
         if op == "alltoall":
             return lambda: dist.all_to_all_single(recv, send, group=g)
         if op == "sendrecv":
+            if n == 1 and dist.get_backend(g) == "gloo":
+                # gloo has no pair from a rank to itself ("Pair is not connected"); at world size 1
+                # the send to self is the copy NCCL would make.
+                return lambda: recv.copy_(send)
             ops = [
                 dist.P2POp(dist.isend, send, (rank + 1) % n, group=g),
                 dist.P2POp(dist.irecv, recv, (rank - 1) % n, group=g),
@@ -180,18 +192,58 @@ class Collectives:
             return lambda: dist.scatter(recv, slist, src=root, group=g)
         raise ValueError(f"unknown collective {op!r}")
 
-    def bind(self, op: str, counts: Counts, shifts: list[int], root: int, in_place: bool) -> Bound:
+    def specs(
+        self, op: Op, send: torch.Tensor, recv: torch.Tensor, counts: Counts, root: int
+    ) -> list[Spec]:
+        assert self.comm is not None
+        return self.comm.specs(
+            op, send.data_ptr(), recv.data_ptr(), counts.param, counts.param * self.elt,
+            self.dtype_name, self.redop_name, root, self.stream.cuda_stream,
+        )  # fmt: skip
+
+    def bind(self, op: Op, counts: Counts, shifts: list[int], root: int, in_place: bool) -> Bound:
         calls = []
-        first: tuple[torch.Tensor, torch.Tensor] | None = None
+        native_specs: list[list[Spec]] = []
         for shift in shifts:
             send, recv = self.views(counts, shift, in_place)
-            first = first or (send, recv)
             calls.append(self.call(op, send, recv, counts, root, in_place))
-        assert first is not None
-        return Bound(op, counts, in_place, calls, first[0], first[1])
+            if self.native is not None:
+                native_specs.append(self.specs(op, send, recv, counts, root))
+        send0, recv0 = self.views(counts, shifts[0], in_place)
+        first = self.call(op, send0, recv0, counts, root, in_place, release_gil=True)
+        b = Bound(op, counts, in_place, calls, first, send0, recv0)
+        if self.native is not None and self.comm is not None:
+            comm = self.comm
+            b.native = self.native.program(
+                [[(comm.pointer(name), args) for name, args in op] for op in native_specs],
+                names=[[name for name, _ in op] for op in native_specs],
+                check=comm.lib.check, stream=self.stream.cuda_stream,
+                comm=int(comm.comm.value or 0), async_error=comm.pointer("ncclCommGetAsyncError"),
+            )  # fmt: skip
+        return b
+
+    def graph_program(self, graph: Any) -> Program | None:
+        """The C loop launching a captured CUDA graph on the NCCL stream (None: use replay)."""
+        raw = getattr(graph, "raw_cuda_graph_exec", None)
+        if self.native is None or self.comm is None or not self.native.graph_launch or raw is None:
+            return None
+        import ctypes
+
+        from nccl_k8s.bench.native import NativeError
+
+        def cuda_check(rc: int, what: str) -> None:
+            if rc:
+                raise NativeError(f"{what} failed: CUDA error {rc}")
+
+        stream = self.stream.cuda_stream
+        launch = (self.native.graph_launch, (ctypes.c_void_p(raw()), ctypes.c_void_p(stream)))
+        return self.native.program(
+            [[launch]], names=[["cudaGraphLaunch"]], check=cuda_check, stream=stream,
+            comm=int(self.comm.comm.value or 0), async_error=self.comm.pointer("ncclCommGetAsyncError"),
+        )  # fmt: skip
 
     # -- data ----------------------------------------------------------------------------
-    def pattern(self, op: str) -> data.Pattern:
+    def pattern(self, op: Op) -> data.Pattern:
         return data.choose_pattern(
             self.redop_name if SHAPES[op].reduces and op != "sendrecv" else None,
             self.dtype_name,
@@ -207,6 +259,8 @@ class Collectives:
             if b.in_place:
                 data.fill_sentinel(b.recv0)
             return
+        if b.in_place and b.recv0.numel() > b.send0.numel():
+            data.fill_sentinel(b.recv0)  # the other ranks' chunks must be written by the op
         data.fill(b.send0, p, self.rank, rep)
 
     def expected(self, b: Bound, root: int, rep: int) -> data.ExpectedFn | None:
@@ -218,17 +272,15 @@ class Collectives:
         op = b.op
 
         if op == "all_reduce" or (op == "reduce" and rank == root):
-            return lambda s, k: data.expected_reduced(p, self.redop_name, n, s, k, rep, dev)
+            return lambda s, k: data.reduced(p, s, k, rep, dev)
         if op == "reduce_scatter":
-            return lambda s, k: data.expected_reduced(
-                p, self.redop_name, n, rank * c.recv + s, k, rep, dev
-            )
+            return lambda s, k: data.reduced(p, rank * c.recv + s, k, rep, dev)
         if op == "broadcast":
-            return lambda s, k: data.expected_values(p, root, s, k, rep, dev)
+            return lambda s, k: data.inputs(p, root, s, k, rep, dev)
         if op == "scatter":
-            return lambda s, k: data.expected_values(p, root, rank * c.recv + s, k, rep, dev)
+            return lambda s, k: data.inputs(p, root, rank * c.recv + s, k, rep, dev)
         if op == "sendrecv":
-            return lambda s, k: data.expected_values(p, (rank - 1) % n, s, k, rep, dev)
+            return lambda s, k: data.inputs(p, (rank - 1) % n, s, k, rep, dev)
         if op in ("all_gather", "alltoall") or (op == "gather" and rank == root):
             chunk = c.param
 
@@ -241,9 +293,11 @@ class Collectives:
                     src, off = divmod(pos, chunk)
                     take = min(chunk - off, s + k - pos)
                     start = off if op != "alltoall" else rank * chunk + off
-                    parts.append(data.expected_values(p, src, start, take, rep, dev))
+                    parts.append(data.inputs(p, src, start, take, rep, dev))
                     pos += take
-                return torch.cat(parts) if parts else torch.empty(0, dtype=torch.int64, device=dev)
+                return (
+                    torch.cat(parts) if parts else torch.empty(0, dtype=torch.float64, device=dev)
+                )
 
             return by_chunk
         return None
@@ -252,12 +306,7 @@ class Collectives:
         exp = self.expected(b, root, rep)
         if exp is None or b.recv0.numel() == 0:
             return 0
-        ulps = (
-            float(self.nranks + 4)
-            if self.redop_name == "avg" and data.is_float(self.dtype_name)
-            else 0.0
-        )
-        return data.count_wrong(b.recv0, exp, tolerance_ulps=ulps)
+        return data.count_wrong(b.recv0, exp, rel_tol=self.pattern(b.op).tolerance)
 
 
 __all__ = ["Bound", "Call", "Collectives", "all_gather_fn", "reduce_scatter_fn", "torch_redop"]

@@ -16,6 +16,12 @@ from typing import Any
 RESULT_PREFIX = "NCCL_K8S_RESULT"
 #: Version of the result-line objects (field "v").
 RESULT_VERSION = 1
+#: A rank that gave up waiting prints one line with this prefix, one space and one JSON object:
+#: {"v": 1, "rank": noticing rank, "culprit": rank or null, "host": culprit's hostname (a pod's
+#: name), "pid": its pid or null, "reason": "...", "where": "op size placement phase", ...}.
+FAULT_PREFIX = "NCCL_K8S_FAULT"
+#: Version of the fault-line object (field "v").
+FAULT_VERSION = 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,7 +38,9 @@ class Cell:
 
 
 @dataclasses.dataclass(frozen=True)
-class Row:
+class TableRow:
+    """One line of the nccl-tests table: a size with its out-of-place and in-place cells."""
+
     op: str
     size: int
     count: int
@@ -47,21 +55,14 @@ class Row:
 
 
 def float_str(value: float, width: int) -> str:
-    """nccl-tests' number format for a column of `width` characters."""
-    digits = 0
-    bound = 1
-    while value >= bound:
-        digits += 1
-        bound *= 10
-    if digits < width - 2:
-        return f"{value:{width}.2f}"
-    if digits < width - 1:
-        return f"{value:{width}.1f}"
-    if digits < width + 1:
-        return f"{value:{width}.0f}"
-    if width >= 7:
-        return f"{value:{width}.1e}"
-    return f"{value:{width}.0e}"
+    """nccl-tests' number format for a column of `width` characters: two decimals while the
+    printed text fits, then one, then none, then an exponent, cut to the width (as its
+    snprintf into a width + 1 buffer does), so a column never overflows, rounding included."""
+    for spec in (".2f", ".1f", ".0f"):
+        text = f"{value:{width}{spec}}"
+        if len(text) <= width:
+            return text
+    return f"{value:{width}{'.1e' if width >= 7 else '.0e'}}"[:width]
 
 
 def header_lines(
@@ -95,11 +96,12 @@ def table_header() -> list[str]:
     return ["#", first, names, units]
 
 
-def row_line(row: Row) -> str:
+def row_line(row: TableRow) -> str:
     parts = [f"{row.size:12d}  {row.count:12d}  {row.dtype:>8}  {row.redop:>6}  {row.root:6d}"]
     for _, cell in row.cells():
         body = f"  {float_str(cell.time_us, 7)}  {float_str(cell.algbw, 6)}  {float_str(cell.busbw, 6)}"
-        body += f"  {cell.wrong:6d}" if cell.wrong is not None else "    N/A"
+        # nccl-tests prints the count with %6g: 1e+06 and up in exponent form.
+        body += f"  {float(cell.wrong):6g}" if cell.wrong is not None else "    N/A"
         parts.append(body)
     return "".join(parts)
 
@@ -122,7 +124,7 @@ def result_line(kind: str, payload: dict[str, Any]) -> str:
     return f"{RESULT_PREFIX} {json.dumps(body, separators=(',', ':'), sort_keys=False)}"
 
 
-def row_payloads(row: Row) -> list[dict[str, Any]]:
+def row_payloads(row: TableRow) -> list[dict[str, Any]]:
     """One result-line object per placement of a row."""
     out = []
     for placement, cell in row.cells():
@@ -146,7 +148,7 @@ def row_payloads(row: Row) -> list[dict[str, Any]]:
     return out
 
 
-def nccl_tests_json_row(row: Row, iters: int) -> dict[str, Any]:
+def nccl_tests_json_row(row: TableRow, iters: int) -> dict[str, Any]:
     """A row in nccl-tests' -J layout (its field names and its odd '%6i' root string)."""
 
     def cell(c: Cell) -> dict[str, Any]:
@@ -173,15 +175,40 @@ def nccl_tests_json_row(row: Row, iters: int) -> dict[str, Any]:
     }
 
 
+def fault_line(payload: dict[str, Any]) -> str:
+    """FAULT_PREFIX, one space, the payload as one JSON object (field "v" first)."""
+    body = {"v": FAULT_VERSION, **payload}
+    return f"{FAULT_PREFIX} {json.dumps(body, separators=(',', ':'))}"
+
+
+def parse_fault_line(line: str) -> dict[str, Any] | None:
+    """The object of a fault line (anywhere in `line`, e.g. after a log prefix), or None when
+    the line is not one, is cut off, or has another version."""
+    at = line.find(FAULT_PREFIX + " ")
+    if at < 0:
+        return None
+    try:
+        obj = json.loads(line[at + len(FAULT_PREFIX) + 1 :].strip())
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(obj, dict) or obj.get("v") != FAULT_VERSION:
+        return None
+    return obj
+
+
 __all__ = [
+    "FAULT_PREFIX",
+    "FAULT_VERSION",
     "RESULT_PREFIX",
     "RESULT_VERSION",
     "Cell",
-    "Row",
+    "TableRow",
+    "fault_line",
     "float_str",
     "footer_lines",
     "header_lines",
     "nccl_tests_json_row",
+    "parse_fault_line",
     "result_line",
     "row_line",
     "row_payloads",

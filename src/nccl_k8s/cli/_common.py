@@ -3,6 +3,7 @@ codes (one red line; a traceback only with --debug)."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
@@ -55,6 +56,22 @@ def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
         except KeyboardInterrupt:
             err.print("interrupted", markup=False)
             sys.exit(130)
+        except BrokenPipeError:
+            # The reader went away (`nccl-k8s logs | head`): stop quietly, as `cat` would.
+            with contextlib.suppress(OSError):
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(141)
+        except OSError as exc:
+            # A file or directory the user named that cannot be read or written: one line.
+            if debug_enabled():
+                raise
+            where = f"{exc.filename}: " if exc.filename else ""
+            err.print(
+                f"[red]error:[/red] {escape(where + (exc.strerror or str(exc)))}",
+                markup=True,
+                highlight=False,
+            )
+            sys.exit(2)
 
     return wrapper
 

@@ -59,6 +59,10 @@ def import_command(
     timestamps). When no header, command or file name names a table's collective, it is
     identified from the table and a note on stderr says how; the run's own failure line, if
     any, is reported too."""
+    if output is not None:
+        from nccl_k8s.launch.local import check_writable
+
+        check_writable(Path(output), what="-o", is_dir=False)
     run = import_files(files)
     path = store_run(run) if output is None else dump(run, output)
     for ident in run.meta.op_identified:

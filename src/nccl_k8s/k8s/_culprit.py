@@ -35,6 +35,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
+from nccl_k8s.bench.report import FAULT_PREFIX
 from nccl_k8s.k8s._pods import (
     PodInfo,
     latest_per_rank,
@@ -42,10 +43,6 @@ from nccl_k8s.k8s._pods import (
     rank_key,
 )
 from nccl_k8s.k8s._types import Obj
-
-#: The engine's culprit-line prefix; the same text as nccl_k8s.bench.report.FAULT_PREFIX, which
-#: the engine prints (this module will import it from there once both are on one branch).
-FAULT_PREFIX = "NCCL_K8S_FAULT"
 
 #: Pod reasons that mean the pod was taken away, not that the benchmark failed.
 _LOST_REASONS = frozenset({"NodeLost", "Evicted", "NodeShutdown", "Shutdown", "Terminated"})

@@ -90,6 +90,8 @@ class Fault:
     pid: int | None
     reason: str
     where: str
+    #: What the noticing rank itself saw ("no progress for 31 s (timeout -T 30 s)", an error).
+    noticed: str = ""
 
 
 FAULT_FILE_VERSION = 1
@@ -119,9 +121,21 @@ def _fault(doc: object) -> Fault | None:
         return None
     if not (pid is None or _is_int(pid)):
         return None
-    if not (isinstance(host, str) and isinstance(reason, str) and isinstance(where, str)):
+    # host and where are null when the culprit never sent a heartbeat.
+    if not isinstance(reason, str) or not all(
+        x is None or isinstance(x, str) for x in (host, where)
+    ):
         return None
-    return Fault(rank=rank, culprit=culprit, host=host, pid=pid, reason=reason, where=where)
+    noticed = doc.get("noticed")
+    return Fault(
+        rank=rank,
+        culprit=culprit,
+        host=host or "",
+        pid=pid,
+        reason=reason,
+        where=where or "",
+        noticed=noticed if isinstance(noticed, str) else "",
+    )
 
 
 def _is_int(value: object) -> TypeGuard[int]:
@@ -131,6 +145,14 @@ def _is_int(value: object) -> TypeGuard[int]:
 def attribute(facts: Sequence[RankFacts], faults: Iterable[Fault] = ()) -> int:
     """The run's exit code when it ended well or with a verdict the table printed (0, 1, 2);
     otherwise raises RunFailed naming the culprit first and the rank that noticed second."""
+    faults = list(faults)
+    # A rank that noticed and wrote its fault record ended with exit 1 and no error file of its
+    # own: what it saw is in the record.
+    seen = {f.rank: f.noticed for f in faults if f.noticed}
+    facts = [
+        dataclasses.replace(f, message=seen[f.rank]) if not f.message and f.rank in seen else f
+        for f in facts
+    ]
     failed = sorted((f for f in facts if f.failed_alone), key=_order)
     if not failed and all(f.exitcode == 0 for f in facts):
         return 0

@@ -42,6 +42,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from nccl_k8s.bench.watch import FAULT_DIR_ENV  # where ranks write fault-<rank>.json
 from nccl_k8s.errors import Interrupted, UsageError
 from nccl_k8s.launch._culprit import RankFacts, attribute, read_faults
 from nccl_k8s.launch._rank import LAUNCHER_PID_ENV
@@ -57,8 +58,6 @@ STOP_TIMEOUT_S = 5
 #: The launcher's own calls on the store it hosts (it makes none; the ranks' waits on it are
 #: bounded by their process group's timeout: -T SECONDS, else torch's default).
 STORE_TIMEOUT_S = 60
-#: The directory in which engine ranks write fault-<rank>.json when they notice a failure.
-FAULT_DIR_ENV = "NCCL_K8S_FAULT_DIR"
 #: Prefix of the per-run private directories under the temporary directory.
 WORKDIR_PREFIX = "nccl-k8s-run-"
 #: Held (flock) by the launcher that owns a work dir for as long as it runs.

@@ -58,6 +58,7 @@ def _meta_from_line(r: _Reader) -> RunMeta:
         nccl_k8s=r.str_("nccl_k8s"),
         torch=r.str_("torch"),
         nccl=r.str_("nccl"),
+        nccl_library=r.str_("nccl_library"),
         cuda=r.str_("cuda"),
         backend=backend_from(r),
         world_size=r.int_("world_size"),

@@ -70,6 +70,9 @@ def parse_json(obj: object, *, origin: str = "<nccl-tests.json>") -> Run:
     code = d.get("nccl_version")
     if isinstance(code, int) and code > 0:  # our engine writes 0 for gloo runs
         meta.nccl = nccl_version_from_code(code)
+    library = d.get("nccl_library")
+    if meta.source == "nccl-k8s" and isinstance(library, str):
+        meta.nccl_library = library
     for kv in d.get("env") or []:
         if isinstance(kv, str) and "=" in kv:
             k, v = kv.split("=", 1)

@@ -104,8 +104,11 @@ class RunMeta:
     #: nccl-tests' own version when source == "nccl-tests".
     nccl_tests: str | None = None
     torch: str | None = None
-    #: NCCL library version, e.g. "2.28.9"; None for gloo runs or when not printed.
+    #: NCCL library version, e.g. "2.28.9"; None for gloo runs or when not printed. Our runs give
+    #: the version of the libnccl the engine loaded (ncclGetVersion), not torch's build.
     nccl: str | None = None
+    #: Path of the libnccl our engine loaded (its direct driver's); None for imports and gloo.
+    nccl_library: str | None = None
     cuda: str | None = None
     #: "nccl" or "gloo"; nccl-tests runs are always "nccl".
     backend: Backend | None = None
@@ -378,6 +381,7 @@ def meta_from(r: _Reader) -> RunMeta:
         nccl_tests=r.str_("nccl_tests"),
         torch=r.str_("torch"),
         nccl=r.str_("nccl"),
+        nccl_library=r.str_("nccl_library"),
         cuda=r.str_("cuda"),
         backend=backend,
         world_size=r.int_("world_size"),

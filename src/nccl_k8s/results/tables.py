@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nccl_k8s.bench.report import Cell, footer_lines, row_line, table_header
-from nccl_k8s.bench.report import Row as TableRow
+from nccl_k8s.bench.report import Cell, TableRow, footer_lines, row_line, table_header
 from nccl_k8s.results.schema import Row, Run
 
 

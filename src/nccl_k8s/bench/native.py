@@ -1,0 +1,232 @@
+"""A timed loop in C, for the direct driver: the ops issued and timed without Python between them.
+
+At world size 1 on an H200 an eager small collective costs NCCL a few microseconds of host time,
+and the Python loop with a ctypes call adds one to two more (BENCHMARKS.md). nccl-tests' loop is
+C. This module compiles a short C loop with the machine's C compiler (cc, gcc or clang; stock
+PyTorch runtime images have none, and then the Python loop runs as before), loads it with ctypes
+and hands it the addresses of the libnccl functions and their arguments. `nk_timed` takes the
+clock, issues `iters` ops (rotating through the buffer exactly as the Python loop does), polls
+the stream with cudaStreamQuery and ncclCommGetAsyncError until the work is done, as nccl-tests
+does, and takes the clock again: the span nccl-tests times, with nothing of Python's inside it.
+With -G it launches the captured graph G times the same way (cudaGraphLaunch).
+
+NCCL_K8S_NATIVE_LOOP=0 turns it off (the Python loop), 1 or unset uses it where it builds; the
+meta line says which ran (`native_loop`). BENCHMARKS.md has the figures that decided it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable, Sequence
+from typing import Any
+
+MAX_ARGS = 8
+_SOURCE = r"""
+#include <sched.h>
+#include <stdint.h>
+#include <time.h>
+typedef int (*fn8)(uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t);
+typedef int (*query_t)(void *);
+typedef int (*async_t)(void *, int *);
+struct nk_call { void *fn; uint64_t a[8]; };
+
+/* Op i of the loop makes calls[first[i % m] .. first[i % m + 1]). Every libnccl and cudart
+   argument used here is a pointer, a size_t or an int, all passed in integer registers or
+   8-byte stack slots, so one eight-argument signature calls them all (the callee reads what it
+   declared). Returns 0, or (call index + 1) << 8 | the result code of the first call that failed. */
+int nk_loop(const struct nk_call *calls, const int *first, int m, int iters) {
+    for (int i = 0; i < iters; i++) {
+        int o = i % m;
+        for (int c = first[o]; c < first[o + 1]; c++) {
+            const struct nk_call *k = &calls[c];
+            int rc = ((fn8)k->fn)(k->a[0], k->a[1], k->a[2], k->a[3], k->a[4], k->a[5], k->a[6], k->a[7]);
+            if (rc) return ((c + 1) << 8) | (rc & 0xff);
+        }
+    }
+    return 0;
+}
+
+/* The clock, nk_loop, then wait for `stream` (cudaStreamQuery: 0 done, 600 not ready), checking
+   NCCL's asynchronous error now and then; elapsed nanoseconds in *ns. Returns nk_loop's code,
+   or -1 (query failed, its code in *ns) or -2 (NCCL async error, its code in *ns). */
+int nk_timed(const struct nk_call *calls, const int *first, int m, int iters, void *query,
+             void *stream, void *async_error, void *comm, int64_t *ns) {
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int rc = nk_loop(calls, first, m, iters);
+    if (rc) return rc;
+    for (unsigned n = 0;; n++) {
+        int q = ((query_t)query)(stream);
+        if (q == 0) break;
+        if (q != 600) { *ns = q; return -1; }
+        if (async_error && comm && (n & 1023) == 1023) {
+            int err = 0;
+            ((async_t)async_error)(comm, &err);
+            if (err) { *ns = err; return -2; }
+        }
+        sched_yield();
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    *ns = (int64_t)(t1.tv_sec - t0.tv_sec) * 1000000000 + (t1.tv_nsec - t0.tv_nsec);
+    return 0;
+}
+"""
+
+#: One call for the loop: the function's address and its arguments as ctypes values.
+Call = tuple[int, Sequence[Any]]
+
+
+class _Call(ctypes.Structure):
+    _fields_ = [("fn", ctypes.c_void_p), ("a", ctypes.c_uint64 * MAX_ARGS)]
+
+
+class NativeError(RuntimeError):
+    """The native loop's wait failed (a CUDA error, or NCCL's asynchronous error)."""
+
+
+class Program:
+    """A rotation of ops as the C loop's call table, with what it waits on."""
+
+    def __init__(
+        self,
+        loop: NativeLoop,
+        ops: Sequence[Sequence[Call]],
+        *,
+        names: Sequence[Sequence[str]],
+        check: Callable[[int, str], None],
+        stream: int = 0,
+        comm: int = 0,
+        async_error: int = 0,
+    ) -> None:
+        flat = [call for op in ops for call in op]
+        self.names = [name for op in names for name in op]
+        self.calls = (_Call * max(1, len(flat)))()
+        for k, (fn, args) in enumerate(flat):
+            self.calls[k].fn = fn
+            for j, arg in enumerate(args):
+                value = arg.value if hasattr(arg, "value") else arg
+                self.calls[k].a[j] = int(value or 0) & 0xFFFFFFFFFFFFFFFF
+        bounds = [0]
+        for op in ops:
+            bounds.append(bounds[-1] + len(op))
+        self.first = (ctypes.c_int * len(bounds))(*bounds)
+        self.m = len(ops)
+        self._loop, self._check = loop, check
+        self._stream, self._comm, self._async = stream, comm, async_error
+
+    def _raise(self, rc: int) -> None:
+        self._check(rc & 0xFF, self.names[(rc >> 8) - 1])
+
+    def run(self, iters: int) -> None:
+        """Issue `iters` ops (op i is entry i % m); raises as the Python loop does."""
+        rc = self._loop.loop(self.calls, self.first, self.m, iters)
+        if rc:
+            self._raise(rc)
+
+    def timed(self, iters: int) -> float:
+        """Seconds from before the first op is issued until the stream has finished them all."""
+        query = self._loop.stream_query
+        if not query:
+            raise NativeError("cudaStreamQuery not found")
+        ns = ctypes.c_int64(0)
+        rc = self._loop.timed(
+            self.calls, self.first, self.m, iters, query, self._stream, self._async or None,
+            self._comm or None, ctypes.byref(ns),
+        )  # fmt: skip
+        if rc == -1:
+            raise NativeError(f"cudaStreamQuery failed: CUDA error {ns.value}")
+        if rc == -2:
+            self._check(int(ns.value), "asynchronous NCCL operation")
+        if rc:
+            self._raise(rc)
+        return ns.value / 1e9
+
+
+class NativeLoop:
+    def __init__(self, path: str) -> None:
+        self.lib = ctypes.CDLL(path)
+        self.loop = self.lib.nk_loop
+        self.loop.argtypes = [
+            ctypes.POINTER(_Call),
+            ctypes.POINTER(ctypes.c_int),
+            ctypes.c_int,
+            ctypes.c_int,
+        ]
+        self.loop.restype = ctypes.c_int
+        self.timed = self.lib.nk_timed
+        vp = ctypes.c_void_p
+        self.timed.argtypes = [ctypes.POINTER(_Call), ctypes.POINTER(ctypes.c_int), ctypes.c_int,
+                               ctypes.c_int, vp, vp, vp, vp, ctypes.POINTER(ctypes.c_int64)]  # fmt: skip
+        self.timed.restype = ctypes.c_int
+        cudart = _cudart()
+        self.stream_query = _address(cudart, "cudaStreamQuery")
+        self.graph_launch = _address(cudart, "cudaGraphLaunch")
+
+    def program(self, ops: Sequence[Sequence[Call]], **kwargs: Any) -> Program:
+        return Program(self, ops, **kwargs)
+
+
+def _address(lib: ctypes.CDLL | None, name: str) -> int:
+    fn = getattr(lib, name, None) if lib is not None else None
+    return int(ctypes.cast(fn, ctypes.c_void_p).value or 0) if fn is not None else 0
+
+
+def _cudart() -> ctypes.CDLL | None:
+    """The CUDA runtime this process already loaded (torch's), found in /proc/self/maps."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8") as f:
+            paths = {line.split()[-1] for line in f if "libcudart.so" in line}
+    except OSError:
+        return None
+    for path in sorted(paths):
+        try:
+            return ctypes.CDLL(path)
+        except OSError:
+            continue
+    return None
+
+
+def _build() -> str | None:
+    """Compile the loop once per source text (cached in the temp dir); None without a compiler."""
+    cc = next(
+        (c for c in (os.environ.get("CC"), "cc", "gcc", "clang") if c and shutil.which(c)), None
+    )
+    if cc is None:
+        return None
+    digest = hashlib.sha256(_SOURCE.encode()).hexdigest()[:16]
+    out = os.path.join(tempfile.gettempdir(), f"nccl_k8s_loop_{digest}_{os.getuid()}.so")
+    if os.path.exists(out):
+        return out
+    with tempfile.TemporaryDirectory(prefix="nccl-k8s-cc-") as tmp:
+        src = os.path.join(tmp, "loop.c")
+        with open(src, "w", encoding="utf-8") as f:
+            f.write(_SOURCE)
+        built = os.path.join(tmp, "loop.so")
+        proc = subprocess.run(
+            [cc, "-O2", "-shared", "-fPIC", "-o", built, src], capture_output=True, check=False
+        )
+        if proc.returncode != 0:
+            return None
+        os.replace(built, out)
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def native_loop() -> NativeLoop | None:
+    """The loop unless NCCL_K8S_NATIVE_LOOP=0, when a compiler builds it; else None (Python)."""
+    if os.environ.get("NCCL_K8S_NATIVE_LOOP", "1") == "0":
+        return None
+    try:
+        path = _build()
+        return NativeLoop(path) if path else None
+    except OSError:
+        return None
+
+
+__all__ = ["Call", "NativeError", "NativeLoop", "Program", "native_loop"]

@@ -1,0 +1,72 @@
+"""-z as nccl-tests 2.19.6 reads it, shown with a barrier made slow on purpose (gloo, in process).
+
+0: ops back to back; 1: wait and barrier after each op, the barrier timed; 2: wait after each
+op, no barrier; 3: wait and barrier after each op, the barrier not timed.
+"""
+
+from __future__ import annotations
+
+import io
+import socket
+import time
+from collections.abc import Iterator
+
+import pytest
+import torch.distributed as dist
+
+from nccl_k8s.bench.config import ConfigError, parse_args
+from nccl_k8s.bench.counts import SHAPES, rotation_shifts
+from nccl_k8s.bench.engine import Engine, Printer
+from nccl_k8s.bench.ops import Collectives
+from nccl_k8s.bench.rank import Rank
+from nccl_k8s.bench.watch import Watchdog
+
+BARRIER_S = 0.05
+
+
+@pytest.fixture
+def world_of_one(monkeypatch: pytest.MonkeyPatch) -> Iterator[Rank]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for k, v in dict(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
+                     MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)).items():  # fmt: skip
+        monkeypatch.setenv(k, v)
+    rank = Rank("gloo", 0)
+    slow = dist.barrier
+
+    def barrier(*args: object, **kwargs: object) -> None:
+        time.sleep(BARRIER_S)
+        slow(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(dist, "barrier", barrier)
+    try:
+        yield rank
+    finally:
+        rank.close()
+
+
+def _per_op_s(rank: Rank, blocking: int) -> float:
+    cfg = parse_args(["-b", "1K", "-e", "1K", "-n", "4", "-z", str(blocking)])
+    engine = Engine(cfg, rank, Printer(False, io.StringIO(), False), Watchdog(0, 1, host="h", timeout_s=0, interval_s=-1))  # fmt: skip
+    coll = Collectives(rank=0, nranks=1, dtype="float", redop="sum",
+                       sendbuf=rank.buffer(4096), recvbuf=rank.buffer(4096), group=rank.data_group)  # fmt: skip
+    counts = SHAPES["all_reduce"].counts(1024, 4, 1)
+    b = coll.bind("all_reduce", counts, rotation_shifts(counts, 4, 4096, 4), 0, False)
+    return engine._timed(b)
+
+
+def test_z3_excludes_the_barrier_z1_includes_it(world_of_one: Rank) -> None:
+    t = {z: _per_op_s(world_of_one, z) for z in (0, 1, 2, 3)}
+    assert t[1] >= BARRIER_S, t  # every op waited for a 50 ms barrier, and it was timed
+    for z in (0, 2, 3):
+        assert t[z] < BARRIER_S / 5, t  # no barrier (0, 2) or an untimed one (3)
+
+
+def test_blocking_flag_values() -> None:
+    assert parse_args(["-z", "3"]).blocking == 3
+    with pytest.raises(ConfigError, match="-z 4: expected 0, 1, 2 or 3"):
+        parse_args(["-z", "4"])
+    with pytest.raises(ConfigError, match="-z 1 with -G 1: a CUDA graph cannot wait"):
+        parse_args(["-z", "1", "-G", "1"])
+    assert parse_args(["-z", "3", "-G", "1"]).blocking == 3  # the engine turns it off, as 2.19.6
