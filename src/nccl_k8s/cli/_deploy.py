@@ -7,6 +7,7 @@ nothing anywhere; the others follow kubectl's conventions (-n, --context, --kube
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any, Literal, cast
 
 import typer
@@ -200,6 +201,16 @@ def deploy_command(
     from nccl_k8s import k8s
 
     settings = wait_settings(timeout, schedule_timeout, pull_timeout)
+    bundle_to = k8s.bundle_path(spec.run_id) if bundle_on_failure else None
+    if bundle_to is not None:  # where a failure's bundle goes: writable before anything is made
+        from nccl_k8s.launch.local import check_writable
+
+        check_writable(
+            Path.cwd(),
+            what="--bundle-on-failure into",
+            is_dir=True,
+            hint="cd to a writable directory",
+        )
 
     def deployed(d: Any) -> None:
         made = " (namespace created)" if d.created_namespace else ""
@@ -218,7 +229,7 @@ def deploy_command(
             wait=wait,
             wait_settings=settings,
             keep_on_failure=keep_on_failure,
-            bundle_on_failure=k8s.bundle_path(spec.run_id) if bundle_on_failure else None,
+            bundle_on_failure=bundle_to,
             progress=live,
             on_deployed=deployed,
         )

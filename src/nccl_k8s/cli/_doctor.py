@@ -235,7 +235,13 @@ def bundle_command(
     """Write a run's debug bundle: every object as YAML, its events, every pod's log (and
     previous log), the nodes it ran on, the `doctor --run` table."""
     from nccl_k8s import k8s
+    from nccl_k8s.launch.local import check_writable
 
+    # Before the run is read: a path that cannot be written is one line, and nothing is made.
+    if output is not None:
+        check_writable(output, what="-o", is_dir=False)
+    else:
+        check_writable(Path.cwd(), what="bundle into", is_dir=True, hint="cd or pass -o FILE")
     got = k8s.bundle(
         run, client=client_settings(kubeconfig, context), namespace=namespace, path=output
     )

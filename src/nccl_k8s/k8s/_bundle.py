@@ -139,8 +139,8 @@ def _readme(run_id: str, ns: str, server: str, counts: dict[str, int], missing: 
 
 
 def _tar(path: Path, root: str, files: dict[str, bytes]) -> None:
-    """Write the archive atomically: a reader never sees half a bundle."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write the archive atomically: a reader never sees half a bundle. Its directory must
+    exist (the CLI checked it before reading the run; nothing is created on a typo)."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as raw, tarfile.open(fileobj=raw, mode="w:gz") as tar:
