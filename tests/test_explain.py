@@ -176,3 +176,22 @@ def test_results_name_each_ranks_node_from_its_pod() -> None:
     pods = [pod_info(pod(0, node="n0")), pod_info(pod(1, node="n1"))]
     name_nodes(run, pods)
     assert [d.node for d in run.meta.devices] == ["n0", "n0", "n1", "said-by-engine"]
+
+
+def test_an_image_that_cannot_be_pulled_gets_the_kubelets_words() -> None:
+    message = 'failed to pull and unpack image "reg.example/nccl:does-not-exist": not found'
+    pulling = pod(
+        0,
+        node="n0",
+        status={
+            "containerStatuses": [
+                {
+                    "name": "bench",
+                    "state": {"waiting": {"reason": "ErrImagePull", "message": message}},
+                }
+            ]
+        },
+    )
+    table = rows("r", "ns", JOB, [pulling], [], {"n0": {"metadata": {"name": "n0"}}}, {}, now=NOW)
+    assert (table[0].node, table[0].phase) == ("n0", "Pending")
+    assert table[0].why == f"ErrImagePull: {message}"
