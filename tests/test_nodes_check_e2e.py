@@ -4,13 +4,12 @@ on a healthy cluster (exit 0) and exactly the slow and the crashing node once no
 to its two nodes), results (each rank's node named), cleanup.
 
 The "nodes" of this cluster share the machine's two cores (and whatever else runs on it), which
-real nodes never do, so the measurement is made to stand that: gloo on sizes whose timing spans
-many of the node-slow fault's 20 ms duty cycles, the best row of each test, one test at a time
-(--parallel 1: pairs measuring at once on two cores, or one measuring while another starts,
-share them unevenly), and a threshold of 0.6. Measured here, a pair with the 4x slow node
-reaches 0.2-0.5 of a healthy pair (gloo over loopback is not wholly CPU-bound, so a quarter of
-the CPU costs less than a quarter of the bandwidth), and healthy pairs spread down to about 0.65
-of their median with the machine busy.
+real nodes never do, so the measurement is made to stand that: gloo on 32-64 MB, whose timing
+spans many of the node-slow fault's 20 ms duty cycles, the best row of each test, one test at a
+time (--parallel 1: pairs measuring at once on two cores, or one measuring while another starts,
+share them unevenly), and a threshold of 0.5, midway (geometrically) between the two. Measured
+here, a pair with the 4x slow node reaches 0.21-0.32 of the cluster reference, a healthy pair
+0.62 of it at worst (its single tests spread 0.71-1.37 GB/s, with other work on the machine).
 
 Labels and taints are written by the same code path the CLI uses, checked here without a whole
 check: on given verdicts, touching only the key this tool owns.
@@ -20,6 +19,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -37,8 +37,12 @@ from nccl_k8s.results.schema import load
 
 pytestmark = pytest.mark.slow
 
-ENGINE = ["--", "--backend", "gloo", "--ops", "all_reduce", "-b", "8M", "-e", "32M", "-f", "2"]
-ENGINE += ["-n", "5", "-w", "1", "-c", "0"]
+ENGINE = ["--", "--backend", "gloo", "--ops", "all_reduce", "-b", "32M", "-e", "64M", "-f", "2"]
+ENGINE += ["-n", "3", "-w", "1", "-c", "0"]
+#: "Within a few minutes on this 2-core machine" (issue 12), for one check, healthy or not.
+#: Measured: the healthy check about 50 s, the faulty one 110 s unloaded and 180 s at a load
+#: average of 7 (most of it the slowed node's pods importing torch at a quarter of their share).
+CHECK_S = 300
 NODES = [f"node-{i}" for i in range(6)]
 
 
@@ -57,15 +61,21 @@ def runs_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def check(cluster: Cluster, namespace: str, *args: str):
     return cli(
-        cluster, "nodes", "check", "-n", namespace, "--gpus-per-node", "1", "--threshold", "0.6",
+        cluster, "nodes", "check", "-n", namespace, "--gpus-per-node", "1", "--threshold", "0.5",
         "--parallel", "1", *args, *ENGINE,
     )  # fmt: skip
 
 
-def test_healthy_nodes_pass_then_the_slow_and_the_crashing_node_are_flagged(
-    cluster: Cluster, namespace: str, runs_dir: Path
-) -> None:
-    healthy = check(cluster, namespace, "-o", "json")
+def timed_check(cluster: Cluster, namespace: str, *args: str) -> Any:
+    start = time.monotonic()
+    res = check(cluster, namespace, *args)
+    took = time.monotonic() - start
+    assert took < CHECK_S, f"nodes check took {took:.0f}s\n{res.output}"
+    return res
+
+
+def test_healthy_nodes_are_all_good(cluster: Cluster, namespace: str, runs_dir: Path) -> None:
+    healthy = timed_check(cluster, namespace, "-o", "json")
     assert healthy.exit_code == 0, healthy.output
     doc = json.loads(healthy.output[healthy.output.index("{") :])
     assert {v["node"]: v["verdict"] for v in doc["nodes"]} == dict.fromkeys(NODES, "good")
@@ -79,11 +89,16 @@ def test_healthy_nodes_pass_then_the_slow_and_the_crashing_node_are_flagged(
     assert sorted(str(d.node) for d in devices) == sorted([first["a"], first["b"]])
     assert labelled(cluster, namespace) == []  # every test run was removed
 
+
+@pytest.mark.timeout(CHECK_S + 120)
+def test_the_slow_and_the_crashing_node_are_flagged_and_only_they(
+    cluster: Cluster, namespace: str
+) -> None:
     api = Api(cluster.url)
     assert api.post("/_test/faults/node-slow", {"node": "node-2", "factor": 4})[0] == 200
     assert api.post("/_test/faults/node-crash", {"node": "node-4"})[0] == 200
     try:
-        faulty = check(cluster, namespace, "--label", "--taint", "--dry-run")
+        faulty = timed_check(cluster, namespace, "--label", "--taint", "--dry-run")
     finally:
         api.post("/_test/faults/node-slow", {"node": "node-2", "factor": None})
         api.post("/_test/faults/node-crash", {"node": "node-4", "crash": False})
@@ -98,7 +113,7 @@ def test_healthy_nodes_pass_then_the_slow_and_the_crashing_node_are_flagged(
         "node-4": "bad",
     }, faulty.output
     assert re.match(
-        r"[\d.]+ GB/s with good node node-\d, below 0\.6 x the cluster's [\d.]+ GB/s$",
+        r"[\d.]+ GB/s with good node node-\d, below 0\.5 x the cluster's [\d.]+ GB/s$",
         table["node-2"][1],
     ), table["node-2"]
     assert re.match(
