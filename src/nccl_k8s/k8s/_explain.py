@@ -32,7 +32,7 @@ from nccl_k8s.k8s._plumbing import (
 )
 from nccl_k8s.k8s._pods import PodInfo, condition, latest_per_rank, pod_info, rank_key, run_phase
 from nccl_k8s.k8s._settings import WaitSettings
-from nccl_k8s.k8s._types import Obj
+from nccl_k8s.k8s._types import Obj, timestamp
 from nccl_k8s.k8s._verdicts import failed_create, gather_verdict, node_objects
 
 #: Last log lines shown for a pod whose container failed.
@@ -78,13 +78,8 @@ class Explained:
 
 
 def _age(since: str | None, now: datetime.datetime) -> float:
-    if not since:
-        return 0.0
-    try:
-        then = datetime.datetime.fromisoformat(since.replace("Z", "+00:00"))
-    except ValueError:
-        return 0.0
-    return max(0.0, (now - then).total_seconds())
+    then = timestamp(since)
+    return 0.0 if then is None else max(0.0, (now - then).total_seconds())
 
 
 def _latest(events: Sequence[Obj], name: str, reason: str) -> Obj | None:

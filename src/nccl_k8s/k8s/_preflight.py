@@ -21,7 +21,7 @@ from typing import Any, Literal, get_args
 from nccl_k8s.k8s._manifests import GANGS
 from nccl_k8s.k8s._nodefit import pod_requests
 from nccl_k8s.k8s._presets import PsaLevel, pod_security_level, security_profile
-from nccl_k8s.k8s._types import Obj
+from nccl_k8s.k8s._types import Obj, timestamp
 from nccl_k8s.spec import RunSpec, Security, quantity_value
 from nccl_k8s.spec._values import bytes_quantity, cpu_quantity
 
@@ -353,15 +353,6 @@ def scheduler_name(spec: RunSpec) -> str | None:
     return spec.scheduler_name or gang
 
 
-def _time(text: object) -> datetime.datetime | None:
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        return datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
 #: A Lease renewed within this many seconds has a live holder (kube-scheduler renews every 2 s,
 #: a lease lasts 15 s).
 LEASE_FRESH_S = 60
@@ -382,7 +373,7 @@ def check_scheduler(spec: RunSpec, leases: Read, placed: Read, now: datetime.dat
         meta = lease["metadata"]
         if meta["name"] != name and not holder.startswith(name):
             continue
-        renewed = _time(lspec.get("renewTime"))
+        renewed = timestamp(lspec.get("renewTime"))
         if renewed is not None and (now - renewed).total_seconds() <= LEASE_FRESH_S:
             age = max(0, int((now - renewed).total_seconds()))
             return Check(

@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
+import datetime
 from typing import Any, Literal
+
+
+def timestamp(text: object) -> datetime.datetime | None:
+    """An API object's RFC 3339 time (`2026-12-03T12:00:00Z`); None when absent or malformed."""
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        return datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
 
 #: An API object as the server sends it (the plain JSON dict); the only form above k8s._client.
 Obj = dict[str, Any]
