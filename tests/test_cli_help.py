@@ -13,8 +13,9 @@ from nccl_k8s.cli.main import app
 DATA = Path(__file__).parent / "data" / "nccl-tests" / "public"
 COMMANDS = [
     "run", "render", "deploy", "wait", "status", "logs", "results", "cleanup", "list",
-    "import", "diagnose", "compare", "report",
+    "import", "diagnose", "compare", "report", "doctor", "bundle", "nodes",
 ]  # fmt: skip
+SUBCOMMANDS = ["nodes check"]
 
 
 def help_of(*args: str) -> str:
@@ -32,9 +33,9 @@ def test_the_top_level_help_lists_every_command_and_the_exit_codes() -> None:
     assert "2 bad input or configuration" in flat and "130/143 interrupted" in flat
 
 
-@pytest.mark.parametrize("command", COMMANDS)
+@pytest.mark.parametrize("command", COMMANDS + SUBCOMMANDS)
 def test_every_command_shows_metavars_not_python_types(command: str) -> None:
-    text = help_of(command)
+    text = help_of(*command.split())
     # typer 0.29 prints <str>, <bool>, <list[Path]> and {name} unless told otherwise.
     assert not re.search(r"<(str|bool|int|float|path|list\[[^]]*\])>", text, re.I), text
     usage = next(line for line in text.splitlines() if "Usage:" in line)
@@ -68,3 +69,19 @@ def test_import_to_a_path_that_cannot_be_written_is_one_line_and_creates_nothing
         assert len(lines) == 1 and lines[0].startswith(f"error: -o {target}"), lines
         assert expected in lines[0]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
+
+
+def test_a_bundle_to_a_path_that_cannot_be_written_is_refused_before_the_run_is_read(
+    tmp_path: Path,
+) -> None:
+    # No cluster is configured either: the path is checked first, and nothing is created.
+    target = tmp_path / "missing" / "b.tar.gz"
+    res = CliRunner().invoke(
+        app, ["bundle", "--run", "r-1", "-o", str(target)], env={"KUBECONFIG": str(tmp_path / "k")}
+    )
+    assert res.exit_code == 2, res.output
+    assert res.stderr.strip().splitlines() == [
+        f"error: -o {target}: directory {tmp_path / 'missing'} does not exist: create it or "
+        "choose a writable path"
+    ]
+    assert list(tmp_path.iterdir()) == []

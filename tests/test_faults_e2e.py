@@ -526,10 +526,13 @@ def test_pod_security_refusing_the_pods_is_named_within_seconds(
 ) -> None:
     # A namespace that enforces Pod Security level baseline, as an admin labels it: the test
     # cluster's admission refuses the rdma profile's pods (IPC_LOCK) with kube-apiserver's
-    # words, and the Job controller records FailedCreate (issue 11, acceptance 3).
+    # words, and the Job controller records FailedCreate (issue 11, acceptance 3). The user may
+    # not read namespaces (as many may not), so deploy's preflight cannot see the label and
+    # refuse first (tests/test_doctor_e2e.py has that refusal): the run meets admission.
     ns = cluster.store.get("namespaces", None, namespace)
     ns["metadata"].setdefault("labels", {})["pod-security.kubernetes.io/enforce"] = "baseline"
     cluster.store.update("namespaces", ns)
+    cluster.faults.fail_requests(rf"^/api/v1/namespaces/{namespace}$", 403, method="GET")
     rid = run_id()
     start = time.monotonic()
     res = deploy(

@@ -26,8 +26,9 @@ import typer
 import yaml
 from typer.testing import CliRunner
 
+from nccl_k8s.k8s._deploy import attach_owner
 from nccl_k8s.k8s._dump import dump
-from nccl_k8s.k8s._manifests import attach_owner, render
+from nccl_k8s.k8s._manifests import render
 from nccl_k8s.k8s._wrapper import POD_WRAPPER
 from nccl_k8s.k8s._zipapp import MAX_ZIPAPP_BYTES, ZIPAPP_NAME, build_zipapp, engine_zipapp
 from nccl_k8s.spec import RunSpec, build_run_spec
@@ -219,6 +220,16 @@ def test_every_object_is_labelled_for_selection(name: str) -> None:
         assert labels["app.kubernetes.io/instance"] == run_id, obj["kind"]
         assert labels["app.kubernetes.io/managed-by"] == "nccl-k8s", obj["kind"]
         assert "ownerReferences" not in obj["metadata"]
+
+
+@pytest.mark.parametrize("name", [*sorted(_SPECS), "everything", "host", "image-privileged"])
+def test_no_container_lists_a_variable_twice(name: str) -> None:
+    # The API server keeps the last of two same-named entries (kubectl only warns): a variable
+    # set twice is one silently lost.
+    workload = _objs_for(name)[-1]
+    for container in workload["spec"]["template"]["spec"]["containers"]:
+        names = [e["name"] for e in container.get("env", [])]
+        assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
 
 
 def test_render_is_deterministic() -> None:

@@ -159,12 +159,17 @@ def test_png_dir_writes_the_plots_alone(two_runs: tuple[str, str], tmp_path: Pat
 
 def test_a_results_file_and_a_single_run_without_rows_details(tmp_path: Path) -> None:
     """A file path works as well as a run id; a run id in two places of the legend gets a #2."""
-    path = dump(import_file(V100), tmp_path / "v100.json")
+    run = import_file(V100)
+    assert run.meta.devices[0].host  # nccl-tests names each rank's host
+    run.meta.devices[0].node = "gpu-7"  # as a run collected from a cluster names its node
+    path = dump(run, tmp_path / "v100.json")
     out = tmp_path / "r.html"
     res = CliRunner().invoke(_app(), ["report", str(path), str(path), "-o", str(out)])
     assert res.exit_code == 0, res.output
     page = out.read_text(encoding="utf-8")
     assert "v100 (nccl-tests, 8× Tesla V100-SXM2-32GB, 2 nodes) #2" in page
+    host = run.meta.devices[0].host
+    assert f"<code>0: {host} (node gpu-7) pid " in page
     # No per-rank times in either run: no spread plot, the other two per op.
     assert len(IMG.findall(page)) == 4
 

@@ -13,7 +13,15 @@ from typer.testing import CliRunner
 
 from nccl_k8s.cli import _results
 from nccl_k8s.errors import ResultsError, UsageError
-from nccl_k8s.results import Run, compare, dump, import_file, min_busbw_gate, parse_tolerance
+from nccl_k8s.results import (
+    Device,
+    Run,
+    compare,
+    dump,
+    import_file,
+    min_busbw_gate,
+    parse_tolerance,
+)
 
 OLD = (
     Path(__file__).parent
@@ -235,6 +243,18 @@ def test_different_world_sizes_and_gpus_are_warned(tmp_path: Path) -> None:
     k80 = import_file(PUBLIC / "pkb_k80x2_nccl_output.txt")
     t4 = import_file(PUBLIC / "aws-eks-efa_t4x2_mpijob_launcher.log")
     assert compare(k80, t4).warnings == ["GPU model differs: current Tesla K80, baseline Tesla T4"]
+
+
+def test_runs_on_different_kubernetes_nodes_are_warned_naming_them() -> None:
+    base = import_file(PUBLIC / "aws-eks-efa_t4x2_mpijob_launcher.log")
+    cur = copy.deepcopy(base)
+    assert compare(cur, base).warnings == []  # imported: no node named, nothing said
+    for run, nodes in ((base, ("gpu-a", "gpu-b")), (cur, ("gpu-a", "gpu-c"))):
+        run.meta.devices = [Device(rank=i, host=f"pod-{i}", node=n) for i, n in enumerate(nodes)]
+    assert compare(cur, base).warnings == [
+        "Kubernetes nodes differ: current gpu-a, gpu-c, baseline gpu-a, gpu-b"
+    ]
+    assert compare(cur, cur).warnings == []
 
 
 def test_d_all_run_compares_per_dtype_and_filters(tmp_path: Path) -> None:

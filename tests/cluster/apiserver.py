@@ -365,7 +365,9 @@ class APIServer:
         "retryAfterSeconds"} (or "delaySeconds" instead of "status": hold, then serve), DELETE to
         clear;
         POST /_test/faults/kill-pod {"namespace", "pod"}; POST /_test/faults/node-ready
-        {"node", "ready"}; POST /_test/faults/scheduling-delay {"seconds"}."""
+        {"node", "ready"}; POST /_test/faults/scheduling-delay {"seconds"};
+        POST /_test/faults/node-slow {"node", "factor"} (null or <= 1 ends it);
+        POST /_test/faults/node-crash {"node", "crash": true|false}."""
         what = path.removeprefix("/_test/faults/")
         if what == "requests" and method == "DELETE":
             self.faults.clear()
@@ -395,6 +397,13 @@ class APIServer:
                 self.faults.kill_pod(args.get("namespace", "default"), args["pod"])
             elif what == "node-ready":
                 self.faults.set_node_ready(args["node"], bool(args["ready"]))
+            elif what == "node-slow":
+                self.store.get("nodes", None, args["node"])  # 404 for a node that is not there
+                factor = args.get("factor")
+                self.faults.node_slow(args["node"], float(factor) if factor is not None else None)
+            elif what == "node-crash":
+                self.store.get("nodes", None, args["node"])
+                self.faults.node_crash(args["node"], bool(args.get("crash", True)))
             elif what == "scheduling-delay":
                 self.faults.delay_scheduling(float(args["seconds"]))
             else:

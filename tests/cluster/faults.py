@@ -34,6 +34,8 @@ class _Rule:
 class _Kubelet(Protocol):
     def kill_pod(self, namespace: str, pod: str, *, sig: int = ...) -> Any: ...
     def set_node_ready(self, node: str, ready: bool) -> Any: ...
+    def set_node_slow(self, node: str, factor: float | None) -> Any: ...
+    def set_node_crash(self, node: str, crash: bool = ...) -> Any: ...
 
 
 class _Scheduler(Protocol):
@@ -147,6 +149,20 @@ class Faults:
         if self.kubelet is None:
             raise RuntimeError("this cluster runs no kubelet")
         self.kubelet.set_node_ready(node, ready)
+
+    def node_slow(self, node: str, factor: float | None) -> None:
+        """Give the node's pod processes about 1/factor of the CPU (duty-cycled SIGSTOP/SIGCONT
+        of every process in its pods' sandboxes, pods started later included); None or a
+        factor <= 1 ends it."""
+        if self.kubelet is None:
+            raise RuntimeError("this cluster runs no kubelet")
+        self.kubelet.set_node_slow(node, factor)
+
+    def node_crash(self, node: str, crash: bool = True) -> None:
+        """Make every container that starts on the node exit 1 at once (crash=False heals it)."""
+        if self.kubelet is None:
+            raise RuntimeError("this cluster runs no kubelet")
+        self.kubelet.set_node_crash(node, crash)
 
     def delay_scheduling(self, seconds: float) -> None:
         """Make the scheduler wait `seconds` before binding each pod."""

@@ -32,7 +32,9 @@ group misses). Every process starts under `setpriv --pdeathsig KILL`, so even a 
 takes its pods with it.
 
 Fault injection (also reachable as `cluster.faults`): kill_pod(ns, pod), set_node_ready(node, b),
-set_image_pull_fail_pattern(re); the scheduler has set_delay(s).
+set_image_pull_fail_pattern(re), set_node_slow(node, factor) (its pods' processes get about
+1/factor of the CPU: tests/cluster/throttle.py), set_node_crash(node, b) (its pods' containers exit 1
+at start); the scheduler has set_delay(s).
 
 Addresses: node `node-<i>` has 127.<k>.<i//250>.<i%250+1> (set by the Cluster); the pods of node i get
 127.<k>.<16+i>.<1..254>, so a pod's address tells its node. hostNetwork pods use the node's address.
@@ -76,6 +78,7 @@ from tests.cluster.node_common import (
     parse_quantity,
     set_condition,
 )
+from tests.cluster.throttle import Throttle
 
 log = logging.getLogger(__name__)
 
@@ -257,6 +260,8 @@ class Kubelet:
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._stopped = False
+        self._throttle = Throttle(self._node_namespaces)
+        self._crashing: set[str] = set()
 
     # ---- public API --------------------------------------------------------------------------
 
@@ -277,6 +282,7 @@ class Kubelet:
         if self._stopped:
             return
         self._stopping = True
+        self._throttle.stop()
         unsubscribe = getattr(self._store, "unsubscribe", None)
         if unsubscribe is not None:
             unsubscribe(self._on_change)
@@ -390,6 +396,35 @@ class Kubelet:
         self._store.mutate("nodes", None, node, edit, subresource="status")
         self._store.mutate("nodes", None, node, edit)
         self._call(lambda: self._node_readiness(node, ready))
+
+    def set_node_slow(self, node: str, factor: float | None) -> None:
+        """Fault injection: the node's pod processes get about 1/factor of the CPU (duty-cycled
+        SIGSTOP/SIGCONT, tests/cluster/throttle.py), pods started later too; None (or a factor
+        <= 1) ends it."""
+        self._throttle.set(node, factor)
+
+    def set_node_crash(self, node: str, crash: bool = True) -> None:
+        """Fault injection: every container that starts on the node from now on exits 1 at once,
+        after one line on stderr saying so (a node whose runtime or driver is broken)."""
+        with self._lock:
+            if crash:
+                self._crashing.add(node)
+            else:
+                self._crashing.discard(node)
+
+    def _node_namespaces(self, node: str) -> tuple[set[int], set[int]]:
+        """The mount-namespace inodes of the node's live pod sandboxes, and the sandboxes' pids."""
+        inodes: set[int] = set()
+        pids: set[int] = set()
+        with self._lock:
+            for pod in self._pods.values():
+                sb = pod.sandbox
+                if pod.node != node or sb is None or sb.returncode is not None:
+                    continue
+                if pod.ns_inode:
+                    inodes.add(pod.ns_inode)
+                    pids.add(sb.pid)
+        return inodes, pids
 
     def set_image_pull_fail_pattern(self, pattern: str | None) -> None:
         """Change which images fail to pull; pods in back-off retry with the new pattern."""
@@ -1104,6 +1139,11 @@ class Kubelet:
         argv += [_expand(a, env) for a in (c.spec.get("args") or [])]
         if not argv:
             argv = ["sleep", "infinity"]
+        if pod.node in self._crashing:
+            said = (
+                f"test cluster: node {pod.node} crashes every container at start (node-crash fault)"
+            )
+            argv = [_SH, "-c", f"echo {shlex.quote(said)} >&2; exit 1"]
         env[_MARKER] = f"{pod.uid}/{c.name}/{c.attempts}"
         if c.attempts > 0:
             c.restart_count += 1

@@ -11,6 +11,10 @@ strings, joined with ", "; the preemption postscript is left out, as nothing her
 Only pods whose spec.schedulerName is one of `names` are touched: a pod for an absent scheduler
 (hami-scheduler, volcano) stays Pending with no condition and no event, as in a real cluster.
 
+Leader election, as a running scheduler shows itself: each name served holds a Lease in
+kube-system (`kube-scheduler` for default-scheduler, as upstream names it; the schedulerName
+itself for the others), renewed every few seconds while the scheduler runs.
+
 Event-driven: `store.subscribe` keeps a cache of nodes and bound pods and feeds a queue; one thread
 schedules what is due. Unschedulable pods wait until something that could help changes (a node,
 a pod ending or going away) instead of being retried on a timer. `set_delay` holds every pod in
@@ -19,11 +23,13 @@ the queue for that long first (fault injection: a slow scheduler).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import threading
 import time
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any
 
 from tests.cluster.errors import ApiError
@@ -42,6 +48,29 @@ log = logging.getLogger(__name__)
 _NOT_READY_TAINT = {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}
 _UNSCHEDULABLE_TAINT = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
 _HOSTNAME = "kubernetes.io/hostname"
+#: How often the schedulers' Leases are renewed (kube-scheduler: every 2 s, 15 s duration).
+LEASE_RENEW_S = 5.0
+LEASE_DURATION_S = 15
+
+
+def _micro_time() -> str:
+    """A MicroTime, as Leases carry them: RFC 3339 with microseconds."""
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _lease(name: str, scheduler: str, stamp: str) -> Obj:
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": name, "namespace": "kube-system"},
+        "spec": {
+            "holderIdentity": f"{scheduler}_test-cluster",
+            "leaseDurationSeconds": LEASE_DURATION_S,
+            "acquireTime": stamp,
+            "renewTime": stamp,
+            "leaseTransitions": 0,
+        },
+    }
 
 
 @dataclass
@@ -83,6 +112,7 @@ class Scheduler:
         self._unschedulable: dict[str, Obj] = {}
         self._last_failure: dict[str, tuple[str, float]] = {}
         self._thread: threading.Thread | None = None
+        self._lease_thread: threading.Thread | None = None
         self._stopping = False
         self.bound = 0  # pods bound so far, for benchmarks and tests
 
@@ -96,6 +126,8 @@ class Scheduler:
             self._on_change("ADDED", "pods", pod)
         self._thread = threading.Thread(target=self._run, name="scheduler", daemon=True)
         self._thread.start()
+        self._lease_thread = threading.Thread(target=self._hold_leases, name="leases", daemon=True)
+        self._lease_thread.start()
 
     def stop(self) -> None:
         with self._cond:
@@ -106,6 +138,8 @@ class Scheduler:
             unsubscribe(self._on_change)
         if self._thread is not None:
             self._thread.join(timeout=10)
+        if self._lease_thread is not None:
+            self._lease_thread.join(timeout=10)
 
     def set_delay(self, s: float) -> None:
         """Hold each pending pod this many seconds before scheduling it (fault injection).
@@ -118,6 +152,29 @@ class Scheduler:
     @property
     def delay_s(self) -> float:
         return self._delay_s
+
+    # ---- leader election ----------------------------------------------------------------------
+
+    def _hold_leases(self) -> None:
+        """Create, then renew every LEASE_RENEW_S, one Lease per scheduler name served."""
+        names = {n: ("kube-scheduler" if n == "default-scheduler" else n) for n in self._names}
+        while True:
+            stamp = _micro_time()
+            for scheduler, lease in names.items():
+
+                def renew(obj: Obj, stamp: str = stamp) -> None:
+                    obj.setdefault("spec", {})["renewTime"] = stamp
+
+                try:
+                    self._store.mutate("leases", "kube-system", lease, renew)
+                except ApiError as e:
+                    if e.code != 404:
+                        continue
+                    with contextlib.suppress(ApiError):
+                        self._store.create("leases", _lease(lease, scheduler, stamp))
+            with self._cond:
+                if self._stopping or self._cond.wait_for(lambda: self._stopping, LEASE_RENEW_S):
+                    return
 
     # ---- cache and queue ---------------------------------------------------------------------
 

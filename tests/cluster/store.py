@@ -91,6 +91,10 @@ RESOURCES: dict[str, ResourceInfo] = {
             "persistentvolumeclaims", "PersistentVolumeClaim", "", "v1", True, ("pvc",), ("status",)
         ),
         ResourceInfo("events", "Event", "", "v1", True, ("ev",)),
+        # Stored and served, not enforced: what doctor reads to predict admission.
+        ResourceInfo("resourcequotas", "ResourceQuota", "", "v1", True, ("quota",), ("status",)),
+        ResourceInfo("limitranges", "LimitRange", "", "v1", True, ("limits",)),
+        ResourceInfo("leases", "Lease", "coordination.k8s.io", "v1", True),
         ResourceInfo("jobs", "Job", "batch", "v1", True, (), ("status",)),
         ResourceInfo(
             "statefulsets", "StatefulSet", "apps", "v1", True, ("sts",), ("status", "scale")

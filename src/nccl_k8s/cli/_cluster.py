@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
-from nccl_k8s.cli._common import Command, err, handle_errors, out
+from nccl_k8s.cli._common import Command, columns, err, handle_errors, out
 from nccl_k8s.cli._options import (
     Context,
     Kubeconfig,
@@ -79,7 +79,7 @@ def status_command(
         )
     # Plain columns, as kubectl prints them: a rich Table takes a third of a second for a
     # thousand pods, and status should answer within one.
-    out.file.write(_columns(rows))
+    out.file.write(columns(rows))
 
 
 def _sweep_line(sweep: dict[str, Any] | None) -> str:
@@ -97,14 +97,6 @@ def _sweep_line(sweep: dict[str, Any] | None) -> str:
             f"node {r.get('node')})"
         )
     return f"last sweep: {sweep.get('sweep')} FAILED{when}{took}: {'; '.join(why)}"
-
-
-def _columns(rows: list[tuple[str, ...]]) -> str:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
-    lines = (
-        "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) + "  " + r[-1] for r in rows
-    )
-    return "\n".join(line.rstrip() for line in lines) + "\n"
 
 
 @handle_errors
@@ -131,7 +123,7 @@ def list_command(
     for r in runs:
         pods = ", ".join(f"{v} {k}" for k, v in r.pods.items() if v) or "-"
         rows.append((r.run_id, r.kind or "-", r.phase, pods, r.created or "-"))
-    out.file.write(_columns(rows))
+    out.file.write(columns(rows))
 
 
 @handle_errors
@@ -288,7 +280,7 @@ def _print_sweeps(got: Any, fmt: str) -> None:
                 *(_gbps(x["avg_busbw"].get(op)) for op in ops),
             )
         )
-    out.file.write(_columns([(*r, "") for r in rows]))
+    out.file.write(columns([(*r, "") for r in rows]))
     err.print(
         f"run {got.run_id}: {len(series)} sweeps -> {got.results_path.parent}/sweep-N.json",
         markup=False,

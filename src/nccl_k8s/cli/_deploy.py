@@ -7,6 +7,7 @@ nothing anywhere; the others follow kubectl's conventions (-n, --context, --kube
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any, Literal, cast
 
 import typer
@@ -117,7 +118,7 @@ PullTimeout = Annotated[
 ]
 
 
-def _wait_settings(
+def wait_settings(
     timeout: str | None, schedule_timeout: str | None, pull_timeout: str | None
 ) -> Any:
     import dataclasses
@@ -174,6 +175,15 @@ def deploy_command(
             rich_help_panel=CLUSTER,
         ),
     ] = False,
+    bundle_on_failure: Annotated[
+        bool,
+        typer.Option(
+            "--bundle-on-failure",
+            help="When the followed run fails, write its debug bundle (`nccl-k8s bundle`) to "
+            "./<run-id>.bundle.tar.gz before anything of it is deleted or stopped.",
+            rich_help_panel=CLUSTER,
+        ),
+    ] = False,
     context: Context = None,
     kubeconfig: Kubeconfig = None,
 ) -> None:
@@ -182,7 +192,17 @@ def deploy_command(
     its ranks stopped, its objects kept)."""
     from nccl_k8s import k8s
 
-    settings = _wait_settings(timeout, schedule_timeout, pull_timeout)
+    settings = wait_settings(timeout, schedule_timeout, pull_timeout)
+    bundle_to = k8s.bundle_path(spec.run_id) if bundle_on_failure else None
+    if bundle_to is not None:  # where a failure's bundle goes: writable before anything is made
+        from nccl_k8s.launch.local import check_writable
+
+        check_writable(
+            Path.cwd(),
+            what="--bundle-on-failure into",
+            is_dir=True,
+            hint="cd to a writable directory",
+        )
 
     def deployed(d: Any) -> None:
         made = " (namespace created)" if d.created_namespace else ""
@@ -201,6 +221,7 @@ def deploy_command(
             wait=wait,
             wait_settings=settings,
             keep_on_failure=keep_on_failure,
+            bundle_on_failure=bundle_to,
             progress=live,
             on_deployed=deployed,
         )
@@ -225,7 +246,7 @@ def wait_command(
     a run that fails is named the same way and its ranks stopped (its objects are kept)."""
     from nccl_k8s import k8s
 
-    settings = _wait_settings(timeout, schedule_timeout, pull_timeout)
+    settings = wait_settings(timeout, schedule_timeout, pull_timeout)
     live = _LiveSummary()
     try:
         outcome = k8s.wait(

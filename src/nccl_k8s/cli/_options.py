@@ -61,21 +61,50 @@ _ENGINE_PARAM = inspect.Parameter(
 _SPEC_PARAMS = tuple(_parameter(o) for o in OPTIONS)
 
 
-def with_spec_options(fn: Callable[..., R]) -> Callable[..., R]:
+class LazySpec:
+    """The deploy options as given; calling it validates them into a RunSpec."""
+
+    def __init__(self, values: dict[str, Any], engine_args: tuple[str, ...]) -> None:
+        self.values, self.engine_args = values, engine_args
+
+    def __call__(self) -> Any:
+        return build_run_spec(engine_args=self.engine_args, **self.values)
+
+    def given(self, name: str) -> Any:
+        """An option's value as typed (None when absent)."""
+        return self.values.get(name)
+
+
+def with_spec_options(
+    fn: Callable[..., R],
+    *,
+    lazy: bool = False,
+    fixed: dict[str, str] | None = None,
+    exclude: tuple[str, ...] = (),
+    engine_default: tuple[str, ...] = (),
+) -> Callable[..., R]:
     """Give a typer command every deploy option; `fn(spec=..., **its own options)` gets the spec.
 
-    `fn` takes `spec: RunSpec`; its other parameters stay its own options.
+    `fn` takes `spec: RunSpec`; its other parameters stay its own options. With `lazy`, `spec`
+    is a function that builds it (a command that needs no run, such as `doctor --run`, never
+    calls it). `fixed` sets options the command decides itself, `exclude` leaves options out
+    (neither is offered); `engine_default` are the engine flags used when none follow `--`.
     """
     own = [p for p in inspect.signature(fn, eval_str=True).parameters.values() if p.name != "spec"]
-    names = [p.name for p in _SPEC_PARAMS]
+    fixed = dict(fixed or {})
+    offered = [p for p in _SPEC_PARAMS if p.name not in fixed and p.name not in exclude]
+    names = [p.name for p in offered]
 
     @functools.wraps(fn)
     def command(**kwargs: Any) -> R:
-        values = {name: kwargs.pop(name) for name in names}
-        engine_args = kwargs.pop("engine_args") or ()
-        return fn(spec=build_run_spec(engine_args=engine_args, **values), **kwargs)
+        values: dict[str, Any] = {name: kwargs.pop(name) for name in names}
+        values.update(fixed)
+        engine_args = kwargs.pop("engine_args") or engine_default
 
-    params = [*own, *_SPEC_PARAMS, _ENGINE_PARAM]
+        build = LazySpec(values, tuple(engine_args))
+        return fn(spec=build if lazy else build(), **kwargs)
+
+    params = [*own, *offered, _ENGINE_PARAM]
     command.__signature__ = inspect.Signature(  # type: ignore[attr-defined]  # read by typer
         [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in params]
     )

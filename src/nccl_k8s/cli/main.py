@@ -52,6 +52,9 @@ def _register() -> None:
     from nccl_k8s.cli import _results
 
     _results.register(app)
+    from nccl_k8s.cli import _doctor
+
+    _doctor.register(app)
 
 
 _register()

@@ -9,9 +9,16 @@ the nodes being slow. A node whose best pass-1 pair is below `threshold` x the r
 every pass-1 test failed, is a suspect. Pass 2 tests each suspect with a known-good node it has
 not met yet. A suspect is bad when that test is slow or fails, and cleared when it is fine; a
 pass-1 pair that was slow (or failed) while both of its nodes end up good is a slow link between
-two good nodes: reported, neither node flagged.
+two good nodes: reported, neither node flagged. "Slow" in pass 2 (and for links) is measured
+against the known-good nodes' median best pair, not the all-node median: on a small cluster the
+partners of bad nodes pull that one down, and a retest must show a suspect is as good as the
+nodes already known to be good.
 
 A node's reported score is the median bus bandwidth of the tests it took part in.
+
+A test that could not run at all (its pods were never scheduled: the GPUs were busy) says
+nothing about either node: it is `inconclusive`, never a failure; a suspect whose retest could
+not run stays `unknown`.
 """
 
 from __future__ import annotations
@@ -36,10 +43,12 @@ class PairResult:
     busbw: float | None
     error: str | None = None
     pass_no: int = 1
+    inconclusive: bool = False
+    """The test never ran (not scheduled): neither node is to blame for `error`."""
 
     @property
     def ok(self) -> bool:
-        return self.error is None and self.busbw is not None
+        return self.error is None and self.busbw is not None and not self.inconclusive
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,7 +71,8 @@ class SlowLink:
 @dataclasses.dataclass(frozen=True)
 class Findings:
     reference: float | None
-    """The cluster's reference busbw (GB/s): the median of the nodes' best pass-1 pair."""
+    """The cluster's reference busbw (GB/s): the median of the known-good nodes' best pass-1
+    pair (of every node's, when none is known good)."""
     threshold: float
     nodes: list[NodeVerdict]
     links: list[SlowLink]
@@ -134,9 +144,9 @@ def verdicts(nodes: Sequence[str], results: Sequence[PairResult], threshold: flo
     """Every node's verdict from both passes' results."""
     pass1 = [r for r in results if r.pass_no == 1]
     pass2 = [r for r in results if r.pass_no == 2]
-    ref = reference(nodes, pass1)
-    floor = None if ref is None else threshold * ref
     _, good = suspects(nodes, pass1, threshold)
+    ref = reference(good, pass1) if good else reference(nodes, pass1)
+    floor = None if ref is None else threshold * ref
     out: list[NodeVerdict] = []
     for node in nodes:
         mine = [r.busbw for r in results if r.ok and node in (r.a, r.b) and r.busbw is not None]
@@ -150,7 +160,16 @@ def verdicts(nodes: Sequence[str], results: Sequence[PairResult], threshold: flo
             out.append(NodeVerdict(node, "unknown", score, why))
             continue
         r = checks[0]
-        if not r.ok:
+        if r.inconclusive:
+            out.append(
+                NodeVerdict(
+                    node,
+                    "unknown",
+                    score,
+                    f"its test with good node {r.b} could not run: {r.error}",
+                )
+            )
+        elif not r.ok:
             out.append(
                 NodeVerdict(node, "bad", score, f"its test with good node {r.b} failed: {r.error}")
             )
@@ -170,7 +189,8 @@ def verdicts(nodes: Sequence[str], results: Sequence[PairResult], threshold: flo
     links = [
         SlowLink(r.a, r.b, r.busbw, _link_why(r, threshold, ref))
         for r in pass1
-        if (not r.ok or (floor is not None and (r.busbw or 0.0) < floor))
+        if not r.inconclusive
+        and (not r.ok or (floor is not None and (r.busbw or 0.0) < floor))
         and r.a in good_after
         and r.b in good_after
     ]

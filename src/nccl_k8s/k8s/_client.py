@@ -35,6 +35,7 @@ import httpx2 as httpx
 import msgspec
 from lightkube import AsyncClient, ConfigError
 from lightkube.config.kubeconfig import SingleConfig
+from lightkube.core.generic_client import ALL_NS, BasicRequest
 from lightkube.resources.core_v1 import (
     PodLog,
 )
@@ -266,6 +267,12 @@ class KubeClient:
             return None
         return namespace or self.namespace
 
+    async def version(self) -> Obj:
+        """The server's /version (gitVersion, platform ...): the cheapest proof it answers."""
+        ask = Ask("get", "version", None)
+        br = BasicRequest(method="GET", url="version")
+        return self._object(await self._send(br, ask, retry="reads"), ask)
+
     # ---- reads -------------------------------------------------------------------------------
 
     async def get(
@@ -289,17 +296,27 @@ class KubeClient:
         namespace: str | None = None,
         labels: Mapping[str, str] | None = None,
         fields: Mapping[str, str] | None = None,
+        api_version: str | None = None,
+        all_namespaces: bool = False,
+        label_selector: str | None = None,
     ) -> tuple[list[Obj], str]:
-        """(objects, the list's resourceVersion) matching the selectors."""
-        ns = self._ns(kind, namespace)
-        ask = Ask("list", kind, ns)
+        """(objects, the list's resourceVersion) matching the selectors; of every namespace
+        with `all_namespaces`. `label_selector` is a selector in kubectl's syntax (`a in (x,y)`,
+        `!b`), ANDed with `labels`. A custom kind the cluster does not serve is NotFound."""
+        ns = (
+            ALL_NS
+            if all_namespaces and kind not in ("Namespace", "Node")
+            else self._ns(kind, namespace)
+        )
+        ask = Ask("list", kind, None if ns == ALL_NS else ns)
+        selectors = [s for s in (_selector(labels), label_selector) if s]
         params: dict[str, Any] = {
-            "labelSelector": _selector(labels),
+            "labelSelector": ",".join(selectors) or None,
             "fieldSelector": _selector(fields),
         }
         items: list[Obj] = []
         while True:
-            br = self._request("GET", kind, namespace=ns, params=params)
+            br = self._request("GET", kind, namespace=ns, params=params, api_version=api_version)
             body = self._object(await self._send(br, ask, retry="reads"), ask)
             api_version = body.get("apiVersion")
             for item in body.get("items") or []:
@@ -376,8 +393,10 @@ class KubeClient:
         namespace: str | None = None,
         container: str | None = None,
         tail_lines: int | None = None,
+        previous: bool = False,
     ) -> str:
-        """The container's log so far (its last `tail_lines` lines when given)."""
+        """The container's log so far (its last `tail_lines` lines when given); with
+        `previous`, the log of its run before the last restart (400 when there was none)."""
         ns = self._ns("Pod", namespace)
         ask = Ask("get logs of", "Pod", ns, pod)
         # One body, not a line iterator: an async step per line cost 4 of the 5 s that
@@ -387,7 +406,11 @@ class KubeClient:
             "PodLog",
             namespace=ns,
             name=pod,
-            params={"container": container, "tailLines": tail_lines},
+            params={
+                "container": container,
+                "tailLines": tail_lines,
+                "previous": "true" if previous else None,
+            },
         )
         resp = await self._send(br, ask, retry="reads")
         return str(resp.text)

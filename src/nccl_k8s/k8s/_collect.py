@@ -46,6 +46,16 @@ from nccl_k8s.k8s._wrapper import BLOCK_END
 _NCCL_LINE = re.compile(r"^.*NCCL (?:INFO|WARN).*$", re.MULTILINE)
 
 
+def name_nodes(run: Any, pods: list[PodInfo]) -> None:
+    """Give every rank of `run` its Kubernetes node, from its pod (global rank r runs in pod
+    rank r // G), where the engine's meta line did not name it."""
+    per_pod = run.meta.gpus_per_node or 1
+    node_of = {p.rank: p.node for p in pods if p.rank is not None}
+    for device in run.meta.devices:
+        if device.node is None:
+            device.node = node_of.get(device.rank // per_pod)
+
+
 def collect(
     run_id: str | None = None,
     *,
@@ -135,6 +145,7 @@ def collect(
         for i, lines in enumerate(found):
             run = parse_result_lines("\n".join(lines), origin=f"{origin} (block {i + 1})")
             run.meta.run_id = rid
+            name_nodes(run, pods)
             sweeps.append(CollectedSweep(run.meta.sweep, run, None))
         chosen = sweeps[-1]
         if sweep is not None:

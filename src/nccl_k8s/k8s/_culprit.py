@@ -42,7 +42,7 @@ from nccl_k8s.k8s._pods import (
     pod_info,
     rank_key,
 )
-from nccl_k8s.k8s._types import Obj
+from nccl_k8s.k8s._types import Obj, timestamp
 
 #: Pod reasons that mean the pod was taken away, not that the benchmark failed.
 _LOST_REASONS = frozenset({"NodeLost", "Evicted", "NodeShutdown", "Shutdown", "Terminated"})
@@ -193,15 +193,6 @@ def node_trouble(node: Obj | None) -> str | None:
     return None
 
 
-def _time(text: object) -> datetime.datetime | None:
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        return datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
 def _terminated(pod: Obj) -> Obj | None:
     for cs in (pod.get("status") or {}).get("containerStatuses") or []:
         term = (cs.get("state") or {}).get("terminated")
@@ -253,8 +244,8 @@ def marked_unready(pod: Obj) -> str | None:
 def _victim(pod: Obj, term: Obj) -> bool:
     """Ended by a deletion (the Job stopping survivors), not by itself."""
     meta = pod.get("metadata") or {}
-    deleted = _time(meta.get("deletionTimestamp"))
-    finished = _time(term.get("finishedAt"))
+    deleted = timestamp(meta.get("deletionTimestamp"))
+    finished = timestamp(term.get("finishedAt"))
     if deleted is None:
         return False
     asked = deleted - datetime.timedelta(seconds=int(meta.get("deletionGracePeriodSeconds") or 0))
@@ -370,7 +361,7 @@ def _failed_in_order(pods: Sequence[Obj], infos: Mapping[str, PodInfo]) -> list[
             continue
         code = int(term.get("exitCode") or 0)
         killed = term.get("reason") == "OOMKilled" or code in (137, 139)
-        when = _time(term.get("finishedAt")) or datetime.datetime.max.replace(
+        when = timestamp(term.get("finishedAt")) or datetime.datetime.max.replace(
             tzinfo=datetime.timezone.utc
         )
         rows.append((when, not killed, rank_key(infos[name]), name))

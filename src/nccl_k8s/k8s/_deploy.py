@@ -14,11 +14,15 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import functools
 from collections.abc import Callable
+from pathlib import Path
 
 from nccl_k8s.errors import ClusterError, Conflict, Forbidden, UsageError
+from nccl_k8s.k8s._bundle import write_bundle
 from nccl_k8s.k8s._client import ClientSettings, KubeClient
-from nccl_k8s.k8s._manifests import APP_NAME, attach_owner, render
+from nccl_k8s.k8s._doctor import refusal
+from nccl_k8s.k8s._manifests import APP_NAME, render
 from nccl_k8s.k8s._monitor import Ending, follow_run
 from nccl_k8s.k8s._outcomes import Created, Deployed, ProgressFn, WaitOutcome
 from nccl_k8s.k8s._plumbing import WORKLOADS, delete_created, run_sync
@@ -36,6 +40,7 @@ def deploy(
     wait: bool = True,
     wait_settings: WaitSettings | None = None,
     keep_on_failure: bool = False,
+    bundle_on_failure: Path | None = None,
     progress: ProgressFn | None = None,
     on_deployed: Callable[[Deployed], None] | None = None,
 ) -> tuple[Deployed, WaitOutcome | None]:
@@ -44,8 +49,9 @@ def deploy(
     A run that fails while followed (a rank failed or was lost, pods unschedulable past the
     schedule timeout, the Job cannot create pods) is ended: what this deploy created is deleted
     (and its pods waited for), or with `keep_on_failure` kept with its ranks stopped; RunFailed
-    says which. When waiting itself fails (the API server goes away), the ClusterError says the
-    run keeps going and how to follow it again."""
+    says which; with `bundle_on_failure`, the debug bundle is written there first, while the
+    whole run is still there. When waiting itself fails (the API server goes away), the
+    ClusterError says the run keeps going and how to follow it again."""
 
     async def main(kc: KubeClient) -> tuple[Deployed, WaitOutcome | None]:
         ns = spec.namespace or kc.namespace
@@ -59,7 +65,14 @@ def deploy(
             return deployed, await _follow(kc, deployed)
 
     async def _follow(kc: KubeClient, deployed: Deployed) -> WaitOutcome:
-        ending = Ending(stop=True, delete=None if keep_on_failure else deployed.created)
+        before = None
+        if bundle_on_failure is not None:
+            before = functools.partial(
+                _bundle_note, kc, deployed.namespace, spec.run_id, bundle_on_failure
+            )
+        ending = Ending(
+            stop=True, delete=None if keep_on_failure else deployed.created, before=before
+        )
         try:
             return await follow_run(
                 kc,
@@ -85,6 +98,12 @@ def _span_attributes(spec: RunSpec) -> dict[str, object]:
         "nccl_k8s.gpus_per_node": spec.gpus_per_node,
         "nccl_k8s.image": spec.image,
     }
+
+
+async def _bundle_note(kc: KubeClient, namespace: str, run_id: str, path: Path) -> str:
+    """Write the failed run's debug bundle (before it is ended); what the message adds."""
+    await write_bundle(kc, namespace, run_id, path)
+    return f"(debug bundle: {path})"
 
 
 def _still_running(e: ClusterError, d: Deployed) -> ClusterError:
@@ -114,6 +133,13 @@ async def _deploy(kc: KubeClient, spec: RunSpec, *, create_namespace: bool) -> D
             f"namespace {namespace} does not exist on {kc.server}: create it (kubectl create "
             "namespace ...) or pass --create-namespace",
             key="--namespace",
+        )
+    refused = await refusal(kc, spec, namespace, ns_obj)
+    if refused is not None:
+        raise UsageError(
+            f"deploy refused, nothing was created: {refused.text()} (`nccl-k8s doctor` with "
+            "the same flags runs every check)",
+            key=refused.name,
         )
 
     created: list[Created] = []
@@ -211,3 +237,32 @@ async def _taken(kc: KubeClient, spec: RunSpec, obj: Obj, e: Conflict) -> Confli
         f"(it has no {LABEL_NAME}={APP_NAME} label): use another --run-id; nothing was changed",
         **fields,
     )
+
+
+def attach_owner(objs: list[Obj], owner: Obj) -> list[Obj]:
+    """Copies of `objs` in which every object except `owner` itself is owned by `owner`.
+
+    Call with the workload as the API server returned it (it has metadata.uid); apply the result
+    so that deleting the workload cascades to the ConfigMap and Service.
+    """
+    meta = owner.get("metadata", {})
+    uid = meta.get("uid")
+    if not uid:
+        raise ValueError(
+            f"{owner.get('kind')} {meta.get('name')!r} has no metadata.uid: pass the created object"
+        )
+    ref = {
+        "apiVersion": owner["apiVersion"],
+        "kind": owner["kind"],
+        "name": meta["name"],
+        "uid": uid,
+    }
+    out: list[Obj] = []
+    for obj in objs:
+        obj = copy.deepcopy(obj)
+        same = obj.get("kind") == owner["kind"] and obj["metadata"].get("name") == meta["name"]
+        if not same:
+            refs = [r for r in obj["metadata"].get("ownerReferences", []) if r.get("uid") != uid]
+            obj["metadata"]["ownerReferences"] = [*refs, ref]
+        out.append(obj)
+    return out

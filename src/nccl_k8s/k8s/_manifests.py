@@ -228,7 +228,12 @@ def _statefulset_container_args(spec: RunSpec) -> tuple[list[str], list[str]]:
 
 
 def _env(spec: RunSpec) -> list[Obj]:
-    env: list[Obj] = [{"name": "NCCL_K8S_RUN_ID", "value": spec.run_id}]
+    env: list[Obj] = [
+        {"name": "NCCL_K8S_RUN_ID", "value": spec.run_id},
+        # The Kubernetes node of this pod (the downward API): results, the metrics' `node` label
+        # and the culprit lines name each rank's node, not only its pod's host name.
+        {"name": NODE_NAME_ENV, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+    ]
     if spec.workload == "job":
         # The Job controller injects this too, but only on clusters new enough; stating it keeps
         # the pod's command valid wherever the annotation exists.
@@ -245,8 +250,6 @@ def _env(spec: RunSpec) -> list[Obj]:
     else:
         env.append({"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})
         env.append({"name": WRAPPER_ENV, "value": POD_WRAPPER})
-    # The node, as the metrics' `node` label and the culprit lines name it (not the pod's host name).
-    env.append({"name": NODE_NAME_ENV, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}})
     if spec.metrics_port:
         # The metrics server listens on the pod's own address, which Prometheus scrapes; not on
         # every address, where pods that share a network stack (hostNetwork without a hostPort
@@ -276,21 +279,29 @@ def _resources(spec: RunSpec) -> Obj:
 
 
 def _affinity(spec: RunSpec) -> Obj | None:
+    out: Obj = {}
+    if spec.node_names:
+        # By the node's name (a field every node has), not the hostname label, which a node
+        # may lack or carry with another value.
+        fields = [{"key": "metadata.name", "operator": "In", "values": list(spec.node_names)}]
+        out["nodeAffinity"] = {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchFields": fields}]
+            }
+        }
     term = {
         "labelSelector": {"matchLabels": selector_labels(spec)},
         "topologyKey": "kubernetes.io/hostname",
     }
     if spec.spread == "required":
-        return {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
-    if spec.spread == "preferred":
-        return {
-            "podAntiAffinity": {
-                "preferredDuringSchedulingIgnoredDuringExecution": [
-                    {"weight": 100, "podAffinityTerm": term}
-                ]
-            }
+        out["podAntiAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
+    elif spec.spread == "preferred":
+        out["podAntiAffinity"] = {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 100, "podAffinityTerm": term}
+            ]
         }
-    return None
+    return out or None
 
 
 def pod_template(spec: RunSpec) -> Obj:
@@ -539,35 +550,6 @@ def render(spec: RunSpec) -> list[Obj]:
     return objs
 
 
-def attach_owner(objs: list[Obj], owner: Obj) -> list[Obj]:
-    """Copies of `objs` in which every object except `owner` itself is owned by `owner`.
-
-    Call with the workload as the API server returned it (it has metadata.uid); apply the result
-    so that deleting the workload cascades to the ConfigMap and Service.
-    """
-    meta = owner.get("metadata", {})
-    uid = meta.get("uid")
-    if not uid:
-        raise ValueError(
-            f"{owner.get('kind')} {meta.get('name')!r} has no metadata.uid: pass the created object"
-        )
-    ref = {
-        "apiVersion": owner["apiVersion"],
-        "kind": owner["kind"],
-        "name": meta["name"],
-        "uid": uid,
-    }
-    out: list[Obj] = []
-    for obj in objs:
-        obj = copy.deepcopy(obj)
-        same = obj.get("kind") == owner["kind"] and obj["metadata"].get("name") == meta["name"]
-        if not same:
-            refs = [r for r in obj["metadata"].get("ownerReferences", []) if r.get("uid") != uid]
-            obj["metadata"]["ownerReferences"] = [*refs, ref]
-        out.append(obj)
-    return out
-
-
 __all__ = [
     "APP_NAME",
     "BLOCK_BEGIN",
@@ -576,11 +558,11 @@ __all__ = [
     "GANGS",
     "METRICS_PATH",
     "METRICS_PORT_NAME",
+    "NODE_NAME_ENV",
     "PODMONITOR_API_VERSION",
     "POD_WRAPPER",
     "PSA_ANNOTATION",
     "RESULTS_MOUNT",
-    "attach_owner",
     "common_labels",
     "configmap",
     "job",

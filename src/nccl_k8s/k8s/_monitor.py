@@ -27,7 +27,7 @@ import asyncio
 import contextlib
 import dataclasses
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 from nccl_k8s.errors import ClusterError, RunFailed
@@ -88,6 +88,9 @@ class Ending:
     delete: Sequence[Created] | None = None
     """Delete these instead (what this deploy created, each by uid), then wait until the
     run's pods are gone."""
+    before: Callable[[], Awaitable[str]] | None = None
+    """Called before the run is ended, while all of it is still there (deploy
+    --bundle-on-failure writes the debug bundle); what it returns is added to the message."""
 
 
 def wait(
@@ -345,11 +348,18 @@ class _Ender:
         self, failure: RunFailed, workload: Obj | None, tail: list[str]
     ) -> RunFailed:
         headline = str(failure)
+        kept = ""
+        if self.ending.before is not None:
+            try:
+                kept = await self.ending.before()
+            except (ClusterError, OSError) as e:
+                kept = f"(no debug bundle: {e})"
         try:
             note = await self._end(headline, workload)
         except ClusterError as e:
             note = f"(could not end it: {e}; `nccl-k8s cleanup --run {self.run_id}` removes it)"
-        failure.args = ("\n".join([f"{headline} {note}".rstrip(), *tail]),)
+        first = " ".join(part for part in (headline, note, kept) if part)
+        failure.args = ("\n".join([first, *tail]),)
         return failure
 
     async def _end(self, why: str, workload: Obj | None) -> str:

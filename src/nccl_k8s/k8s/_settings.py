@@ -50,4 +50,8 @@ class WaitSettings:
     """The watches' own patience (inactivity, reconnects)."""
 
 
-__all__ = ["WaitSettings", "WatchSettings"]
+#: `nodes check`'s engine flags when none follow `--`: one collective at large sizes, where the
+#: bus bandwidth has reached its plateau (what a slow NIC, link or PCIe slot lowers).
+NODES_CHECK_ENGINE_ARGS = ("--ops", "all_reduce", "-b", "64M", "-e", "1G", "-f", "4", "-n", "20")
+
+__all__ = ["NODES_CHECK_ENGINE_ARGS", "WaitSettings", "WatchSettings"]

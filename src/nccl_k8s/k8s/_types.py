@@ -2,16 +2,40 @@
 
 from __future__ import annotations
 
+import datetime
 from typing import Any, Literal
+
+
+def timestamp(text: object) -> datetime.datetime | None:
+    """An API object's RFC 3339 time (`2026-12-03T12:00:00Z`); None when absent or malformed."""
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        return datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
 
 #: An API object as the server sends it (the plain JSON dict); the only form above k8s._client.
 Obj = dict[str, Any]
 
 #: The kinds this tool reads or writes.
 Kind = Literal[
-    "ConfigMap", "Service", "Pod", "Namespace", "Node", "Event", "Job", "StatefulSet", "PodGroup",
+    "ConfigMap",
+    "Service",
+    "Pod",
+    "Namespace",
+    "Node",
+    "Event",
+    "Job",
+    "StatefulSet",
+    "PodGroup",
+    "ResourceQuota",
+    "LimitRange",
+    "Lease",
+    "LocalQueue",
     "PodMonitor",
-]  # fmt: skip
+]
 
 #: A pod's phase as Kubernetes reports it.
 PodPhase = Literal["Pending", "Running", "Succeeded", "Failed", "Unknown"]

@@ -189,6 +189,12 @@ def _differences(current: Run, baseline: Run) -> list[str]:
         c, b = getattr(current.meta, attr), getattr(baseline.meta, attr)
         if c is not None and b is not None and c != b:
             out.append(f"{what} differs: current {c}, baseline {b}")
+    # Runs on a cluster name each rank's Kubernetes node: a regression can point at one.
+    nodes = [sorted({d.node for d in r.meta.devices if d.node}) for r in (current, baseline)]
+    if all(nodes) and nodes[0] != nodes[1]:
+        out.append(
+            f"Kubernetes nodes differ: current {', '.join(nodes[0])}, baseline {', '.join(nodes[1])}"
+        )
     return out
 
 

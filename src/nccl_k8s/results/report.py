@@ -299,8 +299,8 @@ def _devices_cell(run: Run) -> str:
     if not devs:
         return "–"
     items = "<br>".join(
-        f"<code>{d.rank}: {_e(d.host or '?')} pid {_v(d.pid)} dev {_v(d.device)} "
-        f"{_e(d.name or '')}</code>"
+        f"<code>{d.rank}: {_e(d.host or '?')}{f' (node {_e(d.node)})' if d.node else ''} "
+        f"pid {_v(d.pid)} dev {_v(d.device)} {_e(d.name or '')}</code>"
         for d in devs
     )
     return f"<details><summary>{len(devs)} rank{'s' if len(devs) != 1 else ''}</summary>{items}</details>"

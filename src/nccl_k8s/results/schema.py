@@ -51,6 +51,8 @@ class Device:
     device: int | None = None
     #: Device name, e.g. "NVIDIA H200"; "cpu" for gloo ranks.
     name: str | None = None
+    #: The Kubernetes node the rank ran on (its pod's spec.nodeName), for runs on a cluster.
+    node: str | None = None
 
 
 @dataclass
@@ -309,6 +311,7 @@ def device_from(r: _Reader) -> Device:
         pid=r.int_("pid"),
         device=r.int_("device"),
         name=r.str_("name"),
+        node=r.str_("node"),
     )
 
 

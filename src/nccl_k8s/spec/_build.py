@@ -305,6 +305,7 @@ def _pod(v: _Given) -> dict[str, Any]:
         for name in item.split(","):
             attachments.append(_network_attachment(name.strip(), item))
     return {
+        "node_names": tuple(dict.fromkeys(dns_subdomain("--node", n) for n in v.items("node"))),
         "node_selector": label_pairs("--node-selector", v.items("node_selector"), what="label"),
         "tolerations": tuple(parse_toleration(t) for t in v.items("toleration")),
         "spread": cast(Spread, choice("--spread", v.need("spread"), get_args(Spread))),
@@ -429,6 +430,13 @@ def build_run_spec(
             f"--network-attachment and an annotation {NETWORKS_ANNOTATION}: both set the pods' "
             "Multus networks; expected one of them",
             key="--network-attachment",
+        )
+    names = pod["node_names"]
+    if names and pod["spread"] == "required" and len(names) < n:
+        raise UsageError(
+            f"--node {' --node '.join(names)}: {len(names)} node(s) for {n} pods, one per node "
+            "(--spread required); expected at least as many --node as pods, or --spread none",
+            key="--node",
         )
     kind = cast(Workload, choice("--workload", v.need("workload"), get_args(Workload)))
     rdzv_text = v.need("rendezvous_timeout")

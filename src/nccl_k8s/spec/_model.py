@@ -99,6 +99,10 @@ class RunSpec:
     """Node labels the pods require, in the order given."""
     tolerations: tuple[Toleration, ...]
     """Taints the pods tolerate (GPU nodes are often tainted)."""
+    node_names: tuple[str, ...] = ()
+    """--node: the only nodes the pods may run on, by node name (required node affinity on the
+    field metadata.name, which unlike the hostname label every node has and no one relabels);
+    empty: any node. The bad-node finder pins each 2-node test to its pair with it."""
     spread: Spread
     """Pod anti-affinity on hostname. required (default): one pod per node or the pod stays
     Pending, so `nodes` means nodes and an inter-node benchmark cannot silently run intra-node;

@@ -85,6 +85,9 @@ OPTIONS: tuple[Option, ...] = (
            help="Pod schedulerName, e.g. hami-scheduler."),
     Option(name="node_selector", flags=("--node-selector",), metavar="KEY=VALUE", kind="list",
            panel=PODS, help="Node label the pods require (repeatable)."),
+    Option(name="node", flags=("--node",), metavar="NAME", kind="list", panel=PODS,
+           help="Run only on these nodes, by node name (repeatable; node affinity on "
+           "metadata.name)."),
     Option(name="toleration", flags=("--toleration",), metavar="KEY[=VALUE][:EFFECT]",
            kind="list", panel=PODS, help="Taint the pods tolerate (repeatable)."),
     Option(name="spread", flags=("--spread",), metavar="required|preferred|none", panel=PODS,

@@ -1,0 +1,277 @@
+"""`nccl-k8s doctor`, `nccl-k8s nodes check`, `nccl-k8s bundle`: why a run will not (or did
+not) run, which node is bad, and everything about a run in one file.
+
+No logic here: one function of nccl_k8s.k8s does the work; this module prints what it returns.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from nccl_k8s.cli._common import (
+    Command,
+    Group,
+    columns,
+    err,
+    handle_errors,
+    out,
+    with_default,
+)
+from nccl_k8s.cli._deploy import ScheduleTimeout, wait_settings
+from nccl_k8s.cli._options import (
+    CLUSTER,
+    Context,
+    Kubeconfig,
+    Namespace,
+    Output,
+    RunId,
+    client_settings,
+    output_format,
+    with_spec_options,
+)
+from nccl_k8s.errors import UsageError
+
+DoctorRun = Annotated[
+    str | None,
+    typer.Option(
+        "--run",
+        metavar="ID",
+        help="Explain an existing run instead: why each pod is where it is (the deploy flags "
+        "are then not needed).",
+        show_default=False,
+    ),
+]
+
+
+def doctor_command(
+    spec: Any,
+    run: DoctorRun = None,
+    output: Output = "text",
+    create_namespace: Annotated[
+        bool,
+        typer.Option(
+            "--create-namespace",
+            help="The deploy will create the namespace: its absence is no failure.",
+            rich_help_panel=CLUSTER,
+        ),
+    ] = False,
+    context: Context = None,
+    kubeconfig: Kubeconfig = None,
+) -> None:
+    """Check the cluster for a run before deploying it, each check pass, warn or fail with a
+    hint: API server, namespace and its Pod Security level, GPU nodes and device plugin, RDMA
+    resources, scheduler, gang and queue add-ons, quotas and limit ranges, taints and node
+    selection, enough nodes for the world asked. Exit 1 on any fail. With --run ID: why each
+    pod of that run is where it is."""
+    from nccl_k8s import k8s
+
+    fmt = output_format(output)
+    settings = client_settings(kubeconfig, context)
+    if run is not None:
+        _explain(k8s.explain(run, client=settings, namespace=spec.given("namespace")), fmt)
+        return
+    report = k8s.doctor(spec(), client=settings, create_namespace=create_namespace)
+    if fmt == "json":
+        typer.echo(json.dumps(report.to_dict(), indent=1))
+    else:
+        rows: list[tuple[str, ...]] = [("CHECK", "STATUS", "FOUND")]
+        for c in report.checks:
+            rows.append((c.name, c.status, c.message))
+            if c.hint:
+                rows.append(("", "", f"hint: {c.hint}"))
+        out.file.write(columns(rows))
+        counts = {s: sum(1 for c in report.checks if c.status == s) for s in ("fail", "warn")}
+        err.print(
+            f"doctor: {counts['fail']} fail, {counts['warn']} warn, "
+            f"{len(report.checks) - sum(counts.values())} pass ({report.server}, namespace "
+            f"{report.namespace})",
+            markup=False,
+            highlight=False,
+        )
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+def _explain(e: Any, fmt: str) -> None:
+    from nccl_k8s import k8s
+
+    if fmt == "json":
+        typer.echo(json.dumps(e.to_dict(), indent=1))
+    else:
+        out.file.write(k8s.table_text(e))
+    if not e.ok:
+        raise typer.Exit(1)
+
+
+def nodes_check_command(
+    spec: Any,
+    selector: Annotated[
+        str | None,
+        typer.Option(
+            "--selector",
+            "-l",
+            metavar="SELECTOR",
+            help="Only nodes with these labels, in kubectl's syntax (gpu=h200,zone in (a,b)).",
+            show_default=False,
+        ),
+    ] = None,
+    parallel: Annotated[
+        int,
+        typer.Option("--parallel", metavar="K", help="2-node tests run at once, at most."),
+    ] = 4,
+    threshold: Annotated[
+        float,
+        typer.Option(
+            "--threshold",
+            metavar="FRACTION",
+            help="A node is bad below this fraction of the good nodes' median bus bandwidth.",
+        ),
+    ] = 0.9,
+    write_label: Annotated[
+        bool,
+        typer.Option("--label", help="Label the nodes nccl-k8s/node-check=good|bad."),
+    ] = False,
+    write_taint: Annotated[
+        bool,
+        typer.Option(
+            "--taint",
+            help="Taint bad nodes nccl-k8s/bad-node=true:NoSchedule (and untaint good ones).",
+        ),
+    ] = False,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run", help="With --label/--taint: say what would be written, write nothing."
+        ),
+    ] = False,
+    output: Output = "text",
+    test_timeout: Annotated[
+        str | None,
+        typer.Option(
+            "--test-timeout",
+            metavar="DURATION",
+            help=with_default(
+                "Fail a 2-node test that has not ended after this long (it is then removed).",
+                "the Job's --active-deadline",
+            ),
+            show_default=False,
+            rich_help_panel=CLUSTER,
+        ),
+    ] = None,
+    schedule_timeout: ScheduleTimeout = None,
+    context: Context = None,
+    kubeconfig: Kubeconfig = None,
+) -> None:
+    """Find bad nodes: 2-node tests (the deploy flags, two pods pinned to two nodes) over a
+    round-robin pairing of the nodes where a pod fits, then each suspect again with a
+    known-good node. Exit 1 when a node is flagged. Default engine flags: `-- --ops
+    all_reduce -b 64M -e 1G -f 4 -n 20`."""
+    from nccl_k8s import k8s
+
+    fmt = output_format(output)
+    if parallel < 1:
+        raise UsageError(f"--parallel {parallel}: expected >= 1", key="--parallel")
+    if not 0 < threshold <= 1:
+        raise UsageError(
+            f"--threshold {threshold:g}: expected a fraction in (0, 1]", key="--threshold"
+        )
+    if dry_run and not (write_label or write_taint):
+        raise UsageError("--dry-run: applies to --label or --taint", key="--dry-run")
+    settings = wait_settings(test_timeout, schedule_timeout, None)
+    checked = k8s.nodes_check(
+        spec,
+        client=client_settings(kubeconfig, context),
+        selector=selector,
+        parallel=parallel,
+        threshold=threshold,
+        label=write_label,
+        taint=write_taint,
+        dry_run=dry_run,
+        wait_settings=settings,
+        progress=lambda text: err.print(text, markup=False, highlight=False),
+    )
+    if fmt == "json":
+        typer.echo(json.dumps(checked.to_dict(), indent=1))
+    else:
+        f = checked.findings
+        rows: list[tuple[str, ...]] = [("NODE", "VERDICT", "BUSBW", "WHY")]
+        for v in f.nodes:
+            score = "-" if v.score is None else f"{v.score:.3g}"
+            rows.append((v.node, v.verdict, score, v.why))
+        out.file.write(columns(rows))
+        ref = "-" if f.reference is None else f"{f.reference:.3g} GB/s"
+        out.print(f"cluster reference busbw {ref}, threshold {f.threshold:g}", markup=False)
+        for link in f.links:
+            out.print(f"slow link {link.a} <-> {link.b}: {link.why}", markup=False)
+        for name, why in checked.left_out.items():
+            out.print(f"left out {name}: {why}", markup=False)
+    for action in checked.actions:
+        err.print(action, markup=False, highlight=False)
+    if checked.flagged:
+        raise typer.Exit(1)
+
+
+@handle_errors
+def bundle_command(
+    run: RunId = None,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            metavar="FILE.tar.gz",
+            help=with_default("Where to write it.", "./<run-id>.bundle.tar.gz"),
+            show_default=False,
+        ),
+    ] = None,
+    namespace: Namespace = None,
+    context: Context = None,
+    kubeconfig: Kubeconfig = None,
+) -> None:
+    """Write a run's debug bundle: every object as YAML, its events, every pod's log (and
+    previous log), the nodes it ran on, the `doctor --run` table."""
+    from nccl_k8s import k8s
+    from nccl_k8s.launch.local import check_writable
+
+    # Before the run is read: a path that cannot be written is one line, and nothing is made.
+    if output is not None:
+        check_writable(output, what="-o", is_dir=False)
+    else:
+        check_writable(Path.cwd(), what="bundle into", is_dir=True, hint="cd or pass -o FILE")
+    got = k8s.bundle(
+        run, client=client_settings(kubeconfig, context), namespace=namespace, path=output
+    )
+    err.print(
+        f"run {got.run_id}: {got.objects} objects ({got.pods} pods), {got.events} events, "
+        f"{got.logs} logs, {got.nodes} nodes -> {got.path}",
+        markup=False,
+        highlight=False,
+    )
+    for what in got.missing:
+        err.print(f"not available: {what}", markup=False, highlight=False)
+    out.print(str(got.path), markup=False)
+
+
+def register(app: typer.Typer) -> None:
+    from nccl_k8s.k8s import NODES_CHECK_ENGINE_ARGS
+
+    app.command("doctor", cls=Command)(handle_errors(with_spec_options(doctor_command, lazy=True)))
+    app.command("bundle", cls=Command)(bundle_command)
+    nodes = typer.Typer(
+        name="nodes",
+        help="The cluster's nodes: find the bad ones.",
+        cls=Group,
+        no_args_is_help=True,
+    )
+    check = with_spec_options(
+        nodes_check_command,
+        fixed={"nodes": "2", "workload": "job"},
+        exclude=("label", "world_size", "interval"),
+        engine_default=NODES_CHECK_ENGINE_ARGS,
+    )
+    nodes.command("check", cls=Command)(handle_errors(check))
+    app.add_typer(nodes)

@@ -1,0 +1,291 @@
+"""Issue 12, acceptance 1 and 3, on the test cluster over real HTTP: doctor names the specific
+failure (an absent scheduler, too few GPUs, a namespace enforcing Pod Security baseline with the
+rdma profile and no RDMA resource anywhere) with its hint and passes a deployable config;
+deploy refuses what cannot be admitted with the same words before creating anything; a Pending
+run's bundle holds its objects, events and pods' state and `doctor --run` says why; `deploy
+--bundle-on-failure` keeps a failed run's evidence before its objects go.
+"""
+
+from __future__ import annotations
+
+import json
+import tarfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from tests.cluster.cluster import Cluster
+from tests.e2e_helpers import cli, labelled, wait_for
+
+pytestmark = pytest.mark.slow
+
+BASELINE = {"pod-security.kubernetes.io/enforce": "baseline"}
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    # volcano runs, hami-scheduler does not.
+    with Cluster(nodes=4, gpus_per_node=2, schedulers=("default-scheduler", "volcano")) as c:
+        yield c
+
+
+def rows(output: str) -> dict[str, tuple[str, str, str]]:
+    """check name -> (status, found, hint) from doctor's table."""
+    out: dict[str, tuple[str, str, str]] = {}
+    last = ""
+    for line in output.splitlines():
+        if line.startswith((" ", "CHECK", "doctor:")):
+            if line.strip().startswith("hint: ") and last:
+                status, found, _ = out[last]
+                out[last] = (status, found, line.strip().removeprefix("hint: "))
+            continue
+        name, status, found = line.split(None, 2)
+        out[name] = (status, found, "")
+        last = name
+    return out
+
+
+def test_doctor_names_each_failure_with_its_hint_and_passes_a_deployable_run(
+    cluster: Cluster, namespace: str
+) -> None:
+    size = ["--world-size", "4", "--gpus-per-node", "2"]
+    ok = cli(cluster, "doctor", "-n", namespace, *size)
+    assert ok.exit_code == 0, ok.output
+    assert "doctor: 0 fail, 0 warn" in ok.output
+    assert all(s == "pass" for s, _, _ in rows(ok.output).values())
+
+    # A cluster without the named scheduler.
+    absent = cli(cluster, "doctor", "-n", namespace, *size, "--scheduler", "hami-scheduler")
+    assert absent.exit_code == 1, absent.output
+    status, found, hint = rows(absent.output)["scheduler"]
+    assert status == "fail"
+    assert found == (
+        "no sign of scheduler hami-scheduler: no leader-election Lease of it renewed in the last "
+        "60s and no running pod placed by it"
+    )
+    assert hint.startswith("install hami-scheduler (its Helm chart) or deploy without --scheduler")
+    assert [n for n, (s, _, _) in rows(absent.output).items() if s != "pass"] == ["scheduler"]
+    running = cli(cluster, "doctor", "-n", namespace, *size, "--scheduler", "volcano")
+    assert running.exit_code == 0, running.output
+    assert rows(running.output)["scheduler"][1].startswith(
+        "volcano runs: its Lease kube-system/volcano was renewed"
+    )
+
+    # Too few GPUs for the world asked.
+    big = cli(cluster, "doctor", "-n", namespace, "--world-size", "16", "--gpus-per-node", "2")
+    assert big.exit_code == 1, big.output
+    status, found, hint = rows(big.output)["world"]
+    assert status == "fail"
+    assert found == (
+        "world size 16 needs 8 pod(s) of 2 nvidia.com/gpu (one per node; cpu 4, memory 16Gi "
+        "each); 4 can be placed"
+    )
+    assert hint.startswith("--world-size 8 fits these nodes; a cluster autoscaler may add nodes")
+
+    # JSON: the same checks, ok false.
+    doc = json.loads(
+        cli(
+            cluster,
+            "doctor",
+            "-n",
+            namespace,
+            "--world-size",
+            "16",
+            "--gpus-per-node",
+            "2",
+            "-o",
+            "json",
+        ).output
+    )
+    assert doc["ok"] is False and doc["namespace"] == namespace
+    assert [c["name"] for c in doc["checks"] if c["status"] == "fail"] == ["world"]
+
+
+def test_baseline_namespace_rdma_profile_and_no_rdma_resource_fail_both_and_deploy_refuses(
+    cluster: Cluster, namespace: str
+) -> None:
+    cluster.store.mutate(
+        "namespaces", None, namespace, lambda o: o["metadata"]["labels"].update(BASELINE)
+    )
+    ib = [
+        "--world-size",
+        "4",
+        "--gpus-per-node",
+        "2",
+        "--network",
+        "ib",
+        "--rdma-resource",
+        "rdma/ib=1",
+    ]
+    res = cli(cluster, "doctor", "-n", namespace, *ib)
+    assert res.exit_code == 1, res.output
+    found = rows(res.output)
+    status, psa, hint = found["pod-security"]
+    assert status == "fail"
+    assert psa == (
+        f"namespace {namespace} enforces Pod Security level 'baseline' (pod-security.kubernetes.io/enforce) "
+        "and the pods of --security rdma need 'privileged' (the IPC_LOCK capability): admission "
+        "refuses them"
+    )
+    assert "pod-security.kubernetes.io/enforce=privileged" in hint
+    status, rdma, hint = found["rdma"]
+    assert status == "fail"
+    assert rdma == "no GPU node has rdma/ib=1 allocatable; the run needs 2 for --network ib"
+    assert hint.startswith("install the device plugin that advertises the HCAs")
+
+    # deploy runs the cheap part first: refused with the same words, nothing created.
+    rid = f"r-{uuid.uuid4().hex[:6]}"
+    start = time.monotonic()
+    refused = cli(cluster, "deploy", "-n", namespace, "--run-id", rid, *ib)
+    assert refused.exit_code == 2, refused.output
+    assert time.monotonic() - start < 5
+    lines = refused.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        f"error: deploy refused, nothing was created: pod-security: {psa}; hint: "
+    )
+    assert labelled(cluster, namespace) == []
+
+
+def test_deploy_refuses_a_run_its_namespace_quota_cannot_hold(
+    cluster: Cluster, namespace: str
+) -> None:
+    cluster.store.create(
+        "resourcequotas",
+        {
+            "metadata": {"name": "gpus", "namespace": namespace},
+            "spec": {"hard": {"requests.nvidia.com/gpu": "2"}},
+            "status": {
+                "hard": {"requests.nvidia.com/gpu": "2"},
+                "used": {"requests.nvidia.com/gpu": "0"},
+            },
+        },
+    )
+    res = cli(cluster, "deploy", "-n", namespace, "--world-size", "4", "--gpus-per-node", "2")
+    assert res.exit_code == 2, res.output
+    assert (
+        "error: deploy refused, nothing was created: quota: ResourceQuota gpus: the run needs "
+        "requests.nvidia.com/gpu 4, 2 of 2 is left (0 used): the pods would be refused"
+        in res.output
+    )
+    assert labelled(cluster, namespace) == []
+
+
+def members(path: Path) -> dict[str, bytes]:
+    with tarfile.open(path) as tar:
+        return {m.name: f.read() for m in tar.getmembers() if (f := tar.extractfile(m)) is not None}
+
+
+def test_a_pending_runs_bundle_and_doctor_run_say_why(
+    cluster: Cluster, namespace: str, tmp_path: Path
+) -> None:
+    rid = f"r-{uuid.uuid4().hex[:6]}"
+    made = cli(
+        cluster,
+        "deploy",
+        "-n",
+        namespace,
+        "--run-id",
+        rid,
+        "--no-wait",
+        "--world-size",
+        "8",
+        "--gpus-per-node",
+        "4",
+        "--",
+        "--backend",
+        "gloo",
+    )
+    assert made.exit_code == 0, made.output
+
+    def unschedulable() -> bool:
+        pods = cluster.store.list("pods", namespace)[0]
+        return len(pods) == 2 and all(
+            any(c.get("reason") == "Unschedulable" for c in p["status"].get("conditions") or [])
+            for p in pods
+        )
+
+    wait_for("both pods Unschedulable", unschedulable, 20)
+    why = cli(cluster, "doctor", "-n", namespace, "--run", rid)
+    assert why.exit_code == 1, why.output
+    lines = why.output.splitlines()
+    assert lines[0] == f"run {rid} in {namespace} (Job): Unschedulable"
+    assert lines[1].split() == ["RANK", "POD", "NODE", "PHASE", "WHY"]
+    for rank, line in enumerate(lines[2:4]):
+        assert line.startswith(f"{rank}     {rid}-{rank}-"), line
+        assert " -     Pending  Unschedulable for " in line
+        assert line.endswith("0/4 nodes are available: 4 Insufficient nvidia.com/gpu.")
+    doc = json.loads(cli(cluster, "doctor", "-n", namespace, "--run", rid, "-o", "json").output)
+    assert doc["phase"] == "Unschedulable" and doc["ok"] is False
+    assert [r["rank"] for r in doc["rows"]] == [0, 1]
+
+    out = tmp_path / "pending.tar.gz"
+    got = cli(cluster, "bundle", "-n", namespace, "--run", rid, "-o", str(out))
+    assert got.exit_code == 0, got.output
+    assert f"run {rid}: 5 objects (2 pods), " in got.output and str(out) in got.output
+    files = members(out)
+    names = sorted(files)
+    assert f"{rid}/README.txt" in names and f"{rid}/doctor.txt" in names
+    assert {n for n in names if "/objects/" in n} == {
+        f"{rid}/objects/job-{rid}.yaml",
+        f"{rid}/objects/service-{rid}.yaml",
+        f"{rid}/objects/configmap-{rid}-engine.yaml",
+        *(
+            f"{rid}/objects/pod-{p['metadata']['name']}.yaml"
+            for p in cluster.store.list("pods", namespace)[0]
+        ),
+    }
+    cm = yaml.safe_load(files[f"{rid}/objects/configmap-{rid}-engine.yaml"])
+    assert cm["binaryData"]["nccl_k8s.pyz"].startswith("<elided by nccl-k8s bundle: ")
+    pod = yaml.safe_load(next(v for k, v in files.items() if "/objects/pod-" in k))
+    assert pod["status"]["phase"] == "Pending"
+    assert any(c["reason"] == "Unschedulable" for c in pod["status"]["conditions"])
+    events = yaml.safe_load(files[f"{rid}/events.yaml"])
+    assert {e["reason"] for e in events} >= {"FailedScheduling"}
+    assert files[f"{rid}/doctor.txt"].decode().splitlines()[0] == lines[0]
+    readme = files[f"{rid}/README.txt"].decode()
+    assert "Not available:" in readme and "logs/" in readme  # the pods never started
+    assert not [n for n in names if "/logs/" in n or "/nodes/" in n]
+    assert cli(cluster, "cleanup", "-n", namespace, "--run", rid).exit_code == 0
+
+
+def test_bundle_on_failure_is_written_before_the_failed_run_is_deleted(
+    cluster: Cluster, namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    rid = f"r-{uuid.uuid4().hex[:6]}"
+    for node in ("node-1", "node-2"):
+        cluster.faults.node_crash(node)
+    try:
+        res = cli(
+            cluster, "deploy", "-n", namespace, "--run-id", rid, "--bundle-on-failure",
+            "--world-size", "2", "--gpus-per-node", "1", "--node", "node-1", "--node", "node-2",
+            "--", "--backend", "gloo",
+        )  # fmt: skip
+    finally:
+        for node in ("node-1", "node-2"):
+            cluster.faults.node_crash(node, False)
+    assert res.exit_code == 1, res.output
+    path = tmp_path / f"{rid}.bundle.tar.gz"
+    assert f"(debug bundle: {rid}.bundle.tar.gz)" in res.output
+    assert "(deleted what this deploy created" in res.output
+    assert labelled(cluster, namespace) == []  # deleted after the bundle was written
+    files = members(path)
+    # The rank that failed first; the other may be gone already (the Job deletes it once failed).
+    culprit = f"{rid}/objects/pod-{rid}-0-"
+    pods = {k: yaml.safe_load(v) for k, v in files.items() if "/objects/pod-" in k}
+    assert [k for k in pods if k.startswith(culprit)], sorted(files)
+    nodes = {p["spec"]["nodeName"] for p in pods.values()}
+    assert nodes <= {"node-1", "node-2"}  # --node pinned them (matchFields metadata.name)
+    assert {f"{rid}/nodes/{n}.yaml" for n in nodes} <= set(files)
+    assert all(p["status"]["phase"] == "Failed" for p in pods.values())
+    logs = [v.decode() for k, v in files.items() if k.endswith(".log")]
+    assert logs and all("crashes every container at start" in text for text in logs)
+    table = files[f"{rid}/doctor.txt"].decode().splitlines()
+    assert table[0].startswith(f"run {rid} in {namespace} (Job): Failed: rank 0 (pod {rid}-0-")
+    assert table[2].startswith("0*") and table[2].endswith(
+        "Failed  exit code 1; last log lines: test cluster: node "
+        f"{table[2].split()[2]} crashes every container at start (node-crash fault)"
+    )

@@ -1,0 +1,186 @@
+"""Issue 12, acceptance 2: `nodes check` on 6 one-GPU nodes of the test cluster finds nothing
+on a healthy cluster (exit 0) and exactly the slow and the crashing node once node-2 is slowed
+4x and node-4 crashes every container (exit 1). Every 2-node test is a real run: deploy (pinned
+to its two nodes), results (each rank's node named), cleanup.
+
+The "nodes" of this cluster share the machine's two cores (and whatever else runs on it), which
+real nodes never do, so the measurement is made to stand that: gloo on 32-64 MB, whose timing
+spans many of the node-slow fault's 20 ms duty cycles, the best row of each test, one test at a
+time (--parallel 1: pairs measuring at once on two cores, or one measuring while another starts,
+share them unevenly), and a threshold of 0.4, midway (geometrically) between the two. Measured
+here, a pair with the 4x slow node reaches 0.21-0.32 of the cluster reference; a healthy pair
+mostly 0.6-1.2 of it, but 0.48 once in a full suite run (other work took the cores for the
+whole test). A healthy pair measured that low is reported as a slow link, not a flagged node,
+so the healthy check asserts verdicts and exit code only.
+
+Labels and taints are written by the same code path the CLI uses, checked here without a whole
+check: on given verdicts, touching only the key this tool owns.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.cluster.cluster import Cluster
+from tests.conftest import Api
+from tests.e2e_helpers import cli, labelled
+
+from nccl_k8s.k8s._badnodes import Findings, NodeVerdict
+from nccl_k8s.k8s._client import ClientSettings
+from nccl_k8s.k8s._nodecheck import _write_verdicts
+from nccl_k8s.k8s._plumbing import run_sync
+from nccl_k8s.results.schema import load
+
+pytestmark = pytest.mark.slow
+
+ENGINE = ["--", "--backend", "gloo", "--ops", "all_reduce", "-b", "32M", "-e", "64M", "-f", "2"]
+ENGINE += ["-n", "3", "-w", "1", "-c", "0"]
+#: "Within a few minutes on this 2-core machine" (issue 12), for one check, healthy or not.
+#: Measured: the healthy check about 50 s, the faulty one 110 s unloaded and 180 s at a load
+#: average of 7 (most of it the slowed node's pods importing torch at a quarter of their share).
+CHECK_S = 300
+NODES = [f"node-{i}" for i in range(6)]
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    with Cluster(nodes=6, gpus_per_node=1) as c:
+        yield c
+
+
+@pytest.fixture(autouse=True)
+def runs_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    d = tmp_path / "runs"
+    monkeypatch.setenv("NCCL_K8S_RUNS_DIR", str(d))
+    return d
+
+
+def check(cluster: Cluster, namespace: str, *args: str):
+    return cli(
+        cluster, "nodes", "check", "-n", namespace, "--gpus-per-node", "1", "--threshold", "0.4",
+        "--parallel", "1", *args, *ENGINE,
+    )  # fmt: skip
+
+
+def timed_check(cluster: Cluster, namespace: str, *args: str) -> Any:
+    start = time.monotonic()
+    res = check(cluster, namespace, *args)
+    took = time.monotonic() - start
+    assert took < CHECK_S, f"nodes check took {took:.0f}s\n{res.output}"
+    return res
+
+
+def test_healthy_nodes_are_all_good(cluster: Cluster, namespace: str, runs_dir: Path) -> None:
+    healthy = timed_check(cluster, namespace, "-o", "json")
+    assert healthy.exit_code == 0, healthy.output
+    doc = json.loads(healthy.output[healthy.output.index("{") :])
+    assert {v["node"]: v["verdict"] for v in doc["nodes"]} == dict.fromkeys(NODES, "good")
+    assert doc["actions"] == []
+    tests = doc["tests"]
+    assert [t["pass_no"] for t in tests] == [1] * 6  # two round-robin rounds, no second pass
+    assert sorted(n for t in tests for n in (t["a"], t["b"])) == sorted(NODES * 2)
+    # A pair test's results name the Kubernetes node of each rank: its two nodes.
+    first = tests[0]
+    devices = load(runs_dir / first["run_id"] / "results.json").meta.devices
+    assert sorted(str(d.node) for d in devices) == sorted([first["a"], first["b"]])
+    assert labelled(cluster, namespace) == []  # every test run was removed
+
+
+@pytest.mark.timeout(CHECK_S + 120)
+def test_the_slow_and_the_crashing_node_are_flagged_and_only_they(
+    cluster: Cluster, namespace: str
+) -> None:
+    api = Api(cluster.url)
+    assert api.post("/_test/faults/node-slow", {"node": "node-2", "factor": 4})[0] == 200
+    assert api.post("/_test/faults/node-crash", {"node": "node-4"})[0] == 200
+    try:
+        faulty = timed_check(cluster, namespace, "--label", "--taint", "--dry-run")
+    finally:
+        api.post("/_test/faults/node-slow", {"node": "node-2", "factor": None})
+        api.post("/_test/faults/node-crash", {"node": "node-4", "crash": False})
+    assert faulty.exit_code == 1, faulty.output
+    table = {
+        m.group(1): (m.group(2), m.group(3))
+        for m in re.finditer(r"^(node-\d)\s+(good|bad|unknown)\s+\S+\s+(.*)$", faulty.output, re.M)
+    }
+    assert {n: v for n, (v, _) in table.items()} == {
+        **dict.fromkeys(NODES, "good"),
+        "node-2": "bad",
+        "node-4": "bad",
+    }, faulty.output
+    assert re.match(
+        r"[\d.]+ GB/s with good node node-\d, below 0\.4 x the cluster's [\d.]+ GB/s$",
+        table["node-2"][1],
+    ), table["node-2"]
+    assert re.match(
+        r"its test with good node node-\d failed: run \S+ failed: rank \d \(pod \S+, node "
+        r"node-4\): exit code 1$",
+        table["node-4"][1],
+    ), table["node-4"]
+    # The dry run says what --label/--taint would write, and writes nothing.
+    assert "would label node node-2 nccl-k8s/node-check=bad" in faulty.output
+    assert "would taint node node-4 nccl-k8s/bad-node=true:NoSchedule" in faulty.output
+    assert "would label node node-0 nccl-k8s/node-check=good" in faulty.output
+    for name in NODES:
+        node = cluster.store.get("nodes", None, name)
+        assert "nccl-k8s/node-check" not in node["metadata"]["labels"]
+        assert not [t for t in node["spec"].get("taints") or [] if t["key"] == "nccl-k8s/bad-node"]
+    assert labelled(cluster, namespace) == []
+
+
+def test_verdicts_are_written_as_our_label_and_taint_only(cluster: Cluster) -> None:
+    theirs = {"key": "team", "value": "ml", "effect": "NoSchedule"}
+    cluster.store.mutate("nodes", None, "node-5", lambda n: n["spec"].update(taints=[theirs]))
+    findings = Findings(
+        100.0,
+        0.9,
+        [
+            NodeVerdict("node-5", "bad", 20.0, "slow"),
+            NodeVerdict("node-3", "good", 100.0, "fine"),
+            NodeVerdict("node-1", "unknown", None, "untested"),
+        ],
+        [],
+    )
+    settings = ClientSettings(kubeconfig=str(cluster.kubeconfig))
+
+    def write() -> list[str]:
+        return run_sync(
+            lambda kc: _write_verdicts(kc, findings, label=True, taint=True, dry_run=False),
+            settings,
+        )
+
+    try:
+        assert write() == [
+            "label node node-5 nccl-k8s/node-check=bad",
+            "taint node node-5 nccl-k8s/bad-node=true:NoSchedule",
+            "label node node-3 nccl-k8s/node-check=good",
+        ]
+        bad = cluster.store.get("nodes", None, "node-5")
+        assert bad["metadata"]["labels"]["nccl-k8s/node-check"] == "bad"
+        assert bad["spec"]["taints"] == [
+            theirs,
+            {"key": "nccl-k8s/bad-node", "value": "true", "effect": "NoSchedule"},
+        ]
+        assert (
+            "nccl-k8s/node-check"
+            not in cluster.store.get("nodes", None, "node-1")["metadata"]["labels"]
+        )
+        # Written twice: nothing changes; found good later: our taint goes, theirs stays.
+        assert write()[1:] == ["label node node-3 nccl-k8s/node-check=good"]
+        findings.nodes[0] = NodeVerdict("node-5", "good", 100.0, "fine")
+        assert "taint node node-5 nccl-k8s/bad-node=true:NoSchedule-" in write()
+        assert cluster.store.get("nodes", None, "node-5")["spec"]["taints"] == [theirs]
+    finally:
+
+        def restore(n: dict[str, Any]) -> None:
+            n["spec"]["taints"] = []
+            n["metadata"]["labels"].pop("nccl-k8s/node-check", None)
+
+        for name in ("node-5", "node-3"):
+            cluster.store.mutate("nodes", None, name, restore)
