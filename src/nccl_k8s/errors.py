@@ -3,6 +3,8 @@
     NcclK8sError                 base; `exit_code` says how the CLI ends
      ├─ UsageError               bad input: one line, exit 2, nothing created
      ├─ RunFailed                a benchmark ran and failed (rank, pod, node when known): exit 1
+     ├─ Refused                  the cluster would refuse the run's pods (Pod Security, a quota, a
+     │                           limit range, a missing queue): nothing created, exit 1
      ├─ ResultsError             a results file or log that cannot be read: exit 2
      ├─ Interrupted              SIGINT/SIGTERM/SIGHUP stopped the command: exit 128 + signal
      └─ ClusterError             the API server refused a request or cannot be reached: exit 1
@@ -70,6 +72,19 @@ class RunFailed(NcclK8sError):
         self.exit_status = exit_status
         self.global_rank = global_rank
         """The process rank, when the engine named it (NCCL_K8S_FAULT lines)."""
+
+
+class Refused(NcclK8sError):
+    """deploy's preflight found a failure that is certain (admission would refuse every pod):
+    nothing was created. Exit 1, as when admission itself refuses the pods (a user who may not
+    read the namespace meets that instead): the flags are well formed, the cluster says no."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, check: str) -> None:
+        super().__init__(message)
+        self.check = check
+        """The doctor check that failed (pod-security, quota, limit-range, queue)."""
 
 
 class ResultsError(NcclK8sError):

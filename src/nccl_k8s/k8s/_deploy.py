@@ -18,7 +18,7 @@ import functools
 from collections.abc import Callable
 from pathlib import Path
 
-from nccl_k8s.errors import ClusterError, Conflict, Forbidden, UsageError
+from nccl_k8s.errors import ClusterError, Conflict, Forbidden, Refused, UsageError
 from nccl_k8s.k8s._bundle import write_bundle
 from nccl_k8s.k8s._client import ClientSettings, KubeClient
 from nccl_k8s.k8s._doctor import refusal
@@ -136,10 +136,10 @@ async def _deploy(kc: KubeClient, spec: RunSpec, *, create_namespace: bool) -> D
         )
     refused = await refusal(kc, spec, namespace, ns_obj)
     if refused is not None:
-        raise UsageError(
+        raise Refused(
             f"deploy refused, nothing was created: {refused.text()} (`nccl-k8s doctor` with "
             "the same flags runs every check)",
-            key=refused.name,
+            check=refused.name,
         )
 
     created: list[Created] = []

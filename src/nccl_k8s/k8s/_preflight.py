@@ -171,7 +171,7 @@ def check_pod_security(spec: RunSpec, namespace: str, ns: Read) -> Check:
         "pod-security",
         "fail",
         f"namespace {namespace} enforces Pod Security level '{enforce}' ({PSA_ENFORCE}) and "
-        f"{what}: admission refuses them",
+        f"{what}: PodSecurity admission refuses them",
         f"{fix}, or have an admin label the namespace {PSA_ENFORCE}={need}",
         certain=True,
     )
