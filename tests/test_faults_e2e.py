@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import signal
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -559,6 +562,37 @@ def test_pod_security_refusing_the_pods_is_named_within_seconds(
     assert f"Namespace {namespace} enforces Pod Security level 'baseline'" in error
     assert "the pods of --security rdma violate it" in error
     assert labelled(cluster, namespace) == []
+
+
+def test_sigterm_of_a_waiting_deploy_says_the_run_goes_on_and_leaves_it_running(
+    cluster: Cluster, namespace: str
+) -> None:
+    # SIGTERM (kill, timeout, a cancelled CI job) ends `deploy --wait` as Ctrl-C does: the
+    # following stops, the run does not, and the message says how to follow or remove it.
+    rid = run_id()
+    argv = [
+        sys.executable, "-m", "nccl_k8s.cli.main", "deploy", "-n", namespace, "--run-id", rid,
+        "--kubeconfig", str(cluster.kubeconfig), "--world-size", "2", "--gpus-per-node", "1",
+        "--", "--backend", "gloo", "-b", "1K", "-e", "1K", "--duration", "120",
+    ]  # fmt: skip
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        first = proc.stderr.readline()
+        assert first.startswith(f"deployed run {rid} in namespace {namespace}"), first
+        proc.send_signal(signal.SIGTERM)
+        _, rest = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 143, rest
+    assert rest.strip().splitlines()[-1] == (
+        f"error: interrupted by SIGTERM: run {rid} keeps running: `nccl-k8s wait --run {rid} "
+        f"-n {namespace}` follows it again, `nccl-k8s cleanup --run {rid} -n {namespace}` removes it"
+    )
+    assert f"jobs/{rid}" in labelled(cluster, namespace)
+    assert cli(cluster, "cleanup", "-n", namespace, "--run", rid).exit_code == 0
 
 
 @pytest.fixture

@@ -21,6 +21,9 @@ from __future__ import annotations
 
 import json
 import re
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,7 +32,7 @@ from typing import Any
 import pytest
 from tests.cluster.cluster import Cluster
 from tests.conftest import Api
-from tests.e2e_helpers import cli, labelled
+from tests.e2e_helpers import cli, labelled, wait_for
 
 from nccl_k8s.k8s._badnodes import Findings, NodeVerdict
 from nccl_k8s.k8s._client import ClientSettings
@@ -115,7 +118,9 @@ def test_the_slow_and_the_crashing_node_are_flagged_and_only_they(
         "node-4": "bad",
     }, faulty.output
     assert re.match(
-        r"[\d.]+ GB/s with good node node-\d, below 0\.4 x the cluster's [\d.]+ GB/s$",
+        # Slow with one good node, and again with another (pass 3).
+        r"[\d.]+ GB/s with good node node-\d, then [\d.]+ GB/s with good node node-\d, below "
+        r"0\.4 x the cluster's [\d.]+ GB/s$",
         table["node-2"][1],
     ), table["node-2"]
     assert re.match(
@@ -184,3 +189,24 @@ def test_verdicts_are_written_as_our_label_and_taint_only(cluster: Cluster) -> N
 
         for name in ("node-5", "node-3"):
             cluster.store.mutate("nodes", None, name, restore)
+
+
+def test_sigterm_ends_a_check_and_removes_its_test_runs(cluster: Cluster, namespace: str) -> None:
+    # Its 2-node tests are the check's own runs: interrupted (here by SIGTERM, as `timeout` or a
+    # cancelled CI job sends), it removes them, and exits 143.
+    argv = [
+        sys.executable, "-m", "nccl_k8s.cli.main", "nodes", "check", "-n", namespace,
+        "--kubeconfig", str(cluster.kubeconfig), "--gpus-per-node", "1", *ENGINE,
+    ]  # fmt: skip
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for("the check's first test runs", lambda: labelled(cluster, namespace), 60)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 143, err
+    assert err.strip().splitlines()[-1] == "error: interrupted by SIGTERM"
+    wait_for("every test run removed", lambda: labelled(cluster, namespace) == [], 30)

@@ -6,8 +6,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
+from types import FrameType
 from typing import Any, ParamSpec, TypeVar
 
 import typer
@@ -15,7 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
-from nccl_k8s.errors import NcclK8sError
+from nccl_k8s.errors import Interrupted, NcclK8sError
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -42,6 +44,25 @@ def fail(exc: NcclK8sError) -> typer.Exit:
     return typer.Exit(exc.exit_code)
 
 
+#: The signal that really ended the command, when it was not SIGINT (see terminate_as_interrupt).
+_TERMINATED_BY: list[int] = []
+
+
+def terminate_as_interrupt(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM (kill, timeout, a cancelled CI job) and SIGHUP (a closed terminal) end a command
+    as Ctrl-C does, through its clean-up: `nodes check` removes its test runs, deploy and wait
+    say that the run goes on. They are turned into SIGINT, the one signal asyncio's runner
+    turns into a clean cancellation (an exception raised inside a running event loop breaks
+    its cancel scopes), and remembered for the message and the exit code."""
+    _TERMINATED_BY.append(signum)
+    signal.raise_signal(signal.SIGINT)
+
+
+def interrupt_signal() -> int:
+    """The signal behind a KeyboardInterrupt: SIGINT, or the one terminate_as_interrupt saw."""
+    return _TERMINATED_BY[-1] if _TERMINATED_BY else int(signal.SIGINT)
+
+
 def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
     """Turn our errors into one line and an exit code; a traceback only with --debug."""
 
@@ -54,8 +75,11 @@ def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
                 raise
             raise fail(exc) from None
         except KeyboardInterrupt:
-            err.print("interrupted", markup=False)
-            sys.exit(130)
+            signum = interrupt_signal()
+            if signum == signal.SIGINT:
+                err.print("interrupted", markup=False)
+                sys.exit(130)
+            raise fail(Interrupted(signum)) from None
         except BrokenPipeError:
             # The reader went away (`nccl-k8s logs | head`): stop quietly, as `cat` would.
             with contextlib.suppress(OSError):

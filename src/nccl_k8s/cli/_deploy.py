@@ -12,7 +12,14 @@ from typing import Annotated, Any, Literal, cast
 
 import typer
 
-from nccl_k8s.cli._common import Command, err, handle_errors, out, with_default
+from nccl_k8s.cli._common import (
+    Command,
+    err,
+    handle_errors,
+    interrupt_signal,
+    out,
+    with_default,
+)
 from nccl_k8s.cli._options import (
     CLUSTER,
     Context,
@@ -24,7 +31,7 @@ from nccl_k8s.cli._options import (
     seconds,
     with_spec_options,
 )
-from nccl_k8s.errors import UsageError
+from nccl_k8s.errors import Interrupted, UsageError
 from nccl_k8s.spec import RunSpec
 
 
@@ -204,10 +211,13 @@ def deploy_command(
             hint="cd to a writable directory",
         )
 
+    made: list[Any] = []
+
     def deployed(d: Any) -> None:
-        made = " (namespace created)" if d.created_namespace else ""
+        made.append(d)
+        new_ns = " (namespace created)" if d.created_namespace else ""
         err.print(
-            f"deployed run {d.run_id} in namespace {d.namespace}{made}: {', '.join(d.objects)}",
+            f"deployed run {d.run_id} in namespace {d.namespace}{new_ns}: {', '.join(d.objects)}",
             markup=False,
             highlight=False,
         )
@@ -225,6 +235,10 @@ def deploy_command(
             progress=live,
             on_deployed=deployed,
         )
+    except (KeyboardInterrupt, Interrupted) as exc:
+        if not made:
+            raise
+        raise _goes_on(exc, made[0].run_id, made[0].namespace) from None
     finally:
         live.close()
     if outcome is not None:
@@ -256,9 +270,24 @@ def wait_command(
             settings=settings,
             progress=live,
         )
+    except (KeyboardInterrupt, Interrupted) as exc:
+        if run is None:
+            raise
+        raise _goes_on(exc, run, namespace) from None
     finally:
         live.close()
     _ended(outcome)
+
+
+def _goes_on(exc: BaseException, run_id: str, namespace: str | None) -> Interrupted:
+    """Following a run was interrupted; the run itself was not: say so, and how to go on."""
+    signum = exc.signum if isinstance(exc, Interrupted) else interrupt_signal()
+    ns = f" -n {namespace}" if namespace else ""
+    return Interrupted(
+        signum,
+        detail=f"run {run_id} keeps running: `nccl-k8s wait --run {run_id}{ns}` follows it "
+        f"again, `nccl-k8s cleanup --run {run_id}{ns}` removes it",
+    )
 
 
 def register(app: typer.Typer) -> None:

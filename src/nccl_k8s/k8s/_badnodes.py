@@ -7,12 +7,15 @@ different partners, and a healthy node almost always has one healthy partner. A 
 score is its best pair; the cluster reference is the median of those scores, robust to a third of
 the nodes being slow. A node whose best pass-1 pair is below `threshold` x the reference, or whose
 every pass-1 test failed, is a suspect. Pass 2 tests each suspect with a known-good node it has
-not met yet. A suspect is bad when that test is slow or fails, and cleared when it is fine; a
-pass-1 pair that was slow (or failed) while both of its nodes end up good is a slow link between
-two good nodes: reported, neither node flagged. "Slow" in pass 2 (and for links) is measured
-against the known-good nodes' median best pair, not the all-node median: on a small cluster the
-partners of bad nodes pull that one down, and a retest must show a suspect is as good as the
-nodes already known to be good.
+not met yet. A suspect is bad when that test fails, and cleared when it is fine. One slow
+retest is not enough: a measurement can be slow for reasons of its moment (other jobs on the
+fabric or the hosts, a noisy neighbour), so a suspect whose retest was slow is tested once more
+(pass 3) with another known-good node, and is bad only when that test is slow or fails too; a
+node that is really slow is slow every time. A pass-1 pair that was slow (or failed) while both of its nodes end up good is a slow link between
+two good nodes: reported, neither node flagged. "Slow" in passes 2 and 3 (and for links) is
+measured against what one test between two known-good nodes typically gives (the median of the
+pass-1 tests whose nodes are both known good), not the all-node median (on a small cluster the
+partners of bad nodes pull that one down) and not a best of two (a retest is a single test).
 
 A node's reported score is the median bus bandwidth of the tests it took part in.
 
@@ -71,8 +74,8 @@ class SlowLink:
 @dataclasses.dataclass(frozen=True)
 class Findings:
     reference: float | None
-    """The cluster's reference busbw (GB/s): the median of the known-good nodes' best pass-1
-    pair (of every node's, when none is known good)."""
+    """The cluster's reference busbw (GB/s): the median pass-1 test between two known-good
+    nodes (the median best pair of every node, when none is known good)."""
     threshold: float
     nodes: list[NodeVerdict]
     links: list[SlowLink]
@@ -104,6 +107,14 @@ def first_pass(nodes: Sequence[str], rounds: int = ROUNDS) -> list[list[tuple[st
 def _best(node: str, results: Sequence[PairResult]) -> float | None:
     values = [r.busbw for r in results if r.ok and node in (r.a, r.b) and r.busbw is not None]
     return max(values) if values else None
+
+
+def _typical(good: Sequence[str], pass1: Sequence[PairResult]) -> float | None:
+    """What one test between two known-good nodes measures: the median of such pass-1 tests
+    (a retest is one test, so it is held to one test's typical figure, not to the best of
+    two); the good nodes' best pairs where no two good nodes met."""
+    among = [r.busbw for r in pass1 if r.ok and r.a in good and r.b in good and r.busbw]
+    return statistics.median(among) if among else reference(good, pass1)
 
 
 def reference(nodes: Sequence[str], results: Sequence[PairResult]) -> float | None:
@@ -140,12 +151,40 @@ def second_pass(
     return pairs
 
 
+def _floor(nodes: Sequence[str], results: Sequence[PairResult], threshold: float) -> float | None:
+    """threshold x the reference of the known-good nodes after pass 1."""
+    pass1 = [r for r in results if r.pass_no == 1]
+    _, good = suspects(nodes, pass1, threshold)
+    ref = _typical(good, pass1) if good else reference(nodes, pass1)
+    return None if ref is None else threshold * ref
+
+
+def confirm_pass(
+    nodes: Sequence[str], results: Sequence[PairResult], threshold: float
+) -> list[tuple[str, str]]:
+    """Pass 3: each suspect whose pass-2 test ran but was slow, with another known-good node
+    (one it has not met, where there is one)."""
+    floor = _floor(nodes, results, threshold)
+    _, good = suspects(nodes, [r for r in results if r.pass_no == 1], threshold)
+    if floor is None or not good:
+        return []
+    pairs: list[tuple[str, str]] = []
+    for r in results:
+        if r.pass_no != 2 or not r.ok or (r.busbw or 0.0) >= floor:
+            continue
+        seen = {x.a if x.b == r.a else x.b for x in results if r.a in (x.a, x.b)}
+        fresh = [g for g in good if g not in seen]
+        if fresh:
+            pairs.append((r.a, fresh[len(pairs) % len(fresh)]))
+    return pairs
+
+
 def verdicts(nodes: Sequence[str], results: Sequence[PairResult], threshold: float) -> Findings:
     """Every node's verdict from both passes' results."""
     pass1 = [r for r in results if r.pass_no == 1]
     pass2 = [r for r in results if r.pass_no == 2]
     _, good = suspects(nodes, pass1, threshold)
-    ref = reference(good, pass1) if good else reference(nodes, pass1)
+    ref = _typical(good, pass1) if good else reference(nodes, pass1)
     floor = None if ref is None else threshold * ref
     out: list[NodeVerdict] = []
     for node in nodes:
@@ -174,13 +213,32 @@ def verdicts(nodes: Sequence[str], results: Sequence[PairResult], threshold: flo
                 NodeVerdict(node, "bad", score, f"its test with good node {r.b} failed: {r.error}")
             )
         elif floor is not None and (r.busbw or 0.0) < floor:
+            slow = f"{r.busbw:.3g} GB/s with good node {r.b}"
+            again = next((x for x in results if x.pass_no == 3 and x.a == node), None)
+            if again is not None and again.ok and (again.busbw or 0.0) >= floor:
+                out.append(
+                    NodeVerdict(
+                        node,
+                        "good",
+                        score,
+                        f"it tested fine with good node {again.b} ({again.busbw:.3g} GB/s; "
+                        f"a first retest measured {slow})",
+                    )
+                )
+                continue
+            if again is not None and not again.inconclusive:
+                got = (
+                    f"{again.busbw:.3g} GB/s with good node {again.b}"
+                    if again.ok
+                    else f"its test with good node {again.b} failed: {again.error}"
+                )
+                slow = f"{slow}, then {got}"
             out.append(
                 NodeVerdict(
                     node,
                     "bad",
                     score,
-                    f"{r.busbw:.3g} GB/s with good node {r.b}, below {threshold:g} x the "
-                    f"cluster's {ref:.3g} GB/s",
+                    f"{slow}, below {threshold:g} x the cluster's {ref:.3g} GB/s",
                 )
             )
         else:
@@ -213,6 +271,7 @@ __all__ = [
     "PairResult",
     "SlowLink",
     "Verdict",
+    "confirm_pass",
     "first_pass",
     "reference",
     "second_pass",

@@ -40,6 +40,7 @@ from nccl_k8s.errors import (
 from nccl_k8s.k8s._badnodes import (
     Findings,
     PairResult,
+    confirm_pass,
     first_pass,
     second_pass,
     suspects,
@@ -269,6 +270,10 @@ def nodes_check(
         if pairs2:
             say(f"pass 2: {', '.join(f'{a} + {b}' for a, b in pairs2)}")
             tests += runner.run(pairs2, 2, parallel)
+        pairs3 = confirm_pass(candidates, [t.result for t in tests], threshold)
+        if pairs3:
+            say(f"pass 3 (slow retests, once more): {', '.join(f'{a} + {b}' for a, b in pairs3)}")
+            tests += runner.run(pairs3, 3, parallel)
     except BaseException:
         runner.abandon()
         raise
