@@ -69,8 +69,8 @@ def test_baseline_namespace_refuses_the_rdma_profile_certainly_with_the_fix() ->
     assert c.status == "fail" and c.certain
     assert c.message == (
         "namespace bench enforces Pod Security level 'baseline' (pod-security.kubernetes.io/enforce) "
-        "and the pods of --security rdma need 'privileged' (the IPC_LOCK capability): admission "
-        "refuses them"
+        "and the pods of --security rdma need 'privileged' (the IPC_LOCK capability): "
+        "PodSecurity admission refuses them"
     )
     assert "only 'privileged' admits" in c.hint
     assert "pod-security.kubernetes.io/enforce=privileged" in c.hint
