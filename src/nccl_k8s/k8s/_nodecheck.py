@@ -21,9 +21,10 @@ by the node's resourceVersion); `dry_run` only says what would be done.
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
+import queue
 import re
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -122,8 +123,14 @@ def _score(run: Any) -> float | None:
     return max(values) if values else None
 
 
+class _Cancelled(Exception):
+    """The check was interrupted: a test stops following its run (abandon() removes it)."""
+
+
 class _Runner:
-    """Runs 2-node tests (each a deploy, collect, cleanup) on a thread pool."""
+    """Runs 2-node tests (each a deploy, collect, cleanup), at most `parallel` at once, each on
+    a daemon thread: an interrupted check removes its runs and exits without waiting for the
+    threads still following them."""
 
     def __init__(
         self,
@@ -139,6 +146,10 @@ class _Runner:
         self.base = base
         self.count = 0
         self.started: list[str] = []
+        self.cancelled = threading.Event()
+        self._creating: set[str] = set()
+        """Runs whose objects are being created: abandon() waits for them, then removes all."""
+        self._cond = threading.Condition()
 
     def _spec(self, a: str, b: str) -> RunSpec:
         self.count += 1
@@ -153,11 +164,37 @@ class _Runner:
             labels=labels,
         )
 
+    def _created(self, rid: str) -> None:
+        with self._cond:
+            self._creating.discard(rid)
+            self._cond.notify_all()
+
+    def _deploy(self, spec: RunSpec) -> None:
+        """deploy --wait, unless the check was interrupted (then _Cancelled, nothing left)."""
+        rid = spec.run_id
+        with self._cond:
+            if self.cancelled.is_set():
+                raise _Cancelled(rid)
+            self._creating.add(rid)
+
+        def deployed(_: Any) -> None:
+            self._created(rid)
+            if self.cancelled.is_set():
+                raise _Cancelled(rid)  # stop following: abandon() removes the run
+
+        try:
+            deploy(
+                spec, client=self.client, wait=True, wait_settings=self.settings,
+                on_deployed=deployed,
+            )  # fmt: skip
+        finally:
+            self._created(rid)
+
     def one(self, spec: RunSpec, pass_no: int) -> PairTest:
         a, b = spec.node_names
         start = time.monotonic()
         try:
-            deploy(spec, client=self.client, wait=True, wait_settings=self.settings)
+            self._deploy(spec)
         except RunFailed as e:
             first = str(e).splitlines()[0].split(" (deleted what this deploy created")[0]
             # Our own monitor's words (k8s._verdicts) for pods that were never placed.
@@ -197,22 +234,35 @@ class _Runner:
 
     def run(self, pairs: list[tuple[str, str]], pass_no: int, parallel: int) -> list[PairTest]:
         specs = [self._spec(a, b) for a, b in pairs]
-        pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, parallel))
-        try:
-            futures = [pool.submit(self.one, s, pass_no) for s in specs]
-            out = []
-            for f in futures:
-                test = f.result()
-                self.progress(_said(test))
-                out.append(test)
-        finally:
-            # Interrupted: do not wait for the tests still running (abandon() removes their
-            # runs, and their deploys then end on their own); done: nothing is left to wait for.
-            pool.shutdown(wait=False, cancel_futures=True)
-        return out
+        slots = threading.Semaphore(max(1, parallel))
+        done: queue.Queue[tuple[int, PairTest | None, BaseException | None]] = queue.Queue()
+
+        def work(i: int, spec: RunSpec) -> None:
+            try:
+                with slots:
+                    done.put((i, self.one(spec, pass_no), None))
+            except BaseException as e:  # handed to the main thread, which raises it
+                done.put((i, None, e))
+
+        for i, spec in enumerate(specs):
+            name = f"nccl-k8s-test-{spec.run_id}"
+            threading.Thread(target=work, args=(i, spec), name=name, daemon=True).start()
+        out: list[PairTest | None] = [None] * len(specs)
+        for _ in specs:
+            i, test, error = done.get()
+            if error is not None:
+                raise error
+            assert test is not None
+            self.progress(_said(test))
+            out[i] = test
+        return [t for t in out if t is not None]
 
     def abandon(self) -> None:
-        """Interrupted: remove every test run this check started (best effort)."""
+        """Interrupted: stop every test, wait (briefly) for those creating their objects, then
+        remove every test run this check started (best effort)."""
+        self.cancelled.set()
+        with self._cond:
+            self._cond.wait_for(lambda: not self._creating, timeout=30)
         for rid in self.started:
             try:
                 cleanup(rid, client=self.client, namespace=self.spec.namespace, timeout_s=30)
