@@ -151,12 +151,13 @@ def second_pass(
     return pairs
 
 
-def _floor(nodes: Sequence[str], results: Sequence[PairResult], threshold: float) -> float | None:
-    """threshold x the reference of the known-good nodes after pass 1."""
+def _after_pass1(
+    nodes: Sequence[str], results: Sequence[PairResult], threshold: float
+) -> tuple[list[str], float | None]:
+    """The known-good nodes after pass 1, and the reference later tests are held to."""
     pass1 = [r for r in results if r.pass_no == 1]
     _, good = suspects(nodes, pass1, threshold)
-    ref = _typical(good, pass1) if good else reference(nodes, pass1)
-    return None if ref is None else threshold * ref
+    return good, _typical(good, pass1) if good else reference(nodes, pass1)
 
 
 def confirm_pass(
@@ -164,10 +165,10 @@ def confirm_pass(
 ) -> list[tuple[str, str]]:
     """Pass 3: each suspect whose pass-2 test ran but was slow, with another known-good node
     (one it has not met, where there is one)."""
-    floor = _floor(nodes, results, threshold)
-    _, good = suspects(nodes, [r for r in results if r.pass_no == 1], threshold)
-    if floor is None or not good:
+    good, ref = _after_pass1(nodes, results, threshold)
+    if ref is None or not good:
         return []
+    floor = threshold * ref
     pairs: list[tuple[str, str]] = []
     for r in results:
         if r.pass_no != 2 or not r.ok or (r.busbw or 0.0) >= floor:
@@ -183,8 +184,7 @@ def verdicts(nodes: Sequence[str], results: Sequence[PairResult], threshold: flo
     """Every node's verdict from both passes' results."""
     pass1 = [r for r in results if r.pass_no == 1]
     pass2 = [r for r in results if r.pass_no == 2]
-    _, good = suspects(nodes, pass1, threshold)
-    ref = _typical(good, pass1) if good else reference(nodes, pass1)
+    good, ref = _after_pass1(nodes, results, threshold)
     floor = None if ref is None else threshold * ref
     out: list[NodeVerdict] = []
     for node in nodes:
