@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -929,3 +931,39 @@ def test_lightkube_decodes_what_the_server_sends(cluster: Cluster, namespace: st
         assert [e.reason for e in events] == ["Checked"]
     finally:
         client.close()
+
+
+def test_a_client_that_hangs_up_mid_request_prints_nothing(
+    cluster: Cluster, namespace: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # A CLI test runs the CLI in this process: anything the server prints lands in its output.
+    url = urllib.parse.urlsplit(cluster.url)
+    body = json.dumps(cm("half-sent")).encode()
+    head = (
+        f"POST /api/v1/namespaces/{namespace}/configmaps HTTP/1.1\r\nHost: {url.netloc}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    assert cluster.apiserver is not None
+    httpd = cluster.apiserver._httpd
+    assert httpd is not None
+    before = len(httpd._conns)
+    with socket.create_connection((url.hostname, url.port), timeout=5) as s:
+        s.sendall(head + body[: len(body) // 2])
+        deadline = time.monotonic() + 5
+        while len(httpd._conns) <= before and time.monotonic() < deadline:
+            time.sleep(0.01)
+        # SO_LINGER 0: close() sends a reset, as a killed client or a dropped NAT entry does.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    deadline = time.monotonic() + 5
+    while len(httpd._conns) > before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(httpd._conns) == before, "the server never noticed the reset"
+    out, err = capfd.readouterr()
+    assert "Exception" not in out + err, out + err
+    assert api_get_names(cluster, namespace) == []
+
+
+def api_get_names(cluster: Cluster, namespace: str) -> list[str]:
+    url = f"{cluster.url}/api/v1/namespaces/{namespace}/configmaps"
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        return [i["metadata"]["name"] for i in json.load(resp)["items"]]

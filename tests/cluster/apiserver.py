@@ -21,6 +21,7 @@ import os
 import re
 import select
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -1127,6 +1128,16 @@ class _Server(ThreadingHTTPServer):
         with self._conns_lock:
             self._conns.discard(request)
         super().shutdown_request(request)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # socketserver prints every handler exception to sys.stderr, which is the CLI's own stderr
+        # when a test runs the CLI in this process: a client that hung up (a watch or log stream
+        # closed by the CLI, as kube-apiserver sees all day) then shows up in the CLI's output.
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (ConnectionError, TimeoutError)):
+            log.debug("client %s hung up: %s", client_address, exc)
+            return
+        log.exception("error while serving a request from %s", client_address)
 
     def close_all(self) -> None:
         with self._conns_lock:
