@@ -564,18 +564,26 @@ def test_pod_security_refusing_the_pods_is_named_within_seconds(
     assert labelled(cluster, namespace) == []
 
 
+@pytest.mark.parametrize("sigint", [signal.SIG_DFL, signal.SIG_IGN], ids=["sigint", "no-sigint"])
 def test_sigterm_of_a_waiting_deploy_says_the_run_goes_on_and_leaves_it_running(
-    cluster: Cluster, namespace: str
+    cluster: Cluster, namespace: str, sigint: signal.Handlers
 ) -> None:
     # SIGTERM (kill, timeout, a cancelled CI job) ends `deploy --wait` as Ctrl-C does: the
-    # following stops, the run does not, and the message says how to follow or remove it.
+    # following stops, the run does not, and the message says how to follow or remove it. Also
+    # when SIGINT is ignored, as in a command a script started with `&`.
     rid = run_id()
     argv = [
         sys.executable, "-m", "nccl_k8s.cli.main", "deploy", "-n", namespace, "--run-id", rid,
         "--kubeconfig", str(cluster.kubeconfig), "--world-size", "2", "--gpus-per-node", "1",
         "--", "--backend", "gloo", "-b", "1K", "-e", "1K", "--duration", "120",
     ]  # fmt: skip
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, sigint),
+    )
     try:
         assert proc.stderr is not None
         first = proc.stderr.readline()

@@ -193,12 +193,19 @@ def test_verdicts_are_written_as_our_label_and_taint_only(cluster: Cluster) -> N
 
 def test_sigterm_ends_a_check_and_removes_its_test_runs(cluster: Cluster, namespace: str) -> None:
     # Its 2-node tests are the check's own runs: interrupted (here by SIGTERM, as `timeout` or a
-    # cancelled CI job sends), it removes them, and exits 143.
+    # cancelled CI job sends), it removes them, and exits 143; also with SIGINT ignored, as a
+    # script's `nodes check ... &` starts it.
     argv = [
         sys.executable, "-m", "nccl_k8s.cli.main", "nodes", "check", "-n", namespace,
         "--kubeconfig", str(cluster.kubeconfig), "--gpus-per-node", "1", *ENGINE,
     ]  # fmt: skip
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
     try:
         wait_for("the check's first test runs", lambda: labelled(cluster, namespace), 60)
         proc.send_signal(signal.SIGTERM)

@@ -53,9 +53,26 @@ def terminate_as_interrupt(signum: int, frame: FrameType | None) -> None:
     as Ctrl-C does, through its clean-up: `nodes check` removes its test runs, deploy and wait
     say that the run goes on. They are turned into SIGINT, the one signal asyncio's runner
     turns into a clean cancellation (an exception raised inside a running event loop breaks
-    its cancel scopes), and remembered for the message and the exit code."""
+    its cancel scopes), and remembered for the message and the exit code.
+    Installed by `install_interrupt_handlers`, which also makes sure SIGINT is not ignored."""
     _TERMINATED_BY.append(signum)
+    if not callable(signal.getsignal(signal.SIGINT)):
+        raise KeyboardInterrupt  # someone ignored SIGINT since: raising it would do nothing
     signal.raise_signal(signal.SIGINT)
+
+
+def install_interrupt_handlers() -> None:
+    """SIGTERM and SIGHUP as Ctrl-C (terminate_as_interrupt), and SIGINT as Python's default.
+
+    A shell starts what a script runs with `&` with SIGINT ignored (so do some CI runners), and
+    Python then leaves it ignored: SIGTERM turned into SIGINT would be lost, and `timeout` or a
+    cancelled job could never stop the command through its clean-up (a nodes check would leave
+    its test runs behind). Our interrupt is that clean-up, never a loss, so SIGINT is handled
+    even where it was ignored; asyncio's runner then cancels a running loop cleanly."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    for s in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, terminate_as_interrupt)
 
 
 def interrupt_signal() -> int:

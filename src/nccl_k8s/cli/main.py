@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import os
-import signal
 
 import typer
 
 from nccl_k8s import __version__
-from nccl_k8s.cli._common import EXIT_CODES, Group, terminate_as_interrupt
+from nccl_k8s.cli._common import EXIT_CODES, Group, install_interrupt_handlers
 
 app = typer.Typer(
     name="nccl-k8s",
@@ -63,8 +62,7 @@ _register()
 
 def main() -> None:
     # `run` has handlers of its own while its ranks live (launch._procs).
-    for s in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(s, terminate_as_interrupt)
+    install_interrupt_handlers()
     app()
 
 
