@@ -29,7 +29,14 @@ from nccl_k8s.results import (
     select,
     store_run,
 )
-from nccl_k8s.results.compare import Comparison, GateResult, human_size, parse_metric
+from nccl_k8s.results.compare import (
+    Comparison,
+    DataCheck,
+    GateResult,
+    data_check,
+    human_size,
+    parse_metric,
+)
 from nccl_k8s.results.compare import parse_tolerance as _parse_tolerance
 from nccl_k8s.results.diagnose import Diagnosis, parse_fabric
 from nccl_k8s.results.report import write_report
@@ -66,7 +73,7 @@ def import_command(
     run = import_files(files)
     path = store_run(run) if output is None else dump(run, output)
     for ident in run.meta.op_identified:
-        if ident.by in ("table", "file-name"):
+        if ident.by in ("table", "file-name", "text"):
             err.print(f"note: {ident.op} {ident.detail}", markup=False)
         elif ident.by == "unknown":
             err.print(
@@ -78,6 +85,10 @@ def import_command(
         err.print(
             f"warning: the run failed after {len(run.rows)} rows: {run.meta.failure}", markup=False
         )
+    check = data_check(run)
+    if check.wrong_rows or check.out_of_bounds:
+        check.failure = None  # said above
+        err.print(f"warning: wrong results: {check.text()}", markup=False)
     ops = ", ".join(run.ops())
     out.print(
         f"imported {len(run.rows)} rows ({ops}) from {len(files)} file"
@@ -241,7 +252,9 @@ def compare_command(
     output: Output = "text",
 ) -> None:
     """Compare a run with a baseline per op x dtype x redop x size x placement; exit 1 on a
-    regression. 0-byte rows are skipped; different world sizes, GPUs or NCCL versions are warned."""
+    regression, and on wrong results in the current run (#wrong > 0, out-of-bounds FAILED, a
+    failure line) whatever its speed. 0-byte rows are skipped; different world sizes, GPUs or NCCL
+    versions, and a baseline with wrong results, are warned."""
     fmt = output_format(output)
     tol = _parse_tolerance(tolerance)
     met = parse_metric(metric)
@@ -258,8 +271,14 @@ def compare_command(
     gate: GateResult | None = None
     if min_busbw is not None:
         gate = min_busbw_gate(select(cur, dtype=dtype, redop=redop), min_busbw)
+    check: DataCheck = (
+        cmp.data_check if cmp is not None else data_check(select(cur, dtype=dtype, redop=redop))
+    )
     if fmt == "json":
-        doc: dict[str, object] = {"ok": (cmp is None or cmp.ok) and (gate is None or gate.ok)}
+        doc: dict[str, object] = {
+            "ok": (cmp is None or cmp.ok) and (gate is None or gate.ok) and check.ok,
+            "data_check": check.to_dict(),
+        }
         if cmp is not None:
             doc["compare"] = cmp.to_dict()
         if gate is not None:
@@ -276,8 +295,13 @@ def compare_command(
             out.print(cmp.summary())
         if gate is not None:
             out.print(gate.summary())
-    failed = False
-    if cmp is not None and not cmp.ok:
+    failed = not check.ok
+    if not check.ok:
+        err.print(
+            f"[red]data check failed[/red] in the current run: {escape(check.text())}",
+            markup=True,
+        )
+    if cmp is not None and cmp.regressed:
         failed = True
         err.print(f"[red]regressed:[/red] {escape(cmp.regression_text())}", markup=True)
     if gate is not None and not gate.ok:

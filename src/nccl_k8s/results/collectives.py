@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, get_args
 
 from nccl_k8s.results.schema import Row
@@ -127,6 +127,30 @@ def op_in_command(line: str) -> Collective | None:
     return _single({m.group("op").lower() for m in _PERF_NAME.finditer(line)})
 
 
+# Each collective as prose writes it: "all_reduce", "All Reduce", "AllReduce", "all-to-all",
+# "Scatter"; longest first, so that "reduce_scatter" is not read as "scatter".
+_SEP = r"[ _-]?"
+_WORDS = {op: _SEP.join(op.replace("alltoall", "all_to_all").split("_")) for op in COLLECTIVES}
+_WORD = re.compile(
+    "|".join(
+        f"(?<![a-z])(?P<{op}>{w}(?:_perf)?)(?![a-z])"
+        for op, w in sorted(_WORDS.items(), key=lambda kv: -len(kv[1]))
+    ),
+    re.IGNORECASE,
+)
+
+
+def ops_in_words(line: str) -> list[Collective]:
+    """Every collective a line names, as `<op>_perf` or in words ("A Scatter performance test",
+    "alltoall result"), in order, each once."""
+    found: list[Collective] = []
+    for m in _WORD.finditer(line):
+        op = next(o for o in COLLECTIVES if m.group(o))
+        if op not in found:
+            found.append(op)
+    return found
+
+
 def _single(found: set[str]) -> Collective | None:
     if len(found) != 1:
         return None
@@ -145,6 +169,8 @@ class Identification:
     detail: str
     #: World size implied by the per-rank count, when the table shows one.
     world_from_count: int | None = None
+    #: The other collectives the table fits equally, when `op` was only the likelier one.
+    also: list[Collective] = field(default_factory=list)
 
 
 def _count_ratio(rows: Sequence[Row]) -> int | None:
@@ -193,13 +219,17 @@ def identify_op(
             cands = left
             said.append(why)
 
-    if not (has_redop and has_root):
+    redops = {r.redop for r in rows if r.redop}
+    blank = has_redop and not redops
+    if not (has_redop and has_root) and not blank:
         # Before 2.11 each collective printed its own columns, and only these five existed.
         keep("pre-2.11 columns", lambda op: op in _FIRST_FIVE)
-    redops = {r.redop for r in rows if r.redop}
     if has_redop and redops:
         reduces = redops != {"none"}
         keep(f"redop {'/'.join(sorted(redops))}", lambda op: FACTS[op].reduces == reduces)
+    elif blank:
+        # nccl-tests 2.8-2.10 printed one header for all and an empty redop where none applies.
+        keep("redop left blank", lambda op: not FACTS[op].reduces)
     elif not has_redop:
         # No redop column meant a data-moving collective (all_gather, broadcast).
         keep("no redop column", lambda op: not FACTS[op].reduces)
@@ -221,8 +251,10 @@ def identify_op(
     elif k == 1 and world_size != 1:
         keep("count = size / element size", lambda op: not FACTS[op].per_rank_count)
 
-    outs_checked = [r for r in rows if r.placement == "out" and _checked(r)]
-    ins = [r for r in rows if r.placement == "in"]
+    # Only the #wrong era prints N/A for an unchecked in-place result; older tables printed an
+    # error there too (an alltoall's in-place "1e+00").
+    outs_checked = [r for r in rows if r.placement == "out" and r.wrong is not None]
+    ins = [r for r in rows if r.placement == "in" and r.max_error is None]
     if outs_checked and ins:
         in_checked = any(_checked(r) for r in ins)
         keep(
@@ -237,6 +269,13 @@ def identify_op(
             f"busbw/algbw {ratio:.2f} at {n} rank{'s' if n != 1 else ''}",
             lambda op: _fits(ratio, FACTS[op].bus_factor(n)),
         )
+    elif ratio is not None and ratio > 0:
+        # World size unknown: still, a ratio no rank count gives rules a collective out
+        # (above 1 only all_reduce's 2(n-1)/n reaches).
+        keep(
+            f"busbw/algbw {ratio:.2f}",
+            lambda op: any(_fits(ratio, FACTS[op].bus_factor(k)) for k in range(2, 4097)),
+        )
 
     evidence = ", ".join(said) or "no evidence"
     if len(cands) == 1:
@@ -250,6 +289,7 @@ def identify_op(
         f"from the table: {evidence}; also fits {others}, assumed {chosen} "
         "(keep the command line or name the file <op>_perf.* to be sure)",
         world_from_count,
+        cands[1:],
     )
 
 
@@ -263,4 +303,5 @@ __all__ = [
     "identify_op",
     "op_in_command",
     "op_in_file_name",
+    "ops_in_words",
 ]

@@ -14,6 +14,11 @@ is 0, or 8 B rows printed as 0.00): such a row is decided on time instead, and t
 nothing and are skipped, counted in `skipped_empty`. Runs of different world sizes, GPU models or
 NCCL versions are compared but each difference is a warning.
 
+Speed is not all a gate checks: a run whose results are wrong (`#wrong` > 0 in a row, nccl-tests'
+"Out of bounds values : N FAILED", or its own failure line) fails whatever its speed
+(`data_check`, kept in `Comparison.data_check` and apart from the speed verdicts); a baseline with
+wrong results is a warning, since it is no trustworthy reference.
+
 `min_busbw_gate` is nccl-tests' NCCL_TESTS_MIN_BW check on a stored run: the average bus bandwidth
 of each op (over every printed cell, as nccl-tests averages) must reach the floor.
 """
@@ -32,6 +37,86 @@ Verdict = Literal["ok", "regressed", "improved", "missing"]
 Side = Literal["current", "baseline"]
 
 Key = tuple[str, str | None, str | None, int | None, int, str]
+
+
+@dataclass
+class DataCheck:
+    """Whether a run's results are correct, as nccl-tests itself judged them."""
+
+    #: Rows with wrong elements (#wrong > 0).
+    wrong_rows: list[Row] = field(default_factory=list)
+    #: Ops whose footer said "Out of bounds values : N FAILED", with N.
+    out_of_bounds: dict[str, int] = field(default_factory=dict)
+    #: The run's own failure line.
+    failure: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not (self.wrong_rows or self.out_of_bounds or self.failure)
+
+    @property
+    def wrong_elements(self) -> int:
+        return sum(r.wrong or 0 for r in self.wrong_rows)
+
+    def text(self) -> str:
+        """One line: what failed, which rows and how many wrong elements."""
+        parts = []
+        if self.wrong_rows:
+            several = len({(r.dtype, r.redop, r.root) for r in self.wrong_rows}) > 1
+            names = []
+            for r in self.wrong_rows[:8]:
+                variant = " ".join(x for x in (r.dtype, r.redop) if x) if several else ""
+                what = " ".join(
+                    x for x in (r.op, variant, human_size(r.size_bytes), r.placement) if x
+                )
+                names.append(f"{what} {r.wrong}")
+            more = f" and {len(self.wrong_rows) - 8} more" if len(self.wrong_rows) > 8 else ""
+            dtypes = "/".join(sorted({r.dtype for r in self.wrong_rows if r.dtype}))
+            parts.append(
+                f"{self.wrong_elements} wrong elements in {len(self.wrong_rows)} rows"
+                f"{' (' + dtypes + ')' if dtypes and not several else ''}: {', '.join(names)}{more}"
+            )
+        for op, n in self.out_of_bounds.items():
+            parts.append(f"{op}: out of bounds values {n} FAILED")
+        if self.failure:
+            parts.append(f"the run failed: {self.failure}")
+        return "; ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "wrong_elements": self.wrong_elements,
+            "wrong_rows": [
+                {
+                    "op": r.op,
+                    "dtype": r.dtype,
+                    "redop": r.redop,
+                    "root": r.root,
+                    "size_bytes": r.size_bytes,
+                    "placement": r.placement,
+                    "wrong": r.wrong,
+                }
+                for r in self.wrong_rows
+            ],
+            "out_of_bounds_failed": dict(self.out_of_bounds),
+            "failure": self.failure,
+            "text": self.text(),
+        }
+
+
+def data_check(run: Run) -> DataCheck:
+    """The run's own verdict on its results: rows with #wrong > 0, footers that said FAILED, the
+    failure line it printed."""
+    oob = {
+        s.op: s.out_of_bounds or 0
+        for s in run.summaries
+        if s.ok is False or (s.out_of_bounds or 0) > 0
+    }
+    return DataCheck(
+        wrong_rows=[r for r in run.rows if (r.wrong or 0) > 0],
+        out_of_bounds=oob,
+        failure=run.meta.failure,
+    )
 
 
 @dataclass
@@ -68,8 +153,11 @@ class Comparison:
     rows: list[RowComparison] = field(default_factory=list)
     #: Rows of 0 bytes left out (both runs together).
     skipped_empty: int = 0
-    #: Differences between the runs that make the comparison less meaningful (world size, GPU, NCCL).
+    #: Differences between the runs that make the comparison less meaningful (world size, GPU,
+    #: NCCL), and a baseline whose own results were wrong.
     warnings: list[str] = field(default_factory=list)
+    #: The current run's own check of its results: wrong results fail the gate whatever the speed.
+    data_check: DataCheck = field(default_factory=DataCheck)
 
     def count(self, verdict: Verdict) -> int:
         return sum(1 for r in self.rows if r.verdict == verdict)
@@ -80,8 +168,9 @@ class Comparison:
 
     @property
     def ok(self) -> bool:
-        """The CI gate: no row regressed past the tolerance."""
-        return not self.regressed
+        """The CI gate: the current run's results are right and no row regressed past the
+        tolerance."""
+        return not self.regressed and self.data_check.ok
 
     @property
     def fell_back(self) -> int:
@@ -136,6 +225,7 @@ class Comparison:
             "decided_on_time": self.fell_back if self.metric != "time" else None,
             "skipped_empty": self.skipped_empty,
             "warnings": list(self.warnings),
+            "data_check": self.data_check.to_dict(),
             "summary": self.summary(),
             "rows": [asdict(r) for r in self.rows],
         }
@@ -238,6 +328,12 @@ def compare(
     baseline = select(baseline, dtype=dtype, redop=redop, name="baseline")
     result = Comparison(metric=metric, tolerance=tolerance)
     result.warnings = _differences(current, baseline)
+    result.data_check = data_check(current)
+    if not (base_check := data_check(baseline)).ok:
+        result.warnings.append(
+            f"the baseline's own data check failed, it is no trustworthy reference: "
+            f"{base_check.text()}"
+        )
     result.skipped_empty = sum(1 for run in (current, baseline) for r in run.rows if _empty(r))
     cur = _index(Run(rows=[r for r in current.rows if not _empty(r)]), "the current run")
     base = _index(Run(rows=[r for r in baseline.rows if not _empty(r)]), "the baseline")
@@ -343,10 +439,12 @@ def min_busbw_gate(run: Run, floor_gbps: float) -> GateResult:
 __all__ = [
     "METRICS",
     "Comparison",
+    "DataCheck",
     "GateResult",
     "Metric",
     "RowComparison",
     "compare",
+    "data_check",
     "human_size",
     "min_busbw_gate",
     "parse_metric",

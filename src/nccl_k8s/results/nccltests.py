@@ -38,7 +38,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nccl_k8s.errors import ResultsError
-from nccl_k8s.results.collectives import identify_op, op_in_command, op_in_file_name
+from nccl_k8s.results.collectives import (
+    Collective,
+    identify_op,
+    op_in_command,
+    op_in_file_name,
+    ops_in_words,
+)
 from nccl_k8s.results.nccltests_json import (
     fill_world,
     nccl_version_from_code,
@@ -80,6 +86,9 @@ _NCCL_ENV = re.compile(r"NCCL INFO (?P<k>NCCL_[A-Z0-9_]+) set by environment to 
 _FAILURE = re.compile(
     r"(?:(?P<host>[\w.\-]+): )?(?P<msg>(?:Test )?(?:NCCL|CUDA) failure \S+:\d+ .*?)\s*$"
 )
+# TESTCHECK's relay of a failed step (src/common.h): " .. %s pid %d: Test failure %s:%d" (2.13+;
+# before, without "pid %d"). The only line a data-check failure (#wrong > 0) leaves.
+_RELAY = re.compile(r"^\.\. (?P<host>[\w.\-]+(?: pid \d+)?): (?P<msg>Test failure \S+:\d+)")
 _CFG_INT = {
     "minBytes": "minbytes",
     "maxBytes": "maxbytes",
@@ -97,6 +106,16 @@ _PREFIXES = (
     re.compile(r"^\[pod/[^\]\s]+\] "),  # kubectl logs --prefix
     re.compile(r"^\s*\d{1,6}:(?: |$)"),  # srun -l
     re.compile(r"^\[\d{1,6}\] "),  # mpirun -prepend-rank (MPICH, Intel MPI), horovodrun
+    # Ray's worker log prefix, also SkyPilot's: "(pid=3808) ", "(MyActor pid=3808, ip=10.0.0.1) ",
+    # "(head, rank=0, pid=3808) ", "(worker1, rank=1, pid=2769, ip=10.100.10.12) ".
+    re.compile(r"^\((?:[\w.\-]+,? )?(?:rank=\d+, )?pid=\d+(?:, ip=[\w.:\-]+)?\) "),
+)
+# Header and footer lines as rendered markdown shows them, without their leading '#' (GitHub
+# pages, READMEs): read as if the '#' were there. Each is a form no other line takes.
+_BARE = re.compile(
+    r"^(?:nccl-tests version |Collective test (?:starting|concluded):|Out of bounds values\s*:"
+    r"|Avg bus bandwidth\s*:|Rank\s+\d+\s+(?:Group\s+\d+\s+)?(?:Pid\s+\d+\s+)?on\s+\S+\s+device\s"
+    r"|(?:size|bytes)\s+(?:count|N)\s+type\s)"
 )
 
 #: The per-placement column groups nccl-tests prints, in order.
@@ -125,6 +144,8 @@ def failure_in(line: str) -> str | None:
     "GENOA-06: Test NCCL failure common.cu:392 'unhandled cuda error ...'"."""
     if "NCCL INFO" in line or "NCCL WARN" in line:
         return None
+    if m := _RELAY.match(line.strip()):
+        return f"{m.group('host')}: {m.group('msg')}"
     m = _FAILURE.search(line)
     if m is None:
         return None
@@ -155,7 +176,13 @@ class _Table:
     op: str | None
     by: IdentifiedBy
     detail: str
+    #: Where its column header is ("file:line").
+    where: str
     rows: list[Row] = field(default_factory=list)
+    #: The collectives the table alone fits, when it fits several (the first one chosen).
+    also: list[Collective] = field(default_factory=list)
+    #: Its footer's summary, once read.
+    summary: Summary | None = None
 
 
 def _layout_from_header(line: str) -> _Layout | None:
@@ -184,8 +211,33 @@ def _num(tok: str, what: str, where: str) -> float:
         raise ResultsError(f"{where}: {what} {tok!r} is not a number", path=where) from None
 
 
+def _pipe_row(s: str) -> str:
+    """A row of a markdown pipe table (`1024 | 512 | half | sum | ...`) as nccl-tests printed it;
+    any other line unchanged."""
+    cells = [c.strip() for c in s.strip("|").split("|")]
+    if len(cells) > 2 and all(c and " " not in c for c in cells):
+        return " ".join(cells)
+    return s
+
+
+_CELL = re.compile(r"[-+0-9.e]+\*?|N/A")
+
+
 def _looks_numeric(toks: list[str]) -> bool:
-    return sum(1 for t in toks if re.fullmatch(r"[-+0-9.e]+\*?|N/A", t)) >= len(toks) - 3
+    return sum(1 for t in toks if _CELL.fullmatch(t)) >= len(toks) - 3
+
+
+def _redop_left_blank(layout: _Layout, toks: list[str]) -> bool:
+    """Whether a row one column short of a header that names a redop column is a row whose redop
+    was printed empty: nccl-tests before 2.11 passed "" as the redop name of the collectives that
+    reduce nothing (alltoall, all_gather, ...), so the row lacks that one word. Only when nothing
+    else fits: the type is a word and everything after it a number."""
+    if "redop" not in layout.lead:
+        return False
+    at = layout.lead.index("redop")
+    if at < 1 or layout.lead[at - 1] != "type" or not toks[at - 1].isalpha():
+        return False
+    return all(_CELL.fullmatch(t) for t in toks[at:])
 
 
 class _TextParser:
@@ -199,6 +251,11 @@ class _TextParser:
         self.headers = 0
         self.world_from_count: int | None = None
         self.devices: dict[int, Device] = {}
+        #: Lines that name exactly one collective (as `<op>_perf` or in words), with the number of
+        #: tables closed before them.
+        self.words: list[tuple[Collective, str, int]] = []
+        #: The tables read so far, with rows.
+        self.tables: list[_Table] = []
         self.cfg = self.run.meta.config
 
     def feed(self, text: str) -> Run:
@@ -212,9 +269,15 @@ class _TextParser:
         s = line.strip()
         if not s:
             return
+        if s.startswith("\\#"):  # markdown's escaped '#'
+            s = s[1:]
+        elif _BARE.match(s):
+            s = "# " + s
         if s.startswith("#"):
-            self._comment(s)
+            self._comment(s, where)
             return
+        if self.table is not None and "|" in s:
+            s = _pipe_row(s)
         failure = failure_in(s)
         if failure is not None:
             self.run.meta.failure = self.run.meta.failure or failure
@@ -233,10 +296,16 @@ class _TextParser:
             op = op_in_command(s)
             if op is not None:
                 self.mention = (op, s)
+            named = ops_in_words(s)
+            if len(named) == 1:
+                self.words.append((named[0], s, len(self.tables)))
 
     def _maybe_row(self, table: _Table, toks: list[str], where: str) -> bool:
         if not toks[0].isdigit():
             return False
+        if len(toks) == table.layout.width - 1 and _redop_left_blank(table.layout, toks):
+            at = table.layout.lead.index("redop")
+            toks = [*toks[:at], "", *toks[at:]]
         if len(toks) == table.layout.width:
             table.rows.extend(self._row(table.layout, toks, where))
             return True
@@ -248,7 +317,7 @@ class _TextParser:
             )
         return False
 
-    def _comment(self, s: str) -> None:
+    def _comment(self, s: str, where: str) -> None:
         if m := _VERSION.match(s):
             self._close()
             self.run.meta.nccl_tests = m.group("v")
@@ -286,10 +355,10 @@ class _TextParser:
             with contextlib.suppress(ValueError):
                 self._summary().avg_busbw = float(m.group("bw"))
         elif (layout := _layout_from_header(s)) is not None:
-            self._open(layout)
+            self._open(layout, where)
         # other comment lines (units, "out-of-place", "Using devices") carry nothing we need
 
-    def _open(self, layout: _Layout) -> None:
+    def _open(self, layout: _Layout, where: str) -> None:
         """A column header: a new table, whose collective the nearest announcement names."""
         self._close()
         self.headers += 1
@@ -303,7 +372,7 @@ class _TextParser:
             op, by, detail = named, "file-name", f"file name {Path(self.origin).name}"
         else:
             op, by, detail = None, "table", ""
-        self.table = _Table(layout, op, by, detail)
+        self.table = _Table(layout, op, by, detail, where)
         self.starting_op = self.mention = None
 
     def _close(self) -> None:
@@ -320,18 +389,49 @@ class _TextParser:
                 table.rows,
                 has_redop="redop" in lead,
                 has_root="root" in lead,
-                world_size=len(self.devices) or None,
+                world_size=self._known_world(),
             )
             op, detail = found.op or "unknown", found.detail
+            table.also = found.also
             if found.op is None:
                 by = "unknown"
             if found.world_from_count and self.world_from_count is None:
                 self.world_from_count = found.world_from_count
+        table.op, table.by, table.detail = op, by, detail
         for row in table.rows:
             row.op = op
-        self.run.rows.extend(table.rows)
-        self.run.meta.op_identified.append(OpIdentification(op, by, detail))
+        self._no_repeat(table)
+        self.tables.append(table)
         self.last_op = op
+
+    def _known_world(self) -> int | None:
+        """The world size the device lines give, when they are all there (ranks 0..n-1)."""
+        if not self.devices or sorted(self.devices) != list(range(len(self.devices))):
+            return None
+        return len(self.devices)
+
+    def _no_repeat(self, table: _Table) -> None:
+        """Refuse a table that measures again what an earlier one did (same op, dtype, redop, root,
+        size): two runs in one file, which one results file cannot hold apart."""
+        keys = {_key(r) for r in table.rows}
+        for earlier in self.tables:
+            if earlier.op == table.op and keys & {_key(r) for r in earlier.rows}:
+                raise ResultsError(
+                    f"{table.where}: this {table.op} table measures the same sizes as the one at "
+                    f"{earlier.where.rsplit(':', 1)[-1]}: two runs in one file; import each run "
+                    "from its own file (cut the file between the tables)",
+                    path=self.origin,
+                )
+
+    def _named_in_text(self, index: int, table: _Table) -> tuple[Collective, str] | None:
+        """The one collective, of those the table fits, that the text names: before the table
+        (since the previous one) first, then anywhere in the file."""
+        fits = {table.op, *table.also}
+        near = [(op, s) for op, s, n in self.words if n == index and op in fits]
+        for found in (near, [(op, s) for op, s, _ in self.words if op in fits]):
+            if len({op for op, _ in found}) == 1:
+                return found[0]
+        return None
 
     def _config(self, s: str) -> None:
         toks = s.lstrip("#").split()
@@ -354,6 +454,23 @@ class _TextParser:
             if tok == "warmupIters:" and toks[i + 1].isdigit():
                 self.cfg.warmup = int(toks[i + 1])
 
+    def _all_reduce_ranks(self, n: int) -> bool:
+        """Whether the all_reduce rows' busbw/algbw (2(n-1)/n) says `n` ranks: every row where
+        it is readable agrees with n given the printed decimals, and one pins it to n."""
+        pinned = False
+        for r in self.run.rows:
+            if r.op != "all_reduce" or r.placement != "out" or r.algbw < 1:
+                continue
+            lo = (r.busbw - 0.005) / (r.algbw + 0.005)
+            hi = (r.busbw + 0.005) / (r.algbw - 0.005)
+            if hi >= 2:
+                continue
+            n_lo, n_hi = 2 / (2 - lo), 2 / (2 - hi)
+            if not n_lo <= n <= n_hi:
+                return False
+            pinned = pinned or n_hi - n_lo < 1
+        return pinned
+
     def _summary(self) -> Summary:
         op = self.last_op or "unknown"
         for s in self.run.summaries:
@@ -361,6 +478,8 @@ class _TextParser:
                 return s
         s = Summary(op=op)
         self.run.summaries.append(s)
+        if self.tables and self.tables[-1].op == op:
+            self.tables[-1].summary = s
         return s
 
     def _row(self, layout: _Layout, toks: list[str], where: str) -> list[Row]:
@@ -388,7 +507,7 @@ class _TextParser:
                     algbw=_num(alg_t, "algbw", where),
                     busbw=_num(bus_t, "busbw", where),
                     dtype=lead.get("type"),
-                    redop=lead.get("redop"),
+                    redop=lead.get("redop") or None,
                     root=root,
                     count=count,
                     wrong=wrong,
@@ -399,6 +518,17 @@ class _TextParser:
 
     def _finish(self) -> None:
         meta = self.run.meta
+        for i, table in enumerate(self.tables):
+            if table.also and (named := self._named_in_text(i, table)) is not None:
+                op, line = named
+                table.op, table.by = op, "text"
+                table.detail = f"the table fits {', '.join(sorted({table.op, *table.also}))}; the text names {op}: {line[:100]}"
+                for row in table.rows:
+                    row.op = op
+                if table.summary is not None:
+                    table.summary.op = op
+            self.run.rows.extend(table.rows)
+            meta.op_identified.append(OpIdentification(str(table.op), table.by, table.detail))
         if not self.run.rows:
             if meta.failure:
                 raise ResultsError(
@@ -417,6 +547,14 @@ class _TextParser:
                 path=self.origin,
             )
         fill_world(meta, list(self.devices.values()))
+        if self.devices and self._known_world() is None:
+            # Device lines from the middle of the list (a paste cut above them): the world is at
+            # least the highest rank + 1, and that exactly when an all_reduce table's
+            # busbw/algbw (2(n-1)/n) says so; hosts and GPUs per node are unknown.
+            meta.world_size = meta.nodes = meta.gpus_per_node = None
+            least = max(self.devices) + 1
+            if self._all_reduce_ranks(least):
+                meta.world_size = least
         if meta.world_size is None and self.world_from_count is not None:
             meta.world_size = self.world_from_count
         meta.config.ops = self.run.ops()
@@ -424,6 +562,10 @@ class _TextParser:
         self.cfg.dtype = first.dtype
         self.cfg.redop = first.redop
         self.cfg.root = first.root
+
+
+def _key(r: Row) -> tuple[str | None, str | None, int | None, int, str]:
+    return (r.dtype, r.redop, r.root, r.size_bytes, r.placement)
 
 
 def parse_text(text: str, *, origin: str = "<nccl-tests>") -> Run:
@@ -458,12 +600,47 @@ def import_file(path: str | Path) -> Run:
     return parse_text(text, origin=str(p))
 
 
+def _same_run(runs: list[Run]) -> None:
+    """Refuse files that cannot be one run: from different clusters (world size, GPU model or NCCL
+    version differ where both say), or measuring the same thing twice (the same file twice, two
+    runs of one test)."""
+    first = runs[0]
+    for other in runs[1:]:
+        a, b = first.meta.inputs[0], other.meta.inputs[0]
+        for what, attr in (
+            ("world size", "world_size"),
+            ("GPU model", "gpu_model"),
+            ("NCCL version", "nccl"),
+        ):
+            x, y = getattr(first.meta, attr), getattr(other.meta, attr)
+            if x is not None and y is not None and x != y:
+                raise ResultsError(
+                    f"{a} and {b} are not one run: {what} {x} vs {y}; import each file on its own "
+                    "and compare the results",
+                    path=b,
+                )
+    seen: dict[tuple[str, str | None, str | None, int | None, int, str], int] = {}
+    for i, run in enumerate(runs):
+        origin = run.meta.inputs[0]
+        for r in run.rows:
+            key = (r.op, *_key(r))
+            if (j := seen.setdefault(key, i)) != i:
+                raise ResultsError(
+                    f"{runs[j].meta.inputs[0]} and {origin} both measure {r.op} at "
+                    f"{r.size_bytes} B: two runs (or one file given twice); import each file on "
+                    "its own",
+                    path=origin,
+                )
+
+
 def import_files(paths: Iterable[str | Path]) -> Run:
     """Import several files into one Run: rows and summaries concatenated, meta from the first
-    file, completed by the others where the first left a field empty."""
+    file, completed by the others where the first left a field empty. The files must be parts of
+    one run (other collectives, sizes or dtypes of the same cluster); ResultsError otherwise."""
     runs = [import_file(p) for p in paths]
     if not runs:
         raise ResultsError("no files to import")
+    _same_run(runs)
     merged = runs[0]
     for other in runs[1:]:
         merged.rows.extend(other.rows)

@@ -33,7 +33,7 @@ Placement = Literal["out", "in"]
 Source = Literal["nccl-k8s", "nccl-tests"]
 Backend = Literal["nccl", "gloo"]
 #: How an imported table's collective was identified (most to least direct).
-IdentifiedBy = Literal["header", "command", "file-name", "table", "unknown"]
+IdentifiedBy = Literal["header", "command", "file-name", "table", "text", "unknown"]
 PLACEMENTS: tuple[Placement, ...] = get_args(Placement)
 SOURCES: tuple[Source, ...] = get_args(Source)
 BACKENDS: tuple[Backend, ...] = get_args(Backend)
@@ -85,8 +85,8 @@ class OpIdentification:
 
     op: str
     #: "header" (# Collective test starting), "command" (an `<op>_perf` command or banner before
-    #: the table), "file-name", "table" (inferred from redop, root, count and busbw/algbw), or
-    #: "unknown".
+    #: the table), "file-name", "table" (inferred from redop, root, count and busbw/algbw),
+    #: "text" (the table fits several, the text around it names one of them), or "unknown".
     by: IdentifiedBy
     #: The evidence in words, e.g. "from the table: redop sum, root -1, busbw/algbw 1.75 at 8 ranks".
     detail: str = ""
