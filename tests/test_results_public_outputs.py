@@ -7,6 +7,7 @@ file's own tokens, split by a few lines of test code that know each file's prefi
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from typer.testing import CliRunner
 
 from nccl_k8s.cli import _results
 from nccl_k8s.errors import ResultsError
-from nccl_k8s.results import Run, import_file, load
+from nccl_k8s.results import Run, dump, import_file, load
 from nccl_k8s.results.nccltests import parse_text
 
 PUBLIC = Path(__file__).parent / "data" / "nccl-tests" / "public"
@@ -201,9 +202,23 @@ FAILED = {
 }
 
 
+#: Files with tests of their own below (what each shows is in the README).
+MORE = [
+    "olivia_gh200x16_int8_wrong_nonzero.md",
+    "nccl-tests-369_gh200x2_wrong_oob_failed.md",
+    "nccl-tests-78_v100x64_two_tables_no_names.txt",
+    "coreweave-43_gb200x72_header_cut.txt",
+    "awsome-p4de_srun_two_single_row_tables.md",
+    "awsome-dt_readme_srun_0prefix.md",
+    "skypilot_h200x16_ray_prefix.txt",
+    "dstack_a3mega_no_hash_marks.md",
+    "mscclpp-736_markdown_pipe_table.txt",
+]
+
+
 def test_the_corpus_is_what_the_readme_lists() -> None:
     files = sorted(p.name for p in PUBLIC.iterdir() if p.name != "README.md")
-    assert files == sorted([c.file for c in CASES] + list(FAILED))
+    assert files == sorted([c.file for c in CASES] + list(FAILED) + MORE)
     readme = (PUBLIC / "README.md").read_text()
     for name in files:
         assert f"`{name}`" in readme, name
@@ -404,7 +419,9 @@ def test_import_notes_how_it_identified_the_collective(tmp_path: Path) -> None:
         res = CliRunner().invoke(_app(), ["import", str(PUBLIC / name), "-o", str(tmp_path / name)])
         assert res.exit_code == 0, res.output
         notes += res.stderr.splitlines()
-        assert load(tmp_path / name).meta.op_identified[0].by == ("table" if "290" in name else "command")
+        assert load(tmp_path / name).meta.op_identified[0].by == (
+            "table" if "290" in name else "command"
+        )
     assert notes == [
         "note: all_reduce from the table: redop sum, root -1, count = size / element size, "
         "in-place results checked, busbw/algbw 1.75 at 8 ranks"
@@ -422,3 +439,218 @@ def test_an_unnamed_ambiguous_table_is_not_guessed_silently() -> None:
     (ident,) = run.meta.op_identified
     assert ident.by == "table"
     assert "also fits scatter" in ident.detail and ident.op == "gather"
+
+
+def _import(tmp_path: Path, *names: str) -> tuple[int, str, Path]:
+    out = tmp_path / "r.json"
+    res = CliRunner().invoke(_app(), ["import", *(str(PUBLIC / n) for n in names), "-o", str(out)])
+    return res.exit_code, res.stderr, out
+
+
+def test_compare_fails_a_run_whose_results_are_wrong(tmp_path: Path) -> None:
+    code, _, wrong = _import(tmp_path, "olivia_gh200x16_int8_wrong_nonzero.md")
+    assert code == 0
+    # The same run as if its data check had passed: a clean baseline, equal speed.
+    clean = load(wrong)
+    for row in clean.rows:
+        row.wrong = 0
+    dump(clean, tmp_path / "clean.json")
+    # Read from the file: #wrong at 2M..64M, 3,935,945 wrong elements in 11 cells.
+    said = (
+        "3935945 wrong elements in 11 rows (int8): all_reduce 2M out 18134, all_reduce 2M in "
+        "9609, all_reduce 4M out 96817, all_reduce 4M in 124342, all_reduce 8M out 763876, "
+        "all_reduce 8M in 530181, all_reduce 16M out 404221, all_reduce 16M in 103664 and 3 more"
+    )
+    res = CliRunner().invoke(
+        _app(), ["compare", str(wrong), "--baseline", str(tmp_path / "clean.json")]
+    )
+    assert res.exit_code == 1
+    assert "56 ok, 0 regressed" in res.stdout  # the speed verdict, apart
+    assert res.stderr.strip() == f"data check failed in the current run: {said}"
+    res = CliRunner().invoke(
+        _app(), ["compare", str(wrong), "--baseline", str(tmp_path / "clean.json"), "-o", "json"]
+    )
+    doc = json.loads(res.stdout)
+    assert res.exit_code == 1 and doc["ok"] is False
+    assert doc["data_check"]["wrong_elements"] == 3935945
+    assert [(r["size_bytes"], r["placement"], r["wrong"]) for r in doc["data_check"]["wrong_rows"]][
+        -1
+    ] == (67108864, "out", 113492)
+    assert doc["compare"]["counts"]["regressed"] == 0
+    # A wrong baseline is no reference: said, and the clean current run passes.
+    res = CliRunner().invoke(
+        _app(), ["compare", str(tmp_path / "clean.json"), "--baseline", str(wrong)]
+    )
+    assert res.exit_code == 0
+    assert res.stderr.strip() == (
+        f"warning: the baseline's own data check failed, it is no trustworthy reference: {said}"
+    )
+    # The floor alone fails it too.
+    res = CliRunner().invoke(_app(), ["compare", str(wrong), "--min-busbw", "1"])
+    assert res.exit_code == 1 and "data check failed" in res.stderr
+
+
+def test_a_data_check_failure_after_rows_is_kept_and_warned(tmp_path: Path) -> None:
+    code, stderr, out = _import(tmp_path, "nccl-tests-369_gh200x2_wrong_oob_failed.md")
+    assert code == 0
+    run = load(out)
+    assert len(run.rows) == 50
+    assert run.meta.failure == "gpu-1-1 pid 662195: Test failure common.cu:1189"
+    assert [(s.out_of_bounds, s.ok, s.avg_busbw) for s in run.summaries] == [(4, False, 4.79995)]
+    assert stderr.splitlines() == [
+        "warning: the run failed after 50 rows: gpu-1-1 pid 662195: Test failure common.cu:1189",
+        "warning: wrong results: 128 wrong elements in 2 rows (float): all_reduce 1M out 96, "
+        "all_reduce 1M in 32; all_reduce: out of bounds values 4 FAILED",
+    ]
+    res = CliRunner().invoke(_app(), ["compare", str(out), "--baseline", str(out)])
+    assert res.exit_code == 1 and "the run failed: gpu-1-1 pid 662195" in res.stderr
+
+
+@pytest.mark.parametrize(
+    ("line", "failure"),
+    [
+        (
+            " .. gpu-1-7 pid 2448661: Test failure common.cu:1189",
+            "gpu-1-7 pid 2448661: Test failure common.cu:1189",
+        ),
+        (" .. node3: Test failure common.cu:841", "node3: Test failure common.cu:841"),
+    ],
+)
+def test_testcheck_relay_lines_of_every_version(line: str, failure: str) -> None:
+    from nccl_k8s.results.nccltests import failure_in
+
+    assert failure_in(line) == failure
+
+
+def test_rows_with_an_empty_redop_are_read() -> None:
+    run = import_file(PUBLIC / "nccl-tests-78_v100x64_two_tables_no_names.txt")
+    assert run.ops() == ["all_reduce", "alltoall"]
+    assert [(s.op, s.avg_busbw) for s in run.summaries] == [
+        ("all_reduce", 4.32178),
+        ("alltoall", 0.507636),
+    ]
+    a2a = [r for r in run.rows if r.op == "alltoall"]
+    assert [(r.size_bytes, r.count, r.redop, r.time_us, r.busbw, r.max_error) for r in a2a] == [
+        (268435456, 1048576, None, 520935.0, 0.51, 0.0),
+        (268435456, 1048576, None, 519562.0, 0.51, 1.0),
+        (536870912, 2097152, None, 1041974.0, 0.51, 0.0),
+        (536870912, 2097152, None, 1041299.0, 0.51, 1.0),
+    ]
+    assert run.meta.world_size == 64  # 268435456 B / 4 B / 1048576 per rank
+    ar, at = run.meta.op_identified
+    assert (ar.op, ar.by) == ("all_reduce", "table")
+    assert (at.op, at.by) == ("alltoall", "text") and "alltoall result" in at.detail
+
+
+def test_a_row_one_column_short_is_still_an_error_when_not_an_empty_redop() -> None:
+    text = (PUBLIC / "nccl-tests-78_v100x64_two_tables_no_names.txt").read_text()
+    cut = text.replace("122131    2.20", "122131", 1)
+    with pytest.raises(ResultsError, match="table row has 11 columns, the header announced 12"):
+        parse_text(cut, origin="cut.txt")
+
+
+def test_device_lines_cut_above_do_not_make_one_rank() -> None:
+    run = import_file(PUBLIC / "coreweave-43_gb200x72_header_cut.txt")
+    meta = run.meta
+    # Rank 71 is the only device line; busbw/algbw 834.57/423.16 = 1.9722 = 2*71/72.
+    assert (meta.world_size, meta.nodes, meta.gpus_per_node) == (72, None, None)
+    assert run.ops() == ["all_reduce"] and "also fits" not in meta.op_identified[0].detail
+    assert [s.avg_busbw for s in run.summaries] == [745.53]
+    # A rank the ratio does not confirm: the world size stays unknown, never 1.
+    text = (PUBLIC / "coreweave-43_gb200x72_header_cut.txt").read_text()
+    other = parse_text(text.replace("Rank 71", "Rank 40"), origin="pasted.txt")
+    assert (other.meta.world_size, other.meta.nodes) == (None, None)
+
+
+def test_two_runs_in_one_file_are_refused(tmp_path: Path) -> None:
+    name = "awsome-p4de_srun_two_single_row_tables.md"
+    code, stderr, out = _import(tmp_path, name)
+    assert code == 2 and not out.exists()
+    assert stderr.strip() == (
+        f"error: {PUBLIC / name}:33: this all_reduce table measures the same sizes as the one at "
+        "21: two runs in one file; import each run from its own file (cut the file between the "
+        "tables)"
+    )
+    # One file given twice: the same refusal between files.
+    code, stderr, out = _import(
+        tmp_path, "nccl-tests-290_h100x8_single_node.txt", "nccl-tests-290_h100x8_single_node.txt"
+    )
+    assert code == 2 and not out.exists()
+    assert "both measure all_reduce at 134217728 B: two runs (or one file given twice)" in stderr
+
+
+def test_files_of_different_clusters_are_refused(tmp_path: Path) -> None:
+    a, b = "nccl-tests-290_h100x8_single_node.txt", "a3mega_h100x16_mpirun.txt"
+    code, stderr, out = _import(tmp_path, a, b)
+    assert code == 2 and not out.exists()
+    assert stderr.strip() == (
+        f"error: {PUBLIC / a} and {PUBLIC / b} are not one run: world size 8 vs 16; import each "
+        "file on its own and compare the results"
+    )
+
+
+def test_the_text_names_the_collective_a_table_leaves_open() -> None:
+    run = import_file(PUBLIC / "awsome-dt_readme_srun_0prefix.md")
+    assert run.ops() == ["scatter"] and run.meta.world_size == 16
+    (ident,) = run.meta.op_identified
+    assert ident.by == "text"
+    assert ident.detail.startswith(
+        "the table fits gather, scatter; the text names scatter: A Scatter performance test"
+    )
+    two_g = [r for r in run.rows if r.size_bytes == 2147483648]
+    assert [(r.busbw, r.placement) for r in two_g] == [(79.20, "out"), (79.63, "in")]
+
+
+def test_ray_and_skypilot_prefixes_are_stripped(tmp_path: Path) -> None:
+    run = import_file(PUBLIC / "skypilot_h200x16_ray_prefix.txt")
+    meta = run.meta
+    assert run.ops() == ["all_gather"]
+    assert (meta.world_size, meta.nodes, meta.gpu_model, len(run.rows)) == (
+        16,
+        2,
+        "NVIDIA H200",
+        48,
+    )
+    assert [s.avg_busbw for s in run.summaries] == [122.073]
+    assert [r.busbw for r in run.rows[-2:]] == [325.72, 332.58]
+    crlf = tmp_path / "crlf.txt"
+    crlf.write_bytes(
+        (PUBLIC / "skypilot_h200x16_ray_prefix.txt").read_bytes().replace(b"\n", b"\r\n")
+    )
+    assert import_file(crlf).rows == run.rows
+    plain = "\n".join(
+        f"(pid={i}) {ln}" if i % 2 else f"(MyActor pid={i}, ip=10.0.0.{i % 9}) {ln}"
+        for i, ln in enumerate(
+            (PUBLIC / "nccl-tests-290_h100x8_single_node.txt").read_text().splitlines()
+        )
+    )
+    assert (
+        parse_text(plain).rows == import_file(PUBLIC / "nccl-tests-290_h100x8_single_node.txt").rows
+    )
+
+
+def test_headers_and_footers_without_their_hash_marks() -> None:
+    run = import_file(PUBLIC / "dstack_a3mega_no_hash_marks.md")
+    assert len(run.rows) == 22 and run.meta.world_size == 16  # 8388608 / 4 / 131072
+    assert [(s.out_of_bounds, s.ok, s.avg_busbw) for s in run.summaries] == [(0, True, 146.948)]
+    assert (run.meta.config.minbytes, run.meta.config.iters, run.meta.config.check) == (
+        8388608,
+        200,
+        0,
+    )
+    assert [(r.busbw, r.wrong) for r in run.rows[-2:]] == [(188.54, None), (188.59, None)]
+
+
+def test_a_markdown_pipe_table_is_read() -> None:
+    run = import_file(PUBLIC / "mscclpp-736_markdown_pipe_table.txt")
+    assert run.ops() == ["all_reduce"] and len(run.rows) == 18
+    assert [r.size_bytes for r in run.rows[::2]] == [1024 << k for k in range(9)]
+    first, last = run.rows[0], run.rows[-1]
+    assert (first.count, first.dtype, first.redop, first.time_us, first.busbw) == (
+        512,
+        "half",
+        "sum",
+        5.39,
+        0.33,
+    )
+    assert (last.time_us, last.algbw, last.busbw, last.wrong) == (12.1, 21.67, 37.93, 0)

@@ -521,8 +521,9 @@ class _TextParser:
         for i, table in enumerate(self.tables):
             if table.also and (named := self._named_in_text(i, table)) is not None:
                 op, line = named
+                fits = ", ".join(sorted({str(table.op), *table.also}))
                 table.op, table.by = op, "text"
-                table.detail = f"the table fits {', '.join(sorted({table.op, *table.also}))}; the text names {op}: {line[:100]}"
+                table.detail = f"the table fits {fits}; the text names {op}: {line[:100]}"
                 for row in table.rows:
                     row.op = op
                 if table.summary is not None:
