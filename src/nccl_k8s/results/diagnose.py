@@ -6,14 +6,18 @@ the bandwidth. The evidence is in the INFO log, which nobody reads. `nccllog` re
 judges it:
 
 - which fabric carried each rank's inter-node traffic, by what the network plugin carries (NCCL's
-  IB transport or HPC-X's IBext* -> InfiniBand or RoCE by the device's link layer; aws-ofi-nccl's
-  "AWS Libfabric" -> EFA; "Socket" -> TCP), per rank, so that one rank on Socket among ranks on IB
-  is seen and named with its host;
+  IB transport or HPC-X's IBext* -> InfiniBand or RoCE by the device's link layer; Google's gIB ->
+  RoCE; aws-ofi-nccl's "AWS Libfabric" -> its libfabric provider: EFA, HPE Slingshot (cxi), TCP;
+  "Socket" -> TCP), per rank, so that one rank on Socket among ranks on IB is seen and named with
+  its host;
 - how many nodes the ranks span: nNodes when NCCL prints it, the number of hosts, or one node when
   one host's GPUs hold every rank the log mentions and no connection leaves it;
 - GPUDirect RDMA on RDMA connections (never asked of TCP), SHM instead of P2P, NVLS, CollNet, NCCL
   warnings, and the run's own failure line;
-- `--expect-fabric`: ib, roce, efa, socket or nvlink; any rank on another fabric fails it.
+- fatal errors (IB completion errors, failed verbs calls, plugin failures, PyTorch watchdog
+  timeouts, ...): errors naming the culprit peer when the line has one and the rank that saw it;
+- `--expect-fabric`: ib, roce, efa, socket or nvlink; any rank on another fabric fails it, and so
+  does a log that cannot confirm it.
 """
 
 from __future__ import annotations

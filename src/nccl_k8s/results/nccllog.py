@@ -31,6 +31,11 @@ Parsing follows the strings NCCL itself prints (quoted from NCCL's source, 2.4 t
   the intra/inter path types (NVL = NVLink, PIX/PXB/PHB/SYS = PCIe or host, LOC = one GPU).
 
 - nccl-tests' own failure report, `host: Test NCCL failure common.cu:%d '%s'`, kept per log.
+- NCCL 2.3: no `NCCL` tag, `NET/IB: [%d] %s:%d/%s`, `Using internal Network %s`, `rank %d nranks %d`.
+- aws-ofi-nccl: `NET/OFI Selected Provider is %s (found %d nics)`.
+- `GPU Direct RDMA Disabled for GPU ... / HCA %d (distance %d >= %d)` (net.cc / topo.cc).
+- the error trace NCCLCHECK prints as a failure travels up, `file:line -> code`, which marks the
+  WARN before it in the same process as fatal; PyTorch's watchdog timeouts and DistBackendError.
 
 A log excerpt rarely holds every line; every field is Optional.
 """
