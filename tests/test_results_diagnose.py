@@ -197,6 +197,32 @@ EXPECTED = {
     "nccl-tests-185_roce_h100x2.log": (2, True, "roce", None),
     "nccl-tests-29_legacy_ring_p2p_4nodes.log": (4, True, None, None),
     "socket_fallback_h100.log": (None, None, "socket", None),
+    # Issue: 39 new public logs (tests/data/nccl-logs/README.md, "Public logs added for the
+    # diagnose review"): what each says, read from the file.
+    "aws-ofi-nccl-24_horovod_efa_ring_ompi.log": (4, True, "efa", False),
+    "aws-ofi-nccl-715_sagemaker_ofi_fail_socket.log": (None, None, "socket", None),
+    "aws-ofi-nccl-889_cloudwatch_dup_bootstrap.log": (None, None, None, None),
+    "aws-ofi-nccl-889_cloudwatch_dup_efa_init_fail.log": (None, None, None, None),
+    "gke-a3ultra-ray_gib_gdrdma_benchmarkworker.log": (None, True, "roce", True),
+    "horovod-666_nccl23_socket_no_NCCL_tag.log": (None, None, "socket", None),
+    "nccl-1053_socket_lo_ib_disabled.log": (None, None, "socket", None),
+    "nccl-1176_srun_l_prefix_efa_bootstrap_truncated.log": (2, True, "efa", True),
+    "nccl-1405_ib_plugin_completion_error_k8s.log": (None, None, None, None),
+    "nccl-1609_h800_nvls_heads_timeout_excerpt.log": (None, None, None, None),
+    "nccl-179_nccl237_ib_old_format.log": (None, None, "ib", None),
+    "nccl-224_nccl242_ompi_roce_34dev_empty_oob.log": (2, True, "roce", None),
+    "nccl-380_roce_nccl278_ibv_create_cq.log": (None, True, "roce", False),
+    "nccl-392_stripped_host_prefix_ib_no_gdr.log": (None, True, "ib", False),
+    "nccl-447_gcp_slurm_socket_2nodes_nccl278.log": (2, True, "socket", None),
+    "nccl-562_ibext_nccl28_ibv_create_qp_tf.log": (None, None, "ib", None),
+    "nccl-tests-213_hw14_separate_runs_nnodes1.log": (1, False, None, None),
+    "nccl-tests-252_ib_completion_error4_kolyoz.log": (2, True, None, None),
+    "nv_peer_memory-56_nccl247_init_socket_and_ib_lines.log": (2, True, "ib", None),
+    "nv_peer_memory-56_nccl24_ring_ib_gdr_disabled_distance.log": (2, True, "ib", False),
+    "oneflow-10344_old_direct_shared_memory.log": (1, False, None, None),
+    "polaris-cxi_aws-ofi-nccl_16ranks_4nodes_working.log": (4, True, "cxi", None),
+    "polaris-cxi_aws-ofi-nccl_init_failure.log": (None, None, None, None),
+    "sglang-3836_ibext_v8_commsplit_watchdog_timeout.log": (None, True, "ib", True),
 }
 
 
@@ -329,9 +355,291 @@ def test_gdr_is_never_asked_of_tcp() -> None:
 def test_a_failed_run_is_surfaced() -> None:
     code, stdout, stderr = _diagnose(str(FAILED_5090))
     assert code == 1
+    # The WARN is followed by NCCL's error trace (`enqueue.cc:... -> 1`): it is the cause, named
+    # with the rank, host and GPU that printed it, before the run's own failure line.
     assert stderr.splitlines()[0] == (
+        "error nccl-error: a fatal NCCL error (an error trace `file:line -> code` follows it) "
+        "on rank 1 host GENOA-06 GPU 1: NCCL WARN Cuda failure 1 'invalid argument' [rank 1]"
+    )
+    assert (
         "error run-failed: the run failed: GENOA-06: Test NCCL failure common.cu:392 "
         "'unhandled cuda error (run with NCCL_DEBUG=INFO for details) / '"
-    )
-    assert "warning nccl-warn: NCCL WARN Cuda failure 1 'invalid argument' [rank 1]" in stderr
+    ) in stderr.splitlines()
     assert "nodes: 1; no network needed (all ranks on one node)" in stdout
+
+
+def _first(*args: str) -> tuple[int, str]:
+    """Exit code and the first line of stderr (the most severe finding) of `diagnose`."""
+    code, _, stderr = _diagnose(*args)
+    return code, stderr.splitlines()[0] if stderr else ""
+
+
+def test_aws_ofi_nccl_fabric_is_its_libfabric_provider() -> None:
+    """aws-ofi-nccl carries what its provider does: cxi is HPE Slingshot, not EFA."""
+    cxi = str(LOGS / "polaris-cxi_aws-ofi-nccl_16ranks_4nodes_working.log")
+    (r,) = diagnose_files([cxi]).ranks
+    assert (r.network, r.ofi_provider, r.nnodes) == ("AWS Libfabric", "cxi", 4)
+    code, line = _first(cxi, "--expect-fabric", "efa")
+    assert code == 1
+    assert line.startswith("error expect-efa: rank 0 use cxi (HPE Slingshot), expected efa")
+    # The same plugin with `Selected provider is efa` (aws-ofi-nccl 1.14 wording) is EFA, and
+    # a TCP provider is TCP: built from NCCL's and the plugin's format strings.
+    for provider, fabric in (("efa, fabric is efa", "efa"), ("tcp", "socket"), ("cxi", "cxi")):
+        text = "\n".join(
+            f"h{n}:1:2 [0] NCCL INFO {line}"
+            for n in (0, 1)
+            for line in (
+                f"NET/OFI Selected provider is {provider} (found 4 nics)",
+                "Using network AWS Libfabric",
+                f"comm 0x1 rank {n} nRanks 2 nNodes 2 localRanks 1 localRank 0 MNNVL 0",
+            )
+        )
+        assert diagnose_text(text).inter_node == fabric, provider
+
+
+def test_google_gib_plugin_is_rdma_over_roce() -> None:
+    log = str(LOGS / "gke-a3ultra-ray_gib_gdrdma_benchmarkworker.log")
+    d = diagnose_files([log], expect_fabric="roce")
+    assert {t for r in d.ranks for t in r.transports} == {"NET/gIB"}
+    assert (d.inter_node, d.gdr, d.failed) == ("roce", True, False)
+    # gIB runs on RoCE (A3 Ultra, A4): expecting ib is the IB/RoCE warning, not a failure.
+    code, _, stderr = _diagnose(log, "--expect-fabric", "ib")
+    assert code == 0 and "warning expect-ib: inter-node traffic uses RoCE links" in stderr
+
+
+@pytest.mark.parametrize(
+    ("name", "fabric"),
+    [
+        ("nv_peer_memory-56_nccl247_init_socket_and_ib_lines.log", "ib"),
+        ("nccl-224_nccl242_ompi_roce_34dev_empty_oob.log", "roce"),
+    ],
+)
+def test_old_nccl_socket_list_at_init_is_not_a_socket_choice(name: str, fabric: str) -> None:
+    """NCCL <= 2.5 prints `NET/Socket : Using` in every process, also when IB is used."""
+    d = diagnose_files([LOGS / name])
+    assert "Socket" not in {r.network for r in d.ranks}
+    assert not [f for f in d.findings if f.code == "socket-fallback"]
+    assert _first(str(LOGS / name), "--expect-fabric", fabric)[0] == 0
+
+
+def test_ib_completion_error_names_the_peer_and_who_saw_it() -> None:
+    code, line = _first(str(LOGS / "nccl-1405_ib_plugin_completion_error_k8s.log"))
+    assert code == 1
+    assert line == (
+        "error ib-completion-error: peer 10.216.210.236 (or the link to it) is the likely "
+        "culprit: host kp-ddp-worker-0 GPU 4 got 3 IB completion errors (status 12: transport "
+        "retry counter exceeded: the peer stopped answering; vendor err 129) "
+        "[kp-ddp-worker-0:3468 [4]]"
+    )
+    code, line = _first(str(LOGS / "nccl-tests-252_ib_completion_error4_kolyoz.log"))
+    assert code == 1
+    assert "peer 10.0.35.1" in line and "host kolyoz2 GPU 0" in line and "status 4" in line
+    # Before NCCL 2.12 the line names no peer (net_ib.cc `Got completion with error %d, ...`).
+    old = (
+        "n1:5:6 [0] transport/net_ib.cc:789 NCCL WARN NET/IB : Got completion with error 12, "
+        "opcode 1, len 0, vendor err 129\nn1:5:6 [0] NCCL INFO include/net.h:28 -> 2"
+    )
+    (f,) = [f for f in diagnose_text(old).findings if f.code == "ib-completion-error"]
+    assert f.severity == "error" and "status 12" in f.message and "host n1 GPU 0" in f.message
+
+
+@pytest.mark.parametrize(
+    ("name", "first"),
+    [
+        (
+            "nccl-380_roce_nccl278_ibv_create_cq.log",
+            "error nccl-error: an InfiniBand verbs call failed on rank 0 host spark01 GPU 0: "
+            "NCCL WARN Call to ibv_create_cq failed [rank 0]",
+        ),
+        (
+            "nccl-562_ibext_nccl28_ibv_create_qp_tf.log",
+            "error nccl-error: an InfiniBand verbs call failed on host hai-a100-3 "
+            "GPU 4, host hai-a100-3 GPU 5, host hai-a100-3 GPU 6: NCCL WARN Call to "
+            "ibv_create_qp failed",
+        ),
+        (
+            "aws-ofi-nccl-24_horovod_efa_ring_ompi.log",
+            "error nccl-error: aws-ofi-nccl could not open its libfabric address vector on rank "
+            "23 host ip-172-32-45-165 GPU 7: NCCL WARN NET/OFI Couldn't open AV. RC: -22, "
+            "ERROR: Invalid argument [rank 23]",
+        ),
+        (
+            "nccl-1176_srun_l_prefix_efa_bootstrap_truncated.log",
+            "error nccl-error: a bootstrap message was truncated on host "
+            "compute-st-p4de24xlarge-2 GPU 4: NCCL WARN Message truncated : received 256 "
+            "bytes instead of 4",
+        ),
+        (
+            "aws-ofi-nccl-889_cloudwatch_dup_efa_init_fail.log",
+            "error nccl-error: the aws-ofi-nccl plugin failed to initialize on host "
+            "ip-10-36-29-253 GPU 0: NCCL WARN NET/OFI aws-ofi-nccl initialization failed",
+        ),
+        (
+            "polaris-cxi_aws-ofi-nccl_init_failure.log",
+            "error nccl-error: the aws-ofi-nccl plugin failed to initialize on host "
+            "x3002c0s31b0n0 GPU 0: NCCL WARN NET/OFI Unable to find a protocol that worked.  "
+            "Failing initialization. (and 2 more like it)",
+        ),
+        (
+            "sglang-3836_ibext_v8_commsplit_watchdog_timeout.log",
+            "error collective-timeout: rank 4's ALLREDUCE (SeqNum 5653) ran for 600011 ms "
+            "before the watchdog timed it out [rank 4]",
+        ),
+    ],
+)
+def test_fatal_errors_fail_the_diagnosis(name: str, first: str) -> None:
+    code, line = _first(str(LOGS / name))
+    assert code == 1
+    assert line.startswith(first), line
+
+
+def test_torch_errors_and_harmless_warns() -> None:
+    text = (
+        "[rank3]:[E ProcessGroupNCCL.cpp:1] torch.distributed.DistBackendError: NCCL error in: "
+        "ProcessGroupNCCL.cpp:1970, remote process exited or there was a network error, NCCL "
+        "version 2.19.3\n"
+        "h:1:2 [0] init.cc:100 NCCL WARN NCCL_P2P_LEVEL is deprecated\n"
+        "h:1:2 [0] NCCL INFO comm 0x1 rank 0 nRanks 1 nNodes 1 localRanks 1 localRank 0 MNNVL 0"
+    )
+    d = diagnose_text(text)
+    codes = {f.code: f for f in d.findings}
+    assert codes["torch-nccl-error"].severity == "error"
+    assert codes["torch-nccl-error"].ranks == ["rank 3"]
+    # A WARN after which no error travels up stays a warning.
+    assert codes["nccl-warn"].severity == "warning"
+
+
+def test_wrong_fabric_with_plugin_warn_lines() -> None:
+    """All five WARN lines of the plugin failure are read, C++ signatures and all."""
+    (r,) = [
+        r
+        for r in diagnose_files([LOGS / "polaris-cxi_aws-ofi-nccl_init_failure.log"]).ranks
+        if r.host
+    ]
+    assert len(r.warnings) == 5
+    assert r.warnings[-1] == "Failed to initialize any NET plugin"
+
+
+def test_cloudwatch_timestamp_glued_to_the_host() -> None:
+    d = diagnose_files([LOGS / "aws-ofi-nccl-889_cloudwatch_dup_bootstrap.log"])
+    (r,) = d.ranks
+    assert (r.key, r.nccl_version, r.cuda_version) == ("ip-10-36-29-253:79 [0]", "2.21.5", "12.8")
+    assert d.nodes is None  # one host: not two
+    # The repeat after ` | ` is not part of the message.
+    dup = diagnose_files([LOGS / "aws-ofi-nccl-889_cloudwatch_dup_efa_init_fail.log"])
+    assert dup.ranks[0].ofi_provider == "efa"
+    assert "NET/OFI GDR disabled on GDR-supported instance type p4d.24xlarge" in (
+        dup.ranks[0].warnings
+    )
+
+
+def test_nccl_23_lines_without_the_nccl_tag() -> None:
+    (r,) = diagnose_files([LOGS / "horovod-666_nccl23_socket_no_NCCL_tag.log"]).ranks
+    assert (r.key, r.network) == ("seyun:17280 [0]", "Socket")
+    d = diagnose_files([LOGS / "nccl-179_nccl237_ib_old_format.log"], expect_fabric="ib")
+    first = by_rank(d, 0)
+    assert (first.nranks, first.nccl_version, first.network) == (8, "2.3.7", "IB")
+    assert first.ib_devices == ["mlx5_1:1/IB", "mlx5_3:1/IB", "mlx5_0:1/IB", "mlx5_2:1/IB"]
+    assert not d.failed
+
+
+def test_bare_version_line_belongs_to_the_run() -> None:
+    d = diagnose_files([LOGS / "nccl-447_gcp_slurm_socket_2nodes_nccl278.log"])
+    assert {r.key: r.nccl_version for r in d.ranks} == {
+        "slurm-train-compute-0-0:2139 [0]": "2.7.8",
+        "slurm-train-compute-0-1:2119 [1]": "2.7.8",
+    }
+    (r,) = diagnose_files([LOGS / "nccl-380_roce_nccl278_ibv_create_cq.log"]).ranks
+    assert (r.nccl_version, r.cuda_version) == ("2.7.8", "11.0")
+
+
+def test_ranks_from_launcher_tags_and_stripped_prefixes() -> None:
+    d = diagnose_files([LOGS / "aws-ofi-nccl-24_horovod_efa_ring_ompi.log"])
+    (nic,) = [r for r in d.ranks if r.key == "ip-172-32-36-209:8800 [7]"]
+    assert (nic.rank, nic.launcher_rank) == (None, 31)
+    assert nic.label == "ip-172-32-36-209:8800 [7] (MPI rank 31)"
+    stripped = diagnose_files([LOGS / "nccl-392_stripped_host_prefix_ib_no_gdr.log"])
+    assert [(r.key, r.rank) for r in stripped.ranks] == [
+        ("(no host) [3]", 11),
+        ("(no host) [4]", 12),
+        ("(no host) [5]", 13),
+    ]
+
+
+def test_expect_socket_fails_on_a_faster_fabric() -> None:
+    code, line = _first(str(LOGS / "ib_gdr_a100.log"), "--expect-fabric", "socket")
+    assert code == 1
+    assert line.startswith("error expect-socket: rank 0 on host ")
+    assert "use ib, faster than the expected TCP sockets" in line
+    code, _, stderr = _diagnose(
+        str(LOGS / "nccl-447_gcp_slurm_socket_2nodes_nccl278.log"), "--expect-fabric", "socket"
+    )
+    assert code == 0 and "socket-fallback" not in stderr
+    assert "info expect-socket: inter-node traffic uses socket, as expected" in stderr
+
+
+@pytest.mark.parametrize(
+    ("name", "first"),
+    [
+        (
+            "oneflow-10344_old_direct_shared_memory.log",
+            "error shm-intra-node: some intra-node connections go through host shared memory",
+        ),
+        (
+            "nccl-1609_h800_nvls_heads_timeout_excerpt.log",
+            "error expect-nvlink: cannot confirm nvlink: the log does not say that the ranks "
+            "share one node",
+        ),
+    ],
+)
+def test_expect_nvlink_needs_evidence(name: str, first: str) -> None:
+    code, _, stderr = _diagnose(str(LOGS / name), "--expect-fabric", "nvlink")
+    assert code == 1
+    assert stderr.splitlines()[0].startswith(first)
+    assert "traffic stays on NVLink/P2P" not in stderr
+    # nNodes 1 is evidence enough.
+    ok = str(LOGS / "nccl-tests-213_hw14_separate_runs_nnodes1.log")
+    assert _diagnose(ok, "--expect-fabric", "nvlink")[0] == 0
+
+
+def test_a_gate_the_log_cannot_confirm_fails() -> None:
+    code, _, stderr = _diagnose(
+        str(LOGS / "nccl-1405_ib_plugin_completion_error_k8s.log"), "--expect-fabric", "roce"
+    )
+    assert code == 1
+    (line,) = [ln for ln in stderr.splitlines() if ln.startswith("error expect-roce")]
+    assert line == (
+        "error expect-roce: cannot confirm roce: no rank's network choice (`Using network`, "
+        "`NET/IB : Using`) or NET connection is in the log; rerun with NCCL_DEBUG=INFO "
+        "NCCL_DEBUG_SUBSYS=INIT,NET [kp-ddp-worker-0:3468 [4]]"
+    )
+
+
+def test_socket_on_loopback_and_ib_disabled_by_the_environment() -> None:
+    d = diagnose_files([LOGS / "nccl-1053_socket_lo_ib_disabled.log"])
+    codes = {f.code: f for f in d.findings}
+    assert codes["socket-loopback"].severity == "warning"  # nodes unknown in this excerpt
+    assert "NCCL_SOCKET_IFNAME" in codes["socket-loopback"].hint
+    assert codes["socket-fallback"].hint.startswith(
+        "IB/RoCE was disabled by the environment (NCCL_IB_DISABLE=1)"
+    )
+    assert "libibverbs" not in codes["socket-fallback"].hint
+    # Two nodes over lo: an error of its own.
+    text = "\n".join(
+        f"n{n}:1:2 [0] NCCL INFO {line}"
+        for n in (0, 1)
+        for line in (
+            "NET/Socket : Using [0]lo:127.0.0.1<0>",
+            "Using network Socket",
+            f"comm 0x1 rank {n} nRanks 2 nNodes 2 localRanks 1 localRank 0 MNNVL 0",
+        )
+    )
+    (lo,) = [f for f in diagnose_text(text).findings if f.code == "socket-loopback"]
+    assert lo.severity == "error"
+
+
+def test_gdr_off_by_pcie_distance_is_not_peermem() -> None:
+    d = diagnose_files([LOGS / "nv_peer_memory-56_nccl24_ring_ib_gdr_disabled_distance.log"])
+    (f,) = [f for f in d.findings if f.code == "gdr-off"]
+    assert "distance 3 >= 2" in f.message
+    assert "NCCL_NET_GDR_LEVEL" in f.hint and "not for want of nvidia-peermem" in f.hint

@@ -149,7 +149,7 @@ def diagnose_command(
             "--expect-fabric",
             metavar="FABRIC",
             help="ib, roce, efa, socket or nvlink: fail (exit 1) when any rank used something "
-            "else.",
+            "else, or when the log cannot confirm it (nvlink: one node and no SHM).",
         ),
     ] = None,
     output: Output = "text",

@@ -6,25 +6,36 @@ the bandwidth. The evidence is in the INFO log, which nobody reads. `nccllog` re
 judges it:
 
 - which fabric carried each rank's inter-node traffic, by what the network plugin carries (NCCL's
-  IB transport or HPC-X's IBext* -> InfiniBand or RoCE by the device's link layer; aws-ofi-nccl's
-  "AWS Libfabric" -> EFA; "Socket" -> TCP), per rank, so that one rank on Socket among ranks on IB
-  is seen and named with its host;
+  IB transport or HPC-X's IBext* -> InfiniBand or RoCE by the device's link layer; Google's gIB ->
+  RoCE; aws-ofi-nccl's "AWS Libfabric" -> its libfabric provider: EFA, HPE Slingshot (cxi), TCP;
+  "Socket" -> TCP), per rank, so that one rank on Socket among ranks on IB is seen and named with
+  its host;
 - how many nodes the ranks span: nNodes when NCCL prints it, the number of hosts, or one node when
   one host's GPUs hold every rank the log mentions and no connection leaves it;
 - GPUDirect RDMA on RDMA connections (never asked of TCP), SHM instead of P2P, NVLS, CollNet, NCCL
   warnings, and the run's own failure line;
-- `--expect-fabric`: ib, roce, efa, socket or nvlink; any rank on another fabric fails it.
+- fatal errors (IB completion errors, failed verbs calls, plugin failures, PyTorch watchdog
+  timeouts, ...): errors naming the culprit peer when the line has one and the rank that saw it;
+- `--expect-fabric`: ib, roce, efa, socket or nvlink; any rank on another fabric fails it, and so
+  does a log that cannot confirm it.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
 
 from nccl_k8s.errors import ResultsError, UsageError
-from nccl_k8s.results.nccllog import LogParser, RankReport, link_layers, rank_fabric
+from nccl_k8s.results.nccllog import (
+    FABRIC_NAMES,
+    LogParser,
+    RankReport,
+    link_layers,
+    rank_fabric,
+)
 
 Severity = Literal["info", "warning", "error"]
 Fabric = Literal["ib", "roce", "efa", "socket", "nvlink"]
@@ -81,6 +92,21 @@ _SOCKET_HINT = (
     "RDMA resource (e.g. rdma/ib, or your device plugin's name) and sees /dev/infiniband, and "
     "NCCL_IB_HCA / NCCL_SOCKET_IFNAME; if TCP is intended, pass --expect-fabric socket."
 )
+_IB_DISABLED_HINT = (
+    "IB/RoCE was disabled by the environment (NCCL_IB_DISABLE=1), not missing: unset "
+    "NCCL_IB_DISABLE (and NCCL_IBEXT_DISABLE) in the pod spec to let NCCL use the RDMA devices; "
+    "if TCP is intended, pass --expect-fabric socket."
+)
+_LOOPBACK_HINT = (
+    "the loopback interface reaches no other node: set NCCL_SOCKET_IFNAME to the interface that "
+    "carries inter-node traffic (e.g. eth0, or ^lo,docker to exclude)."
+)
+_GDR_DISTANCE_HINT = (
+    "NCCL turned GPUDirect RDMA off because GPU and NIC are too far apart on PCIe (the distance "
+    "is above NCCL_NET_GDR_LEVEL), not for want of nvidia-peermem: use the NIC under the GPU's "
+    "PCIe switch (NCCL_IB_HCA, `nvidia-smi topo -m`), or raise NCCL_NET_GDR_LEVEL (PHB, SYS) "
+    "where the platform supports GPUDirect across the host bridge."
+)
 _LIBIBVERBS_HINT = (
     "libibverbs.so is missing in the container: install rdma-core (libibverbs1, ibverbs-providers) "
     "in the image, or use an image built for RDMA (e.g. NGC PyTorch)."
@@ -133,6 +159,7 @@ def analyse(
     *,
     expect_fabric: Fabric | None = None,
     failures: list[str] | None = None,
+    torch_errors: list[tuple[str, str, str]] | None = None,
 ) -> Diagnosis:
     findings: list[Finding] = []
     if not reports:
@@ -149,7 +176,9 @@ def analyse(
         network_needed = True
 
     links = {x for r in reports for x in link_layers(r)}
-    fabrics = {r.key: rank_fabric(r, links) for r in reports}
+    providers = {r.ofi_provider for r in reports if r.ofi_provider}
+    provider = next(iter(providers)) if len(providers) == 1 else None
+    fabrics = {r.key: rank_fabric(r, links, provider) for r in reports}
     distinct = sorted({f for f in fabrics.values() if f})
     inter_node: str | None = None
     if network_needed is not False and distinct:
@@ -181,11 +210,15 @@ def analyse(
         )
 
     findings += _socket_findings(reports, fabrics, network_needed, expect_fabric, bool(verbs))
+    findings += _loopback_findings(reports, fabrics, network_needed)
     findings += _gdr_findings(reports, net_ranks, gdr)
     findings += _path_findings(reports, expect_fabric)
     if expect_fabric is not None:
         findings += _expectation(expect_fabric, reports, fabrics, network_needed, mnnvl, nodes)
-    findings += _warn_findings(reports)
+    fatal, harmless = _fatal_findings(reports, network_needed)
+    findings += fatal
+    findings += _torch_findings(torch_errors or [])
+    findings += _warn_findings(reports, harmless)
     for line in failures:
         findings.append(
             Finding(
@@ -220,7 +253,13 @@ def _socket_findings(
 ) -> list[Finding]:
     socket = [r for r in reports if fabrics[r.key] == "socket"]
     others = sorted({f for f in fabrics.values() if f and f != "socket"})
-    hint = (_LIBIBVERBS_HINT + " " if verbs else "") + _SOCKET_HINT
+    if expect == "socket" and network_needed is not False:
+        return []  # what was asked for: the expect-socket finding says so
+    disabled = [r for r in socket if r.env.get("NCCL_IB_DISABLE", "").rstrip(".") == "1"]
+    if disabled:
+        hint = _IB_DISABLED_HINT
+    else:
+        hint = (_LIBIBVERBS_HINT + " " if verbs else "") + _SOCKET_HINT
     if network_needed is False:
         if socket:
             return [
@@ -266,18 +305,48 @@ def _socket_findings(
     return [Finding(sev, "socket-fallback", message, hint, _ranks(socket))]
 
 
+def _loopback_findings(
+    reports: list[RankReport], fabrics: dict[str, str | None], network_needed: bool | None
+) -> list[Finding]:
+    """Sockets on `lo` (NCCL_SOCKET_IFNAME=lo) can carry nothing between nodes."""
+    lo = [
+        r
+        for r in reports
+        if fabrics[r.key] == "socket"
+        and r.socket_ifaces
+        and all(i.startswith("lo:") or ":127." in i for i in r.socket_ifaces)
+    ]
+    if not lo or network_needed is False:
+        return []
+    if network_needed:
+        sev: Severity = "error"
+        message = f"{_where(lo)} use TCP sockets on the loopback interface across nodes"
+    else:
+        sev = "warning"
+        message = (
+            f"{_where(lo)} use TCP sockets on the loopback interface only: if the ranks span "
+            "nodes, they cannot reach each other"
+        )
+    return [Finding(sev, "socket-loopback", message, _LOOPBACK_HINT, _ranks(lo))]
+
+
 def _gdr_findings(
     reports: list[RankReport], net_ranks: list[RankReport], gdr: bool | None
 ) -> list[Finding]:
     no_module = [r for r in reports if r.gdr_no_module]
+    distance = sorted({r.gdr_distance for r in reports if r.gdr_distance})
     if gdr is False:
+        why = ""
+        if no_module:
+            why = " (nvidia-peermem not loaded: 'no module')"
+        elif distance:
+            why = f" (GPU and NIC too far apart on PCIe: {', '.join(distance)})"
         return [
             Finding(
                 "warning",
                 "gdr-off",
-                "GPUDirect RDMA is off on RDMA connections"
-                + (" (nvidia-peermem not loaded: 'no module')" if no_module else ""),
-                _GDR_HINT,
+                "GPUDirect RDMA is off on RDMA connections" + why,
+                _GDR_DISTANCE_HINT if distance and not no_module else _GDR_HINT,
                 _ranks(r for r in net_ranks if r.net_gdr is False),
             )
         ]
@@ -342,23 +411,192 @@ def _path_findings(reports: list[RankReport], expect: Fabric | None) -> list[Fin
     return out
 
 
-def _warn_findings(reports: list[RankReport]) -> list[Finding]:
-    seen: dict[str, list[str]] = {}
-    for r in reports:
-        for w in r.warnings:
-            if "Failed to open libibverbs" in w:
-                continue
-            seen.setdefault(w, []).append(r.label)
+def _warn_findings(
+    reports: list[RankReport], harmless: dict[str, list[RankReport]]
+) -> list[Finding]:
     return [
         Finding(
             "warning",
             "nccl-warn",
             f"NCCL WARN {w}",
             "read the lines around it in the rank's log",
-            who,
+            _ranks(who),
         )
-        for w, who in seen.items()
+        for w, who in harmless.items()
     ]
+
+
+# IB work completion status (enum ibv_wc_status): what the NIC says went wrong.
+_WC_STATUS = {
+    1: "local length error",
+    2: "local QP operation error",
+    4: "local protection error: a buffer's memory registration, often GPUDirect RDMA",
+    5: "work request flushed: the queue pair had already failed",
+    9: "remote invalid request",
+    10: "remote access error",
+    11: "remote operation error",
+    12: "transport retry counter exceeded: the peer stopped answering",
+    13: "RNR retry counter exceeded: the peer posted no receive",
+}
+# NCCL's IB transport (net_ib.cc, HPC-X ib_plugin.c): `NET/IB : Got completion from peer %s with
+# error %d, opcode %d, len %d, vendor err %d` (returns ncclRemoteError), later `... with
+# status=%d opcode=...` and `status=%s(%d)`; before 2.12 `Got completion with error %d, opcode
+# ...` without the peer. Every one fails the operation: the communicator is dead.
+_COMPLETION = re.compile(
+    r"Got completion (?:from peer (?P<peer>[^\s<]+)(?:<\d+>)? )?with "
+    r"(?:status=(?:\w+\()?(?P<status>\d+)\)?|error (?P<error>\d+))"
+    r"(?:.*?vendor[ _]err[ =](?P<vendor>\d+))?"
+)
+# WARNs that end the communicator, from NCCL's and aws-ofi-nccl's sources: each is printed on a
+# path that returns an error (ncclSystemError, ncclInternalError, ncclRemoteError) to the caller.
+_FATAL = [
+    # ibvwrap.cc: a verbs call failed (ncclSystemError): QP/CQ/MR creation on this host's HCA.
+    (re.compile(r"Call to ibv_\w+ failed"), "an InfiniBand verbs call failed"),
+    # plugin/net.cc: no network at all (ncclInvalidUsage): nothing can leave the process.
+    (re.compile(r"Failed to initialize any NET plugin"), "no NCCL network plugin initialized"),
+    # aws-ofi-nccl: the plugin gave up; NCCL falls back to its own transports (or fails).
+    (
+        re.compile(
+            r"NET/OFI .*(?:initialization failed|Initializing plugin failed|Unable to find "
+            r"a protocol)"
+        ),
+        "the aws-ofi-nccl plugin failed to initialize",
+    ),
+    # aws-ofi-nccl: the libfabric address vector could not be opened: the endpoint is unusable.
+    (re.compile(r"Couldn't open AV"), "aws-ofi-nccl could not open its libfabric address vector"),
+    # bootstrap.cc: a bootstrap message of the wrong size: another job or NCCL version on the
+    # port, or a peer that failed half-way (ncclInternalError).
+    (re.compile(r"Message truncated"), "a bootstrap message was truncated"),
+    # net_ib.cc: sizes differ between the two sides of a transfer (ncclInternalError).
+    (re.compile(r"collective mismatch"), "the two sides of a transfer disagree"),
+    # socket.cc / proxy.cc: a peer's socket closed or failed (ncclRemoteError).
+    (
+        re.compile(
+            r"Connection closed by remote peer|Call to recv from .* failed|Socket recv "
+            r"failed|Broken pipe|Connection reset"
+        ),
+        "a peer's connection closed",
+    ),
+]
+_PEER = re.compile(r"(?:peer|from) (?P<peer>[\w.:-]+?)<\d+>")
+
+
+def _seen_by(r: RankReport) -> str:
+    """Who printed it: rank, host and GPU, as far as the log says."""
+    parts = [r.label] if r.rank is not None else []
+    if r.host:
+        parts.append(f"host {r.host}")
+    if r.cuda_dev is not None:
+        parts.append(f"GPU {r.cuda_dev}")
+    if r.rank is None and r.launcher_rank is not None:
+        parts.append(f"MPI rank {r.launcher_rank}")
+    return " ".join(parts) if parts else r.key
+
+
+def _fatal_findings(
+    reports: list[RankReport], network_needed: bool | None
+) -> tuple[list[Finding], dict[str, list[RankReport]]]:
+    """Errors that ended the run, named by culprit (the peer a rank lost) and witness (the rank
+    that printed it); the other WARNs, by message, as harmless warnings."""
+    out: list[Finding] = []
+    harmless: dict[str, list[RankReport]] = {}
+    completions: dict[tuple[str, str | None], list[re.Match[str]]] = {}
+    fatal: dict[str, tuple[str, list[RankReport]]] = {}
+    for r in reports:
+        for w in r.warnings:
+            if "Failed to open libibverbs" in w:
+                continue
+            if c := _COMPLETION.search(w):
+                completions.setdefault((r.key, c.group("peer")), []).append(c)
+                continue
+            why = next((what for rx, what in _FATAL if rx.search(w)), None)
+            if why is None and w in r.fatal_warnings:
+                why = "a fatal NCCL error (an error trace `file:line -> code` follows it)"
+            if why is None:
+                harmless.setdefault(w, []).append(r)
+            else:
+                fatal.setdefault(w, (why, []))[1].append(r)
+    by_key = {r.key: r for r in reports}
+    for (key, peer), ms in completions.items():
+        r = by_key[key]
+        codes = sorted({int(m.group("status") or m.group("error")) for m in ms})
+        vendor = sorted({m.group("vendor") for m in ms if m.group("vendor")})
+        what = "; ".join(f"status {c}: {_WC_STATUS.get(c, 'see ibv_wc_status')}" for c in codes)
+        if vendor:
+            what += f"; vendor err {', '.join(vendor)}"
+        culprit = (
+            f"peer {peer} (or the link to it) is the likely culprit"
+            if peer
+            else "the peer is not named (NCCL < 2.12): its QP's remote end is the likely culprit"
+        )
+        out.append(
+            Finding(
+                "error",
+                "ib-completion-error",
+                f"{culprit}: {_seen_by(r)} got {len(ms)} IB completion error"
+                f"{'s' if len(ms) > 1 else ''} ({what})",
+                "check the peer host's and this host's HCA ports and cables (ibstat, "
+                "`ibv_devinfo`, port error counters, dmesg for mlx5 errors), that the peer "
+                "process is alive, and for RoCE the GID index and lossless (PFC) settings.",
+                [r.label],
+            )
+        )
+    grouped: dict[str, tuple[list[str], list[RankReport]]] = {}
+    for w, (why, who) in fatal.items():
+        ws, rs = grouped.setdefault(why, ([], []))
+        ws.append(w)
+        rs.extend(r for r in who if r not in rs)
+    for why, (ws, who) in grouped.items():
+        peers = sorted({p.group("peer") for w in ws if (p := _PEER.search(w))})
+        sev: Severity = "error"
+        if "aws-ofi-nccl plugin" in why and network_needed is False:
+            sev = "warning"  # one node: NCCL's own transports do without the plugin
+        culprit = f"; peer {', '.join(peers)} is the likely culprit" if peers else ""
+        more = f" (and {len(ws) - 1} more like it)" if len(ws) > 1 else ""
+        out.append(
+            Finding(
+                sev,
+                "nccl-error",
+                f"{why} on {', '.join(_seen_by(r) for r in who[:4])}{culprit}: "
+                f"NCCL WARN {ws[0]}{more}",
+                "this error ends the communicator: fix it first, the errors after it follow "
+                "from it.",
+                _ranks(who),
+            )
+        )
+    return out, harmless
+
+
+def _torch_findings(errors: list[tuple[str, str, str]]) -> list[Finding]:
+    out = []
+    for code, who, what in errors:
+        if code == "collective-timeout":
+            message = f"{who or 'a rank'}'s {what}"
+            hint = (
+                "the rank that reports the timeout is waiting; the culprit is a rank that never "
+                "joined that collective (crashed, hung, or called another one): compare the "
+                "SeqNum each rank last reached."
+            )
+        else:
+            message = f"{who + ': ' if who else ''}{what}"
+            hint = "the NCCL WARN lines before it in the same log say which peer or link failed."
+        out.append(Finding("error", code, message, hint, [who] if who else []))
+    return out
+
+
+_RERUN = "rerun with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET"
+
+
+def _cannot_confirm(want: Fabric, why: str, reports: list[RankReport]) -> Finding:
+    """A gate the log cannot check fails: a passing gate must mean the fabric was seen."""
+    return Finding(
+        "error",
+        f"expect-{want}",
+        f"cannot confirm {want}: {why}; {_RERUN}",
+        "pass the logs of every pod, from the start of the run (initialization prints what "
+        "diagnose reads).",
+        _ranks(reports),
+    )
 
 
 def _expect_nvlink(
@@ -378,6 +616,27 @@ def _expect_nvlink(
                 _ranks(net or reports),
             )
         )
+        return out
+    shm = [r for r in reports if "SHM" in r.transports]
+    if shm:
+        return [
+            Finding(
+                "error",
+                "expect-nvlink",
+                f"expected NVLink, but {_where(shm)} connect through host shared memory (SHM)",
+                "see shm-intra-node: GPU peer-to-peer is unavailable between these GPUs.",
+                _ranks(shm),
+            )
+        ]
+    if network_needed is None and not mnnvl:
+        return [
+            _cannot_confirm(
+                "nvlink",
+                "the log does not say that the ranks share one node (no nNodes, and not every "
+                "rank it names is a GPU of one host)",
+                reports,
+            )
+        ]
     pcie = [r for r in reports if r.intra_path and r.intra_path not in ("NVL", "LOC")]
     if pcie:
         out.append(
@@ -392,16 +651,22 @@ def _expect_nvlink(
             )
         )
     if not out:
+        p2p = any(t.startswith("P2P/") or t == "NVLS" for r in reports for t in r.transports)
         out.append(
             Finding(
                 "info",
                 "expect-nvlink",
                 "no network needed: traffic stays on NVLink/P2P within the node"
-                + (" (MNNVL)" if mnnvl else ""),
+                + (" (MNNVL)" if mnnvl else "")
+                + ("" if p2p else " (no connection line shows which P2P path)"),
                 ranks=_ranks(reports),
             )
         )
     return out
+
+
+def _fabric_name(f: str | None) -> str:
+    return FABRIC_NAMES.get(str(f), str(f))
 
 
 def _expectation(
@@ -426,28 +691,30 @@ def _expectation(
     known = [r for r in reports if fabrics[r.key]]
     if not known:
         return [
-            Finding(
-                "warning",
-                f"expect-{want}",
-                f"cannot tell from the log which network carried inter-node traffic "
-                f"(expected {want})",
-                "run with NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS unset or including INIT,NET.",
+            _cannot_confirm(
+                want,
+                "no rank's network choice (`Using network`, `NET/IB : Using`) or NET connection "
+                "is in the log",
+                reports,
             )
         ]
     wrong = [r for r in known if fabrics[r.key] != want]
     if not wrong:
         return [Finding("info", f"expect-{want}", f"inter-node traffic uses {want}, as expected")]
-    if all(fabrics[r.key] == "socket" for r in wrong) and want != "socket":
-        return []  # reported as socket-fallback, with severity error and the hosts
+    used = ", ".join(sorted({_fabric_name(fabrics[r.key]) for r in wrong}))
     if want == "socket":
         return [
             Finding(
-                "info",
+                "error",
                 "expect-socket",
-                f"{_where(wrong)} use {', '.join(sorted({str(fabrics[r.key]) for r in wrong}))}, "
-                "faster than the expected TCP sockets",
+                f"{_where(wrong)} use {used}, faster than the expected TCP sockets",
+                "the run did not use what --expect-fabric socket says: drop the option, or "
+                "pass the fabric it used.",
+                _ranks(wrong),
             )
         ]
+    if all(fabrics[r.key] == "socket" for r in wrong):
+        return []  # reported as socket-fallback, with severity error and the hosts
     if all({fabrics[r.key], want} == {"ib", "roce"} for r in wrong):
         return [
             Finding(
@@ -459,7 +726,6 @@ def _expectation(
                 _ranks(wrong),
             )
         ]
-    used = ", ".join(sorted({str(fabrics[r.key]) for r in wrong}))
     return [
         Finding(
             "error",
@@ -481,7 +747,13 @@ def diagnose_text(
     p = LogParser()
     for t in [texts] if isinstance(texts, str) else texts:
         p.feed(t)
-    return analyse(p.finish(), p.hosts, expect_fabric=expect_fabric, failures=p.failures)
+    return analyse(
+        p.finish(),
+        p.hosts,
+        expect_fabric=expect_fabric,
+        failures=p.failures,
+        torch_errors=p.torch_errors,
+    )
 
 
 def diagnose_files(

@@ -31,6 +31,11 @@ Parsing follows the strings NCCL itself prints (quoted from NCCL's source, 2.4 t
   the intra/inter path types (NVL = NVLink, PIX/PXB/PHB/SYS = PCIe or host, LOC = one GPU).
 
 - nccl-tests' own failure report, `host: Test NCCL failure common.cu:%d '%s'`, kept per log.
+- NCCL 2.3: no `NCCL` tag, `NET/IB: [%d] %s:%d/%s`, `Using internal Network %s`, `rank %d nranks %d`.
+- aws-ofi-nccl: `NET/OFI Selected Provider is %s (found %d nics)`.
+- `GPU Direct RDMA Disabled for GPU ... / HCA %d (distance %d >= %d)` (net.cc / topo.cc).
+- the error trace NCCLCHECK prints as a failure travels up, `file:line -> code`, which marks the
+  WARN before it in the same process as fatal; PyTorch's watchdog timeouts and DistBackendError.
 
 A log excerpt rarely holds every line; every field is Optional.
 """
@@ -44,13 +49,27 @@ from typing import Any
 from nccl_k8s.results.nccltests import failure_in
 
 # host:pid:tid [dev] (file:line )?NCCL LEVEL message. Anything may precede it (timestamps, pod names).
+# The source location of a WARN may be a C++ signature with spaces (aws-ofi-nccl prints
+# `int nccl_net_ofi_create_plugin(nccl_net_ofi_plugin_t**):334`). NCCL 2.3 printed no `NCCL` tag
+# (`host:pid:tid [0] INFO Using internal Network Socket`).
 _PREFIX = re.compile(
-    r"(?P<host>[^\s:\[\]]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\](?: \S+:\d+)? "
-    r"NCCL (?P<level>INFO|WARN|ABORT|TRACE)\s?(?P<msg>.*)$"
+    r"(?P<host>[^\s:\[\]]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\](?: [^\[\]]*?:\d+)? "
+    r"(?:NCCL )?(?P<level>INFO|WARN|ABORT|TRACE)\s?(?P<msg>.*)$"
 )
 # Lines printed without the host prefix (some launchers strip it): "NCCL INFO ..." at the start,
-# after at most one token (a timestamp).
-_BARE = re.compile(r"^\s*(?:\S+\s+)?NCCL (?P<level>INFO|WARN)\s(?P<msg>.*)$")
+# after at most one token (a timestamp); `[dev] NCCL INFO` when only host:pid:tid was stripped.
+_BARE = re.compile(r"^\s*(?:\[(?P<dev>\d+)\]\s+|\S+\s+)?NCCL (?P<level>INFO|WARN)\s(?P<msg>.*)$")
+# ISO-8601 timestamps (CloudWatch, kubectl --timestamps) glued to the host name:
+# `2025-05-16T16:39:51.208-07:00ip-10-36-29-253:79:79 [0] NCCL INFO` would read host `00ip-...`.
+_ISO_TS = re.compile(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?")
+# A paste that repeats the line after ` | ` (CloudWatch's message column): cut the repeat.
+_REPEAT = re.compile(r"\s\|\s+(?=\S+:\d+:\d+ \[\d+\])")
+# `NCCL version 2.7.8+cuda10.2` printed alone (NCCL's VERSION level has no prefix).
+_BARE_VERSION = re.compile(
+    r"(?:^|[\s:|])NCCL version (?P<v>\d+\.\d+\.\d+)\S*?(?:\+cuda(?P<cuda>\d+\.\d+))?"
+)
+# Open MPI's --tag-output `[jobid,rank]<stdout>:`: the MPI rank of the process.
+_OMPI_TAG = re.compile(r"^\[\d+,(?P<rank>\d+)\]<std(?:out|err)>:")
 
 _VERSION = re.compile(r"^NCCL version (?P<v>\d+\.\d+\.\d+)\S*?(?:\+cuda(?P<cuda>\d+\.\d+))?")
 _COMM = re.compile(
@@ -59,7 +78,7 @@ _COMM = re.compile(
 )
 _INIT = re.compile(r"comm 0x[0-9a-f]+ rank (?P<rank>\d+) nranks (?P<n>\d+) cudaDev (?P<dev>\d+)")
 _USING_NET = re.compile(r"^Using network (?P<net>.+?)\s*$")
-_IB_USING = re.compile(r"^NET/IB : Using(?P<devs>.*?)(?: \[RO\])? ?; OOB (?P<oob>\S+)")
+_IB_USING = re.compile(r"^NET/g?IB : Using(?P<devs>.*?)(?: \[RO\])? ?; OOB (?P<oob>\S+)")
 _IB_DEV = re.compile(r"\[(?P<i>\d+)\](?P<name>[^\s:]+):(?P<port>\d+)/(?P<link>IB|RoCE)")
 _IB_NODEV = re.compile(r"^NET/IB : No device found")
 _SOCK_USING = re.compile(r"^NET/Socket : Using(?P<ifs>.*)$")
@@ -89,6 +108,27 @@ _CHANNELS = re.compile(
 )
 _NVLS_AVAIL = re.compile(r"^NVLS multicast support is (?P<not>not )?available on dev (?P<d>\d+)")
 _NVLS_COMM = re.compile(r"^NVLS comm 0x[0-9a-f]+ headRank")
+_TRACE = re.compile(r"^\S+:\d+ -> (?P<code>\d+)")
+_OFI_PROVIDER = re.compile(r"^NET/OFI Selected [Pp]rovider is (?P<p>[\w;+-]+)")
+_GDR_DISTANCE = re.compile(
+    r"GPU Direct RDMA Disabled for GPU \S+ / HCA \d+ \((?P<why>distance \d+ >=? \d+)\)"
+)
+# NCCL 2.3: `NET/IB: [0] mlx5_1:1/IB` per device, `Using internal Network IB`, `rank 0 nranks 8`.
+_IB_DEV_OLD = re.compile(r"^NET/IB: \[\d+\] (?P<name>[^\s:]+):(?P<port>\d+)/(?P<link>IB|RoCE)")
+_INTERNAL_NET = re.compile(r"^Using internal Network (?P<net>\S+)")
+_RANK_OLD = re.compile(r"^rank (?P<rank>\d+) nranks (?P<n>\d+)\s*$")
+# PyTorch: `[rank4]:[E226 ...] [Rank 4] Watchdog caught collective operation timeout:
+# WorkNCCL(SeqNum=5653, OpType=ALLREDUCE, ...) ran for 600011 milliseconds before timing out.`
+_WATCHDOG = re.compile(
+    r"(?:^\[rank(?P<prefix_rank>\d+)\]:.*?)?(?:\[Rank (?P<rank>\d+)\] )?Watchdog caught collective "
+    r"operation timeout: WorkNCCL\(SeqNum=(?P<seq>\d+), OpType=(?P<op>\w+).*?\) ran for "
+    r"(?P<ms>\d+) milliseconds"
+)
+_TORCH_ERROR = re.compile(
+    r"(?:torch\.distributed\.)?DistBackendError.*$|NCCL error:? .*remote process exited or there "
+    r"was a network error.*$"
+)
+_TORCH_RANK = re.compile(r"^\[rank(\d+)\]:")
 _PATTERN = re.compile(
     r"^Pattern \d+, crossNic \d+, nChannels \d+, .*type (?P<intra>\w+)/(?P<inter>\w+)"
 )
@@ -136,10 +176,23 @@ class RankReport:
     net_init_failed: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    #: WARNs after which an error travelled up NCCL's calls (`file:line -> code`): fatal.
+    fatal_warnings: list[str] = field(default_factory=list)
+    #: The launcher's rank for the process (Open MPI `[1,R]<stdout>:`), which need not be
+    #: NCCL's rank in a communicator.
+    launcher_rank: int | None = None
+    #: Provider aws-ofi-nccl chose (`NET/OFI Selected Provider is cxi`): efa, cxi, tcp, ...
+    ofi_provider: str | None = None
+    #: Why GPUDirect RDMA is off for a GPU and HCA (`distance 3 >= 2`): the PCIe distance.
+    gdr_distance: str | None = None
 
     @property
     def label(self) -> str:
-        return f"rank {self.rank}" if self.rank is not None else self.key
+        if self.rank is not None:
+            return f"rank {self.rank}"
+        if self.launcher_rank is not None:
+            return f"{self.key} (MPI rank {self.launcher_rank})"
+        return self.key
 
     def net_summary(self) -> str:
         """One phrase: what carried (or would carry) this rank's inter-node traffic."""
@@ -161,6 +214,16 @@ class RankReport:
         return "-"
 
 
+def _older(version: str, than: tuple[int, int]) -> bool:
+    major, minor = (int(x) for x in version.split(".")[:2])
+    return (major, minor) < than
+
+
+def _set_version(rep: RankReport, ver: tuple[str, str | None]) -> None:
+    if rep.nccl_version is None:
+        rep.nccl_version, rep.cuda_version = ver
+
+
 def _add(xs: list[Any], x: Any) -> None:
     if x not in xs:
         xs.append(x)
@@ -175,9 +238,14 @@ class LogParser:
         self.channels: dict[str, set[int]] = {}
         #: The runs' own failure lines (nccl-tests' "Test NCCL failure ..."), first per log.
         self.failures: list[str] = []
+        #: PyTorch's errors about NCCL: (code, "rank N" or "", what happened).
+        self.torch_errors: list[tuple[str, str, str]] = []
 
     def report(self, host: str | None, pid: int | None, dev: int | None) -> RankReport:
-        key = f"{host}:{pid} [{dev}]" if host is not None else "(no prefix)"
+        if host is not None:
+            key = f"{host}:{pid} [{dev}]"
+        else:  # a stripped prefix: `[dev] NCCL INFO` still tells processes of one host apart
+            key = "(no prefix)" if dev is None else f"(no host) [{dev}]"
         rep = self.reports.get(key)
         if rep is None:
             rep = self.reports[key] = RankReport(key=key, host=host, pid=pid, cuda_dev=dev)
@@ -188,27 +256,86 @@ class LogParser:
 
     def feed(self, text: str) -> None:
         failure: str | None = None
-        for line in text.splitlines():
+        #: Per process (host, pid): its last WARN, until an error trace shows it was fatal.
+        last_warn: dict[tuple[str | None, int | None], tuple[RankReport, str]] = {}
+        prev: RankReport | None = None
+        bare_versions: list[tuple[str, str | None]] = []
+        pending: list[tuple[str, str | None]] = []  # bare versions before any process line
+        fed: list[RankReport] = []
+        for raw in text.splitlines():
+            line = _ISO_TS.sub(" ", raw)
             m = _PREFIX.search(line)
-            if not m and failure is None:
-                failure = failure_in(line)
+            if not m:
+                if failure is None:
+                    failure = failure_in(line)
+                if self.torch_line(line):
+                    continue
             if m:
                 rep = self.report(m.group("host"), int(m.group("pid")), int(m.group("dev")))
-                level, msg = m.group("level"), m.group("msg").strip()
+                level, msg = m.group("level"), _REPEAT.split(m.group("msg"))[0].strip()
+                if t := _OMPI_TAG.match(line):
+                    rep.launcher_rank = int(t.group("rank"))
             else:
                 b = _BARE.search(line)
                 if not b:
+                    if v := _BARE_VERSION.search(line):
+                        ver = (v.group("v"), v.group("cuda"))
+                        bare_versions.append(ver)
+                        if prev is not None:
+                            _set_version(prev, ver)
+                        else:
+                            pending.append(ver)
                     continue
-                rep = self.report(None, None, None)
+                dev = b.group("dev")
+                rep = self.report(None, None, None if dev is None else int(dev))
                 level, msg = b.group("level"), b.group("msg").strip()
+            if pending:
+                _set_version(rep, pending.pop())
+                pending.clear()
+            prev = rep
+            _add(fed, rep)
+            proc = (rep.host, rep.pid)
             if level in ("WARN", "ABORT"):
                 _add(rep.warnings, msg)
+                last_warn[proc] = (rep, msg)
                 if _LIBIBVERBS.search(msg):
                     rep.libibverbs_missing = True
                 continue
+            if (t := _TRACE.match(msg)) and proc in last_warn and 1 <= int(t.group("code")) <= 6:
+                # NCCLCHECK prints `file:line -> code` as an error travels up: the WARN before
+                # it made a call fail (codes 1-6: cuda, system, internal, argument, usage,
+                # remote; 7 is "in progress").
+                wrep, wmsg = last_warn.pop(proc)
+                _add(wrep.fatal_warnings, wmsg)
             self.info(rep, msg)
+        # A bare version line names the version of the process printing it; a log in which all
+        # such lines agree gives it to the processes that printed none.
+        if len({v for v in bare_versions}) == 1:
+            for rep in fed:
+                if rep.nccl_version is None:
+                    _set_version(rep, bare_versions[0])
         if failure is not None:
             self.failures.append(failure)
+
+    def torch_line(self, line: str) -> bool:
+        """PyTorch's ProcessGroupNCCL errors around NCCL's lines: watchdog timeouts and
+        DistBackendError. Kept in order, first of a kind per rank and text."""
+        if w := _WATCHDOG.search(line):
+            rank = w.group("rank") or w.group("prefix_rank")
+            item = (
+                "collective-timeout",
+                f"rank {rank}" if rank is not None else "",
+                f"{w.group('op')} (SeqNum {w.group('seq')}) ran for {w.group('ms')} ms "
+                "before the watchdog timed it out",
+            )
+        elif e := _TORCH_ERROR.search(line):
+            r = _TORCH_RANK.search(line)
+            item = ("torch-nccl-error", f"rank {r.group(1)}" if r else "", e.group(0).strip())
+        else:
+            return False
+        if item not in self.torch_errors:
+            self.torch_errors.append(item)
+        return True
 
     def set_rank(self, rep: RankReport, rank: int) -> None:
         if rep.rank is None:
@@ -257,8 +384,17 @@ class LogParser:
         elif m := _INIT.search(msg):
             rep.rank = int(m.group("rank"))
             rep.nranks = int(m.group("n"))
-        elif m := _USING_NET.match(msg):
+        elif m := _USING_NET.match(msg) or _INTERNAL_NET.match(msg):
             rep.network = m.group("net")
+        elif m := _IB_DEV_OLD.match(msg):
+            _add(rep.ib_devices, f"{m.group('name')}:{m.group('port')}/{m.group('link')}")
+        elif m := _RANK_OLD.match(msg):
+            rep.rank = int(m.group("rank"))
+            rep.nranks = int(m.group("n"))
+        elif m := _OFI_PROVIDER.match(msg):
+            rep.ofi_provider = m.group("p").lower()
+        elif m := _GDR_DISTANCE.search(msg):
+            rep.gdr_distance = m.group("why")
         elif m := _IB_USING.match(msg):
             for d in _IB_DEV.finditer(m.group("devs")):
                 _add(rep.ib_devices, f"{d.group('name')}:{d.group('port')}/{d.group('link')}")
@@ -295,6 +431,7 @@ class LogParser:
             rep.intra_path = m.group("intra")
 
     def finish(self) -> list[RankReport]:
+        ib_listed = any(r.ib_devices for r in self.reports.values())
         for key, rep in self.reports.items():
             rep.channels_seen = len(self.channels[key])
             if rep.nvls_used:
@@ -303,12 +440,22 @@ class LogParser:
             rep.net_devs.sort()
             rep.peers.sort()
             if rep.network is None:
-                # Old NCCL or an excerpt without the "Using network" line: the initialized
-                # transport tells, Socket only being set up when IB was not.
-                if rep.socket_ifaces and not rep.ib_devices:
-                    rep.network = "Socket"
-                elif rep.ib_devices:
+                # Old NCCL or an excerpt without the "Using network" line: IB when its transport
+                # listed devices. NCCL <= 2.5 prints `NET/Socket : Using` in every process, IB
+                # or not (bootstrap), so there a socket list is Socket only when the log says
+                # why IB was not used; later ones list sockets only when the socket transport
+                # was set up, i.e. no RDMA network initialized.
+                ib_off = (
+                    rep.ib_no_device
+                    or rep.libibverbs_missing
+                    or rep.env.get("NCCL_IB_DISABLE", "").rstrip(".") == "1"
+                    or "IB" in rep.net_init_failed
+                )
+                old = rep.nccl_version is not None and _older(rep.nccl_version, (2, 6))
+                if rep.ib_devices:
                     rep.network = "IB"
+                elif rep.socket_ifaces and (ib_off or not (old or ib_listed)):
+                    rep.network = "Socket"
         return sorted(
             self.reports.values(),
             key=lambda r: (r.rank is None, r.rank if r.rank is not None else 0, r.key),
@@ -320,31 +467,58 @@ def link_layers(rep: RankReport) -> set[str]:
     return {d.rsplit("/", 1)[-1] for d in rep.ib_devices}
 
 
-def fabric_of(network: str, links: set[str]) -> str:
+#: What libfabric providers carry, for aws-ofi-nccl (`NET/OFI Selected Provider is <p>`).
+_OFI_FABRICS = {"efa": "efa", "cxi": "cxi", "tcp": "socket", "sockets": "socket", "udp": "socket"}
+
+#: Fabrics named for a reader, where the identifier alone says little.
+FABRIC_NAMES = {"cxi": "cxi (HPE Slingshot)"}
+
+
+def fabric_of(network: str, links: set[str], provider: str | None = None) -> str:
     """What a network NCCL selected carries, by what the plugin is rather than its name:
     NCCL's IB transport and HPC-X's IBext/IBext_v8 plugin carry InfiniBand or RoCE (told apart
-    by the device's link layer, InfiniBand when the log lists no device), AWS's aws-ofi-nccl
-    ("AWS Libfabric", "OFI") carries EFA, "Socket" is TCP. Another plugin keeps its name."""
+    by the device's link layer, InfiniBand when the log lists no device); Google's gIB plugin
+    (A3 Ultra, A4) carries RDMA over RoCE unless its devices say IB; aws-ofi-nccl ("AWS
+    Libfabric", "OFI") carries what its libfabric provider does (efa -> EFA, cxi -> HPE
+    Slingshot, tcp/sockets -> TCP, verbs -> IB or RoCE), EFA when the log does not name the
+    provider; "Socket" is TCP. Another plugin keeps its name."""
     name = network.strip().lower()
     if name == "socket":
         return "socket"
     if name == "ib" or name.startswith("ibext"):
         return "roce" if links == {"RoCE"} else "ib"
+    if name == "gib":
+        return "ib" if links == {"IB"} else "roce"
     if "libfabric" in name or name.startswith("ofi") or name == "efa":
-        return "efa"
+        if provider is None:
+            return "efa"
+        prov = provider.split(";")[0]
+        if prov == "verbs":
+            return "roce" if links == {"RoCE"} else "ib"
+        return _OFI_FABRICS.get(prov, prov)
     return network
 
 
-def rank_fabric(rep: RankReport, links: set[str]) -> str | None:
+def rank_fabric(rep: RankReport, links: set[str], provider: str | None = None) -> str | None:
     """What carried (or would carry) this rank's inter-node traffic: the network of its NET
-    connections, else the one NCCL selected; None when the log shows neither."""
+    connections, else the one NCCL selected; None when the log shows neither. `links` and
+    `provider` are the log's, used when the rank's own lines do not say."""
+    own = link_layers(rep) or links
+    prov = rep.ofi_provider or provider
     nets = [t[4:] for t in rep.transports if t.startswith("NET/")]
     if nets:
-        fabrics = {fabric_of(n, link_layers(rep) or links) for n in nets}
+        fabrics = {fabric_of(n, own, prov) for n in nets}
         return fabrics.pop() if len(fabrics) == 1 else "mixed"
     if rep.network:
-        return fabric_of(rep.network, link_layers(rep) or links)
+        return fabric_of(rep.network, own, prov)
     return None
 
 
-__all__ = ["LogParser", "RankReport", "fabric_of", "link_layers", "rank_fabric"]
+__all__ = [
+    "FABRIC_NAMES",
+    "LogParser",
+    "RankReport",
+    "fabric_of",
+    "link_layers",
+    "rank_fabric",
+]
