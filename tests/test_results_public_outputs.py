@@ -517,7 +517,7 @@ def test_a_data_check_failure_after_rows_is_kept_and_warned(tmp_path: Path) -> N
     ],
 )
 def test_testcheck_relay_lines_of_every_version(line: str, failure: str) -> None:
-    from nccl_k8s.results.nccltests import failure_in
+    from nccl_k8s.results.pastes import failure_in
 
     assert failure_in(line) == failure
 

@@ -16,6 +16,7 @@ Imports the standard library, nccl_k8s.errors and the engine's printing constant
 
 from nccl_k8s.results.compare import Comparison, compare, min_busbw_gate, parse_tolerance, select
 from nccl_k8s.results.diagnose import Diagnosis, Finding, diagnose_files, diagnose_text
+from nccl_k8s.results.imports import import_file, import_files
 from nccl_k8s.results.lines import (
     RESULT_PREFIX,
     blocks,
@@ -24,7 +25,6 @@ from nccl_k8s.results.lines import (
     parse_result_lines,
     parse_sweeps,
 )
-from nccl_k8s.results.nccltests import import_file, import_files
 from nccl_k8s.results.schema import (
     SCHEMA_VERSION,
     Device,

@@ -4,7 +4,7 @@ the engine's output stored as runs/<run-id>/results.json.
 Every run that produced results (passed, or failed a check or a --min-busbw floor) is stored,
 the schema `compare` and `report` read (`--no-save` skips it). Rank 0 writes them in nccl-tests'
 -J layout, to the user's --json file or to one in the run's private directory; `save_results`
-reads that file back through results.nccltests and completes the metadata the file cannot carry
+reads that file back through results.imports and completes the metadata the file cannot carry
 (torch and CUDA versions, dtype, redop, root, -a). Result lines would carry it all, but rank 0's
 stdout is the user's terminal, not ours to capture.
 """
@@ -19,7 +19,7 @@ from pathlib import Path
 from nccl_k8s.errors import ResultsError
 from nccl_k8s.launch import local
 from nccl_k8s.launch.local import LocalRun
-from nccl_k8s.results.nccltests import import_file
+from nccl_k8s.results.imports import import_file
 from nccl_k8s.results.schema import Run
 from nccl_k8s.results.store import (
     check_new_run_id,

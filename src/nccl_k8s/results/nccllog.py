@@ -46,7 +46,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from nccl_k8s.results.nccltests import failure_in
+from nccl_k8s.results.pastes import failure_in
 
 # host:pid:tid [dev] (file:line )?NCCL LEVEL message. Anything may precede it (timestamps, pod names).
 # The source location of a WARN may be a C++ signature with spaces (aws-ofi-nccl prints

@@ -20,7 +20,8 @@ the per-collective `print_header`/`print_line_header`):
 What users paste is rarely that clean, so every line first loses the prefixes launchers add (Open
 MPI's `[1,0]<stdout>:`, `srun -l`'s ` 0: `, `[155] `, `kubectl logs --timestamps`/`--prefix`,
 indentation), NCCL INFO/WARN lines between rows are skipped, and the run's own failure line
-(`Test NCCL failure common.cu:392 'unhandled cuda error'`) is kept and reported.
+(`Test NCCL failure common.cu:392 'unhandled cuda error'`) is kept and reported (`pastes` does
+that line cleaning). Reading files, and several files as one run, is `imports`.
 
 Each table's collective comes, in this order, from `# Collective test starting: <op>_perf`
 (2.14+), from a line naming `<op>_perf` since the previous table (a command echoed in a log, a
@@ -31,9 +32,7 @@ the table itself (`collectives.identify_op`); `meta.op_identified` says which, p
 from __future__ import annotations
 
 import contextlib
-import json
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,8 +48,8 @@ from nccl_k8s.results.nccltests_json import (
     fill_world,
     nccl_version_from_code,
     opt_int,
-    parse_json,
 )
+from nccl_k8s.results.pastes import failure_in, pipe_row, strip_prefixes, with_hash
 from nccl_k8s.results.schema import (
     Device,
     IdentifiedBy,
@@ -80,15 +79,6 @@ _OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(?P<n>\d+)\s*(?P<ok>OK|FAILE
 _AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(?P<bw>\S+)")
 _NCCL_VERSION = re.compile(r"NCCL version (?P<v>\d+\.\d+\.\d+)(?:\S*?\+cuda(?P<cuda>\d+\.\d+))?")
 _NCCL_ENV = re.compile(r"NCCL INFO (?P<k>NCCL_[A-Z0-9_]+) set by environment to (?P<v>\S*)")
-# nccl-tests' own failure report: "host: Test NCCL failure common.cu:392 'unhandled ...'",
-# "Test CUDA failure ...", NCCL 1's "NCCL failure all_reduce.cu:95 '...'". It may follow a row
-# that was being printed when the run died.
-_FAILURE = re.compile(
-    r"(?:(?P<host>[\w.\-]+): )?(?P<msg>(?:Test )?(?:NCCL|CUDA) failure \S+:\d+ .*?)\s*$"
-)
-# TESTCHECK's relay of a failed step (src/common.h): " .. %s pid %d: Test failure %s:%d" (2.13+;
-# before, without "pid %d"). The only line a data-check failure (#wrong > 0) leaves.
-_RELAY = re.compile(r"^\.\. (?P<host>[\w.\-]+(?: pid \d+)?): (?P<msg>Test failure \S+:\d+)")
 _CFG_INT = {
     "minBytes": "minbytes",
     "maxBytes": "maxbytes",
@@ -97,60 +87,12 @@ _CFG_INT = {
     "graph:": "graph",
 }
 
-# Per-line prefixes added by launchers and collectors, stripped (repeatedly) before anything else.
-_PREFIXES = (
-    re.compile(r"^\[\d+,\d+\]<std(?:out|err)>:"),  # Open MPI --tag-output (every MPIJob launcher)
-    re.compile(
-        r"^\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)? "
-    ),  # --timestamps
-    re.compile(r"^\[pod/[^\]\s]+\] "),  # kubectl logs --prefix
-    re.compile(r"^\s*\d{1,6}:(?: |$)"),  # srun -l
-    re.compile(r"^\[\d{1,6}\] "),  # mpirun -prepend-rank (MPICH, Intel MPI), horovodrun
-    # Ray's worker log prefix, also SkyPilot's: "(pid=3808) ", "(MyActor pid=3808, ip=10.0.0.1) ",
-    # "(head, rank=0, pid=3808) ", "(worker1, rank=1, pid=2769, ip=10.100.10.12) ".
-    re.compile(r"^\((?:[\w.\-]+,? )?(?:rank=\d+, )?pid=\d+(?:, ip=[\w.:\-]+)?\) "),
-)
-# Header and footer lines as rendered markdown shows them, without their leading '#' (GitHub
-# pages, READMEs): read as if the '#' were there. Each is a form no other line takes.
-_BARE = re.compile(
-    r"^(?:nccl-tests version |Collective test (?:starting|concluded):|Out of bounds values\s*:"
-    r"|Avg bus bandwidth\s*:|Rank\s+\d+\s+(?:Group\s+\d+\s+)?(?:Pid\s+\d+\s+)?on\s+\S+\s+device\s"
-    r"|(?:size|bytes)\s+(?:count|N)\s+type\s)"
-)
-
 #: The per-placement column groups nccl-tests prints, in order.
 _PLACEMENTS: tuple[Placement, ...] = ("out", "in")
 _GROUP = ("time", "algbw", "busbw")
 _CHECK_COLUMNS = {"#wrong", "error", "res"}
 # NCCL 1's column names, as the later ones.
 _LEAD_ALIASES = {"bytes": "size", "N": "count", "op": "redop"}
-
-
-def strip_prefixes(line: str) -> str:
-    """The line as the program printed it, without launcher and collector prefixes."""
-    for _ in range(4):
-        for rx in _PREFIXES:
-            m = rx.match(line)
-            if m:
-                line = line[m.end() :]
-                break
-        else:
-            return line
-    return line
-
-
-def failure_in(line: str) -> str | None:
-    """nccl-tests' own report of the failure that ended the run, when `line` holds one:
-    "GENOA-06: Test NCCL failure common.cu:392 'unhandled cuda error ...'"."""
-    if "NCCL INFO" in line or "NCCL WARN" in line:
-        return None
-    if m := _RELAY.match(line.strip()):
-        return f"{m.group('host')}: {m.group('msg')}"
-    m = _FAILURE.search(line)
-    if m is None:
-        return None
-    host = m.group("host")
-    return (f"{host}: " if host else "") + m.group("msg")
 
 
 def op_from_name(name: str) -> str | None:
@@ -211,15 +153,6 @@ def _num(tok: str, what: str, where: str) -> float:
         raise ResultsError(f"{where}: {what} {tok!r} is not a number", path=where) from None
 
 
-def _pipe_row(s: str) -> str:
-    """A row of a markdown pipe table (`1024 | 512 | half | sum | ...`) as nccl-tests printed it;
-    any other line unchanged."""
-    cells = [c.strip() for c in s.strip("|").split("|")]
-    if len(cells) > 2 and all(c and " " not in c for c in cells):
-        return " ".join(cells)
-    return s
-
-
 _CELL = re.compile(r"[-+0-9.e]+\*?|N/A")
 
 
@@ -269,15 +202,12 @@ class _TextParser:
         s = line.strip()
         if not s:
             return
-        if s.startswith("\\#"):  # markdown's escaped '#'
-            s = s[1:]
-        elif _BARE.match(s):
-            s = "# " + s
+        s = with_hash(s)
         if s.startswith("#"):
             self._comment(s, where)
             return
         if self.table is not None and "|" in s:
-            s = _pipe_row(s)
+            s = pipe_row(s)
         failure = failure_in(s)
         if failure is not None:
             self.run.meta.failure = self.run.meta.failure or failure
@@ -413,9 +343,9 @@ class _TextParser:
     def _no_repeat(self, table: _Table) -> None:
         """Refuse a table that measures again what an earlier one did (same op, dtype, redop, root,
         size): two runs in one file, which one results file cannot hold apart."""
-        keys = {_key(r) for r in table.rows}
+        keys = {row_key(r) for r in table.rows}
         for earlier in self.tables:
-            if earlier.op == table.op and keys & {_key(r) for r in earlier.rows}:
+            if earlier.op == table.op and keys & {row_key(r) for r in earlier.rows}:
                 raise ResultsError(
                     f"{table.where}: this {table.op} table measures the same sizes as the one at "
                     f"{earlier.where.rsplit(':', 1)[-1]}: two runs in one file; import each run "
@@ -565,7 +495,7 @@ class _TextParser:
         self.cfg.root = first.root
 
 
-def _key(r: Row) -> tuple[str | None, str | None, int | None, int, str]:
+def row_key(r: Row) -> tuple[str | None, str | None, int | None, int, str]:
     return (r.dtype, r.redop, r.root, r.size_bytes, r.placement)
 
 
@@ -574,101 +504,4 @@ def parse_text(text: str, *, origin: str = "<nccl-tests>") -> Run:
     return _TextParser(origin).feed(text)
 
 
-def import_file(path: str | Path) -> Run:
-    """Read one nccl-tests output file, text or `-J` JSON (decided by content, not extension)."""
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
-        raise ResultsError(f"{p}: no such file", path=str(p)) from None
-    except IsADirectoryError:
-        raise ResultsError(f"{p} is a directory, not an nccl-tests output", path=str(p)) from None
-    except OSError as e:
-        raise ResultsError(f"{p}: cannot read: {e.strerror}", path=str(p)) from None
-    if text.lstrip().startswith("{"):
-        try:
-            obj = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ResultsError(
-                f"{p}: nccl-tests JSON is not valid ({e.msg} at line {e.lineno}): truncated?",
-                path=str(p),
-            ) from None
-        if isinstance(obj, dict) and "schema_version" in obj:
-            raise ResultsError(
-                f"{p} is already an nccl-k8s results file: use it directly", path=str(p)
-            )
-        return parse_json(obj, origin=str(p))
-    return parse_text(text, origin=str(p))
-
-
-def _same_run(runs: list[Run]) -> None:
-    """Refuse files that cannot be one run: from different clusters (world size, GPU model or NCCL
-    version differ where both say), or measuring the same thing twice (the same file twice, two
-    runs of one test)."""
-    first = runs[0]
-    for other in runs[1:]:
-        a, b = first.meta.inputs[0], other.meta.inputs[0]
-        for what, attr in (
-            ("world size", "world_size"),
-            ("GPU model", "gpu_model"),
-            ("NCCL version", "nccl"),
-        ):
-            x, y = getattr(first.meta, attr), getattr(other.meta, attr)
-            if x is not None and y is not None and x != y:
-                raise ResultsError(
-                    f"{a} and {b} are not one run: {what} {x} vs {y}; import each file on its own "
-                    "and compare the results",
-                    path=b,
-                )
-    seen: dict[tuple[str, str | None, str | None, int | None, int, str], int] = {}
-    for i, run in enumerate(runs):
-        origin = run.meta.inputs[0]
-        for r in run.rows:
-            key = (r.op, *_key(r))
-            if (j := seen.setdefault(key, i)) != i:
-                raise ResultsError(
-                    f"{runs[j].meta.inputs[0]} and {origin} both measure {r.op} at "
-                    f"{r.size_bytes} B: two runs (or one file given twice); import each file on "
-                    "its own",
-                    path=origin,
-                )
-
-
-def import_files(paths: Iterable[str | Path]) -> Run:
-    """Import several files into one Run: rows and summaries concatenated, meta from the first
-    file, completed by the others where the first left a field empty. The files must be parts of
-    one run (other collectives, sizes or dtypes of the same cluster); ResultsError otherwise."""
-    runs = [import_file(p) for p in paths]
-    if not runs:
-        raise ResultsError("no files to import")
-    _same_run(runs)
-    merged = runs[0]
-    for other in runs[1:]:
-        merged.rows.extend(other.rows)
-        merged.summaries.extend(other.summaries)
-        merged.meta.inputs.extend(other.meta.inputs)
-        merged.meta.op_identified.extend(other.meta.op_identified)
-        for k, v in other.meta.env.items():
-            merged.meta.env.setdefault(k, v)
-        for name in ("nccl", "cuda", "nccl_tests", "gpu_model", "world_size", "nodes", "time"):
-            if getattr(merged.meta, name) is None:
-                setattr(merged.meta, name, getattr(other.meta, name))
-        if not merged.meta.devices:
-            merged.meta.devices = other.meta.devices
-            merged.meta.gpus_per_node = other.meta.gpus_per_node
-        if merged.meta.failure is None:
-            merged.meta.failure = other.meta.failure
-    merged.meta.config.ops = merged.ops()
-    return merged
-
-
-__all__ = [
-    "failure_in",
-    "import_file",
-    "import_files",
-    "nccl_version_from_code",
-    "op_from_name",
-    "parse_json",
-    "parse_text",
-    "strip_prefixes",
-]
+__all__ = ["nccl_version_from_code", "op_from_name", "parse_text", "row_key"]

@@ -1,0 +1,105 @@
+"""Import nccl-tests output files (text or `-J` JSON, decided by content) into one Run, refusing
+files that cannot be one run.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+
+from nccl_k8s.errors import ResultsError
+from nccl_k8s.results.nccltests import parse_text, row_key
+from nccl_k8s.results.nccltests_json import parse_json
+from nccl_k8s.results.schema import Run
+
+
+def import_file(path: str | Path) -> Run:
+    """Read one nccl-tests output file, text or `-J` JSON (decided by content, not extension)."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        raise ResultsError(f"{p}: no such file", path=str(p)) from None
+    except IsADirectoryError:
+        raise ResultsError(f"{p} is a directory, not an nccl-tests output", path=str(p)) from None
+    except OSError as e:
+        raise ResultsError(f"{p}: cannot read: {e.strerror}", path=str(p)) from None
+    if text.lstrip().startswith("{"):
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ResultsError(
+                f"{p}: nccl-tests JSON is not valid ({e.msg} at line {e.lineno}): truncated?",
+                path=str(p),
+            ) from None
+        if isinstance(obj, dict) and "schema_version" in obj:
+            raise ResultsError(
+                f"{p} is already an nccl-k8s results file: use it directly", path=str(p)
+            )
+        return parse_json(obj, origin=str(p))
+    return parse_text(text, origin=str(p))
+
+
+def _same_run(runs: list[Run]) -> None:
+    """Refuse files that cannot be one run: from different clusters (world size, GPU model or NCCL
+    version differ where both say), or measuring the same thing twice (the same file twice, two
+    runs of one test)."""
+    first = runs[0]
+    for other in runs[1:]:
+        a, b = first.meta.inputs[0], other.meta.inputs[0]
+        for what, attr in (
+            ("world size", "world_size"),
+            ("GPU model", "gpu_model"),
+            ("NCCL version", "nccl"),
+        ):
+            x, y = getattr(first.meta, attr), getattr(other.meta, attr)
+            if x is not None and y is not None and x != y:
+                raise ResultsError(
+                    f"{a} and {b} are not one run: {what} {x} vs {y}; import each file on its own "
+                    "and compare the results",
+                    path=b,
+                )
+    seen: dict[tuple[str, str | None, str | None, int | None, int, str], int] = {}
+    for i, run in enumerate(runs):
+        origin = run.meta.inputs[0]
+        for r in run.rows:
+            key = (r.op, *row_key(r))
+            if (j := seen.setdefault(key, i)) != i:
+                raise ResultsError(
+                    f"{runs[j].meta.inputs[0]} and {origin} both measure {r.op} at "
+                    f"{r.size_bytes} B: two runs (or one file given twice); import each file on "
+                    "its own",
+                    path=origin,
+                )
+
+
+def import_files(paths: Iterable[str | Path]) -> Run:
+    """Import several files into one Run: rows and summaries concatenated, meta from the first
+    file, completed by the others where the first left a field empty. The files must be parts of
+    one run (other collectives, sizes or dtypes of the same cluster); ResultsError otherwise."""
+    runs = [import_file(p) for p in paths]
+    if not runs:
+        raise ResultsError("no files to import")
+    _same_run(runs)
+    merged = runs[0]
+    for other in runs[1:]:
+        merged.rows.extend(other.rows)
+        merged.summaries.extend(other.summaries)
+        merged.meta.inputs.extend(other.meta.inputs)
+        merged.meta.op_identified.extend(other.meta.op_identified)
+        for k, v in other.meta.env.items():
+            merged.meta.env.setdefault(k, v)
+        for name in ("nccl", "cuda", "nccl_tests", "gpu_model", "world_size", "nodes", "time"):
+            if getattr(merged.meta, name) is None:
+                setattr(merged.meta, name, getattr(other.meta, name))
+        if not merged.meta.devices:
+            merged.meta.devices = other.meta.devices
+            merged.meta.gpus_per_node = other.meta.gpus_per_node
+        if merged.meta.failure is None:
+            merged.meta.failure = other.meta.failure
+    merged.meta.config.ops = merged.ops()
+    return merged
+
+
+__all__ = ["import_file", "import_files"]

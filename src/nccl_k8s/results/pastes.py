@@ -1,0 +1,93 @@
+"""What users paste around nccl-tests' own lines, and how to get those lines back.
+
+Launchers and collectors prefix every line (Open MPI's `[1,0]<stdout>:`, `srun -l`'s ` 0: `,
+`[155] `, `kubectl logs --timestamps`/`--prefix`, Ray's `(head, rank=0, pid=3808) `), rendered
+markdown drops the leading `#` of header and footer lines or escapes it (`\\#`), a markdown pipe
+table puts `|` between cells; and the run's own failure line (`Test NCCL failure ...`, TESTCHECK's
+` .. host pid N: Test failure ...`) is worth keeping. Used by the nccl-tests reader and the NCCL
+log reader alike.
+"""
+
+from __future__ import annotations
+
+import re
+
+# nccl-tests' own failure report: "host: Test NCCL failure common.cu:392 'unhandled ...'",
+# "Test CUDA failure ...", NCCL 1's "NCCL failure all_reduce.cu:95 '...'". It may follow a row
+# that was being printed when the run died.
+_FAILURE = re.compile(
+    r"(?:(?P<host>[\w.\-]+): )?(?P<msg>(?:Test )?(?:NCCL|CUDA) failure \S+:\d+ .*?)\s*$"
+)
+# TESTCHECK's relay of a failed step (src/common.h): " .. %s pid %d: Test failure %s:%d" (2.13+;
+# before, without "pid %d"). The only line a data-check failure (#wrong > 0) leaves.
+_RELAY = re.compile(r"^\.\. (?P<host>[\w.\-]+(?: pid \d+)?): (?P<msg>Test failure \S+:\d+)")
+
+# Per-line prefixes added by launchers and collectors, stripped (repeatedly) before anything else.
+_PREFIXES = (
+    re.compile(r"^\[\d+,\d+\]<std(?:out|err)>:"),  # Open MPI --tag-output (every MPIJob launcher)
+    re.compile(
+        r"^\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)? "
+    ),  # --timestamps
+    re.compile(r"^\[pod/[^\]\s]+\] "),  # kubectl logs --prefix
+    re.compile(r"^\s*\d{1,6}:(?: |$)"),  # srun -l
+    re.compile(r"^\[\d{1,6}\] "),  # mpirun -prepend-rank (MPICH, Intel MPI), horovodrun
+    # Ray's worker log prefix, also SkyPilot's: "(pid=3808) ", "(MyActor pid=3808, ip=10.0.0.1) ",
+    # "(head, rank=0, pid=3808) ", "(worker1, rank=1, pid=2769, ip=10.100.10.12) ".
+    re.compile(r"^\((?:[\w.\-]+,? )?(?:rank=\d+, )?pid=\d+(?:, ip=[\w.:\-]+)?\) "),
+)
+# Header and footer lines as rendered markdown shows them, without their leading '#' (GitHub
+# pages, READMEs): read as if the '#' were there. Each is a form no other line takes.
+_BARE = re.compile(
+    r"^(?:nccl-tests version |Collective test (?:starting|concluded):|Out of bounds values\s*:"
+    r"|Avg bus bandwidth\s*:|Rank\s+\d+\s+(?:Group\s+\d+\s+)?(?:Pid\s+\d+\s+)?on\s+\S+\s+device\s"
+    r"|(?:size|bytes)\s+(?:count|N)\s+type\s)"
+)
+
+
+def strip_prefixes(line: str) -> str:
+    """The line as the program printed it, without launcher and collector prefixes."""
+    for _ in range(4):
+        for rx in _PREFIXES:
+            m = rx.match(line)
+            if m:
+                line = line[m.end() :]
+                break
+        else:
+            return line
+    return line
+
+
+def failure_in(line: str) -> str | None:
+    """nccl-tests' own report of the failure that ended the run, when `line` holds one:
+    "GENOA-06: Test NCCL failure common.cu:392 'unhandled cuda error ...'"."""
+    if "NCCL INFO" in line or "NCCL WARN" in line:
+        return None
+    if m := _RELAY.match(line.strip()):
+        return f"{m.group('host')}: {m.group('msg')}"
+    m = _FAILURE.search(line)
+    if m is None:
+        return None
+    host = m.group("host")
+    return (f"{host}: " if host else "") + m.group("msg")
+
+
+def with_hash(s: str) -> str:
+    """A stripped header or footer line with its leading '#', as nccl-tests printed it (markdown
+    escapes it as `\\#` or drops it); any other line unchanged."""
+    if s.startswith("\\#"):
+        return s[1:]
+    if _BARE.match(s):
+        return "# " + s
+    return s
+
+
+def pipe_row(s: str) -> str:
+    """A row of a markdown pipe table (`1024 | 512 | half | sum | ...`) as nccl-tests printed it;
+    any other line unchanged."""
+    cells = [c.strip() for c in s.strip("|").split("|")]
+    if len(cells) > 2 and all(c and " " not in c for c in cells):
+        return " ".join(cells)
+    return s
+
+
+__all__ = ["failure_in", "pipe_row", "strip_prefixes", "with_hash"]
