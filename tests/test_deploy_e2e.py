@@ -289,8 +289,10 @@ def test_pod_killed_mid_run_fails_the_run_naming_rank_pod_node(
                 "batch.kubernetes.io/job-completion-index"
             ) == str(rank):
                 path = cluster.kubelet.log_path(ns, pod["metadata"]["name"], "bench")
-                killed.setdefault(f"pod{rank}", pod)
-                return path.read_text() if path else ""
+                if path is None:
+                    return ""  # not started yet (the copy read may predate its scheduling)
+                killed[f"pod{rank}"] = pod  # the latest copy: scheduled, with its node
+                return path.read_text()
         return ""
 
     def killer() -> None:
