@@ -46,7 +46,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from nccl_k8s.results.pastes import failure_in
+from nccl_k8s.results.pastes import OMPI_TAG, TIMESTAMP, failure_in
 
 # host:pid:tid [dev] (file:line )?NCCL LEVEL message. Anything may precede it (timestamps, pod names).
 # The source location of a WARN may be a C++ signature with spaces (aws-ofi-nccl prints
@@ -59,18 +59,12 @@ _PREFIX = re.compile(
 # Lines printed without the host prefix (some launchers strip it): "NCCL INFO ..." at the start,
 # after at most one token (a timestamp); `[dev] NCCL INFO` when only host:pid:tid was stripped.
 _BARE = re.compile(r"^\s*(?:\[(?P<dev>\d+)\]\s+|\S+\s+)?NCCL (?P<level>INFO|WARN)\s(?P<msg>.*)$")
-# ISO-8601 timestamps (CloudWatch, kubectl --timestamps) glued to the host name:
-# `2025-05-16T16:39:51.208-07:00ip-10-36-29-253:79:79 [0] NCCL INFO` would read host `00ip-...`.
-_ISO_TS = re.compile(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?")
 # A paste that repeats the line after ` | ` (CloudWatch's message column): cut the repeat.
 _REPEAT = re.compile(r"\s\|\s+(?=\S+:\d+:\d+ \[\d+\])")
 # `NCCL version 2.7.8+cuda10.2` printed alone (NCCL's VERSION level has no prefix).
 _BARE_VERSION = re.compile(
     r"(?:^|[\s:|])NCCL version (?P<v>\d+\.\d+\.\d+)\S*?(?:\+cuda(?P<cuda>\d+\.\d+))?"
 )
-# Open MPI's --tag-output `[jobid,rank]<stdout>:`: the MPI rank of the process.
-_OMPI_TAG = re.compile(r"^\[\d+,(?P<rank>\d+)\]<std(?:out|err)>:")
-
 _VERSION = re.compile(r"^NCCL version (?P<v>\d+\.\d+\.\d+)\S*?(?:\+cuda(?P<cuda>\d+\.\d+))?")
 _COMM = re.compile(
     r"comm 0x[0-9a-f]+ rank (?P<rank>\d+) nRanks (?P<n>\d+) nNodes (?P<nodes>\d+) "
@@ -263,7 +257,9 @@ class LogParser:
         pending: list[tuple[str, str | None]] = []  # bare versions before any process line
         fed: list[RankReport] = []
         for raw in text.splitlines():
-            line = _ISO_TS.sub(" ", raw)
+            # A timestamp glued to the host (`...-07:00ip-10-36-29-253:79:79 [0] NCCL INFO`, a
+            # CloudWatch paste) would read as host `00ip-...`: every timestamp goes.
+            line = TIMESTAMP.sub(" ", raw)
             m = _PREFIX.search(line)
             if not m:
                 if failure is None:
@@ -273,7 +269,7 @@ class LogParser:
             if m:
                 rep = self.report(m.group("host"), int(m.group("pid")), int(m.group("dev")))
                 level, msg = m.group("level"), _REPEAT.split(m.group("msg"))[0].strip()
-                if t := _OMPI_TAG.match(line):
+                if t := OMPI_TAG.match(line):
                     rep.launcher_rank = int(t.group("rank"))
             else:
                 b = _BARE.search(line)

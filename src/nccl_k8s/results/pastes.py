@@ -22,12 +22,15 @@ _FAILURE = re.compile(
 # before, without "pid %d"). The only line a data-check failure (#wrong > 0) leaves.
 _RELAY = re.compile(r"^\.\. (?P<host>[\w.\-]+(?: pid \d+)?): (?P<msg>Test failure \S+:\d+)")
 
+#: An ISO-8601 timestamp (`kubectl logs --timestamps`, CloudWatch), anywhere in a line.
+TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?")
+#: Open MPI's --tag-output prefix, `[jobid,rank]<stdout>:` (every MPIJob launcher's log).
+OMPI_TAG = re.compile(r"^\[\d+,(?P<rank>\d+)\]<std(?:out|err)>:")
+
 # Per-line prefixes added by launchers and collectors, stripped (repeatedly) before anything else.
 _PREFIXES = (
-    re.compile(r"^\[\d+,\d+\]<std(?:out|err)>:"),  # Open MPI --tag-output (every MPIJob launcher)
-    re.compile(
-        r"^\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)? "
-    ),  # --timestamps
+    OMPI_TAG,
+    re.compile(rf"^{TIMESTAMP.pattern} "),  # --timestamps
     re.compile(r"^\[pod/[^\]\s]+\] "),  # kubectl logs --prefix
     re.compile(r"^\s*\d{1,6}:(?: |$)"),  # srun -l
     re.compile(r"^\[\d{1,6}\] "),  # mpirun -prepend-rank (MPICH, Intel MPI), horovodrun
@@ -90,4 +93,4 @@ def pipe_row(s: str) -> str:
     return s
 
 
-__all__ = ["failure_in", "pipe_row", "strip_prefixes", "with_hash"]
+__all__ = ["OMPI_TAG", "TIMESTAMP", "failure_in", "pipe_row", "strip_prefixes", "with_hash"]
