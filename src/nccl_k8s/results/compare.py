@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, get_args
 
 from nccl_k8s.errors import ResultsError, UsageError
-from nccl_k8s.results.schema import Placement, Row, Run
+from nccl_k8s.results.schema import Placement, Row, Run, meta_differences
 
 Metric = Literal["busbw", "time"]
 METRICS: tuple[Metric, ...] = get_args(Metric)
@@ -269,16 +269,10 @@ def _empty(row: Row) -> bool:
 
 
 def _differences(current: Run, baseline: Run) -> list[str]:
-    out = []
-    for what, attr in (
-        ("world size", "world_size"),
-        ("GPU model", "gpu_model"),
-        ("NCCL version", "nccl"),
-        ("node count", "nodes"),
-    ):
-        c, b = getattr(current.meta, attr), getattr(baseline.meta, attr)
-        if c is not None and b is not None and c != b:
-            out.append(f"{what} differs: current {c}, baseline {b}")
+    out = [
+        f"{what} differs: current {c}, baseline {b}"
+        for what, c, b in meta_differences(current.meta, baseline.meta)
+    ]
     # Runs on a cluster name each rank's Kubernetes node: a regression can point at one.
     nodes = [sorted({d.node for d in r.meta.devices if d.node}) for r in (current, baseline)]
     if all(nodes) and nodes[0] != nodes[1]:

@@ -11,7 +11,7 @@ from pathlib import Path
 from nccl_k8s.errors import ResultsError
 from nccl_k8s.results.nccltests import parse_text, row_key
 from nccl_k8s.results.nccltests_json import parse_json
-from nccl_k8s.results.schema import Run
+from nccl_k8s.results.schema import CLUSTER_FIELDS, Run, meta_differences
 
 
 def import_file(path: str | Path) -> Run:
@@ -48,18 +48,14 @@ def _same_run(runs: list[Run]) -> None:
     first = runs[0]
     for other in runs[1:]:
         a, b = first.meta.inputs[0], other.meta.inputs[0]
-        for what, attr in (
-            ("world size", "world_size"),
-            ("GPU model", "gpu_model"),
-            ("NCCL version", "nccl"),
-        ):
-            x, y = getattr(first.meta, attr), getattr(other.meta, attr)
-            if x is not None and y is not None and x != y:
-                raise ResultsError(
-                    f"{a} and {b} are not one run: {what} {x} vs {y}; import each file on its own "
-                    "and compare the results",
-                    path=b,
-                )
+        # World size, GPU model and NCCL version; node counts only `compare` weighs (a warning).
+        if differ := meta_differences(first.meta, other.meta, CLUSTER_FIELDS[:3]):
+            what, x, y = differ[0]
+            raise ResultsError(
+                f"{a} and {b} are not one run: {what} {x} vs {y}; import each file on its own "
+                "and compare the results",
+                path=b,
+            )
     seen: dict[tuple[str, str | None, str | None, int | None, int, str], int] = {}
     for i, run in enumerate(runs):
         origin = run.meta.inputs[0]

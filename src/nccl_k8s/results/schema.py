@@ -504,8 +504,30 @@ def load(path: str | os.PathLike[str]) -> Run:
     return loads(text, origin=str(p))
 
 
+#: What tells two runs' clusters apart, as (what, RunMeta attribute).
+CLUSTER_FIELDS: tuple[tuple[str, str], ...] = (
+    ("world size", "world_size"),
+    ("GPU model", "gpu_model"),
+    ("NCCL version", "nccl"),
+    ("node count", "nodes"),
+)
+
+
+def meta_differences(
+    a: RunMeta, b: RunMeta, fields: tuple[tuple[str, str], ...] = CLUSTER_FIELDS
+) -> list[tuple[str, Any, Any]]:
+    """(what, a's value, b's value) for each of `fields` both runs know and disagree on."""
+    out = []
+    for what, attr in fields:
+        x, y = getattr(a, attr), getattr(b, attr)
+        if x is not None and y is not None and x != y:
+            out.append((what, x, y))
+    return out
+
+
 __all__ = [
     "BACKENDS",
+    "CLUSTER_FIELDS",
     "IDENTIFIED_BY",
     "PLACEMENTS",
     "SCHEMA_NAME",
@@ -528,5 +550,6 @@ __all__ = [
     "from_dict",
     "load",
     "loads",
+    "meta_differences",
     "to_dict",
 ]
