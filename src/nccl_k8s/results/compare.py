@@ -58,8 +58,9 @@ class DataCheck:
     def wrong_elements(self) -> int:
         return sum(r.wrong or 0 for r in self.wrong_rows)
 
-    def text(self) -> str:
-        """One line: what failed, which rows and how many wrong elements."""
+    def text(self, *, with_failure: bool = True) -> str:
+        """One line: what failed, which rows and how many wrong elements (and the run's failure
+        line, unless said apart)."""
         parts = []
         if self.wrong_rows:
             several = len({(r.dtype, r.redop, r.root) for r in self.wrong_rows}) > 1
@@ -78,7 +79,7 @@ class DataCheck:
             )
         for op, n in self.out_of_bounds.items():
             parts.append(f"{op}: out of bounds values {n} FAILED")
-        if self.failure:
+        if self.failure and with_failure:
             parts.append(f"the run failed: {self.failure}")
         return "; ".join(parts)
 
