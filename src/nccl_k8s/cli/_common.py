@@ -56,8 +56,6 @@ def terminate_as_interrupt(signum: int, frame: FrameType | None) -> None:
     its cancel scopes), and remembered for the message and the exit code.
     Installed by `install_interrupt_handlers`, which also makes sure SIGINT is not ignored."""
     _TERMINATED_BY.append(signum)
-    if not callable(signal.getsignal(signal.SIGINT)):
-        raise KeyboardInterrupt  # someone ignored SIGINT since: raising it would do nothing
     signal.raise_signal(signal.SIGINT)
 
 
