@@ -4,8 +4,11 @@ cluster, the run's labelled objects left in the store, and waiting for a conditi
 from __future__ import annotations
 
 import contextlib
+import signal
+import subprocess
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -65,3 +68,24 @@ def wait_for(what: str, fn: Callable[[], Any], timeout_s: float = 60.0) -> Any:
                 return last
         time.sleep(0.05)
     pytest.fail(f"timed out after {timeout_s}s waiting for {what}; last: {last!r}")
+
+
+@contextlib.contextmanager
+def cli_process(
+    *args: str, sigint: signal.Handlers = signal.SIG_DFL
+) -> Iterator[subprocess.Popen[str]]:
+    """`nccl-k8s ARGS` as a process of its own (to send it signals), started with SIGINT as
+    `sigint` (SIG_IGN: as a script's `&` starts it); killed at the end if still alive."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nccl_k8s.cli.main", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, sigint),
+    )
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()

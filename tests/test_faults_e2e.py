@@ -14,8 +14,6 @@ from __future__ import annotations
 import contextlib
 import json
 import signal
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -25,7 +23,7 @@ from typing import Any
 
 import pytest
 from tests.cluster.cluster import Cluster
-from tests.e2e_helpers import cli, labelled, wait_for
+from tests.e2e_helpers import cli, cli_process, labelled, wait_for
 
 from nccl_k8s import k8s
 from nccl_k8s.errors import Conflict, RunFailed
@@ -572,28 +570,17 @@ def test_sigterm_of_a_waiting_deploy_says_the_run_goes_on_and_leaves_it_running(
     # following stops, the run does not, and the message says how to follow or remove it. Also
     # when SIGINT is ignored, as in a command a script started with `&`.
     rid = run_id()
-    argv = [
-        sys.executable, "-m", "nccl_k8s.cli.main", "deploy", "-n", namespace, "--run-id", rid,
-        "--kubeconfig", str(cluster.kubeconfig), "--world-size", "2", "--gpus-per-node", "1",
+    args = [
+        "deploy", "-n", namespace, "--run-id", rid, "--kubeconfig", str(cluster.kubeconfig),
+        "--world-size", "2", "--gpus-per-node", "1",
         "--", "--backend", "gloo", "-b", "1K", "-e", "1K", "--duration", "120",
     ]  # fmt: skip
-    proc = subprocess.Popen(
-        argv,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, sigint),
-    )
-    try:
+    with cli_process(*args, sigint=sigint) as proc:
         assert proc.stderr is not None
         first = proc.stderr.readline()
         assert first.startswith(f"deployed run {rid} in namespace {namespace}"), first
         proc.send_signal(signal.SIGTERM)
         _, rest = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
     assert proc.returncode == 143, rest
     assert rest.strip().splitlines()[-1] == (
         f"error: interrupted by SIGTERM: run {rid} keeps running: `nccl-k8s wait --run {rid} "

@@ -22,8 +22,6 @@ from __future__ import annotations
 import json
 import re
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,7 +30,7 @@ from typing import Any
 import pytest
 from tests.cluster.cluster import Cluster
 from tests.conftest import Api
-from tests.e2e_helpers import cli, labelled, wait_for
+from tests.e2e_helpers import cli, cli_process, labelled, wait_for
 
 from nccl_k8s.k8s._badnodes import Findings, NodeVerdict
 from nccl_k8s.k8s._client import ClientSettings
@@ -195,25 +193,14 @@ def test_sigterm_ends_a_check_and_removes_its_test_runs(cluster: Cluster, namesp
     # Its 2-node tests are the check's own runs: interrupted (here by SIGTERM, as `timeout` or a
     # cancelled CI job sends), it removes them, and exits 143; also with SIGINT ignored, as a
     # script's `nodes check ... &` starts it.
-    argv = [
-        sys.executable, "-m", "nccl_k8s.cli.main", "nodes", "check", "-n", namespace,
-        "--kubeconfig", str(cluster.kubeconfig), "--gpus-per-node", "1", *ENGINE,
+    args = [
+        "nodes", "check", "-n", namespace, "--kubeconfig", str(cluster.kubeconfig),
+        "--gpus-per-node", "1", *ENGINE,
     ]  # fmt: skip
-    proc = subprocess.Popen(
-        argv,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
-    )
-    try:
+    with cli_process(*args, sigint=signal.SIG_IGN) as proc:
         wait_for("the check's first test runs", lambda: labelled(cluster, namespace), 60)
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
     assert proc.returncode == 143, err
     assert err.strip().splitlines()[-1] == "error: interrupted by SIGTERM"
     wait_for("every test run removed", lambda: labelled(cluster, namespace) == [], 30)
