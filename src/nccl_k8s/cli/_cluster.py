@@ -8,7 +8,7 @@ on a terminal).
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -24,6 +24,9 @@ from nccl_k8s.cli._options import (
     seconds,
 )
 from nccl_k8s.errors import UsageError
+
+if TYPE_CHECKING:
+    from nccl_k8s.k8s import Collected
 
 
 def _age(seconds: float | None) -> str:
@@ -249,19 +252,18 @@ def results_command(
         raise typer.Exit(1)
 
 
-def _print_sweeps(got: Any, fmt: str) -> None:
+def _print_sweeps(got: Collected, fmt: str) -> None:
     """--all-sweeps: one line per sweep (time, verdict, each op's average busbw)."""
     import json
 
     series = []
     for s in got.sweeps:
         meta = s.run.meta
-        ok = all(x.ok is not False for x in s.run.summaries)
         series.append(
             {
                 "sweep": meta.sweep,
                 "time": meta.time,
-                "ok": ok,
+                "ok": s.ok,
                 "avg_busbw": {x.op: x.avg_busbw for x in s.run.summaries},
                 "path": str(s.path),
             }

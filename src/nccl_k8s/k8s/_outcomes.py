@@ -122,6 +122,11 @@ class CollectedSweep:
     path: Path | None
     """Where it was written (`sweep-<index>.json`), None until then."""
 
+    @property
+    def ok(self) -> bool:
+        """Whether the sweep passed: no op's footer said its check FAILED."""
+        return all(s.ok is not False for s in self.run.summaries)
+
 
 @dataclasses.dataclass(frozen=True)
 class Collected:
