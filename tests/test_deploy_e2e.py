@@ -298,10 +298,14 @@ def test_pod_killed_mid_run_fails_the_run_naming_rank_pod_node(
     def killer() -> None:
         # Mid-run: both ranks run the engine and rank 0 has started measuring (its table header).
         with contextlib.suppress(BaseException):
-            wait_for("rank 1 engine started", lambda: "engine-from" in log_of(1), 120)
+            # The log as it was when it showed the engine starting (kept for the assertion below).
+            def started() -> str:
+                text = log_of(1)
+                return text if "engine-from" in text else ""
+
+            killed["log1"] = wait_for("rank 1 engine started", started, 120)
             wait_for("rank 0 measuring", lambda: "# Using devices" in log_of(0), 120)
             pod = killed["pod1"]
-            killed["log1"] = log_of(1)
             killed["at"] = time.monotonic()
             cluster.faults.kill_pod(ns, pod["metadata"]["name"])
 
