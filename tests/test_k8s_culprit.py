@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nccl_k8s.k8s._culprit import (
+from nccl_k8s.k8s.run._culprit import (
     Rendezvous,
     attribute,
     gpus_per_pod,

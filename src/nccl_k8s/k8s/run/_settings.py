@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from nccl_k8s.k8s._watch import WatchSettings
+from nccl_k8s.k8s.run._watch import WatchSettings
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

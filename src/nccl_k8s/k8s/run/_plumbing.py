@@ -15,12 +15,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapp
 from typing import TypeVar
 
 from nccl_k8s.errors import ClusterError, NotFound
-from nccl_k8s.k8s._client import FIELD_MANAGER, ClientSettings, KubeClient
-from nccl_k8s.k8s._manifests import APP_NAME
-from nccl_k8s.k8s._outcomes import Created
-from nccl_k8s.k8s._pods import PodInfo, pod_info, rank_key
-from nccl_k8s.k8s._types import Kind, Obj
-from nccl_k8s.k8s._watch import WatchSettings, informer, within
+from nccl_k8s.k8s.api._client import FIELD_MANAGER, ClientSettings, KubeClient
+from nccl_k8s.k8s.api._types import Kind, Obj
+from nccl_k8s.k8s.rendering._manifests import APP_NAME
+from nccl_k8s.k8s.run._outcomes import Created
+from nccl_k8s.k8s.run._pods import PodInfo, pod_info, rank_key
+from nccl_k8s.k8s.run._watch import WatchSettings, informer, within
 from nccl_k8s.spec import LABEL_INSTANCE, LABEL_MANAGED_BY, LABEL_NAME
 
 T = TypeVar("T")

@@ -29,7 +29,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
 from nccl_k8s.errors import Expired, Unreachable
-from nccl_k8s.k8s._types import Obj
+from nccl_k8s.k8s.api._types import Obj
 
 T = TypeVar("T")
 

@@ -23,11 +23,10 @@ from collections.abc import Awaitable
 from typing import Any
 
 from nccl_k8s.errors import ClusterError, Forbidden, NotFound
-from nccl_k8s.k8s._client import ClientSettings, KubeClient
-from nccl_k8s.k8s._manifests import GANGS
-from nccl_k8s.k8s._nodechecks import check_nodes
-from nccl_k8s.k8s._plumbing import run_sync
-from nccl_k8s.k8s._preflight import (
+from nccl_k8s.k8s.api._client import ClientSettings, KubeClient
+from nccl_k8s.k8s.api._types import Obj
+from nccl_k8s.k8s.preflight._nodechecks import check_nodes
+from nccl_k8s.k8s.preflight._preflight import (
     Check,
     Read,
     certain_failures,
@@ -41,7 +40,8 @@ from nccl_k8s.k8s._preflight import (
     check_scheduler,
     scheduler_name,
 )
-from nccl_k8s.k8s._types import Obj
+from nccl_k8s.k8s.rendering._manifests import GANGS
+from nccl_k8s.k8s.run._plumbing import run_sync
 from nccl_k8s.spec import RunSpec
 
 

@@ -9,11 +9,12 @@ import re
 from typing import Any
 
 from nccl_k8s.errors import ClusterError
-from nccl_k8s.k8s._client import ClientSettings, KubeClient
-from nccl_k8s.k8s._manifests import CONTAINER_NAME
-from nccl_k8s.k8s._monitor import STOPPED_ANNOTATION
-from nccl_k8s.k8s._outcomes import RunStatus, RunSummary
-from nccl_k8s.k8s._plumbing import (
+from nccl_k8s.k8s.api._client import ClientSettings, KubeClient
+from nccl_k8s.k8s.api._types import Obj
+from nccl_k8s.k8s.rendering._manifests import CONTAINER_NAME
+from nccl_k8s.k8s.run._monitor import STOPPED_ANNOTATION
+from nccl_k8s.k8s.run._outcomes import RunStatus, RunSummary
+from nccl_k8s.k8s.run._plumbing import (
     created_of,
     get_workload,
     namespace_of,
@@ -23,7 +24,7 @@ from nccl_k8s.k8s._plumbing import (
     run_sync,
     runs_in,
 )
-from nccl_k8s.k8s._pods import (
+from nccl_k8s.k8s.run._pods import (
     PodInfo,
     condition,
     latest_per_rank,
@@ -32,9 +33,8 @@ from nccl_k8s.k8s._pods import (
     rank_key,
     run_phase,
 )
-from nccl_k8s.k8s._settings import WaitSettings
-from nccl_k8s.k8s._types import Obj
-from nccl_k8s.k8s._verdicts import gather_verdict
+from nccl_k8s.k8s.run._settings import WaitSettings
+from nccl_k8s.k8s.run._verdicts import gather_verdict
 from nccl_k8s.spec import LABEL_INSTANCE
 
 

@@ -15,9 +15,10 @@ import asyncio
 import time
 
 from nccl_k8s.errors import Conflict, RunFailed, UsageError
-from nccl_k8s.k8s._client import ClientSettings, KubeClient
-from nccl_k8s.k8s._outcomes import Cleaned
-from nccl_k8s.k8s._plumbing import (
+from nccl_k8s.k8s.api._client import ClientSettings, KubeClient
+from nccl_k8s.k8s.api._types import Kind, Obj
+from nccl_k8s.k8s.run._outcomes import Cleaned
+from nccl_k8s.k8s.run._plumbing import (
     RUN_KINDS,
     WORKLOADS,
     namespace_of,
@@ -28,8 +29,7 @@ from nccl_k8s.k8s._plumbing import (
     wait_pods_gone,
     written_by_us,
 )
-from nccl_k8s.k8s._types import Kind, Obj
-from nccl_k8s.k8s._watch import WatchSettings
+from nccl_k8s.k8s.run._watch import WatchSettings
 from nccl_k8s.spec import LABEL_INSTANCE
 
 _NOT_OURS = (

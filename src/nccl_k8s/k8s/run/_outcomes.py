@@ -7,8 +7,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from nccl_k8s.k8s._pods import PodInfo
-from nccl_k8s.k8s._types import Kind
+from nccl_k8s.k8s.api._types import Kind
+from nccl_k8s.k8s.run._pods import PodInfo
 
 
 @dataclasses.dataclass(frozen=True)

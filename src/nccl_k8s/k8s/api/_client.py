@@ -45,16 +45,16 @@ from nccl_k8s.errors import (
     NotFound,
     UsageError,
 )
-from nccl_k8s.k8s._config import ClientSettings, RetrySettings, load_config
-from nccl_k8s.k8s._kinds import CUSTOM, plural, resource
-from nccl_k8s.k8s._translate import (
+from nccl_k8s.k8s.api._config import ClientSettings, RetrySettings, load_config
+from nccl_k8s.k8s.api._kinds import CUSTOM, plural, resource
+from nccl_k8s.k8s.api._translate import (
     Ask,
     fields_of,
     retry_after,
     status_error,
     transport_error,
 )
-from nccl_k8s.k8s._types import Kind, Obj
+from nccl_k8s.k8s.api._types import Kind, Obj
 
 Propagation = Literal["Background", "Foreground", "Orphan"]
 

@@ -18,11 +18,12 @@ import datetime
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from nccl_k8s.k8s._client import ClientSettings, KubeClient
-from nccl_k8s.k8s._culprit import lost, node_trouble, started
-from nccl_k8s.k8s._logs import waiting_words
-from nccl_k8s.k8s._monitor import STOPPED_ANNOTATION
-from nccl_k8s.k8s._plumbing import (
+from nccl_k8s.k8s.api._client import ClientSettings, KubeClient
+from nccl_k8s.k8s.api._types import Obj, timestamp
+from nccl_k8s.k8s.run._culprit import lost, node_trouble, started
+from nccl_k8s.k8s.run._logs import waiting_words
+from nccl_k8s.k8s.run._monitor import STOPPED_ANNOTATION
+from nccl_k8s.k8s.run._plumbing import (
     get_workload,
     namespace_of,
     no_run,
@@ -30,10 +31,16 @@ from nccl_k8s.k8s._plumbing import (
     run_labels,
     run_sync,
 )
-from nccl_k8s.k8s._pods import PodInfo, condition, latest_per_rank, pod_info, rank_key, run_phase
-from nccl_k8s.k8s._settings import WaitSettings
-from nccl_k8s.k8s._types import Obj, timestamp
-from nccl_k8s.k8s._verdicts import failed_create, gather_verdict, node_objects
+from nccl_k8s.k8s.run._pods import (
+    PodInfo,
+    condition,
+    latest_per_rank,
+    pod_info,
+    rank_key,
+    run_phase,
+)
+from nccl_k8s.k8s.run._settings import WaitSettings
+from nccl_k8s.k8s.run._verdicts import failed_create, gather_verdict, node_objects
 
 #: Last log lines shown for a pod whose container failed.
 TAIL_LINES = 3

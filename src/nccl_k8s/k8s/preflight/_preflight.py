@@ -18,10 +18,10 @@ from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any, Literal, get_args
 
-from nccl_k8s.k8s._manifests import GANGS
-from nccl_k8s.k8s._nodefit import pod_requests
-from nccl_k8s.k8s._presets import PsaLevel, pod_security_level, security_profile
-from nccl_k8s.k8s._types import Obj, timestamp
+from nccl_k8s.k8s.api._types import Obj, timestamp
+from nccl_k8s.k8s.preflight._nodefit import pod_requests
+from nccl_k8s.k8s.rendering._manifests import GANGS
+from nccl_k8s.k8s.rendering._presets import PsaLevel, pod_security_level, security_profile
 from nccl_k8s.spec import RunSpec, Security, quantity_value
 from nccl_k8s.spec._values import bytes_quantity, cpu_quantity
 

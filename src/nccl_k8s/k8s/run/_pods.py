@@ -13,7 +13,7 @@ import signal
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from nccl_k8s.k8s._types import Obj, PodPhase
+from nccl_k8s.k8s.api._types import Obj, PodPhase
 
 PHASES: tuple[PodPhase, ...] = ("Pending", "Running", "Succeeded", "Failed")
 

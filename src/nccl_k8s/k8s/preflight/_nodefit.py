@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from fractions import Fraction
 
-from nccl_k8s.k8s._types import Obj
+from nccl_k8s.k8s.api._types import Obj
 from nccl_k8s.spec import RunSpec, Toleration, quantity_value
 
 #: Labels that say a node has NVIDIA GPUs whether or not a device plugin advertises them

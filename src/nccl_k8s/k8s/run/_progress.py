@@ -13,8 +13,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
-from nccl_k8s.k8s._outcomes import Progress
-from nccl_k8s.k8s._pods import PodInfo
+from nccl_k8s.k8s.run._outcomes import Progress
+from nccl_k8s.k8s.run._pods import PodInfo
 
 #: The live summary's pod stages, in the order a pod goes through them.
 STAGES = ("unscheduled", "pulling/creating", "running", "succeeded", "failed")

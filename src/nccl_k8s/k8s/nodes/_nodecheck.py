@@ -38,7 +38,9 @@ from nccl_k8s.errors import (
     RunFailed,
     UsageError,
 )
-from nccl_k8s.k8s._badnodes import (
+from nccl_k8s.k8s.api._client import ClientSettings, KubeClient
+from nccl_k8s.k8s.api._types import Obj
+from nccl_k8s.k8s.nodes._badnodes import (
     Findings,
     PairResult,
     confirm_pass,
@@ -47,14 +49,12 @@ from nccl_k8s.k8s._badnodes import (
     suspects,
     verdicts,
 )
-from nccl_k8s.k8s._cleanup import cleanup
-from nccl_k8s.k8s._client import ClientSettings, KubeClient
-from nccl_k8s.k8s._collect import collect
-from nccl_k8s.k8s._deploy import deploy
-from nccl_k8s.k8s._nodefit import place
-from nccl_k8s.k8s._plumbing import run_sync
-from nccl_k8s.k8s._settings import WaitSettings
-from nccl_k8s.k8s._types import Obj
+from nccl_k8s.k8s.preflight._nodefit import place
+from nccl_k8s.k8s.run._cleanup import cleanup
+from nccl_k8s.k8s.run._collect import collect
+from nccl_k8s.k8s.run._deploy import deploy
+from nccl_k8s.k8s.run._plumbing import run_sync
+from nccl_k8s.k8s.run._settings import WaitSettings
 from nccl_k8s.spec import RUN_ID_MAX_LEN, RunSpec, master_port_for
 
 LABEL_KEY = "nccl-k8s/node-check"

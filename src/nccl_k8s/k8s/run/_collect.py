@@ -26,10 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from nccl_k8s.errors import ClusterError, ResultsError, RunFailed
-from nccl_k8s.k8s._client import ClientSettings, KubeClient
-from nccl_k8s.k8s._manifests import CONTAINER_NAME
-from nccl_k8s.k8s._outcomes import Collected, CollectedSweep
-from nccl_k8s.k8s._plumbing import (
+from nccl_k8s.k8s.api._client import ClientSettings, KubeClient
+from nccl_k8s.k8s.rendering._manifests import CONTAINER_NAME
+from nccl_k8s.k8s.rendering._wrapper import BLOCK_END
+from nccl_k8s.k8s.run._outcomes import Collected, CollectedSweep
+from nccl_k8s.k8s.run._plumbing import (
     bounded,
     get_pods,
     get_workload,
@@ -39,9 +40,8 @@ from nccl_k8s.k8s._plumbing import (
     resolve_run,
     run_sync,
 )
-from nccl_k8s.k8s._pods import PodInfo, latest_per_rank, run_phase
-from nccl_k8s.k8s._tracing import annotate, span
-from nccl_k8s.k8s._wrapper import BLOCK_END
+from nccl_k8s.k8s.run._pods import PodInfo, latest_per_rank, run_phase
+from nccl_k8s.k8s.run._tracing import annotate, span
 
 _NCCL_LINE = re.compile(r"^.*NCCL (?:INFO|WARN).*$", re.MULTILINE)
 

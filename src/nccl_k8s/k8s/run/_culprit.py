@@ -36,13 +36,13 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
 from nccl_k8s.bench.report import FAULT_PREFIX
-from nccl_k8s.k8s._pods import (
+from nccl_k8s.k8s.api._types import Obj, timestamp
+from nccl_k8s.k8s.run._pods import (
     PodInfo,
     latest_per_rank,
     pod_info,
     rank_key,
 )
-from nccl_k8s.k8s._types import Obj, timestamp
 
 #: Pod reasons that mean the pod was taken away, not that the benchmark failed.
 _LOST_REASONS = frozenset({"NodeLost", "Evicted", "NodeShutdown", "Shutdown", "Terminated"})

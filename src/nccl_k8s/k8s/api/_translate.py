@@ -18,7 +18,7 @@ from nccl_k8s.errors import (
     NotFound,
     Unreachable,
 )
-from nccl_k8s.k8s._kinds import plural
+from nccl_k8s.k8s.api._kinds import plural
 
 
 @dataclasses.dataclass(frozen=True)

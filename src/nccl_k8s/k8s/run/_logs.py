@@ -16,10 +16,11 @@ from collections.abc import Callable
 from typing import Any
 
 from nccl_k8s.errors import ClusterError, NotFound
-from nccl_k8s.k8s._client import ClientSettings, KubeClient
-from nccl_k8s.k8s._culprit import started
-from nccl_k8s.k8s._manifests import CONTAINER_NAME
-from nccl_k8s.k8s._plumbing import (
+from nccl_k8s.k8s.api._client import ClientSettings, KubeClient
+from nccl_k8s.k8s.api._types import Obj
+from nccl_k8s.k8s.rendering._manifests import CONTAINER_NAME
+from nccl_k8s.k8s.run._culprit import started
+from nccl_k8s.k8s.run._plumbing import (
     ListWatch,
     bounded,
     get_pods,
@@ -30,9 +31,8 @@ from nccl_k8s.k8s._plumbing import (
     run_labels,
     run_sync,
 )
-from nccl_k8s.k8s._pods import PodInfo, latest_per_rank, pod_info
-from nccl_k8s.k8s._types import Obj
-from nccl_k8s.k8s._watch import informer
+from nccl_k8s.k8s.run._pods import PodInfo, latest_per_rank, pod_info
+from nccl_k8s.k8s.run._watch import informer
 
 LineFn = Callable[[int | None, str], None]
 

@@ -31,14 +31,15 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 from nccl_k8s.errors import ClusterError, RunFailed
-from nccl_k8s.k8s._client import ClientSettings, KubeClient
-from nccl_k8s.k8s._culprit import (
+from nccl_k8s.k8s.api._client import ClientSettings, KubeClient
+from nccl_k8s.k8s.api._types import Obj
+from nccl_k8s.k8s.rendering._manifests import CONTAINER_NAME
+from nccl_k8s.k8s.run._culprit import (
     lost,
     started,
 )
-from nccl_k8s.k8s._manifests import CONTAINER_NAME
-from nccl_k8s.k8s._outcomes import Created, Progress, ProgressFn, WaitOutcome
-from nccl_k8s.k8s._plumbing import (
+from nccl_k8s.k8s.run._outcomes import Created, Progress, ProgressFn, WaitOutcome
+from nccl_k8s.k8s.run._plumbing import (
     WORKLOADS,
     ListWatch,
     delete_created,
@@ -51,7 +52,7 @@ from nccl_k8s.k8s._plumbing import (
     run_sync,
     wait_pods_gone,
 )
-from nccl_k8s.k8s._pods import (
+from nccl_k8s.k8s.run._pods import (
     PodInfo,
     condition,
     latest_per_rank,
@@ -59,19 +60,18 @@ from nccl_k8s.k8s._pods import (
     pod_info,
     run_phase,
 )
-from nccl_k8s.k8s._progress import RankZeroLog, phase_of, stages
-from nccl_k8s.k8s._settings import WaitSettings
-from nccl_k8s.k8s._tracing import Phases, span
-from nccl_k8s.k8s._tracing import enabled as tracing_enabled
-from nccl_k8s.k8s._types import Obj
-from nccl_k8s.k8s._verdicts import (
+from nccl_k8s.k8s.run._progress import RankZeroLog, phase_of, stages
+from nccl_k8s.k8s.run._settings import WaitSettings
+from nccl_k8s.k8s.run._tracing import Phases, span
+from nccl_k8s.k8s.run._tracing import enabled as tracing_enabled
+from nccl_k8s.k8s.run._verdicts import (
     RunState,
     check_scheduled,
     failed_create,
     failure,
     out_of_patience,
 )
-from nccl_k8s.k8s._watch import Update, informer, within
+from nccl_k8s.k8s.run._watch import Update, informer, within
 
 #: The annotation a stopped Job carries: why nccl-k8s stopped it (its Failed condition then says
 #: DeadlineExceeded, which is how it was stopped, not why).

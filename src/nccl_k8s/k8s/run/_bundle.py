@@ -32,10 +32,11 @@ from typing import Any
 import yaml
 
 from nccl_k8s.errors import ClusterError, NotFound
-from nccl_k8s.k8s._client import ClientSettings, KubeClient
-from nccl_k8s.k8s._explain import gather, table_text
-from nccl_k8s.k8s._manifests import CONTAINER_NAME, GANGS
-from nccl_k8s.k8s._plumbing import (
+from nccl_k8s.k8s.api._client import ClientSettings, KubeClient
+from nccl_k8s.k8s.api._types import Obj
+from nccl_k8s.k8s.rendering._manifests import CONTAINER_NAME, GANGS
+from nccl_k8s.k8s.run._explain import gather, table_text
+from nccl_k8s.k8s.run._plumbing import (
     RUN_KINDS,
     bounded,
     namespace_of,
@@ -43,8 +44,7 @@ from nccl_k8s.k8s._plumbing import (
     run_labels,
     run_sync,
 )
-from nccl_k8s.k8s._types import Obj
-from nccl_k8s.k8s._verdicts import node_objects
+from nccl_k8s.k8s.run._verdicts import node_objects
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from nccl_k8s.k8s._nodefit import GPU_NODE_LABELS, Placement, gpu_shapes, node_view, place
-from nccl_k8s.k8s._preflight import Check, Read
-from nccl_k8s.k8s._types import Obj
+from nccl_k8s.k8s.api._types import Obj
+from nccl_k8s.k8s.preflight._nodefit import GPU_NODE_LABELS, Placement, gpu_shapes, node_view, place
+from nccl_k8s.k8s.preflight._preflight import Check, Read
 from nccl_k8s.spec import RunSpec
 
 _AUTOSCALER = "a cluster autoscaler may add nodes (deploy waits --schedule-timeout for them)"

@@ -38,7 +38,8 @@ import shlex
 
 from nccl_k8s.bench.config import METRICS_ADDR_ENV, NODE_NAME_ENV
 from nccl_k8s.errors import UsageError
-from nccl_k8s.k8s._presets import (
+from nccl_k8s.k8s.api._types import Obj
+from nccl_k8s.k8s.rendering._presets import (
     MESH_OPT_OUT_ANNOTATIONS,
     MESH_OPT_OUT_LABELS,
     pod_env,
@@ -46,9 +47,8 @@ from nccl_k8s.k8s._presets import (
     security_profile,
     uses_host_network,
 )
-from nccl_k8s.k8s._types import Obj
-from nccl_k8s.k8s._wrapper import BLOCK_BEGIN, BLOCK_END, POD_WRAPPER, WRAPPER_ENV
-from nccl_k8s.k8s._zipapp import ZIPAPP_NAME, carries_prometheus_client, engine_zipapp
+from nccl_k8s.k8s.rendering._wrapper import BLOCK_BEGIN, BLOCK_END, POD_WRAPPER, WRAPPER_ENV
+from nccl_k8s.k8s.rendering._zipapp import ZIPAPP_NAME, carries_prometheus_client, engine_zipapp
 from nccl_k8s.spec import (
     LABEL_COMPONENT,
     LABEL_INSTANCE,

@@ -10,8 +10,10 @@ import re
 from typing import Any
 
 from nccl_k8s.errors import ClusterError, RunFailed
-from nccl_k8s.k8s._client import KubeClient
-from nccl_k8s.k8s._culprit import (
+from nccl_k8s.k8s.api._client import KubeClient
+from nccl_k8s.k8s.api._types import Obj
+from nccl_k8s.k8s.rendering._manifests import CONTAINER_NAME
+from nccl_k8s.k8s.run._culprit import (
     Verdict,
     attribute,
     lost,
@@ -19,18 +21,16 @@ from nccl_k8s.k8s._culprit import (
     parse_rendezvous,
     started,
 )
-from nccl_k8s.k8s._manifests import CONTAINER_NAME
-from nccl_k8s.k8s._plumbing import (
+from nccl_k8s.k8s.run._plumbing import (
     rank_text,
 )
-from nccl_k8s.k8s._pods import (
+from nccl_k8s.k8s.run._pods import (
     PodInfo,
     condition,
     pod_info,
 )
-from nccl_k8s.k8s._settings import WaitSettings
-from nccl_k8s.k8s._types import Obj
-from nccl_k8s.k8s._watch import Update
+from nccl_k8s.k8s.run._settings import WaitSettings
+from nccl_k8s.k8s.run._watch import Update
 
 
 #: The annotation a stopped Job carries: why nccl-k8s stopped it (its Failed condition then says
