@@ -39,6 +39,7 @@ from nccl_k8s.errors import (
     UsageError,
 )
 from nccl_k8s.k8s.api._client import ClientSettings, KubeClient
+from nccl_k8s.k8s.api._sync import run_sync
 from nccl_k8s.k8s.api._types import Obj
 from nccl_k8s.k8s.nodes._badnodes import (
     Findings,
@@ -53,7 +54,6 @@ from nccl_k8s.k8s.preflight._nodefit import place
 from nccl_k8s.k8s.run._cleanup import cleanup
 from nccl_k8s.k8s.run._collect import collect
 from nccl_k8s.k8s.run._deploy import deploy
-from nccl_k8s.k8s.run._plumbing import run_sync
 from nccl_k8s.k8s.run._settings import WaitSettings
 from nccl_k8s.spec import RUN_ID_MAX_LEN, RunSpec, master_port_for
 

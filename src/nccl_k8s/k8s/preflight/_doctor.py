@@ -24,6 +24,7 @@ from typing import Any
 
 from nccl_k8s.errors import ClusterError, Forbidden, NotFound
 from nccl_k8s.k8s.api._client import ClientSettings, KubeClient
+from nccl_k8s.k8s.api._sync import run_sync
 from nccl_k8s.k8s.api._types import Obj
 from nccl_k8s.k8s.preflight._nodechecks import check_nodes
 from nccl_k8s.k8s.preflight._preflight import (
@@ -41,7 +42,6 @@ from nccl_k8s.k8s.preflight._preflight import (
     scheduler_name,
 )
 from nccl_k8s.k8s.rendering._manifests import GANGS
-from nccl_k8s.k8s.run._plumbing import run_sync
 from nccl_k8s.spec import RunSpec
 
 

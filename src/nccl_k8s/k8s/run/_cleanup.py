@@ -16,6 +16,7 @@ import time
 
 from nccl_k8s.errors import Conflict, RunFailed, UsageError
 from nccl_k8s.k8s.api._client import ClientSettings, KubeClient
+from nccl_k8s.k8s.api._sync import run_sync
 from nccl_k8s.k8s.api._types import Kind, Obj
 from nccl_k8s.k8s.run._outcomes import Cleaned
 from nccl_k8s.k8s.run._plumbing import (
@@ -25,7 +26,6 @@ from nccl_k8s.k8s.run._plumbing import (
     no_run,
     ours,
     run_labels,
-    run_sync,
     wait_pods_gone,
     written_by_us,
 )

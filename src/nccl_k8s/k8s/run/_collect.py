@@ -27,6 +27,7 @@ from typing import Any
 
 from nccl_k8s.errors import ClusterError, ResultsError, RunFailed
 from nccl_k8s.k8s.api._client import ClientSettings, KubeClient
+from nccl_k8s.k8s.api._sync import run_sync
 from nccl_k8s.k8s.rendering._manifests import CONTAINER_NAME
 from nccl_k8s.k8s.rendering._wrapper import BLOCK_END
 from nccl_k8s.k8s.run._outcomes import Collected, CollectedSweep
@@ -38,7 +39,6 @@ from nccl_k8s.k8s.run._plumbing import (
     no_run,
     rank_text,
     resolve_run,
-    run_sync,
 )
 from nccl_k8s.k8s.run._pods import PodInfo, latest_per_rank, run_phase
 from nccl_k8s.k8s.run._tracing import annotate, span

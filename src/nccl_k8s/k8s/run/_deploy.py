@@ -20,13 +20,14 @@ from pathlib import Path
 
 from nccl_k8s.errors import ClusterError, Conflict, Forbidden, Refused, UsageError
 from nccl_k8s.k8s.api._client import ClientSettings, KubeClient
+from nccl_k8s.k8s.api._sync import run_sync
 from nccl_k8s.k8s.api._types import Obj
 from nccl_k8s.k8s.preflight._doctor import refusal
 from nccl_k8s.k8s.rendering._manifests import APP_NAME, render
 from nccl_k8s.k8s.run._bundle import write_bundle
 from nccl_k8s.k8s.run._monitor import Ending, follow_run
 from nccl_k8s.k8s.run._outcomes import Created, Deployed, ProgressFn, WaitOutcome
-from nccl_k8s.k8s.run._plumbing import WORKLOADS, delete_created, run_sync
+from nccl_k8s.k8s.run._plumbing import WORKLOADS, delete_created
 from nccl_k8s.k8s.run._settings import WaitSettings
 from nccl_k8s.k8s.run._tracing import span
 from nccl_k8s.spec import LABEL_INSTANCE, LABEL_NAME, RunSpec

@@ -32,6 +32,7 @@ from typing import Any
 
 from nccl_k8s.errors import ClusterError, RunFailed
 from nccl_k8s.k8s.api._client import ClientSettings, KubeClient
+from nccl_k8s.k8s.api._sync import run_sync
 from nccl_k8s.k8s.api._types import Obj
 from nccl_k8s.k8s.rendering._manifests import CONTAINER_NAME
 from nccl_k8s.k8s.run._culprit import (
@@ -49,7 +50,6 @@ from nccl_k8s.k8s.run._plumbing import (
     owned_by,
     resolve_run,
     run_labels,
-    run_sync,
     wait_pods_gone,
 )
 from nccl_k8s.k8s.run._pods import (

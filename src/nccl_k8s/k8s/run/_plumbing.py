@@ -1,5 +1,5 @@
-"""What every run function shares: one event loop per call, the run's labels, finding runs,
-their workload and pods, a list+watch source, bounded concurrency.
+"""What every run function shares: the run's labels, finding runs, their workload and pods,
+a list+watch source, bounded concurrency.
 
 Selection is by label: `app.kubernetes.io/name=nccl-k8s`, `app.kubernetes.io/managed-by=
 nccl-k8s` and `app.kubernetes.io/instance=<run-id>`; nothing without them is read. Labels are
@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapp
 from typing import TypeVar
 
 from nccl_k8s.errors import ClusterError, NotFound
-from nccl_k8s.k8s.api._client import FIELD_MANAGER, ClientSettings, KubeClient
+from nccl_k8s.k8s.api._client import FIELD_MANAGER, KubeClient
 from nccl_k8s.k8s.api._types import Kind, Obj
 from nccl_k8s.k8s.rendering._manifests import APP_NAME
 from nccl_k8s.k8s.run._outcomes import Created
@@ -28,17 +28,6 @@ T = TypeVar("T")
 WORKLOADS: tuple[Kind, ...] = ("Job", "StatefulSet")
 #: Delete order: the workload first (its pods go with it), then what it used.
 RUN_KINDS: tuple[Kind, ...] = ("Job", "StatefulSet", "Service", "ConfigMap")
-
-
-def run_sync(factory: Callable[[KubeClient], Awaitable[T]], settings: ClientSettings) -> T:
-    """Connect (reading the kubeconfig sends nothing), run `factory(client)`, close."""
-    client = KubeClient.connect(settings)
-
-    async def main() -> T:
-        async with client:
-            return await factory(client)
-
-    return asyncio.run(main())
 
 
 def run_labels(run_id: str | None = None) -> dict[str, str]:

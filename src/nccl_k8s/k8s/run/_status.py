@@ -10,6 +10,7 @@ from typing import Any
 
 from nccl_k8s.errors import ClusterError
 from nccl_k8s.k8s.api._client import ClientSettings, KubeClient
+from nccl_k8s.k8s.api._sync import run_sync
 from nccl_k8s.k8s.api._types import Obj
 from nccl_k8s.k8s.rendering._manifests import CONTAINER_NAME
 from nccl_k8s.k8s.run._monitor import STOPPED_ANNOTATION
@@ -21,7 +22,6 @@ from nccl_k8s.k8s.run._plumbing import (
     no_run,
     resolve_run,
     run_labels,
-    run_sync,
     runs_in,
 )
 from nccl_k8s.k8s.run._pods import (
