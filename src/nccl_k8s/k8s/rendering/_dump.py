@@ -10,7 +10,7 @@ from typing import Literal
 import yaml
 
 from nccl_k8s.k8s.api._types import Obj
-from nccl_k8s.k8s.rendering._manifests import PSA_ANNOTATION
+from nccl_k8s.k8s.rendering._names import PSA_ANNOTATION
 
 
 class _Dumper(yaml.SafeDumper):

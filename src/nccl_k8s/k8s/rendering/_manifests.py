@@ -39,6 +39,7 @@ import shlex
 from nccl_k8s.bench.config import METRICS_ADDR_ENV, NODE_NAME_ENV
 from nccl_k8s.errors import UsageError
 from nccl_k8s.k8s.api._types import Obj
+from nccl_k8s.k8s.rendering._names import APP_NAME, CONTAINER_NAME, PSA_ANNOTATION
 from nccl_k8s.k8s.rendering._presets import (
     MESH_OPT_OUT_ANNOTATIONS,
     MESH_OPT_OUT_LABELS,
@@ -61,8 +62,6 @@ from nccl_k8s.spec import (
 )
 from nccl_k8s.spec._values import bytes_quantity, cpu_quantity
 
-APP_NAME = "nccl-k8s"
-CONTAINER_NAME = "bench"
 #: The containerPort the engine serves Prometheus metrics on, by name, and the path.
 METRICS_PORT_NAME = "metrics"
 METRICS_PATH = "/metrics"
@@ -70,10 +69,6 @@ PODMONITOR_API_VERSION = "monitoring.coreos.com/v1"
 ENGINE_MOUNT = "/opt/nccl-k8s"
 RESULTS_MOUNT = "/workspace/results"
 WORKER = "worker"
-
-#: On the workload: the strictest Pod Security Admission level its pods pass, so a namespace's
-#: `pod-security.kubernetes.io/enforce` label can be checked against it before pods are refused.
-PSA_ANNOTATION = "nccl-k8s/pod-security"
 
 #: How each gang scheduler binds a pod to its PodGroup, as each project documents it:
 #: Volcano reads the annotation scheduling.k8s.io/group-name and schedules pods whose

@@ -35,7 +35,8 @@ from nccl_k8s.errors import ClusterError, NotFound
 from nccl_k8s.k8s.api._client import ClientSettings, KubeClient
 from nccl_k8s.k8s.api._sync import run_sync
 from nccl_k8s.k8s.api._types import Obj
-from nccl_k8s.k8s.rendering._manifests import CONTAINER_NAME, GANGS
+from nccl_k8s.k8s.rendering._manifests import GANGS
+from nccl_k8s.k8s.rendering._names import CONTAINER_NAME
 from nccl_k8s.k8s.run._explain import gather, table_text
 from nccl_k8s.k8s.run._plumbing import RUN_KINDS, bounded, namespace_of, resolve_run, run_labels
 from nccl_k8s.k8s.run._verdicts import node_objects

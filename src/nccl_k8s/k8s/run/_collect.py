@@ -28,7 +28,7 @@ from typing import Any
 from nccl_k8s.errors import ClusterError, ResultsError, RunFailed
 from nccl_k8s.k8s.api._client import ClientSettings, KubeClient
 from nccl_k8s.k8s.api._sync import run_sync
-from nccl_k8s.k8s.rendering._manifests import CONTAINER_NAME
+from nccl_k8s.k8s.rendering._names import CONTAINER_NAME
 from nccl_k8s.k8s.rendering._wrapper import BLOCK_END
 from nccl_k8s.k8s.run._outcomes import Collected, CollectedSweep
 from nccl_k8s.k8s.run._plumbing import (

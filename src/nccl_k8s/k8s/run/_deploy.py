@@ -23,7 +23,8 @@ from nccl_k8s.k8s.api._client import ClientSettings, KubeClient
 from nccl_k8s.k8s.api._sync import run_sync
 from nccl_k8s.k8s.api._types import Obj
 from nccl_k8s.k8s.preflight._doctor import refusal
-from nccl_k8s.k8s.rendering._manifests import APP_NAME, render
+from nccl_k8s.k8s.rendering._manifests import render
+from nccl_k8s.k8s.rendering._names import APP_NAME
 from nccl_k8s.k8s.run._bundle import write_bundle
 from nccl_k8s.k8s.run._monitor import Ending, follow_run
 from nccl_k8s.k8s.run._outcomes import Created, Deployed, ProgressFn, WaitOutcome

@@ -21,9 +21,9 @@ from typing import Any
 from nccl_k8s.k8s.api._client import ClientSettings, KubeClient
 from nccl_k8s.k8s.api._sync import run_sync
 from nccl_k8s.k8s.api._types import Obj, timestamp
+from nccl_k8s.k8s.rendering._names import STOPPED_ANNOTATION
 from nccl_k8s.k8s.run._culprit import lost, node_trouble, started
 from nccl_k8s.k8s.run._logs import waiting_words
-from nccl_k8s.k8s.run._monitor import STOPPED_ANNOTATION
 from nccl_k8s.k8s.run._plumbing import get_workload, namespace_of, no_run, resolve_run, run_labels
 from nccl_k8s.k8s.run._pods import (
     PodInfo,

@@ -19,7 +19,7 @@ from nccl_k8s.errors import ClusterError, NotFound
 from nccl_k8s.k8s.api._client import ClientSettings, KubeClient
 from nccl_k8s.k8s.api._sync import run_sync
 from nccl_k8s.k8s.api._types import Obj
-from nccl_k8s.k8s.rendering._manifests import CONTAINER_NAME
+from nccl_k8s.k8s.rendering._names import CONTAINER_NAME
 from nccl_k8s.k8s.run._culprit import started
 from nccl_k8s.k8s.run._plumbing import (
     ListWatch,

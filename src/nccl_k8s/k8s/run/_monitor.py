@@ -34,7 +34,7 @@ from nccl_k8s.errors import ClusterError, RunFailed
 from nccl_k8s.k8s.api._client import ClientSettings, KubeClient
 from nccl_k8s.k8s.api._sync import run_sync
 from nccl_k8s.k8s.api._types import Obj
-from nccl_k8s.k8s.rendering._manifests import CONTAINER_NAME
+from nccl_k8s.k8s.rendering._names import CONTAINER_NAME, STOPPED_ANNOTATION
 from nccl_k8s.k8s.run._culprit import (
     lost,
     started,
@@ -72,10 +72,6 @@ from nccl_k8s.k8s.run._verdicts import (
     out_of_patience,
 )
 from nccl_k8s.k8s.run._watch import Update, informer, within
-
-#: The annotation a stopped Job carries: why nccl-k8s stopped it (its Failed condition then says
-#: DeadlineExceeded, which is how it was stopped, not why).
-STOPPED_ANNOTATION = "nccl-k8s/stopped-because"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,7 +17,7 @@ from typing import TypeVar
 from nccl_k8s.errors import ClusterError, NotFound
 from nccl_k8s.k8s.api._client import FIELD_MANAGER, KubeClient
 from nccl_k8s.k8s.api._types import Kind, Obj
-from nccl_k8s.k8s.rendering._manifests import APP_NAME
+from nccl_k8s.k8s.rendering._names import APP_NAME
 from nccl_k8s.k8s.run._outcomes import Created
 from nccl_k8s.k8s.run._pods import PodInfo, pod_info, rank_key
 from nccl_k8s.k8s.run._watch import WatchSettings, informer, within

@@ -12,8 +12,7 @@ from nccl_k8s.errors import ClusterError
 from nccl_k8s.k8s.api._client import ClientSettings, KubeClient
 from nccl_k8s.k8s.api._sync import run_sync
 from nccl_k8s.k8s.api._types import Obj
-from nccl_k8s.k8s.rendering._manifests import CONTAINER_NAME
-from nccl_k8s.k8s.run._monitor import STOPPED_ANNOTATION
+from nccl_k8s.k8s.rendering._names import CONTAINER_NAME, STOPPED_ANNOTATION
 from nccl_k8s.k8s.run._outcomes import RunStatus, RunSummary
 from nccl_k8s.k8s.run._plumbing import (
     created_of,

@@ -12,7 +12,7 @@ from typing import Any
 from nccl_k8s.errors import ClusterError, RunFailed
 from nccl_k8s.k8s.api._client import KubeClient
 from nccl_k8s.k8s.api._types import Obj
-from nccl_k8s.k8s.rendering._manifests import CONTAINER_NAME
+from nccl_k8s.k8s.rendering._names import CONTAINER_NAME
 from nccl_k8s.k8s.run._culprit import (
     Verdict,
     attribute,
