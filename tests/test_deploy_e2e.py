@@ -619,7 +619,8 @@ def test_410_over_http_is_expired_and_a_namespace_we_may_not_read_is_no_obstacle
     import asyncio
 
     from nccl_k8s.errors import Expired
-    from nccl_k8s.k8s.api._client import ClientSettings, KubeClient
+    from nccl_k8s.k8s import ClientSettings
+    from nccl_k8s.k8s.api._client import KubeClient
 
     async def watch_from_compacted() -> None:
         async with KubeClient.connect(ClientSettings(kubeconfig=str(cluster.kubeconfig))) as kc:

@@ -12,9 +12,9 @@ import kubernetes_validate
 import pytest
 
 from nccl_k8s.errors import UsageError
-from nccl_k8s.k8s.rendering._manifests import render
+from nccl_k8s.k8s import Explained, render, table_text
 from nccl_k8s.k8s.run._collect import name_nodes
-from nccl_k8s.k8s.run._explain import Explained, rows, table_text
+from nccl_k8s.k8s.run._explain import rows
 from nccl_k8s.k8s.run._pods import pod_info
 from nccl_k8s.results.schema import Device, Run, RunMeta
 from nccl_k8s.spec import build_run_spec

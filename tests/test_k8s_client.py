@@ -17,7 +17,8 @@ from typer.testing import CliRunner
 
 from nccl_k8s.cli.main import app
 from nccl_k8s.errors import ClusterError, Conflict, Unreachable, UsageError
-from nccl_k8s.k8s.api._client import ClientSettings, KubeClient, RetrySettings, load_config
+from nccl_k8s.k8s import ClientSettings
+from nccl_k8s.k8s.api._client import KubeClient, RetrySettings, load_config
 
 T = TypeVar("T")
 FAST = RetrySettings(attempts=4, backoff_s=0.05, max_wait_s=2.0)

@@ -26,8 +26,7 @@ import typer
 import yaml
 from typer.testing import CliRunner
 
-from nccl_k8s.k8s.rendering._dump import dump
-from nccl_k8s.k8s.rendering._manifests import render
+from nccl_k8s.k8s import dump, render
 from nccl_k8s.k8s.rendering._wrapper import POD_WRAPPER
 from nccl_k8s.k8s.rendering._zipapp import (
     MAX_ZIPAPP_BYTES,
