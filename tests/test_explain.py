@@ -1,4 +1,4 @@
-"""`doctor --run`'s table, pure (k8s._explain.rows), and the pieces it adds to the run's objects:
+"""`doctor --run`'s table, pure (k8s.run._explain.rows), and the pieces it adds to the run's objects:
 pods pinned by --node, each rank's node in the results. Each row is what a user asks "why is it
 there" about: unscheduled, waiting for an absent scheduler, refused by admission, out of
 memory, on a NotReady node."""

@@ -1,4 +1,4 @@
-"""k8s._client against the test cluster over real HTTP: transient failures retried within a bound,
+"""k8s.api._client against the test cluster over real HTTP: transient failures retried within a bound,
 creates never repeated where the server may have acted, uid preconditions on delete, and a
 kubeconfig that is not one (or points nowhere) told in one line with the right exit code."""
 

@@ -1,4 +1,4 @@
-"""Culprit attribution (k8s._culprit), pure: pods, nodes and the engine's fault lines in, the
+"""Culprit attribution (k8s.run._culprit), pure: pods, nodes and the engine's fault lines in, the
 rank, pod and node held responsible out. Each case is a failure whose obvious reading (the rank
 that exited first, the one with the loudest error) names the wrong rank."""
 

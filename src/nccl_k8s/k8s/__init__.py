@@ -5,13 +5,13 @@ doctor, explain (doctor --run), bundle, nodes_check.
     objs = k8s.render(spec)                       # pure: RunSpec -> the objects deploy applies
     deployed, outcome = k8s.deploy(spec, client=k8s.ClientSettings())
 
-Behind it, private modules by concern: `_manifests` (pure RunSpec -> objects) and `_presets`
-(NCCL environment, security profiles), `_client` (lightkube; the only module that talks HTTP),
-`_watch` (list+watch informer), `_pods` (pure pod-state interpretation), `_deploy`, `_monitor`
-(following a run, naming its culprit), `_status`, `_logs`, `_collect`, `_cleanup`, with
-`_plumbing` and `_outcomes` (the dataclasses returned) shared by them; `_doctor` (preflight:
-pure checks in `_preflight`, `_nodechecks`, `_nodefit`), `_explain` (doctor --run), `_bundle`,
-`_nodecheck` (the bad-node finder; its pure plan and verdicts in `_badnodes`).
+Behind it, subpackages by concern, each importing only those below it (import-linter checks):
+    nodes      the bad-node finder (`nodes check`): composes deploy, collect and cleanup
+    run        a run's lifecycle: deploy, the monitor and its culprit, watch, status, logs,
+               collect, cleanup, explain (doctor --run), the debug bundle
+    preflight  doctor: will a run deploy and start (deploy consults it when refused)
+    rendering  pure RunSpec -> objects, and the names other modules read off them
+    api        the API client: the only code that imports lightkube or the HTTP client
 
 Names load lazily, so `render` works without the API client (lightkube is the `k8s` extra) and
 importing this package costs nothing until a name is used.

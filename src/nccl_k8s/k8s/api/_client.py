@@ -18,7 +18,7 @@ retried only where the server cannot have acted: 429 and a connection that never
 connection refused before the server ever answered this client is not retried at all: the
 kubeconfig points nowhere, and the user hears it at once (exit 2).
 
-Configuration (settings, the kubeconfig) is k8s._config's; which kinds it handles, k8s._kinds'.
+Configuration (settings, the kubeconfig) is api._config's; which kinds it handles, api._kinds'.
 
 Writes carry the field manager `nccl-k8s` (managedFields shows which objects this tool wrote;
 cleanup relies on it). One client holds one connection pool of at most 100 connections

@@ -16,7 +16,7 @@ def timestamp(text: object) -> datetime.datetime | None:
         return None
 
 
-#: An API object as the server sends it (the plain JSON dict); the only form above k8s._client.
+#: An API object as the server sends it (the plain JSON dict); the only form above api._client.
 Obj = dict[str, Any]
 
 #: The kinds this tool reads or writes.

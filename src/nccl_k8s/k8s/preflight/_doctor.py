@@ -1,5 +1,5 @@
 """doctor: will this run deploy and start, and if not, why. Reads what the checks need (one
-request each, at once) and hands it to the pure checks of k8s._preflight and k8s._nodechecks.
+request each, at once) and hands it to the pure checks of preflight._preflight and preflight._nodechecks.
 
     API server    GET /version
     namespace     GET the namespace (its Pod Security labels)

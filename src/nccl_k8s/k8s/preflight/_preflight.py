@@ -1,6 +1,6 @@
 """doctor's verdicts before a deploy: what the API server, its admission and the cluster's
 add-ons will do with the run's objects. Pure: what was read (`Facts`) and the RunSpec in,
-`Check`s out; k8s._doctor reads the facts.
+`Check`s out; preflight._doctor reads the facts.
 
 Each check passes, warns or fails with one line saying what was found and, where something is
 wrong, one line of hint saying what to do. A fail marked `certain` is one the deploy cannot

@@ -1,6 +1,6 @@
 """What runs first in every pod: a standard-library wrapper around torchrun that replays the
 run's result lines and a digest of its NCCL lines as blocks at the end of the log, so that
-kubelet log rotation cannot take them (k8s._collect reads the last complete block)."""
+kubelet log rotation cannot take them (k8s.run._collect reads the last complete block)."""
 
 from __future__ import annotations
 

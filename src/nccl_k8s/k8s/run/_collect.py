@@ -3,7 +3,7 @@ into runs/<id>/results.json, the NCCL lines diagnosed.
 
 Kubelets rotate container logs and the log API serves only the newest file, so the lines a
 long or noisy run printed first may be gone from what we can fetch. The pod wrapper
-(_wrapper.POD_WRAPPER) therefore prints, last, rank 0's result lines as one block and a digest
+(rendering._wrapper.POD_WRAPPER) therefore prints, last, rank 0's result lines as one block and a digest
 of the NCCL lines as another; the last complete one of each is read, and only without one the
 lines scattered through the log (an older image, a run that failed).
 

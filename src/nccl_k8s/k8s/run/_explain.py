@@ -1,7 +1,7 @@
 """`doctor --run ID`: why each pod of an existing run is where it is, in one table.
 
-The same interpretation deploy's monitor uses (k8s._pods for pod states, k8s._verdicts and
-k8s._culprit for a failed run's culprit, the controller's FailedCreate wording), applied to what
+The same interpretation deploy's monitor uses (run._pods for pod states, run._verdicts and
+run._culprit for a failed run's culprit, the controller's FailedCreate wording), applied to what
 the API holds now: the scheduler's FailedScheduling message for an unschedulable pod, the
 kubelet's words for an image that cannot be pulled, OOMKilled and exit codes with the last log
 lines, a node that is NotReady or unreachable, a pod no scheduler has looked at, a Job whose

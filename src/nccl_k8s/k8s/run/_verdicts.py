@@ -1,6 +1,6 @@
 """Why a followed run failed, in one message: the culprit's rank, pod and node (from
-k8s._culprit's attribution), the scheduler's or the Job controller's words, the last log lines
-of the rank that broke. What k8s._monitor raises once it decides a run has failed."""
+run._culprit's attribution), the scheduler's or the Job controller's words, the last log lines
+of the rank that broke. What run._monitor raises once it decides a run has failed."""
 
 from __future__ import annotations
 
