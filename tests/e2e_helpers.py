@@ -45,7 +45,7 @@ def engine_zipapp_with(tmp_path: Path, code: str) -> bytes:
     import shutil
 
     import nccl_k8s
-    from nccl_k8s.k8s._zipapp import build_zipapp
+    from nccl_k8s.k8s.rendering._zipapp import build_zipapp
 
     root = tmp_path / "pkg" / "nccl_k8s"
     src = Path(nccl_k8s.__file__).parent

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from nccl_k8s.k8s._badnodes import (
+from nccl_k8s.k8s.nodes._badnodes import (
     PairResult,
     confirm_pass,
     first_pass,

@@ -20,7 +20,8 @@ from lightkube import AsyncClient
 from lightkube.core.generic_client import GenericAsyncClient
 from tests.cluster.cluster import Cluster
 
-from nccl_k8s.k8s._client import ClientSettings, KubeClient, load_config
+from nccl_k8s.k8s import ClientSettings
+from nccl_k8s.k8s.api._client import KubeClient, load_config
 
 
 def test_the_private_generic_client_still_has_the_shape_logs_relies_on(cluster: Cluster) -> None:

@@ -67,7 +67,7 @@ def value(metrics: dict[str, list[tuple[dict[str, str], float]]], name: str) -> 
 def test_statefulset_sweeps_scraped_and_a_sabotaged_sweep_fails_visibly(
     cluster: Cluster, namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import nccl_k8s.k8s._manifests as manifests
+    import nccl_k8s.k8s.rendering._manifests as manifests
 
     ns = namespace
 

@@ -274,7 +274,7 @@ def marked_zipapp(tmp_path: Path) -> bytes:
 def test_pod_killed_mid_run_fails_the_run_naming_rank_pod_node(
     cluster: Cluster, ns: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import nccl_k8s.k8s._manifests as manifests
+    import nccl_k8s.k8s.rendering._manifests as manifests
 
     marked = marked_zipapp(tmp_path)
     monkeypatch.setattr(manifests, "engine_zipapp", lambda: marked)
@@ -619,7 +619,8 @@ def test_410_over_http_is_expired_and_a_namespace_we_may_not_read_is_no_obstacle
     import asyncio
 
     from nccl_k8s.errors import Expired
-    from nccl_k8s.k8s._client import ClientSettings, KubeClient
+    from nccl_k8s.k8s import ClientSettings
+    from nccl_k8s.k8s.api._client import KubeClient
 
     async def watch_from_compacted() -> None:
         async with KubeClient.connect(ClientSettings(kubeconfig=str(cluster.kubeconfig))) as kc:

@@ -23,9 +23,9 @@ from tests.cluster.cluster import Cluster
 from typer.testing import CliRunner
 
 from nccl_k8s.cli.main import app
-from nccl_k8s.k8s._client import ClientSettings, KubeClient
-from nccl_k8s.k8s._manifests import render
-from nccl_k8s.k8s._presets import pod_security_level
+from nccl_k8s.k8s import ClientSettings, render
+from nccl_k8s.k8s.api._client import KubeClient
+from nccl_k8s.k8s.rendering._presets import pod_security_level
 from nccl_k8s.spec import build_run_spec
 
 CRDS = Path(__file__).parent / "data" / "crds"

@@ -23,10 +23,9 @@ import pytest
 from tests.cluster.cluster import Cluster
 
 from nccl_k8s.errors import ResultsError
-from nccl_k8s.k8s import ClientSettings, collect
-from nccl_k8s.k8s._client import KubeClient
-from nccl_k8s.k8s._deploy import attach_owner
-from nccl_k8s.k8s._manifests import render
+from nccl_k8s.k8s import ClientSettings, collect, render
+from nccl_k8s.k8s.api._client import KubeClient
+from nccl_k8s.k8s.run._deploy import attach_owner
 from nccl_k8s.results import parse_result_lines
 from nccl_k8s.spec import build_run_spec
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from nccl_k8s.k8s._nodechecks import check_nodes
-from nccl_k8s.k8s._nodefit import place
-from nccl_k8s.k8s._preflight import (
+from nccl_k8s.k8s.preflight._nodechecks import check_nodes
+from nccl_k8s.k8s.preflight._nodefit import place
+from nccl_k8s.k8s.preflight._preflight import (
     Read,
     check_gang,
     check_limit_ranges,

@@ -1,4 +1,4 @@
-"""`doctor --run`'s table, pure (k8s._explain.rows), and the pieces it adds to the run's objects:
+"""`doctor --run`'s table, pure (k8s.run._explain.rows), and the pieces it adds to the run's objects:
 pods pinned by --node, each rank's node in the results. Each row is what a user asks "why is it
 there" about: unscheduled, waiting for an absent scheduler, refused by admission, out of
 memory, on a NotReady node."""
@@ -12,10 +12,10 @@ import kubernetes_validate
 import pytest
 
 from nccl_k8s.errors import UsageError
-from nccl_k8s.k8s._collect import name_nodes
-from nccl_k8s.k8s._explain import Explained, rows, table_text
-from nccl_k8s.k8s._manifests import render
-from nccl_k8s.k8s._pods import pod_info
+from nccl_k8s.k8s import Explained, render, table_text
+from nccl_k8s.k8s.run._collect import name_nodes
+from nccl_k8s.k8s.run._explain import rows
+from nccl_k8s.k8s.run._pods import pod_info
 from nccl_k8s.results.schema import Device, Run, RunMeta
 from nccl_k8s.spec import build_run_spec
 

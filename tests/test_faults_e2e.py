@@ -57,7 +57,7 @@ time.sleep(float(plan.get("sleep", 0)))
 
 @pytest.fixture(scope="module")
 def fake_zipapp(tmp_path_factory: pytest.TempPathFactory) -> bytes:
-    from nccl_k8s.k8s._zipapp import build_zipapp
+    from nccl_k8s.k8s.rendering._zipapp import build_zipapp
 
     root = tmp_path_factory.mktemp("fake") / "nccl_k8s"
     (root / "bench").mkdir(parents=True)
@@ -69,7 +69,7 @@ def fake_zipapp(tmp_path_factory: pytest.TempPathFactory) -> bytes:
 
 @pytest.fixture(autouse=True)
 def fake_engine(fake_zipapp: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
-    import nccl_k8s.k8s._manifests as manifests
+    import nccl_k8s.k8s.rendering._manifests as manifests
 
     monkeypatch.setattr(manifests, "engine_zipapp", lambda: fake_zipapp)
 

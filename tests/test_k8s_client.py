@@ -1,4 +1,4 @@
-"""k8s._client against the test cluster over real HTTP: transient failures retried within a bound,
+"""k8s.api._client against the test cluster over real HTTP: transient failures retried within a bound,
 creates never repeated where the server may have acted, uid preconditions on delete, and a
 kubeconfig that is not one (or points nowhere) told in one line with the right exit code."""
 
@@ -17,7 +17,8 @@ from typer.testing import CliRunner
 
 from nccl_k8s.cli.main import app
 from nccl_k8s.errors import ClusterError, Conflict, Unreachable, UsageError
-from nccl_k8s.k8s._client import ClientSettings, KubeClient, RetrySettings, load_config
+from nccl_k8s.k8s import ClientSettings
+from nccl_k8s.k8s.api._client import KubeClient, RetrySettings, load_config
 
 T = TypeVar("T")
 FAST = RetrySettings(attempts=4, backoff_s=0.05, max_wait_s=2.0)

@@ -1,4 +1,4 @@
-"""Culprit attribution (k8s._culprit), pure: pods, nodes and the engine's fault lines in, the
+"""Culprit attribution (k8s.run._culprit), pure: pods, nodes and the engine's fault lines in, the
 rank, pod and node held responsible out. Each case is a failure whose obvious reading (the rank
 that exited first, the one with the loudest error) names the wrong rank."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nccl_k8s.k8s._culprit import (
+from nccl_k8s.k8s.run._culprit import (
     Rendezvous,
     attribute,
     gpus_per_pod,

@@ -26,11 +26,15 @@ import typer
 import yaml
 from typer.testing import CliRunner
 
-from nccl_k8s.k8s._deploy import attach_owner
-from nccl_k8s.k8s._dump import dump
-from nccl_k8s.k8s._manifests import render
-from nccl_k8s.k8s._wrapper import POD_WRAPPER
-from nccl_k8s.k8s._zipapp import MAX_ZIPAPP_BYTES, ZIPAPP_NAME, build_zipapp, engine_zipapp
+from nccl_k8s.k8s import dump, render
+from nccl_k8s.k8s.rendering._wrapper import POD_WRAPPER
+from nccl_k8s.k8s.rendering._zipapp import (
+    MAX_ZIPAPP_BYTES,
+    ZIPAPP_NAME,
+    build_zipapp,
+    engine_zipapp,
+)
+from nccl_k8s.k8s.run._deploy import attach_owner
 from nccl_k8s.spec import RunSpec, build_run_spec
 
 GOLDEN = Path(__file__).parent / "golden"

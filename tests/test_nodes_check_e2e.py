@@ -32,10 +32,10 @@ from tests.cluster.cluster import Cluster
 from tests.conftest import Api
 from tests.e2e_helpers import cli, cli_process, labelled, wait_for
 
-from nccl_k8s.k8s._badnodes import Findings, NodeVerdict
-from nccl_k8s.k8s._client import ClientSettings
-from nccl_k8s.k8s._nodecheck import _write_verdicts
-from nccl_k8s.k8s._plumbing import run_sync
+from nccl_k8s.k8s import ClientSettings
+from nccl_k8s.k8s.api._sync import run_sync
+from nccl_k8s.k8s.nodes._badnodes import Findings, NodeVerdict
+from nccl_k8s.k8s.nodes._nodecheck import _write_verdicts
 from nccl_k8s.results.schema import load
 
 pytestmark = pytest.mark.slow

@@ -11,9 +11,9 @@ import pytest
 from rich.console import Console
 
 from nccl_k8s.cli import _deploy as cli_deploy
-from nccl_k8s.k8s._outcomes import Progress
-from nccl_k8s.k8s._pods import pod_info
-from nccl_k8s.k8s._progress import RankZeroLog, phase_of, progress_line, stages
+from nccl_k8s.k8s import Progress, progress_line
+from nccl_k8s.k8s.run._pods import pod_info
+from nccl_k8s.k8s.run._progress import RankZeroLog, phase_of, stages
 
 DATA = Path(__file__).parent / "data" / "nccl-tests"
 

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from nccl_k8s.cli.main import app
 from nccl_k8s.errors import UsageError
-from nccl_k8s.k8s._wrapper import POD_WRAPPER
+from nccl_k8s.k8s.rendering._wrapper import POD_WRAPPER
 from nccl_k8s.results import blocks, parse_sweeps
 from nccl_k8s.results.schema import Run, RunMeta, dump
 from nccl_k8s.spec import build_run_spec

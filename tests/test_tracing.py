@@ -33,7 +33,7 @@ from tests.cluster.cluster import Cluster
 from tests.e2e_helpers import cli
 
 from nccl_k8s.cli import _deploy as cli_deploy
-from nccl_k8s.k8s import _tracing
+from nccl_k8s.k8s.run import _tracing
 
 
 @pytest.fixture(autouse=True)
@@ -49,7 +49,7 @@ def no_tracer() -> Iterator[None]:
 def test_unset_endpoint_imports_no_opentelemetry() -> None:
     code = (
         "import sys\n"
-        "from nccl_k8s.k8s import _collect, _deploy, _monitor, _tracing\n"
+        "from nccl_k8s.k8s.run import _collect, _deploy, _monitor, _tracing\n"
         "with _tracing.span('deploy', run_id='r') as s:\n"
         "    assert s is None\n"
         "p = _tracing.Phases(run_id='r', namespace='n'); p.enter('schedule'); p.close()\n"

@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 
 from nccl_k8s.errors import Expired, RunFailed, Unreachable
-from nccl_k8s.k8s import WaitOutcome, WaitSettings, _monitor, _pods
-from nccl_k8s.k8s._watch import Update, WatchSettings, informer, within
+from nccl_k8s.k8s import WaitOutcome, WaitSettings
+from nccl_k8s.k8s.run import _monitor, _pods
+from nccl_k8s.k8s.run._watch import Update, WatchSettings, informer, within
 
 Obj = dict[str, Any]
 FAST = WatchSettings(inactivity_timeout_s=0.2, max_reconnects=2, reconnect_backoff_s=0.0)
@@ -488,7 +489,7 @@ def lost_pod() -> Obj:
 
 
 def test_a_member_lost_with_its_node_ends_the_run_naming_the_node_and_deletes_it() -> None:
-    from nccl_k8s.k8s._outcomes import Created
+    from nccl_k8s.k8s.run._outcomes import Created
 
     replacement = pod("r-1-c", 1)  # what the Job made for it: it can never join the gang
     replacement["metadata"]["creationTimestamp"] = "2026-12-03T05:00:09Z"

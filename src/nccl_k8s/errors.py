@@ -15,7 +15,7 @@
          └─ Unreachable          the server does not answer (refused, timed out, connection lost);
                                  exit 2 when it never answered this command (see below)
 
-Cluster errors are raised only by nccl_k8s.k8s._client, which translates the HTTP client's
+Cluster errors are raised only by nccl_k8s.k8s.api._client, which translates the HTTP client's
 exceptions once, with messages a user can act on, after retrying what is `transient` (5xx, 429,
 dropped connections) within a bound.
 

@@ -25,7 +25,7 @@ FAULT_VERSION = 1
 #: Markers of a block of lines that is read only when complete: `NCCL_K8S_BEGIN <name> <n>`, the
 #: n lines, `NCCL_K8S_END <name> <n>`. With several sweeps (--sweeps) rank 0 prints each sweep's
 #: result lines as one RESULTS_BLOCK when the sweep ends, its own meta line first, so a sweep
-#: reads on its own whatever log rotation took before it; the pod wrapper (k8s._wrapper) frames
+#: reads on its own whatever log rotation took before it; the pod wrapper (k8s.rendering._wrapper) frames
 #: a single sweep's lines the same way when the engine ends.
 BLOCK_BEGIN = "NCCL_K8S_BEGIN"
 BLOCK_END = "NCCL_K8S_END"

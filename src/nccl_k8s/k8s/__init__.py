@@ -5,13 +5,13 @@ doctor, explain (doctor --run), bundle, nodes_check.
     objs = k8s.render(spec)                       # pure: RunSpec -> the objects deploy applies
     deployed, outcome = k8s.deploy(spec, client=k8s.ClientSettings())
 
-Behind it, private modules by concern: `_manifests` (pure RunSpec -> objects) and `_presets`
-(NCCL environment, security profiles), `_client` (lightkube; the only module that talks HTTP),
-`_watch` (list+watch informer), `_pods` (pure pod-state interpretation), `_deploy`, `_monitor`
-(following a run, naming its culprit), `_status`, `_logs`, `_collect`, `_cleanup`, with
-`_plumbing` and `_outcomes` (the dataclasses returned) shared by them; `_doctor` (preflight:
-pure checks in `_preflight`, `_nodechecks`, `_nodefit`), `_explain` (doctor --run), `_bundle`,
-`_nodecheck` (the bad-node finder; its pure plan and verdicts in `_badnodes`).
+Behind it, subpackages by concern, each importing only those below it (import-linter checks):
+    nodes      the bad-node finder (`nodes check`): composes deploy, collect and cleanup
+    run        a run's lifecycle: deploy, the monitor and its culprit, watch, status, logs,
+               collect, cleanup, explain (doctor --run), the debug bundle
+    preflight  doctor: will a run deploy and start (deploy consults it when refused)
+    rendering  pure RunSpec -> objects, and the names other modules read off them
+    api        the API client: the only code that imports lightkube or the HTTP client
 
 Names load lazily, so `render` works without the API client (lightkube is the `k8s` extra) and
 importing this package costs nothing until a name is used.
@@ -23,19 +23,20 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from nccl_k8s.k8s._bundle import Bundled, bundle, bundle_path
-    from nccl_k8s.k8s._cleanup import cleanup
-    from nccl_k8s.k8s._collect import collect
-    from nccl_k8s.k8s._config import ClientSettings
-    from nccl_k8s.k8s._deploy import deploy
-    from nccl_k8s.k8s._doctor import Doctored, doctor
-    from nccl_k8s.k8s._dump import dump
-    from nccl_k8s.k8s._explain import Explained, explain, table_text
-    from nccl_k8s.k8s._logs import LineFn, logs
-    from nccl_k8s.k8s._manifests import render
-    from nccl_k8s.k8s._monitor import wait
-    from nccl_k8s.k8s._nodecheck import NodesChecked, nodes_check
-    from nccl_k8s.k8s._outcomes import (
+    from nccl_k8s.k8s.api._config import ClientSettings
+    from nccl_k8s.k8s.api._types import RunPhase
+    from nccl_k8s.k8s.nodes._nodecheck import NodesChecked, nodes_check
+    from nccl_k8s.k8s.preflight._doctor import Doctored, doctor
+    from nccl_k8s.k8s.rendering._dump import dump
+    from nccl_k8s.k8s.rendering._manifests import render
+    from nccl_k8s.k8s.run._bundle import Bundled, bundle, bundle_path
+    from nccl_k8s.k8s.run._cleanup import cleanup
+    from nccl_k8s.k8s.run._collect import collect
+    from nccl_k8s.k8s.run._deploy import deploy
+    from nccl_k8s.k8s.run._explain import Explained, explain, table_text
+    from nccl_k8s.k8s.run._logs import LineFn, logs
+    from nccl_k8s.k8s.run._monitor import wait
+    from nccl_k8s.k8s.run._outcomes import (
         Cleaned,
         Collected,
         Deployed,
@@ -44,47 +45,46 @@ if TYPE_CHECKING:
         RunSummary,
         WaitOutcome,
     )
-    from nccl_k8s.k8s._pods import PodInfo, Problem
-    from nccl_k8s.k8s._progress import progress_line
-    from nccl_k8s.k8s._settings import NODES_CHECK_ENGINE_ARGS, WaitSettings
-    from nccl_k8s.k8s._status import list_runs, status
-    from nccl_k8s.k8s._types import RunPhase
+    from nccl_k8s.k8s.run._pods import PodInfo, Problem
+    from nccl_k8s.k8s.run._progress import progress_line
+    from nccl_k8s.k8s.run._settings import NODES_CHECK_ENGINE_ARGS, WaitSettings
+    from nccl_k8s.k8s.run._status import list_runs, status
 
 _WHERE = {
-    "Bundled": "_bundle",
-    "bundle": "_bundle",
-    "bundle_path": "_bundle",
-    "NODES_CHECK_ENGINE_ARGS": "_settings",
-    "Doctored": "_doctor",
-    "doctor": "_doctor",
-    "Explained": "_explain",
-    "explain": "_explain",
-    "table_text": "_explain",
-    "NodesChecked": "_nodecheck",
-    "nodes_check": "_nodecheck",
-    "cleanup": "_cleanup",
-    "ClientSettings": "_config",
-    "collect": "_collect",
-    "deploy": "_deploy",
-    "LineFn": "_logs",
-    "logs": "_logs",
-    "dump": "_dump",
-    "render": "_manifests",
-    "WaitSettings": "_settings",
-    "wait": "_monitor",
-    "Cleaned": "_outcomes",
-    "Collected": "_outcomes",
-    "Deployed": "_outcomes",
-    "Progress": "_outcomes",
-    "RunStatus": "_outcomes",
-    "RunSummary": "_outcomes",
-    "WaitOutcome": "_outcomes",
-    "PodInfo": "_pods",
-    "Problem": "_pods",
-    "progress_line": "_progress",
-    "list_runs": "_status",
-    "status": "_status",
-    "RunPhase": "_types",
+    "Bundled": "run._bundle",
+    "bundle": "run._bundle",
+    "bundle_path": "run._bundle",
+    "NODES_CHECK_ENGINE_ARGS": "run._settings",
+    "Doctored": "preflight._doctor",
+    "doctor": "preflight._doctor",
+    "Explained": "run._explain",
+    "explain": "run._explain",
+    "table_text": "run._explain",
+    "NodesChecked": "nodes._nodecheck",
+    "nodes_check": "nodes._nodecheck",
+    "cleanup": "run._cleanup",
+    "ClientSettings": "api._config",
+    "collect": "run._collect",
+    "deploy": "run._deploy",
+    "LineFn": "run._logs",
+    "logs": "run._logs",
+    "dump": "rendering._dump",
+    "render": "rendering._manifests",
+    "WaitSettings": "run._settings",
+    "wait": "run._monitor",
+    "Cleaned": "run._outcomes",
+    "Collected": "run._outcomes",
+    "Deployed": "run._outcomes",
+    "Progress": "run._outcomes",
+    "RunStatus": "run._outcomes",
+    "RunSummary": "run._outcomes",
+    "WaitOutcome": "run._outcomes",
+    "PodInfo": "run._pods",
+    "Problem": "run._pods",
+    "progress_line": "run._progress",
+    "list_runs": "run._status",
+    "status": "run._status",
+    "RunPhase": "api._types",
 }
 
 __all__ = [

@@ -1,0 +1,582 @@
+"""The one module that talks to the Kubernetes API server (over lightkube's connection).
+
+Everything above it gets plain dicts (the objects as the API shapes them) and our own errors:
+every HTTP failure is translated here, once, into the `ClusterError` tree of nccl_k8s.errors
+with a message a user can act on (`forbidden: user X may not create jobs in namespace Y`,
+`cannot reach the API server at URL`), always `raise ... from` the original.
+
+lightkube provides the connection (kubeconfig auth, TLS, the httpx client) and the URL of each
+resource; requests are sent and decoded here, so that every read path shares one retry policy
+and streams never go through a decoder that reads an async body synchronously (lightkube's
+`log(follow=True)` and `watch` do, which turned a 400 for a Pending pod into "Attempted to call
+a sync iterator on an async stream").
+
+Retries (`RetrySettings`): reads (get, list, opening a watch or a log), deletes and patches
+(idempotent as this package sends them) are retried on 429 (after Retry-After), 500, 502, 503,
+504 and dropped connections, with a doubling back-off and a bound on attempts. Creates are
+retried only where the server cannot have acted: 429 and a connection that never opened. A
+connection refused before the server ever answered this client is not retried at all: the
+kubeconfig points nowhere, and the user hears it at once (exit 2).
+
+Configuration (settings, the kubeconfig) is api._config's; which kinds it handles, api._kinds'.
+
+Writes carry the field manager `nccl-k8s` (managedFields shows which objects this tool wrote;
+cleanup relies on it). One client holds one connection pool of at most 100 connections
+(httpx's default), which bounds how many log streams run at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping
+from typing import Any, Literal, NoReturn
+
+import httpx2 as httpx
+import msgspec
+from lightkube import AsyncClient, ConfigError
+from lightkube.config.kubeconfig import SingleConfig
+from lightkube.core.generic_client import ALL_NS, BasicRequest
+from lightkube.resources.core_v1 import (
+    PodLog,
+)
+
+from nccl_k8s.errors import (
+    ClusterError,
+    NotFound,
+    UsageError,
+)
+from nccl_k8s.k8s.api._config import ClientSettings, RetrySettings, load_config
+from nccl_k8s.k8s.api._kinds import CUSTOM, plural, resource
+from nccl_k8s.k8s.api._translate import (
+    Ask,
+    fields_of,
+    retry_after,
+    status_error,
+    transport_error,
+)
+from nccl_k8s.k8s.api._types import Kind, Obj
+
+Propagation = Literal["Background", "Foreground", "Orphan"]
+
+#: The field manager of every write: kubectl shows it in managedFields, and cleanup takes it as
+#: proof that this tool created an object.
+FIELD_MANAGER = "nccl-k8s"
+
+#: Which failures a request may be sent again after: "reads" for requests that change nothing
+#: or change it the same way twice (get, list, watch, logs, delete, patch), "creates" for
+#: requests the server must not see twice (only when it cannot have acted on the first).
+Retry = Literal["reads", "creates"]
+
+
+def _selector(pairs: Mapping[str, str] | None) -> str | None:
+    return ",".join(f"{k}={v}" for k, v in pairs.items()) if pairs else None
+
+
+def _decode(resp: httpx.Response) -> Any:
+    return msgspec.json.decode(resp.content)
+
+
+class KubeClient:
+    """An API connection: the kubeconfig context's server, user and default namespace.
+
+    Use as an async context manager (`async with KubeClient.connect(settings) as kc:`), or call
+    `aclose()`. Every method returns plain objects and raises only nccl_k8s.errors types.
+    """
+
+    def __init__(
+        self,
+        config: SingleConfig,
+        *,
+        timeout_s: float = 10.0,
+        retry: RetrySettings | None = None,
+    ) -> None:
+        if config.cluster.server.startswith("http://") and not config.cluster.insecure:
+            # Plain HTTP has no TLS to verify; without this lightkube loads the system CA
+            # bundle anyway, 80 ms of the second `status` may take.
+            config = config._replace(cluster=msgspec.structs.replace(config.cluster, insecure=True))
+        self.config = config
+        self.server: str = config.cluster.server
+        self.namespace: str = config.namespace
+        self.retry = retry or RetrySettings()
+        self._reached = False
+        try:
+            self._client = AsyncClient(
+                config,
+                timeout=httpx.Timeout(timeout_s),
+                field_manager=FIELD_MANAGER,
+            )
+        except (ConfigError, OSError, ValueError) as e:
+            raise UsageError(f"kubeconfig context {config.context_name!r}: {e}") from e
+        self._gc = self._client._client
+
+    @classmethod
+    def connect(cls, settings: ClientSettings) -> KubeClient:
+        """A client for the settings' context. Reads the kubeconfig; sends nothing yet."""
+        return cls(load_config(settings), timeout_s=settings.timeout_s, retry=settings.retry)
+
+    async def __aenter__(self) -> KubeClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._client.close()
+
+    # ---- sending -----------------------------------------------------------------------------
+
+    def _request(
+        self,
+        method: str,
+        kind: str,
+        *,
+        namespace: str | None = None,
+        name: str | None = None,
+        params: Mapping[str, Any] | None = None,
+        body: Any = None,
+        content_type: str | None = None,
+        watch: bool = False,
+        api_version: str | None = None,
+    ) -> Any:
+        """lightkube's request for the resource's URL (auth, TLS and paths are lightkube's)."""
+        res = PodLog if kind == "PodLog" else resource(kind, api_version)
+        verb = "get" if name is not None else "list"
+        br = self._gc.prepare_request(
+            verb,
+            res,
+            name=name,
+            namespace=namespace,
+            watch=watch,
+            params={k: v for k, v in (params or {}).items() if v is not None},
+        )
+        br.method = method
+        br.data = body
+        if content_type is not None:
+            br.headers = {"Content-Type": content_type}
+        if method in ("POST", "PATCH", "PUT"):
+            br.params.setdefault("fieldManager", FIELD_MANAGER)
+        return br
+
+    async def _send(
+        self, br: Any, ask: Ask, *, retry: Retry, stream: bool = False
+    ) -> httpx.Response:
+        """Send, retrying what the policy allows; the response (status < 400) or our error."""
+        attempt = 0
+        while True:
+            attempt += 1
+            last = attempt >= self.retry.attempts
+            try:
+                req = self._gc.build_adapter_request(br)
+                resp: httpx.Response = await self._gc.send(req, stream=stream)  # type: ignore[no-untyped-call]  # lightkube's generic client is untyped
+            except ConfigError as e:  # an auth plugin of the kubeconfig failed
+                raise UsageError(f"kubeconfig context {self.config.context_name!r}: {e}") from e
+            except httpx.TransportError as e:
+                opening = isinstance(e, (httpx.ConnectError, httpx.ConnectTimeout))
+                if opening and not self._reached:
+                    self._raise_transport(e, ask)  # the kubeconfig points nowhere: say so now
+                dropped = isinstance(
+                    e, (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError)
+                )
+                if not last and (opening or (retry == "reads" and dropped)):
+                    await asyncio.sleep(self._backoff(attempt))
+                    continue
+                self._raise_transport(e, ask)
+            self._reached = True
+            if resp.status_code < 400:
+                return resp
+            if stream:
+                await resp.aread()
+                await resp.aclose()
+            wait = None if last else self._retry_wait(resp, attempt, retry)
+            if wait is None:
+                self._raise_status(resp, ask)
+            await asyncio.sleep(wait)
+
+    def _backoff(self, attempt: int) -> float:
+        return float(min(self.retry.max_wait_s, self.retry.backoff_s * 2 ** (attempt - 1)))
+
+    def _retry_wait(self, resp: httpx.Response, attempt: int, retry: Retry) -> float | None:
+        """Seconds to pause before sending again, or None when this answer is final."""
+        code = resp.status_code
+        if code == 429:
+            after = retry_after(resp)
+            if after is not None:
+                return after if after <= self.retry.max_wait_s else None
+            return self._backoff(attempt)
+        if retry == "reads" and code in (500, 502, 503, 504):
+            return self._backoff(attempt)
+        return None
+
+    # ---- error translation -------------------------------------------------------------------
+
+    def _raise_status(self, resp: httpx.Response, ask: Ask) -> NoReturn:
+        status = resp.status_code
+        try:
+            body = _decode(resp)
+        except (msgspec.DecodeError, httpx.ResponseNotRead):
+            body = None
+        body = body if isinstance(body, dict) else {}
+        message = str(body.get("message") or resp.reason_phrase or "")
+        reason = body.get("reason")
+        e = httpx.HTTPStatusError(message, request=resp.request, response=resp)
+        raise self._status_error(status, reason, message, ask) from e
+
+    def _status_error(
+        self, status: int, reason: str | None, message: str, ask: Ask
+    ) -> ClusterError:
+        """Our error for an HTTP status (or a watch's ERROR event carrying a Status)."""
+        return status_error(
+            status,
+            reason,
+            message,
+            ask,
+            server=self.server,
+            user=self._user(),
+            context=self.config.context_name,
+            attempts=self.retry.attempts,
+        )
+
+    def _raise_transport(self, e: BaseException, ask: Ask) -> NoReturn:
+        raise transport_error(
+            e, ask, server=self.server, reached=self._reached, attempts=self.retry.attempts
+        ) from e
+
+    def _object(self, resp: httpx.Response, ask: Ask) -> Obj:
+        """The response body as a JSON object, or the ClusterError saying it is not one."""
+        try:
+            out = _decode(resp)
+        except msgspec.DecodeError as e:
+            self._not_an_object(e, ask)
+        if not isinstance(out, dict):
+            self._not_an_object(TypeError(f"got {type(out).__name__}"), ask)
+        return out
+
+    def _not_an_object(self, e: BaseException, ask: Ask) -> NoReturn:
+        raise ClusterError(
+            f"{self.server} sent something that is not a Kubernetes object for {ask.verb} "
+            f"{plural(ask.kind)}: {e}",
+            **fields_of(ask, self.server),
+        ) from e
+
+    def _user(self) -> str:
+        user = self.config.context.user
+        return f"user {user!r}" if user else "this user"
+
+    def _ns(self, kind: str, namespace: str | None) -> str | None:
+        if kind in ("Namespace", "Node"):
+            return None
+        return namespace or self.namespace
+
+    async def version(self) -> Obj:
+        """The server's /version (gitVersion, platform ...): the cheapest proof it answers."""
+        ask = Ask("get", "version", None)
+        br = BasicRequest(method="GET", url="version")
+        return self._object(await self._send(br, ask, retry="reads"), ask)
+
+    # ---- reads -------------------------------------------------------------------------------
+
+    async def get(
+        self, kind: Kind, name: str, *, namespace: str | None = None, api_version: str | None = None
+    ) -> Obj | None:
+        """The object, or None when it does not exist (for a custom kind, also when the cluster
+        does not serve that resource at all: creating it then says so)."""
+        ns = self._ns(kind, namespace)
+        ask = Ask("get", kind, ns, name)
+        br = self._request("GET", kind, namespace=ns, name=name, api_version=api_version)
+        try:
+            resp = await self._send(br, ask, retry="reads")
+        except NotFound:
+            return None
+        return self._object(resp, ask)
+
+    async def list(
+        self,
+        kind: Kind,
+        *,
+        namespace: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        fields: Mapping[str, str] | None = None,
+        api_version: str | None = None,
+        all_namespaces: bool = False,
+        label_selector: str | None = None,
+    ) -> tuple[list[Obj], str]:
+        """(objects, the list's resourceVersion) matching the selectors; of every namespace
+        with `all_namespaces`. `label_selector` is a selector in kubectl's syntax (`a in (x,y)`,
+        `!b`), ANDed with `labels`. A custom kind the cluster does not serve is NotFound."""
+        ns = (
+            ALL_NS
+            if all_namespaces and kind not in ("Namespace", "Node")
+            else self._ns(kind, namespace)
+        )
+        ask = Ask("list", kind, None if ns == ALL_NS else ns)
+        selectors = [s for s in (_selector(labels), label_selector) if s]
+        params: dict[str, Any] = {
+            "labelSelector": ",".join(selectors) or None,
+            "fieldSelector": _selector(fields),
+        }
+        items: list[Obj] = []
+        while True:
+            br = self._request("GET", kind, namespace=ns, params=params, api_version=api_version)
+            body = self._object(await self._send(br, ask, retry="reads"), ask)
+            api_version = body.get("apiVersion")
+            for item in body.get("items") or []:
+                # List items come without kind and apiVersion; callers read both.
+                item.setdefault("kind", kind)
+                if api_version:
+                    item.setdefault("apiVersion", api_version)
+                items.append(item)
+            meta = body.get("metadata") or {}
+            rv = str(meta.get("resourceVersion") or "")
+            if not meta.get("continue"):
+                return items, rv
+            params["continue"] = meta["continue"]
+
+    async def watch(
+        self,
+        kind: Kind,
+        *,
+        resource_version: str,
+        namespace: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        fields: Mapping[str, str] | None = None,
+        server_timeout_s: int | None = None,
+    ) -> AsyncIterator[tuple[str, Obj]]:
+        """(event type, object) from `resource_version` on, until the server closes the stream.
+
+        Opening the stream is retried like any read. Raises Expired on 410 Gone (relist),
+        Unreachable when the connection drops mid-stream.
+        """
+        ns = self._ns(kind, namespace)
+        ask = Ask("watch", kind, ns)
+        br = self._request(
+            "GET",
+            kind,
+            namespace=ns,
+            watch=True,
+            params={
+                "labelSelector": _selector(labels),
+                "fieldSelector": _selector(fields),
+                "resourceVersion": resource_version,
+                "timeoutSeconds": server_timeout_s,
+                "allowWatchBookmarks": "true",
+            },
+        )
+        br.timeout = self._gc._watch_timeout  # no read timeout: a watch may be quiet
+        resp = await self._send(br, ask, retry="reads", stream=True)
+        try:
+            async for line in resp.aiter_lines():
+                if not line.strip():
+                    continue
+                event = msgspec.json.decode(line)
+                etype = str(event.get("type"))
+                obj = event.get("object") or {}
+                if etype == "ERROR":
+                    raise self._status_error(
+                        int(obj.get("code") or 500),
+                        obj.get("reason"),
+                        str(obj.get("message") or ""),
+                        ask,
+                    )
+                obj.setdefault("kind", kind)
+                yield etype, obj
+        except (httpx.TransportError, httpx.StreamError) as e:
+            self._raise_transport(e, ask)
+        except (msgspec.DecodeError, AttributeError) as e:
+            self._not_an_object(e, ask)
+        finally:
+            await resp.aclose()
+
+    async def logs(
+        self,
+        pod: str,
+        *,
+        namespace: str | None = None,
+        container: str | None = None,
+        tail_lines: int | None = None,
+        previous: bool = False,
+    ) -> str:
+        """The container's log so far (its last `tail_lines` lines when given); with
+        `previous`, the log of its run before the last restart (400 when there was none)."""
+        ns = self._ns("Pod", namespace)
+        ask = Ask("get logs of", "Pod", ns, pod)
+        # One body, not a line iterator: an async step per line cost 4 of the 5 s that
+        # collecting 1,024 pods took.
+        br = self._request(
+            "GET",
+            "PodLog",
+            namespace=ns,
+            name=pod,
+            params={
+                "container": container,
+                "tailLines": tail_lines,
+                "previous": "true" if previous else None,
+            },
+        )
+        resp = await self._send(br, ask, retry="reads")
+        return str(resp.text)
+
+    async def follow_logs(
+        self,
+        pod: str,
+        *,
+        namespace: str | None = None,
+        container: str | None = None,
+        tail_lines: int | None = None,
+    ) -> AsyncIterator[str]:
+        """The container's log lines as they are written, until it ends. A pod whose container
+        has not started answers 400 (BadRequest), raised as ClusterError(status=400)."""
+        ns = self._ns("Pod", namespace)
+        ask = Ask("follow logs of", "Pod", ns, pod)
+        br = self._request(
+            "GET",
+            "PodLog",
+            namespace=ns,
+            name=pod,
+            params={"container": container, "tailLines": tail_lines, "follow": "true"},
+        )
+        br.timeout = self._gc._watch_timeout
+        resp = await self._send(br, ask, retry="reads", stream=True)
+        try:
+            async for line in resp.aiter_lines():
+                yield line
+        except (httpx.TransportError, httpx.StreamError) as e:
+            self._raise_transport(e, ask)
+        finally:
+            await resp.aclose()
+
+    # ---- writes ------------------------------------------------------------------------------
+
+    async def create(self, obj: Obj) -> Obj:
+        """Create `obj` (POST, field manager nccl-k8s): the object as the server has it, with
+        its uid. An object of that name already there is Conflict(reason="AlreadyExists"): a
+        create never changes what exists, so two deploys of one run cannot both succeed."""
+        meta = obj.get("metadata", {})
+        kind = str(obj.get("kind"))
+        name = meta.get("name")
+        ns = self._ns(kind, meta.get("namespace"))
+        ask = Ask("create", kind, ns, name)
+        api_version = str(obj.get("apiVersion"))
+        br = self._request("POST", kind, namespace=ns, body=obj, api_version=api_version)
+        try:
+            return self._object(await self._send(br, ask, retry="creates"), ask)
+        except NotFound as e:
+            if (api_version, kind) not in CUSTOM:
+                raise
+            needs = (
+                "install the Prometheus Operator, or deploy without --pod-monitor"
+                if kind == "PodMonitor"
+                else "install the scheduler that defines it, or deploy without that --gang"
+            )
+            raise NotFound(
+                f"{self.server} does not serve {kind} {api_version} (its "
+                f"CustomResourceDefinition is not installed): {needs}",
+                status=404,
+                verb="create",
+                resource=plural(kind),
+                namespace=ns,
+                name=name,
+                server=self.server,
+            ) from e
+
+    async def apply(self, obj: Obj, *, force: bool = False) -> Obj:
+        """Server-side apply `obj` as field manager nccl-k8s; the object as the server has it.
+
+        `force=False` for a first apply, so fields another manager owns are a Conflict rather
+        than silently taken; `force=True` for re-applying what this tool created.
+        """
+        meta = obj.get("metadata", {})
+        kind = str(obj.get("kind"))
+        name = str(meta.get("name"))
+        ns = self._ns(kind, meta.get("namespace"))
+        ask = Ask("apply", kind, ns, name)
+        br = self._request(
+            "PATCH",
+            kind,
+            namespace=ns,
+            name=name,
+            body=obj,
+            content_type="application/apply-patch+yaml",
+            params={"force": "true" if force else None},
+            api_version=str(obj.get("apiVersion")),
+        )
+        return self._object(await self._send(br, ask, retry="reads"), ask)
+
+    async def patch(
+        self,
+        kind: Kind,
+        name: str,
+        patch: Obj,
+        *,
+        namespace: str | None = None,
+        api_version: str | None = None,
+    ) -> Obj | None:
+        """JSON merge patch (RFC 7386) of one object; None when it does not exist. Retried like
+        a read, so send only patches that mean the same the second time (set, not add)."""
+        ns = self._ns(kind, namespace)
+        ask = Ask("patch", kind, ns, name)
+        br = self._request(
+            "PATCH",
+            kind,
+            namespace=ns,
+            name=name,
+            body=patch,
+            content_type="application/merge-patch+json",
+            api_version=api_version,
+        )
+        try:
+            resp = await self._send(br, ask, retry="reads")
+        except NotFound:
+            return None
+        return self._object(resp, ask)
+
+    async def create_namespace(self, name: str, *, labels: Mapping[str, str] | None = None) -> Obj:
+        body: Obj = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+        if labels:
+            body["metadata"]["labels"] = dict(labels)
+        return await self.create(body)
+
+    async def delete(
+        self,
+        kind: Kind,
+        name: str,
+        *,
+        namespace: str | None = None,
+        propagation: Propagation = "Background",
+        grace_period_s: int | None = None,
+        uid: str | None = None,
+        api_version: str | None = None,
+    ) -> bool:
+        """Delete one object; False when it was already gone. With `uid`, only that object: when
+        the object of that name is another one (ours was deleted and a new one made meanwhile,
+        which is not ours to delete), Conflict (reason "Conflict", "Precondition failed")."""
+        ns = self._ns(kind, namespace)
+        ask = Ask("delete", kind, ns, name)
+        options: Obj = {
+            "apiVersion": "v1",
+            "kind": "DeleteOptions",
+            "propagationPolicy": propagation,
+        }
+        if grace_period_s is not None:
+            options["gracePeriodSeconds"] = grace_period_s
+        if uid is not None:
+            options["preconditions"] = {"uid": uid}
+        br = self._request(
+            "DELETE", kind, namespace=ns, name=name, body=options, api_version=api_version
+        )
+        try:
+            resp = await self._send(br, ask, retry="reads")
+        except NotFound:
+            return False
+        await resp.aclose()
+        return True
+
+
+__all__ = [
+    "FIELD_MANAGER",
+    "ClientSettings",
+    "Kind",
+    "KubeClient",
+    "Propagation",
+    "RetrySettings",
+    "load_config",
+]

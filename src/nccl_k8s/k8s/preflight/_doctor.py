@@ -1,0 +1,165 @@
+"""doctor: will this run deploy and start, and if not, why. Reads what the checks need (one
+request each, at once) and hands it to the pure checks of preflight._preflight and preflight._nodechecks.
+
+    API server    GET /version
+    namespace     GET the namespace (its Pod Security labels)
+    nodes         LIST nodes (GPU and RDMA resources, taints, labels, readiness)
+    scheduler     LIST Leases and pods with spec.schedulerName=NAME, all namespaces (--scheduler,
+                  --gang only)
+    gang / queue  LIST PodGroups / Kueue LocalQueues in the namespace (--gang / --queue only)
+    admission     LIST ResourceQuotas and LimitRanges in the namespace
+
+A read that RBAC denies makes its checks a warning, not an error: doctor says what it could not
+see. `deploy` runs the part that is cheap and decisive (`refusal`: Pod Security from the
+namespace it reads anyway, quotas, limit ranges, the Kueue queue) before it creates anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime
+from collections.abc import Awaitable
+from typing import Any
+
+from nccl_k8s.errors import ClusterError, Forbidden, NotFound
+from nccl_k8s.k8s.api._client import ClientSettings, KubeClient
+from nccl_k8s.k8s.api._sync import run_sync
+from nccl_k8s.k8s.api._types import Obj
+from nccl_k8s.k8s.preflight._nodechecks import check_nodes
+from nccl_k8s.k8s.preflight._preflight import (
+    Check,
+    Read,
+    certain_failures,
+    check_api,
+    check_gang,
+    check_limit_ranges,
+    check_namespace,
+    check_pod_security,
+    check_queue,
+    check_quotas,
+    check_scheduler,
+    scheduler_name,
+)
+from nccl_k8s.k8s.rendering._manifests import GANGS
+from nccl_k8s.spec import RunSpec
+
+
+@dataclasses.dataclass(frozen=True)
+class Doctored:
+    """doctor's report: every check, in order."""
+
+    server: str
+    namespace: str
+    checks: list[Check]
+
+    @property
+    def ok(self) -> bool:
+        return not any(c.status == "fail" for c in self.checks)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "server": self.server,
+            "namespace": self.namespace,
+            "ok": self.ok,
+            "checks": [c.to_dict() for c in self.checks],
+        }
+
+
+async def _read(request: Awaitable[Any]) -> Read:
+    try:
+        got = await request
+    except Forbidden:
+        return Read(forbidden=True)
+    except NotFound:
+        return Read(absent=True)
+    if isinstance(got, tuple):  # a list: (items, resourceVersion)
+        return Read(items=list(got[0]))
+    return Read(items=[] if got is None else [got])
+
+
+async def _nothing() -> Read:
+    return Read(items=[])
+
+
+async def _admission_reads(kc: KubeClient, spec: RunSpec, namespace: str) -> list[Read]:
+    """Quotas, limit ranges and (with --queue) LocalQueues of the namespace, at once."""
+    queue = _read(kc.list("LocalQueue", namespace=namespace)) if spec.queue else _nothing()
+    return list(
+        await asyncio.gather(
+            _read(kc.list("ResourceQuota", namespace=namespace)),
+            _read(kc.list("LimitRange", namespace=namespace)),
+            queue,
+        )
+    )
+
+
+def _admission_checks(spec: RunSpec, namespace: str, ns: Read, reads: list[Read]) -> list[Check]:
+    quotas, ranges, queues = reads
+    checks = [
+        check_pod_security(spec, namespace, ns),
+        check_quotas(spec, quotas),
+        check_limit_ranges(spec, ranges),
+    ]
+    queue = check_queue(spec, namespace, queues)
+    return checks + ([queue] if queue is not None else [])
+
+
+async def preflight(kc: KubeClient, spec: RunSpec, *, create_namespace: bool = False) -> Doctored:
+    """Every check for deploying `spec` with this client."""
+    namespace = spec.namespace or kc.namespace
+    try:
+        version = await kc.version()
+    except ClusterError as e:
+        return Doctored(kc.server, namespace, [check_api(kc.server, None, str(e))])
+    name = scheduler_name(spec)
+    gang = GANGS[spec.gang]["apiVersion"] if spec.gang else None
+    if name is not None:
+        by = {"spec.schedulerName": name}
+        leases = _read(kc.list("Lease", all_namespaces=True))
+        placed = _read(kc.list("Pod", all_namespaces=True, fields=by))
+    else:
+        leases, placed = _nothing(), _nothing()
+    groups = (
+        _read(kc.list("PodGroup", namespace=namespace, api_version=gang)) if gang else _nothing()
+    )
+    ns, nodes, lease_read, placed_read, group_read, admission = await asyncio.gather(
+        _read(kc.get("Namespace", namespace)),
+        _read(kc.list("Node")),
+        leases,
+        placed,
+        groups,
+        _admission_reads(kc, spec, namespace),
+    )
+    now = datetime.datetime.now(datetime.timezone.utc)
+    checks = [
+        check_api(kc.server, version, None),
+        check_namespace(namespace, ns, create=create_namespace),
+        *_admission_checks(spec, namespace, ns, admission),
+        *check_nodes(spec, nodes),
+        check_scheduler(spec, lease_read, placed_read, now),
+    ]
+    group = check_gang(spec, group_read)
+    if group is not None:
+        checks.append(group)
+    return Doctored(kc.server, namespace, checks)
+
+
+def doctor(spec: RunSpec, *, client: ClientSettings, create_namespace: bool = False) -> Doctored:
+    """Check the cluster and namespace for the run `spec` describes; nothing is written."""
+    return run_sync(lambda kc: preflight(kc, spec, create_namespace=create_namespace), client)
+
+
+async def refusal(
+    kc: KubeClient, spec: RunSpec, namespace: str, namespace_obj: Obj | None
+) -> Check | None:
+    """deploy's cheap part of doctor: the first certain failure, or None. Pod Security from the
+    namespace the deploy has read already, quotas and limit ranges (two lists), the Kueue queue
+    (one list, with --queue)."""
+    ns = Read(items=[namespace_obj] if namespace_obj is not None else [])
+    reads = await _admission_reads(kc, spec, namespace)
+    failed = certain_failures(_admission_checks(spec, namespace, ns, reads))
+    return failed[0] if failed else None
+
+
+__all__ = ["Doctored", "doctor", "preflight", "refusal"]

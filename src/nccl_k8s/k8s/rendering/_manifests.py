@@ -1,0 +1,571 @@
+"""RunSpec -> the Kubernetes objects of a run, as plain dicts. Pure and deterministic.
+
+`render(spec)` returns the objects in the order they must be applied (ConfigMap, Service, then
+the workload); `nccl-k8s render` prints them and `deploy` applies exactly them.
+
+Objects of a run:
+- ConfigMap `<run-id>-engine` (engine mode zipapp): the engine zipapp in binaryData, mounted
+  read-only and put on PYTHONPATH, so a stock PyTorch image runs it.
+- Service `<run-id>`: headless, publishing not-ready addresses, the pods' subdomain, so rank 0
+  is `<run-id>-0.<run-id>` from the moment it has an IP.
+- PodGroup `<run-id>` (`--gang`): Volcano's (scheduling.volcano.sh/v1beta1) or the
+  scheduler-plugins coscheduling plugin's (scheduling.x-k8s.io/v1alpha1), minMember = pods, so
+  the run's pods are placed all together or not at all.
+- PodMonitor `<run-id>` (`--pod-monitor`): Prometheus Operator's, scraping the pods' `metrics`
+  port (every pod serves it unless --metrics-port 0, annotated prometheus.io/scrape for plain
+  Prometheus too).
+- Job `<run-id>` (Indexed, one pod per node) or StatefulSet `<run-id>` (continuous mode).
+
+Every container runs under a small wrapper (POD_WRAPPER, Python's standard library only) that
+streams the command's output and, when it ends, prints rank 0's result lines again as one
+bracketed block, and a bounded digest of NCCL's lines as another: kubelets rotate container logs
+(containerLogMaxSize, 10Mi by default) and the log API serves only the newest file, so at scale
+the first result lines of a noisy run are gone from it while the blocks, printed last, are not.
+`results` reads the last complete block (k8s/_collect.py).
+
+Ownership: the ConfigMap and Service should be deleted with the workload, so they carry an
+ownerReference to it. An ownerReference needs the owner's uid, which the API server assigns at
+creation; `render` therefore prints them without one (a made-up uid would make the garbage
+collector delete them at once as orphans) and the deployer calls `attach_owner` with the created
+workload and applies the ConfigMap and Service again.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import shlex
+
+from nccl_k8s.bench.config import METRICS_ADDR_ENV, NODE_NAME_ENV
+from nccl_k8s.errors import UsageError
+from nccl_k8s.k8s.api._types import Obj
+from nccl_k8s.k8s.rendering._names import APP_NAME, CONTAINER_NAME, PSA_ANNOTATION
+from nccl_k8s.k8s.rendering._presets import (
+    MESH_OPT_OUT_ANNOTATIONS,
+    MESH_OPT_OUT_LABELS,
+    pod_env,
+    pod_security_level,
+    security_profile,
+    uses_host_network,
+)
+from nccl_k8s.k8s.rendering._wrapper import BLOCK_BEGIN, BLOCK_END, POD_WRAPPER, WRAPPER_ENV
+from nccl_k8s.k8s.rendering._zipapp import ZIPAPP_NAME, carries_prometheus_client, engine_zipapp
+from nccl_k8s.spec import (
+    LABEL_COMPONENT,
+    LABEL_INSTANCE,
+    LABEL_KUEUE_QUEUE,
+    LABEL_MANAGED_BY,
+    LABEL_NAME,
+    NETWORKS_ANNOTATION,
+    RunSpec,
+    quantity_value,
+)
+from nccl_k8s.spec._values import bytes_quantity, cpu_quantity
+
+#: The containerPort the engine serves Prometheus metrics on, by name, and the path.
+METRICS_PORT_NAME = "metrics"
+METRICS_PATH = "/metrics"
+PODMONITOR_API_VERSION = "monitoring.coreos.com/v1"
+ENGINE_MOUNT = "/opt/nccl-k8s"
+RESULTS_MOUNT = "/workspace/results"
+WORKER = "worker"
+
+#: How each gang scheduler binds a pod to its PodGroup, as each project documents it:
+#: Volcano reads the annotation scheduling.k8s.io/group-name and schedules pods whose
+#: schedulerName is "volcano"; the coscheduling plugin reads the label
+#: scheduling.x-k8s.io/pod-group and runs, installed as a second scheduler (its Helm chart's
+#: default), under the name "scheduler-plugins-scheduler". --scheduler overrides the name.
+GANGS: dict[str, dict[str, str]] = {
+    "volcano": {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "scheduler": "volcano",
+        "annotation": "scheduling.k8s.io/group-name",
+    },
+    "coscheduling": {
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+        "scheduler": "scheduler-plugins-scheduler",
+        "label": "scheduling.x-k8s.io/pod-group",
+    },
+}
+
+
+def common_labels(spec: RunSpec) -> dict[str, str]:
+    """The labels every object of the run carries: user labels, then ours (ours cannot be
+    overridden; the spec refuses user labels with these keys)."""
+    labels = dict(spec.labels)
+    labels.update(
+        {
+            LABEL_NAME: APP_NAME,
+            LABEL_INSTANCE: spec.run_id,
+            LABEL_MANAGED_BY: APP_NAME,
+        }
+    )
+    return labels
+
+
+def selector_labels(spec: RunSpec) -> dict[str, str]:
+    """What selects the run's pods (Service, StatefulSet selector, anti-affinity)."""
+    return {LABEL_NAME: APP_NAME, LABEL_INSTANCE: spec.run_id, LABEL_COMPONENT: WORKER}
+
+
+def _metadata(spec: RunSpec, name: str, **extra_labels: str) -> Obj:
+    meta: Obj = {"name": name}
+    if spec.namespace is not None:
+        meta["namespace"] = spec.namespace
+    meta["labels"] = {**common_labels(spec), **extra_labels}
+    if spec.annotations:
+        meta["annotations"] = dict(spec.annotations)
+    return meta
+
+
+def _escape_refs(text: str) -> str:
+    """Kubernetes expands `$(VAR)` in command and args; `$$(` keeps a literal `$(`."""
+    return text.replace("$(", "$$(")
+
+
+def configmap(spec: RunSpec) -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _metadata(spec, spec.configmap_name, **{LABEL_COMPONENT: "engine"}),
+        # Immutable: it never changes for a run, and kubelets then stop watching it, which
+        # matters with a thousand pods mounting it.
+        "immutable": True,
+        "binaryData": {ZIPAPP_NAME: base64.b64encode(engine_zipapp()).decode("ascii")},
+    }
+
+
+def service(spec: RunSpec) -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(spec, spec.service_name, **{LABEL_COMPONENT: "rendezvous"}),
+        "spec": {
+            "clusterIP": "None",
+            # Rank 0 must be resolvable before it is Ready (it never reports Ready: no probe),
+            # or the other ranks could not find the rendezvous.
+            "publishNotReadyAddresses": True,
+            "selector": selector_labels(spec),
+            "ports": [
+                {
+                    "name": "rendezvous",
+                    "port": spec.master_port,
+                    "targetPort": spec.master_port,
+                    "protocol": "TCP",
+                }
+            ],
+        },
+    }
+
+
+def _torchrun_args(spec: RunSpec, node_rank: str) -> list[str]:
+    return [
+        f"--nnodes={spec.nodes}",
+        f"--nproc-per-node={spec.gpus_per_node}",
+        f"--node-rank={node_rank}",
+        f"--master-addr={spec.master_addr}",
+        f"--master-port={spec.master_port}",
+        # Static rendezvous: how long the pods wait for each other (image pulls, scheduling).
+        f"--rdzv-conf=timeout={spec.rendezvous_timeout_s}",
+        # A rank that fails has no result worth retrying for: fail the pod, fail the run.
+        "--max-restarts=0",
+        "-m",
+        "nccl_k8s.bench",
+    ]
+
+
+def _wants_results_file(spec: RunSpec) -> bool:
+    return spec.pvc is not None and not any(
+        a == "--json" or a.startswith("--json=") for a in spec.engine_args
+    )
+
+
+def _engine_flags(spec: RunSpec) -> list[str]:
+    """The engine flags the deployer sets (the user's may not: spec refuses them): continuous
+    sweeps for a StatefulSet, the metrics port every pod serves."""
+    flags: list[str] = []
+    if spec.workload == "statefulset":
+        flags += ["--sweeps", "0", "--sweep-interval", str(spec.interval_s or 0)]
+    if spec.metrics_port:
+        flags += ["--metrics-port", str(spec.metrics_port)]
+    return flags
+
+
+def _job_container_args(spec: RunSpec) -> tuple[list[str], list[str]]:
+    args = ["torchrun", *_torchrun_args(spec, "$(JOB_COMPLETION_INDEX)"), *_engine_flags(spec)]
+    args += [_escape_refs(a) for a in spec.engine_args]
+    if _wants_results_file(spec):
+        args += ["--json", f"{RESULTS_MOUNT}/{spec.run_id}.json"]
+    return ["python3", "-c", POD_WRAPPER], args
+
+
+#: The StatefulSet's container: its node rank is its ordinal (the end of its pod's name); the
+#: engine itself sweeps until stopped (--sweeps 0), so its metrics server and counters live
+#: across sweeps and a failed sweep shows in them, in its result lines and in `status`, while a
+#: rank that dies ends the container (the kubelet restarts it: restarts, CrashLoopBackOff).
+_SOAK_SCRIPT = """\
+rank="${{POD_NAME##*-}}"
+exec python3 -c "$NCCL_K8S_WRAPPER" torchrun {torchrun} "$@"{results}
+"""
+
+
+def _statefulset_container_args(spec: RunSpec) -> tuple[list[str], list[str]]:
+    # The engine flags travel as the shell's positional parameters ("$@"), never spliced into
+    # the script, so no flag can be read as shell syntax.
+    torchrun = " ".join(shlex.quote(a) for a in _torchrun_args(spec, "RANK_PLACEHOLDER"))
+    torchrun = torchrun.replace("RANK_PLACEHOLDER", '"$rank"')
+    results = ""
+    if _wants_results_file(spec):  # rewritten after every sweep: the latest
+        results = f' --json "{RESULTS_MOUNT}/{spec.run_id}.json"'
+    script = _SOAK_SCRIPT.format(torchrun=torchrun, results=results)
+    engine = [*_engine_flags(spec), *(_escape_refs(a) for a in spec.engine_args)]
+    return ["/bin/sh", "-c"], [_escape_refs(script), "nccl-k8s", *engine]
+
+
+def _env(spec: RunSpec) -> list[Obj]:
+    env: list[Obj] = [
+        {"name": "NCCL_K8S_RUN_ID", "value": spec.run_id},
+        # The Kubernetes node of this pod (the downward API): results, the metrics' `node` label
+        # and the culprit lines name each rank's node, not only its pod's host name.
+        {"name": NODE_NAME_ENV, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+    ]
+    if spec.workload == "job":
+        # The Job controller injects this too, but only on clusters new enough; stating it keeps
+        # the pod's command valid wherever the annotation exists.
+        env.append(
+            {
+                "name": "JOB_COMPLETION_INDEX",
+                "valueFrom": {
+                    "fieldRef": {
+                        "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+                    }
+                },
+            }
+        )
+    else:
+        env.append({"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})
+        env.append({"name": WRAPPER_ENV, "value": POD_WRAPPER})
+    if spec.metrics_port:
+        # The metrics server listens on the pod's own address, which Prometheus scrapes; not on
+        # every address, where pods that share a network stack (hostNetwork without a hostPort
+        # check, or a test cluster) would fight over the port. `--env
+        # NCCL_K8S_METRICS_ADDR=0.0.0.0` listens everywhere (kubectl port-forward dials loopback).
+        env.append({"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
+        if not any(k == METRICS_ADDR_ENV for k, _ in spec.env):
+            env.append({"name": METRICS_ADDR_ENV, "value": "$(POD_IP)"})
+    if spec.engine == "zipapp":
+        env.append({"name": "PYTHONPATH", "value": f"{ENGINE_MOUNT}/{ZIPAPP_NAME}"})
+    env += [{"name": k, "value": v} for k, v in pod_env(spec)]
+    return env
+
+
+def _resources(spec: RunSpec) -> Obj:
+    # Devices are requested = limited (extended resources must be); memory too, so the pod is
+    # not OOM-killed for using what it was granted (/dev/shm included: the spec makes memory
+    # exceed it); CPU only requested unless --qos guaranteed (limits throttle NCCL's proxy
+    # threads and skew small-message latency, unless the static CPU manager gives whole cores).
+    limits: dict[str, str] = {spec.gpu_resource: str(spec.gpus_per_node)}
+    limits.update({name: str(count) for name, count in spec.rdma_resources})
+    requests = {**limits, "cpu": spec.cpu, "memory": spec.memory}
+    limits["memory"] = spec.memory
+    if spec.qos == "guaranteed":
+        limits["cpu"] = spec.cpu
+    return {"requests": requests, "limits": limits}
+
+
+def _affinity(spec: RunSpec) -> Obj | None:
+    out: Obj = {}
+    if spec.node_names:
+        # By the node's name (a field every node has), not the hostname label, which a node
+        # may lack or carry with another value.
+        fields = [{"key": "metadata.name", "operator": "In", "values": list(spec.node_names)}]
+        out["nodeAffinity"] = {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchFields": fields}]
+            }
+        }
+    term = {
+        "labelSelector": {"matchLabels": selector_labels(spec)},
+        "topologyKey": "kubernetes.io/hostname",
+    }
+    if spec.spread == "required":
+        out["podAntiAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
+    elif spec.spread == "preferred":
+        out["podAntiAffinity"] = {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 100, "podAffinityTerm": term}
+            ]
+        }
+    return out or None
+
+
+def pod_template(spec: RunSpec) -> Obj:
+    """The pod every rank group runs in: one per node, G GPUs, torchrun inside."""
+    profile = security_profile(spec.security)
+    host_network = uses_host_network(spec)
+    if spec.workload == "job":
+        command, args = _job_container_args(spec)
+    else:
+        command, args = _statefulset_container_args(spec)
+
+    mounts: list[Obj] = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    volumes: list[Obj] = [
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.shm_size}}
+    ]
+    if spec.engine == "zipapp":
+        mounts.append({"name": "engine", "mountPath": ENGINE_MOUNT, "readOnly": True})
+        volumes.append(
+            {
+                "name": "engine",
+                "configMap": {
+                    "name": spec.configmap_name,
+                    "items": [{"key": ZIPAPP_NAME, "path": ZIPAPP_NAME}],
+                    "defaultMode": 0o444,
+                },
+            }
+        )
+    if spec.pvc is not None:
+        mounts.append({"name": "results", "mountPath": RESULTS_MOUNT})
+        volumes.append({"name": "results", "persistentVolumeClaim": {"claimName": spec.pvc}})
+
+    container: Obj = {
+        "name": CONTAINER_NAME,
+        "image": spec.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": command,
+        "args": args,
+        "env": _env(spec),
+        "resources": _resources(spec),
+        "volumeMounts": mounts,
+    }
+    ports: list[Obj] = []
+    if host_network:
+        # In the node's network namespace the rendezvous port is the node's: declared as a
+        # hostPort, the scheduler keeps two runs that would both bind it off one node.
+        ports.append(
+            {
+                "name": "rendezvous",
+                "containerPort": spec.master_port,
+                "hostPort": spec.master_port,
+                "protocol": "TCP",
+            }
+        )
+    if spec.metrics_port:
+        # Named, so a PodMonitor (and a user's scrape config) can select it by name; a hostPort
+        # under hostNetwork for the same reason as the rendezvous port.
+        metrics: Obj = {"name": METRICS_PORT_NAME, "containerPort": spec.metrics_port}
+        if host_network:
+            metrics["hostPort"] = spec.metrics_port
+        metrics["protocol"] = "TCP"
+        ports.append(metrics)
+    if ports:
+        container["ports"] = ports
+    if profile.container_security_context:
+        container["securityContext"] = copy.deepcopy(profile.container_security_context)
+
+    pod: Obj = {
+        "restartPolicy": "Never" if spec.workload == "job" else "Always",
+        # The pods need no API access: no token, no RBAC objects.
+        "automountServiceAccountToken": False,
+        # Service links would put every Service of the namespace into the environment; a Service
+        # named `master` would then shadow torchrun's MASTER_PORT.
+        "enableServiceLinks": False,
+    }
+    if spec.workload == "job":
+        pod["subdomain"] = spec.service_name  # StatefulSet pods get it from serviceName
+    if host_network:
+        pod["hostNetwork"] = True
+        # Without it a host-network pod resolves with the node's resolver and cannot find rank 0.
+        pod["dnsPolicy"] = "ClusterFirstWithHostNet"
+    if profile.host_ipc:
+        pod["hostIPC"] = True
+    gang = GANGS[spec.gang] if spec.gang is not None else {}
+    scheduler = spec.scheduler_name or gang.get("scheduler")
+    if scheduler is not None:
+        pod["schedulerName"] = scheduler
+    if spec.priority_class is not None:
+        pod["priorityClassName"] = spec.priority_class
+    if spec.node_selector:
+        pod["nodeSelector"] = dict(spec.node_selector)
+    if spec.tolerations:
+        pod["tolerations"] = [t.to_dict() for t in spec.tolerations]
+    affinity = _affinity(spec)
+    if affinity is not None:
+        pod["affinity"] = affinity
+    if profile.pod_security_context:
+        pod["securityContext"] = copy.deepcopy(profile.pod_security_context)
+    pod["containers"] = [container]
+    pod["volumes"] = volumes
+
+    labels = {**dict(MESH_OPT_OUT_LABELS), **common_labels(spec), **selector_labels(spec)}
+    annotations = dict(MESH_OPT_OUT_ANNOTATIONS)
+    if "label" in gang:
+        labels[gang["label"]] = spec.run_id
+    if "annotation" in gang:
+        annotations[gang["annotation"]] = spec.run_id
+    if spec.network_attachments:
+        annotations[NETWORKS_ANNOTATION] = ",".join(spec.network_attachments)
+    if spec.metrics_port:
+        # The prometheus.io annotation convention (Prometheus' kubernetes_sd example relabelling
+        # and many Helm charts' scrape configs read it), as the seed annotated its pods.
+        annotations.update(
+            {
+                "prometheus.io/scrape": "true",
+                "prometheus.io/port": str(spec.metrics_port),
+                "prometheus.io/path": METRICS_PATH,
+            }
+        )
+    # The user's annotations last: an explicit choice (say, Istio injection after all) wins.
+    annotations.update(spec.annotations)
+    annotations.update(spec.pod_annotations)
+    return {"metadata": {"labels": labels, "annotations": annotations}, "spec": pod}
+
+
+def _workload_metadata(spec: RunSpec) -> Obj:
+    meta = _metadata(spec, spec.workload_name, **{LABEL_COMPONENT: WORKER})
+    if spec.queue is not None:
+        meta["labels"][LABEL_KUEUE_QUEUE] = spec.queue
+    meta.setdefault("annotations", {})[PSA_ANNOTATION] = pod_security_level(spec)
+    return meta
+
+
+def job(spec: RunSpec) -> Obj:
+    meta = _workload_metadata(spec)
+    job_spec: Obj = {
+        "completionMode": "Indexed",
+        "completions": spec.nodes,
+        "parallelism": spec.nodes,
+        # The run is a gang: torchrun's rendezvous is static, so a replacement pod could never
+        # rejoin the ranks that are still up. Any rank lost fails the whole run, at once.
+        "backoffLimit": 0,
+        "podFailurePolicy": {
+            "rules": [
+                # Eviction, preemption, node drain: not the benchmark's fault, but the rank is
+                # gone and the others would wait out their NCCL timeouts for it.
+                {
+                    "action": "FailJob",
+                    "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+                },
+                # A rank exited non-zero: the run has failed; end it now rather than let the
+                # other ranks wait out their NCCL timeouts.
+                {
+                    "action": "FailJob",
+                    "onExitCodes": {
+                        "containerName": CONTAINER_NAME,
+                        "operator": "NotIn",
+                        "values": [0],
+                    },
+                },
+            ]
+        },
+    }
+    if spec.active_deadline_s is not None:
+        job_spec["activeDeadlineSeconds"] = spec.active_deadline_s
+    if spec.ttl_s is not None:
+        job_spec["ttlSecondsAfterFinished"] = spec.ttl_s
+    job_spec["template"] = pod_template(spec)
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": job_spec}
+
+
+def statefulset(spec: RunSpec) -> Obj:
+    meta = _workload_metadata(spec)
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": meta,
+        "spec": {
+            "serviceName": spec.service_name,
+            "replicas": spec.nodes,
+            # Every rank must be up for the rendezvous; ordered start would deadlock on rank 0.
+            "podManagementPolicy": "Parallel",
+            "selector": {"matchLabels": selector_labels(spec)},
+            "template": pod_template(spec),
+        },
+    }
+
+
+def pod_group(spec: RunSpec) -> Obj:
+    """The gang: minMember = pods, and minResources = what all of them request, so the
+    scheduler (and Volcano's queue) admits the run only when the whole of it fits."""
+    assert spec.gang is not None
+    resources = _resources(spec)["requests"]
+    total: dict[str, str] = {}
+    for name, value in resources.items():
+        amount = quantity_value(value) * spec.nodes
+        total[name] = (
+            bytes_quantity(amount)
+            if name == "memory"
+            else cpu_quantity(amount)
+            if name == "cpu"
+            else str(int(amount))
+        )
+    group_spec: Obj = {"minMember": spec.nodes, "minResources": total}
+    if spec.gang == "volcano" and spec.priority_class is not None:
+        group_spec["priorityClassName"] = spec.priority_class
+    return {
+        "apiVersion": GANGS[spec.gang]["apiVersion"],
+        "kind": "PodGroup",
+        "metadata": _metadata(spec, spec.run_id, **{LABEL_COMPONENT: "gang"}),
+        "spec": group_spec,
+    }
+
+
+def pod_monitor(spec: RunSpec) -> Obj:
+    """A Prometheus Operator PodMonitor: the run's pods, their `metrics` port. In the run's
+    namespace (the PodMonitor's default); a Prometheus selects it by its labels (--label)."""
+    return {
+        "apiVersion": PODMONITOR_API_VERSION,
+        "kind": "PodMonitor",
+        "metadata": _metadata(spec, spec.run_id, **{LABEL_COMPONENT: "metrics"}),
+        "spec": {
+            "selector": {"matchLabels": selector_labels(spec)},
+            "podMetricsEndpoints": [{"port": METRICS_PORT_NAME, "path": METRICS_PATH}],
+        },
+    }
+
+
+def render(spec: RunSpec) -> list[Obj]:
+    """The run's objects in apply order; the same spec always gives the same objects."""
+    objs: list[Obj] = []
+    if spec.engine == "zipapp":
+        if spec.metrics_port and not carries_prometheus_client(engine_zipapp()):
+            raise UsageError(
+                f"--metrics-port {spec.metrics_port}: the engine zipapp carries prometheus_client "
+                "from this installation, which has none: pip install 'nccl-k8s[k8s]' (it "
+                "brings prometheus_client), or --metrics-port 0 for no metrics",
+                key="--metrics-port",
+            )
+        objs.append(configmap(spec))
+    objs.append(service(spec))
+    if spec.pod_monitor:
+        objs.append(pod_monitor(spec))
+    if spec.gang is not None:
+        objs.append(pod_group(spec))  # before the pods that name it
+    objs.append(job(spec) if spec.workload == "job" else statefulset(spec))
+    return objs
+
+
+__all__ = [
+    "APP_NAME",
+    "BLOCK_BEGIN",
+    "BLOCK_END",
+    "CONTAINER_NAME",
+    "GANGS",
+    "METRICS_PATH",
+    "METRICS_PORT_NAME",
+    "NODE_NAME_ENV",
+    "PODMONITOR_API_VERSION",
+    "POD_WRAPPER",
+    "PSA_ANNOTATION",
+    "RESULTS_MOUNT",
+    "common_labels",
+    "configmap",
+    "job",
+    "pod_group",
+    "pod_monitor",
+    "pod_template",
+    "render",
+    "selector_labels",
+    "service",
+    "statefulset",
+]

@@ -1,0 +1,140 @@
+"""cleanup: delete what nccl-k8s created for a run, workload first, and wait by watch until its
+pods are gone.
+
+Labels find a run's objects; they do not make them ours (a user's ConfigMap may carry the same
+three labels). An object is deleted only when the API server's own records say this tool made
+it: a managedFields entry of the field manager `nccl-k8s` (the deployer creates every object
+with it), or an ownerReference to a workload of the run that nccl-k8s created (the Job's pods).
+Everything else is skipped, and the result says what and why. Each delete carries the object's
+uid as a precondition, so an object replaced meanwhile under the same name is not touched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from nccl_k8s.errors import Conflict, RunFailed, UsageError
+from nccl_k8s.k8s.api._client import ClientSettings, KubeClient
+from nccl_k8s.k8s.api._sync import run_sync
+from nccl_k8s.k8s.api._types import Kind, Obj
+from nccl_k8s.k8s.run._outcomes import Cleaned
+from nccl_k8s.k8s.run._plumbing import (
+    RUN_KINDS,
+    WORKLOADS,
+    namespace_of,
+    no_run,
+    ours,
+    run_labels,
+    wait_pods_gone,
+    written_by_us,
+)
+from nccl_k8s.k8s.run._watch import WatchSettings
+from nccl_k8s.spec import LABEL_INSTANCE
+
+_NOT_OURS = (
+    "carries the run's labels but nccl-k8s did not create it (no nccl-k8s field manager, no "
+    "owner reference to the run's workload)"
+)
+
+
+def cleanup(
+    run_id: str | None = None,
+    *,
+    client: ClientSettings,
+    namespace: str | None = None,
+    all_runs: bool = False,
+    timeout_s: float = 120.0,
+    watch: WatchSettings | None = None,
+) -> Cleaned:
+    """Delete what nccl-k8s created for run `run_id` (every run's with `all_runs`), workload
+    first, then wait by watch until those pods are gone. Objects that only carry the labels are
+    skipped and listed in `Cleaned.skipped`."""
+    if (run_id is None) == (not all_runs):
+        raise UsageError("cleanup: expected a run id or all_runs (not both)", key="--run")
+
+    async def main(kc: KubeClient) -> Cleaned:
+        start = time.monotonic()
+        ns = await namespace_of(kc, namespace)
+        labels = run_labels(run_id)
+        found = await _labelled(kc, ns, labels)
+        rids = sorted(found) if all_runs else [str(run_id)]
+        if not all_runs and run_id not in found:
+            raise no_run(kc, ns, str(run_id))
+        deleted: list[str] = []
+        skipped: list[str] = []
+        touched: list[str] = []
+        uids: set[str] = set()
+        for rid in rids:
+            before = len(deleted)
+            objs = found.get(rid, {})
+            workloads = [o for kind in WORKLOADS for o in objs.get(kind, []) if written_by_us(o)]
+            run_uids = {str(w["metadata"]["uid"]) for w in workloads}
+            uids |= run_uids
+            for kind in (*RUN_KINDS, "Pod"):
+                for obj in objs.get(kind, []):
+                    name = str(obj["metadata"]["name"])
+                    if not ours(obj, run_uids):
+                        skipped.append(f"{kind}/{name}: {_why_not(obj)}")
+                        continue
+                    if kind == "Pod":
+                        continue  # its workload's deletion takes it (garbage collection)
+                    try:
+                        # False: already gone with the workload (ownerReferences cascade).
+                        await kc.delete(
+                            kind,
+                            name,
+                            namespace=ns,
+                            propagation="Background",
+                            uid=str(obj["metadata"]["uid"]),
+                        )
+                    except Conflict:
+                        skipped.append(f"{kind}/{name}: replaced by another object meanwhile")
+                        continue
+                    deleted.append(f"{kind}/{name}")
+            if len(deleted) > before:
+                touched.append(rid)
+        left = await wait_pods_gone(
+            kc,
+            ns,
+            set(rids),
+            timeout_s=timeout_s,
+            watch=watch,
+            which=lambda pod: ours(pod, uids),
+        )
+        if left:
+            raise RunFailed(
+                f"{len(left)} pod(s) of {', '.join(rids)} are still terminating after "
+                f"{timeout_s:g}s ({', '.join(left[:4])}{', ...' if len(left) > 4 else ''}; a "
+                "node may be unreachable); their workload is deleted"
+            )
+        return Cleaned(ns, touched, deleted, time.monotonic() - start, skipped)
+
+    return run_sync(main, client)
+
+
+def _why_not(obj: Obj) -> str:
+    """Why an object with the run's labels is not deleted."""
+    owner = next(iter(obj["metadata"].get("ownerReferences") or []), None)
+    if owner is not None:
+        return (
+            f"owned by {owner.get('kind')}/{owner.get('name')} (uid {owner.get('uid')}), which is "
+            "not a workload nccl-k8s created here; its owner's deletion (or the garbage "
+            "collector, if that is gone) removes it"
+        )
+    return _NOT_OURS
+
+
+async def _labelled(
+    kc: KubeClient, ns: str, labels: dict[str, str]
+) -> dict[str, dict[str, list[Obj]]]:
+    """run id -> kind -> every object with the labels (pods included)."""
+    kinds: tuple[Kind, ...] = (*RUN_KINDS, "Pod")
+    lists = await asyncio.gather(*(kc.list(k, namespace=ns, labels=labels) for k in kinds))
+    found: dict[str, dict[str, list[Obj]]] = {}
+    for kind, (items, _) in zip(kinds, lists, strict=True):
+        for obj in items:
+            rid = (obj["metadata"].get("labels") or {}).get(LABEL_INSTANCE)
+            if rid:
+                found.setdefault(rid, {}).setdefault(kind, []).append(obj)
+    return found

@@ -1,0 +1,270 @@
+"""deploy: create the run's objects (all or nothing), then optionally follow it.
+
+Ownership of a run id is decided by the API server, not by a check before writing: every object
+is created (POST), never applied, so an object of that name already there is a 409
+AlreadyExists and this deploy stops. Two deploys of one run id whose requests interleave cannot
+both succeed: the one whose create comes second fails and rolls back only what it created
+itself, each delete carrying the uid the server gave that object (a precondition), so nothing
+of the winner's is touched. The 409 says "run X already exists" only when the object there is
+one of a run's; otherwise it names the object that is in the way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import functools
+from collections.abc import Callable
+from pathlib import Path
+
+from nccl_k8s.errors import ClusterError, Conflict, Forbidden, Refused, UsageError
+from nccl_k8s.k8s.api._client import ClientSettings, KubeClient
+from nccl_k8s.k8s.api._sync import run_sync
+from nccl_k8s.k8s.api._types import Obj
+from nccl_k8s.k8s.preflight._doctor import refusal
+from nccl_k8s.k8s.rendering._manifests import render
+from nccl_k8s.k8s.rendering._names import APP_NAME
+from nccl_k8s.k8s.run._bundle import write_bundle
+from nccl_k8s.k8s.run._monitor import Ending, follow_run
+from nccl_k8s.k8s.run._outcomes import Created, Deployed, ProgressFn, WaitOutcome
+from nccl_k8s.k8s.run._plumbing import WORKLOADS, delete_created
+from nccl_k8s.k8s.run._settings import WaitSettings
+from nccl_k8s.k8s.run._tracing import span
+from nccl_k8s.spec import LABEL_INSTANCE, LABEL_NAME, RunSpec
+
+
+def deploy(
+    spec: RunSpec,
+    *,
+    client: ClientSettings,
+    create_namespace: bool = False,
+    wait: bool = True,
+    wait_settings: WaitSettings | None = None,
+    keep_on_failure: bool = False,
+    bundle_on_failure: Path | None = None,
+    progress: ProgressFn | None = None,
+    on_deployed: Callable[[Deployed], None] | None = None,
+) -> tuple[Deployed, WaitOutcome | None]:
+    """Create the run's objects; with `wait`, follow it until it ends.
+
+    A run that fails while followed (a rank failed or was lost, pods unschedulable past the
+    schedule timeout, the Job cannot create pods) is ended: what this deploy created is deleted
+    (and its pods waited for), or with `keep_on_failure` kept with its ranks stopped; RunFailed
+    says which; with `bundle_on_failure`, the debug bundle is written there first, while the
+    whole run is still there. When waiting itself fails (the API server goes away), the
+    ClusterError says the run keeps going and how to follow it again."""
+
+    async def main(kc: KubeClient) -> tuple[Deployed, WaitOutcome | None]:
+        ns = spec.namespace or kc.namespace
+        with span("deploy", run_id=spec.run_id, namespace=ns, **_span_attributes(spec)):
+            with span("apply", run_id=spec.run_id, namespace=ns):
+                deployed = await _deploy(kc, spec, create_namespace=create_namespace)
+            if on_deployed is not None:
+                on_deployed(deployed)
+            if not wait:
+                return deployed, None
+            return deployed, await _follow(kc, deployed)
+
+    async def _follow(kc: KubeClient, deployed: Deployed) -> WaitOutcome:
+        before = None
+        if bundle_on_failure is not None:
+            before = functools.partial(
+                _bundle_note, kc, deployed.namespace, spec.run_id, bundle_on_failure
+            )
+        ending = Ending(
+            stop=True, delete=None if keep_on_failure else deployed.created, before=before
+        )
+        try:
+            return await follow_run(
+                kc,
+                deployed.namespace,
+                spec.run_id,
+                expected=spec.nodes,
+                settings=wait_settings or WaitSettings(),
+                progress=progress,
+                ending=ending,
+                security=spec.security,
+            )
+        except ClusterError as e:
+            raise _still_running(e, deployed) from e
+
+    return run_sync(main, client)
+
+
+def _span_attributes(spec: RunSpec) -> dict[str, object]:
+    """What the deploy span says of the run (OpenTelemetry attribute values: str, int)."""
+    return {
+        "nccl_k8s.workload": spec.workload,
+        "nccl_k8s.nodes": spec.nodes,
+        "nccl_k8s.gpus_per_node": spec.gpus_per_node,
+        "nccl_k8s.image": spec.image,
+    }
+
+
+async def _bundle_note(kc: KubeClient, namespace: str, run_id: str, path: Path) -> str:
+    """Write the failed run's debug bundle (before it is ended); what the message adds."""
+    await write_bundle(kc, namespace, run_id, path)
+    return f"(debug bundle: {path})"
+
+
+def _still_running(e: ClusterError, d: Deployed) -> ClusterError:
+    """The same error, saying that the run it was following goes on without it."""
+    out = copy.copy(e)
+    out.args = (
+        f"{e}; waiting gave up, but run {d.run_id} was deployed and keeps running: "
+        f"`nccl-k8s wait --run {d.run_id} -n {d.namespace}` follows it again, "
+        f"`nccl-k8s cleanup --run {d.run_id} -n {d.namespace}` removes it",
+    )
+    return out
+
+
+async def _deploy(kc: KubeClient, spec: RunSpec, *, create_namespace: bool) -> Deployed:
+    namespace = spec.namespace or kc.namespace
+    spec = dataclasses.replace(spec, namespace=namespace)
+    objs = render(spec)  # pure; same objects `render` prints
+
+    ns_known = True
+    try:
+        ns_obj = await kc.get("Namespace", namespace)
+    except Forbidden:
+        ns_known, ns_obj = False, None  # many users may not read namespaces; create will tell
+    must_create = ns_known and ns_obj is None
+    if must_create and not create_namespace:
+        raise UsageError(
+            f"namespace {namespace} does not exist on {kc.server}: create it (kubectl create "
+            "namespace ...) or pass --create-namespace",
+            key="--namespace",
+        )
+    refused = await refusal(kc, spec, namespace, ns_obj)
+    if refused is not None:
+        raise Refused(
+            f"deploy refused, nothing was created: {refused.text()} (`nccl-k8s doctor` with "
+            "the same flags runs every check)",
+            check=refused.name,
+        )
+
+    created: list[Created] = []
+    try:
+        if must_create:
+            try:
+                made = await kc.create_namespace(namespace)
+                created.append(Created("Namespace", namespace, made["metadata"]["uid"]))
+            except Conflict as e:
+                if e.reason != "AlreadyExists":
+                    raise  # AlreadyExists: another deploy made it meanwhile; use it
+        workload: Obj | None = None
+        for obj in objs:
+            try:
+                made = await kc.create(obj)
+            except Conflict as e:
+                if e.reason == "AlreadyExists":
+                    raise await _taken(kc, spec, obj, e) from e
+                raise
+            created.append(
+                Created(
+                    made["kind"],
+                    made["metadata"]["name"],
+                    made["metadata"]["uid"],
+                    api_version=made.get("apiVersion"),
+                )
+            )
+            if made["kind"] in WORKLOADS:
+                workload = made
+        assert workload is not None  # render always includes the workload
+        # The other objects get an ownerReference to the workload (whose uid exists only now),
+        # so that deleting the workload, by hand or by its TTL, takes them along.
+        for obj in attach_owner(objs, workload):
+            if obj["kind"] in WORKLOADS:
+                continue
+            refs = obj["metadata"]["ownerReferences"]
+            await kc.patch(
+                obj["kind"],
+                obj["metadata"]["name"],
+                {"metadata": {"ownerReferences": refs}},
+                namespace=namespace,
+                api_version=obj["apiVersion"],
+            )
+    except BaseException:
+        await delete_created(kc, namespace, created)
+        raise
+    return Deployed(
+        run_id=spec.run_id,
+        namespace=namespace,
+        objects=[f"{o['kind']}/{o['metadata']['name']}" for o in objs],
+        created_namespace=any(c.kind == "Namespace" for c in created),
+        created=created,
+    )
+
+
+async def _taken(kc: KubeClient, spec: RunSpec, obj: Obj, e: Conflict) -> Conflict:
+    """The 409 of a create, worded by what is actually there."""
+    kind, name = obj["kind"], obj["metadata"]["name"]
+    ns = spec.namespace
+    there: Obj | None = None
+    with contextlib.suppress(ClusterError):
+        there = await kc.get(kind, name, namespace=ns, api_version=obj["apiVersion"])
+    labels = (there or {}).get("metadata", {}).get("labels") or {}
+    fields = {
+        "status": 409,
+        "reason": "AlreadyExists",
+        "verb": "create",
+        "resource": e.resource,
+        "namespace": ns,
+        "name": name,
+        "server": kc.server,
+    }
+    if there is not None and labels.get(LABEL_NAME) == APP_NAME:
+        owner = labels.get(LABEL_INSTANCE)
+        if owner == spec.run_id:
+            return Conflict(
+                f"run {spec.run_id} already exists in namespace {ns}: use --run-id or cleanup "
+                f"({kind} {name} is part of it); nothing was changed",
+                **fields,
+            )
+        return Conflict(
+            f"{kind} {name} in namespace {ns} belongs to nccl-k8s run {owner}, not to "
+            f"{spec.run_id}: use another --run-id; nothing was changed",
+            **fields,
+        )
+    if there is None:
+        return Conflict(
+            f"{kind} {name} appeared in namespace {ns} while this deploy ran and is gone again "
+            "(another deploy of the same run id, rolled back?): deploy again; nothing was "
+            "changed",
+            **fields,
+        )
+    return Conflict(
+        f"{kind} {name} already exists in namespace {ns} and is not part of an nccl-k8s run "
+        f"(it has no {LABEL_NAME}={APP_NAME} label): use another --run-id; nothing was changed",
+        **fields,
+    )
+
+
+def attach_owner(objs: list[Obj], owner: Obj) -> list[Obj]:
+    """Copies of `objs` in which every object except `owner` itself is owned by `owner`.
+
+    Call with the workload as the API server returned it (it has metadata.uid); apply the result
+    so that deleting the workload cascades to the ConfigMap and Service.
+    """
+    meta = owner.get("metadata", {})
+    uid = meta.get("uid")
+    if not uid:
+        raise ValueError(
+            f"{owner.get('kind')} {meta.get('name')!r} has no metadata.uid: pass the created object"
+        )
+    ref = {
+        "apiVersion": owner["apiVersion"],
+        "kind": owner["kind"],
+        "name": meta["name"],
+        "uid": uid,
+    }
+    out: list[Obj] = []
+    for obj in objs:
+        obj = copy.deepcopy(obj)
+        same = obj.get("kind") == owner["kind"] and obj["metadata"].get("name") == meta["name"]
+        if not same:
+            refs = [r for r in obj["metadata"].get("ownerReferences", []) if r.get("uid") != uid]
+            obj["metadata"]["ownerReferences"] = [*refs, ref]
+        out.append(obj)
+    return out
