@@ -4,6 +4,7 @@ CLI and build_run_spec both come from it (issue 19: a new option is an entry plu
 from __future__ import annotations
 
 import dataclasses
+import json
 import types
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
@@ -145,3 +146,37 @@ def test_the_cli_offers_every_option_with_its_flags_metavar_and_panel() -> None:
     for o in OPTIONS:
         line = next(line for line in text.splitlines() if line.startswith(f"│ {o.flag} "))
         assert all(f in line for f in o.flags) and o.metavar in line, line
+
+
+# ---- --priority-class: the option issue 19's acceptance adds as one entry plus one use ----------
+
+
+def _rendered_pods(*args: str) -> list[dict[str, Any]]:
+    """The pod templates `nccl-k8s render` prints (as JSON) for these options."""
+    from nccl_k8s.cli.main import app
+
+    res = CliRunner().invoke(app, ["render", "--run-id", "r", "-o", "json", *args])
+    assert res.exit_code == 0, res.output
+    items = json.loads(res.stdout)["items"]
+    return [o["spec"]["template"]["spec"] for o in items if o["kind"] in ("Job", "StatefulSet")]
+
+
+@pytest.mark.parametrize("workload", ["job", "statefulset"])
+def test_priority_class_is_set_on_the_pods(workload: str) -> None:
+    pods = _rendered_pods(
+        "--world-size", "16", "--workload", workload, "--priority-class", "gpu-high"
+    )
+    assert [p["priorityClassName"] for p in pods] == ["gpu-high"]
+    assert all("priorityClassName" not in p for p in _rendered_pods("--world-size", "16"))
+
+
+@pytest.mark.parametrize("name", ["High", "gpu_high", "-x", "a" * 254])
+def test_a_bad_priority_class_is_one_line_exit_2_naming_it(name: str) -> None:
+    from nccl_k8s.cli.main import app
+
+    res = CliRunner().invoke(app, ["render", "--world-size", "8", "--priority-class", name])
+    assert res.exit_code == 2 and res.stdout == "", res.output
+    assert res.stderr.splitlines() == [
+        f'error: --priority-class "{name}": expected a DNS-1123 name (lowercase letters, digits, '
+        "'-' and '.', at most 253 characters)"
+    ]
