@@ -307,7 +307,7 @@ class RunSpec:
         panel=NETWORK, default_note="rdma for ib/roce, else socket",
         help="Privilege profile (docs/deploy.md lists what each needs).",
     )
-    """Privilege profile, least privilege each (see k8s/presets.py). Default: rdma when the
+    """Privilege profile, least privilege each (the renderer's security presets). Default: rdma when the
     network is ib or roce (RDMA needs IPC_LOCK to pin memory), else socket (no privileges)."""
     queue: str | None = option(
         "--queue", parse=queue_name, metavar="NAME", panel=LIFETIME,
