@@ -250,6 +250,13 @@ def build_parser(prog: str = "python -m nccl_k8s.bench") -> argparse.ArgumentPar
         allow_abbrev=False,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    _add_nccl_tests_flags(p)
+    _add_own_flags(p)
+    return p
+
+
+def _add_nccl_tests_flags(p: argparse.ArgumentParser) -> None:
+    """nccl-tests' flags, with its spellings and defaults."""
     add = p.add_argument
     add("-b", "--minbytes", default="32M", metavar="SIZE", help="smallest size (8, 64K, 1M, 8G)")
     add("-e", "--maxbytes", default="32M", metavar="SIZE", help="largest size")
@@ -278,6 +285,11 @@ def build_parser(prog: str = "python -m nccl_k8s.bench") -> argparse.ArgumentPar
         help=f"seconds a stuck collective may wait before the run names the culprit and aborts "
         f"(0: none, {POD_TIMEOUT_S} inside a Kubernetes pod)",
     )
+
+
+def _add_own_flags(p: argparse.ArgumentParser) -> None:
+    """Ours: collectives, backend, outputs, soak and continuous modes, metrics."""
+    add = p.add_argument
     add(
         "--ops",
         default="all_reduce",
@@ -340,7 +352,6 @@ def build_parser(prog: str = "python -m nccl_k8s.bench") -> argparse.ArgumentPar
         help=f"address the metrics server listens on (default: ${METRICS_ADDR_ENV}, else 0.0.0.0)",
     )
     add("--no-result-lines", action="store_true", help="omit the NCCL_K8S_RESULT lines")
-    return p
 
 
 def config_from_namespace(ns: argparse.Namespace) -> BenchConfig:

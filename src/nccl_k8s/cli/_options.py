@@ -1,5 +1,6 @@
-"""Options shared by commands: the deploy options (derived from nccl_k8s.spec.OPTIONS, where
-each is declared once) and kubectl's cluster options (-n, --context, --kubeconfig, --run).
+"""Options shared by commands: the deploy options (one typer option per entry of
+nccl_k8s.spec.OPTIONS, the registry declared on RunSpec's fields) and kubectl's cluster options
+(-n, --context, --kubeconfig, --run).
 
 `with_spec_options(fn)` gives a command every deploy option and hands `fn` the validated
 RunSpec; engine flags are the arguments after `--`.
@@ -16,7 +17,7 @@ import typer
 
 from nccl_k8s.cli._common import with_default
 from nccl_k8s.errors import UsageError
-from nccl_k8s.spec import OPTIONS, Option, build_run_spec, parse_duration
+from nccl_k8s.spec import OPTIONS, Option, build_run_spec, timeout
 
 R = TypeVar("R")
 
@@ -172,12 +173,7 @@ def output_format(value: str) -> str:
 
 def seconds(flag: str, value: str | None) -> float | None:
     """A duration option in seconds; None when not given (the settings' default applies)."""
-    if value is None:
-        return None
-    s = parse_duration(flag, value)
-    if s < 1:
-        raise UsageError(f'{flag} "{value}": expected at least 1s', key=flag)
-    return float(s)
+    return None if value is None else float(timeout(flag, value))
 
 
 def duration_text(seconds: float) -> str:

@@ -26,6 +26,8 @@ from nccl_k8s.spec._model import (
     MEMORY_PER_GPU,
     NETWORKS_ANNOTATION,
     NO_IBVERBS_REPOSITORIES,
+    OPTION_BY_NAME,
+    OPTIONS,
     RDMA_IMAGE,
     RESERVED_LABELS,
     RUN_ID_MAX_LEN,
@@ -45,8 +47,6 @@ from nccl_k8s.spec._options import (
     METADATA,
     MONITORING,
     NETWORK,
-    OPTION_BY_NAME,
-    OPTIONS,
     PODS,
     SHAPE,
     Option,
@@ -59,6 +59,7 @@ from nccl_k8s.spec._values import (
     parse_duration,
     parse_toleration,
     quantity_value,
+    timeout,
 )
 
 __all__ = [
@@ -104,4 +105,5 @@ __all__ = [
     "parse_duration",
     "parse_toleration",
     "quantity_value",
+    "timeout",
 ]

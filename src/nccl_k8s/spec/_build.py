@@ -1,71 +1,70 @@
-"""build_run_spec: what the user typed -> a validated RunSpec, or one line saying what was expected."""
+"""build_run_spec: what the user typed -> a validated RunSpec, or one line saying what was expected.
+
+Each option's value is parsed by its own entry (the RunSpec field that declares it: flag,
+parser, default; spec/_model.py), in table order. What is left here are the facts between
+options: the run size from two of three numbers, defaults that depend on other options (run id,
+security, image, CPU and memory), options that apply to one workload only (the entries'
+`only_with`), and the checks that read several options at once.
+"""
 
 from __future__ import annotations
 
 import datetime
-import re
 from collections.abc import Sequence
 from fractions import Fraction
-from typing import Any, cast, get_args
+from typing import Any
 
 from nccl_k8s.errors import UsageError
 from nccl_k8s.spec._model import (
     CPU_PER_GPU,
     DEFAULT_IMAGE,
-    LABEL_KUEUE_QUEUE,
     MEMORY_PER_GPU,
     NETWORKS_ANNOTATION,
     NO_IBVERBS_REPOSITORIES,
+    OPTION_BY_NAME,
+    OPTIONS,
     RDMA_IMAGE,
-    RESERVED_LABELS,
-    RUN_ID_MAX_LEN,
-    EngineMode,
-    Gang,
-    Network,
-    Qos,
     RunSpec,
-    Security,
-    Spread,
-    Workload,
     generate_run_id,
     master_port_for,
 )
-from nccl_k8s.spec._options import (
-    OPTION_BY_NAME,
-)
+from nccl_k8s.spec._options import Option
 from nccl_k8s.spec._values import (
-    LABEL_VALUE,
     bytes_quantity,
-    choice,
     cpu_quantity,
-    dns_label,
-    dns_subdomain,
-    env_pairs,
-    is_qualified_name,
-    label_pairs,
-    parse_duration,
-    parse_toleration,
-    quantity,
     quantity_value,
     quote,
-    rdma_resources,
-    whole,
 )
 
+#: What build_run_spec works on: RunSpec field -> value so far.
+Fields = dict[str, Any]
 
-def _world(world_text: object, gpus_text: object, nodes_text: object) -> tuple[int, int, int]:
+
+def _parse(values: dict[str, object]) -> tuple[Fields, set[str]]:
+    """Every option parsed by its entry: the value given, else the entry's default, else None
+    (an empty tuple for a list, False for a switch); and the names of the options given."""
+    unknown = sorted(set(values) - set(OPTION_BY_NAME))
+    if unknown:
+        raise TypeError(f"build_run_spec: unknown option(s) {', '.join(unknown)}")
+    given = {k: v for k, v in values.items() if v is not None}
+    return {o.field: _parse_one(o, given.get(o.name, o.default)) for o in OPTIONS}, set(given)
+
+
+def _parse_one(opt: Option, raw: object) -> Any:
+    if opt.kind == "switch" or opt.parse is None:
+        return bool(raw)
+    if opt.kind == "list":
+        items = raw if isinstance(raw, list | tuple) else () if raw is None else (raw,)
+        return opt.parse(opt.flag, [str(v) for v in items])
+    return None if raw is None else opt.parse(opt.flag, str(raw))
+
+
+def _size(f: Fields, given: set[str]) -> None:
     """Resolve world size, GPUs per node and nodes from the two or three the user gave."""
-    gpus_per_node = whole("--gpus-per-node", gpus_text) if gpus_text is not None else None
-    world_size = whole("--world-size", world_text) if world_text is not None else None
-    nodes = whole("--nodes", nodes_text) if nodes_text is not None else None
-    g = (
-        gpus_per_node
-        if gpus_per_node is not None
-        else int(OPTION_BY_NAME["gpus_per_node"].default or 0)
-    )
+    world_size, g, nodes = f["world_size"], f["gpus_per_node"], f["nodes"]
     g_text = (
         f" --gpus-per-node {g}"
-        if gpus_per_node is not None
+        if "gpus_per_node" in given
         else f" (--gpus-per-node {g}, the default)"
     )
     if world_size is None and nodes is None:
@@ -85,9 +84,10 @@ def _world(world_text: object, gpus_text: object, nodes_text: object) -> tuple[i
                 "x GPUs per node; give one of --world-size or --nodes",
                 key="--nodes",
             )
-        return _fits(world_size, g, world_size // g, f"--world-size {world_size}{g_text}")
-    m = nodes or 0  # not None: both-None was refused above
-    return _fits(m * g, g, m, f"--nodes {m}{g_text}")
+        size = _fits(world_size, g, world_size // g, f"--world-size {world_size}{g_text}")
+    else:
+        size = _fits(nodes * g, g, nodes, f"--nodes {nodes}{g_text}")
+    f["world_size"], f["gpus_per_node"], f["nodes"] = size
 
 
 #: Kubernetes refuses an Indexed Job with more completions (and parallelism) than this.
@@ -137,57 +137,50 @@ def _engine_args(args: Sequence[str], *, world_size: int) -> tuple[str, ...]:
     return tuple(argv)
 
 
-#: Options that apply to one workload only.
-_JOB_ONLY = ("active_deadline", "ttl")
+def _only_with(f: Fields, given: set[str]) -> None:
+    """Options that apply with one value of another (the Job's deadline and TTL, the
+    StatefulSet's interval): refused when given otherwise, else unset."""
+    for opt in OPTIONS:
+        if opt.only_with is None:
+            continue
+        other, value = opt.only_with
+        have = f[OPTION_BY_NAME[other].field]
+        if have != value:
+            if opt.name in given:
+                raise UsageError(
+                    f"{opt.flag}: applies to {OPTION_BY_NAME[other].flag} {value}, not {have}",
+                    key=opt.flag,
+                )
+            f[opt.field] = None
 
 
-class _Given:
-    """The user's values by option name, with the table's defaults behind them."""
-
-    def __init__(self, values: dict[str, object]) -> None:
-        unknown = sorted(set(values) - set(OPTION_BY_NAME))
-        if unknown:
-            raise TypeError(f"build_run_spec: unknown option(s) {', '.join(unknown)}")
-        self.given = {k: v for k, v in values.items() if v is not None}
-
-    def __contains__(self, name: str) -> bool:
-        return name in self.given
-
-    def text(self, name: str) -> str | None:
-        """The value as typed, else the table's default, else None."""
-        value = self.given.get(name, OPTION_BY_NAME[name].default)
-        return None if value is None else str(value)
-
-    def need(self, name: str) -> str:
-        """text() of an option that has a default."""
-        return self.text(name) or ""
-
-    def items(self, name: str) -> list[str]:
-        value = self.given.get(name) or ()
-        return [str(v) for v in value] if isinstance(value, list | tuple) else [str(value)]
-
-    def switch(self, name: str) -> bool:
-        return bool(self.given.get(name, False))
+def _security(f: Fields) -> None:
+    """The privilege profile: given, else the least the fabric needs; RDMA needs its devices."""
+    given = f["security"] is not None
+    if not given:
+        f["security"] = "rdma" if f["network"] in ("ib", "roce") else "socket"
+    if f["security"] == "rdma" and not f["rdma_resources"]:
+        why = "--security rdma" if given else f"--network {f['network']} uses --security rdma"
+        raise UsageError(
+            f"{why}: expected --rdma-resource NAME=COUNT (e.g. rdma/ib=1) for the RDMA devices, "
+            "or --security host|privileged where devices are reached otherwise",
+            key="--rdma-resource",
+        )
 
 
-def _image(v: _Given, network: Network) -> tuple[EngineMode, str]:
-    """The engine mode and the image: given, else one that can use the fabric."""
-    engine_mode = cast(EngineMode, choice("--engine", v.need("engine"), get_args(EngineMode)))
+def _image(f: Fields) -> None:
+    """The image: given, else one that can use the fabric; never one known to lack it."""
+    network, image = f["network"], f["image"]
     rdma = network in ("ib", "roce")
-    image = v.text("image")
     if image is None:
-        if engine_mode == "image":
+        if f["engine"] == "image":
             raise UsageError(
                 "--engine image: expected --image naming an image with nccl-k8s installed "
                 f"(the default {DEFAULT_IMAGE} has only torch)",
                 key="--image",
             )
-        image = RDMA_IMAGE if rdma else DEFAULT_IMAGE
-    if not image or any(c.isspace() for c in image):
-        raise UsageError(
-            f"--image {quote(image)}: expected an image reference such as {DEFAULT_IMAGE}",
-            key="--image",
-        )
+        f["image"] = RDMA_IMAGE if rdma else DEFAULT_IMAGE
+        return
     repository = image.split("@")[0].rsplit(":", 1)[0] if "/" in image else image
     if rdma and repository in NO_IBVERBS_REPOSITORIES:
         raise UsageError(
@@ -196,154 +189,43 @@ def _image(v: _Given, network: Network) -> tuple[EngineMode, str]:
             f"rdma-core, e.g. {RDMA_IMAGE} (the default for --network {network})",
             key="--image",
         )
-    return engine_mode, image
 
 
-def _lifetime(v: _Given, kind: Workload) -> dict[str, Any]:
-    """The workload-specific fields: the sweep interval, or the Job's deadline, TTL, retries."""
-    if kind == "statefulset":
-        for name in _JOB_ONLY:
-            if name in v:
-                flag = OPTION_BY_NAME[name].flag
-                raise UsageError(f"{flag}: applies to --workload job, not statefulset", key=flag)
-        return {
-            "interval_s": parse_duration("--interval", v.text("interval") or "5m"),
-            "active_deadline_s": None,
-            "ttl_s": None,
-        }
-    if "interval" in v:
-        raise UsageError("--interval: applies to --workload statefulset, not job", key="--interval")
-    return {
-        "interval_s": None,
-        "active_deadline_s": parse_duration("--active-deadline", v.need("active_deadline")) or None,
-        "ttl_s": parse_duration("--ttl", v.need("ttl")),
-    }
-
-
-def _network(v: _Given) -> dict[str, Any]:
-    """Fabric preset, RDMA resources and the privilege profile they imply."""
-    net = cast(Network, choice("--network", v.need("network"), get_args(Network)))
-    rdma = rdma_resources(v.items("rdma_resource"))
-    security = v.text("security")
-    if security is None:
-        sec = "rdma" if net in ("ib", "roce") else "socket"
-    else:
-        sec = choice("--security", security, get_args(Security))
-    if sec == "rdma" and not rdma:
-        why = f"--network {net} uses --security rdma" if security is None else "--security rdma"
+def _placement(f: Fields) -> None:
+    """Multus networks set once; pinned nodes enough for one pod each when spread is required."""
+    annotations = f["annotations"] + f["pod_annotations"]
+    if f["network_attachments"] and any(k == NETWORKS_ANNOTATION for k, _ in annotations):
         raise UsageError(
-            f"{why}: expected --rdma-resource NAME=COUNT (e.g. rdma/ib=1) for the RDMA devices, "
-            "or --security host|privileged where devices are reached otherwise",
-            key="--rdma-resource",
-        )
-    return {
-        "network": net,
-        "rdma_resources": rdma,
-        "host_network": v.switch("host_network"),
-        "security": cast(Security, sec),
-    }
-
-
-def _names(v: _Given) -> dict[str, Any]:
-    """Scheduler, priority class, claim and queue: names the API server would check later."""
-    scheduler, priority_class, pvc, queue = (
-        v.text(n) for n in ("scheduler", "priority_class", "pvc", "queue")
-    )
-    if scheduler is not None:
-        dns_subdomain("--scheduler", scheduler)
-    if priority_class is not None:
-        dns_subdomain("--priority-class", priority_class)
-    if pvc is not None:
-        dns_subdomain("--pvc", pvc)
-    if queue is not None and (len(queue) > 63 or not LABEL_VALUE.match(queue) or not queue):
-        raise UsageError(
-            f"--queue {quote(queue)}: expected a Kueue LocalQueue name (a label value)",
-            key="--queue",
-        )
-    gpu_resource = v.need("gpu_resource")
-    if not is_qualified_name(gpu_resource) or "/" not in gpu_resource:
-        raise UsageError(
-            f"--gpu-resource {quote(gpu_resource)}: expected an extended resource name such as "
-            "nvidia.com/gpu",
-            key="--gpu-resource",
-        )
-    return {
-        "scheduler_name": scheduler,
-        "priority_class": priority_class,
-        "pvc": pvc,
-        "queue": queue,
-        "gpu_resource": gpu_resource,
-    }
-
-
-def _resources(v: _Given, gpus: int) -> dict[str, Any]:
-    """CPU and memory per pod: given, else sized per GPU; memory always above /dev/shm, which
-    the kernel charges to the pod's memory cgroup (a tmpfs page is the pod's memory)."""
-    shm = quantity("--shm-size", v.need("shm_size"))
-    cpu_text, memory_text = v.text("cpu"), v.text("memory")
-    cpu = quantity("--cpu", cpu_text) if cpu_text is not None else cpu_quantity(CPU_PER_GPU * gpus)
-    if memory_text is None:
-        memory = bytes_quantity(quantity_value(MEMORY_PER_GPU) * gpus + quantity_value(shm))
-    else:
-        memory = quantity("--memory", memory_text)
-        if quantity_value(memory) <= quantity_value(shm):
-            at_least = bytes_quantity(quantity_value(shm) + Fraction(2**30))
-            raise UsageError(
-                f"--memory {memory}: not more than --shm-size {shm}, and /dev/shm counts against "
-                f"the pod's memory limit; expected more (at least {at_least}), or a smaller "
-                "--shm-size",
-                key="--memory",
-            )
-    qos = cast(Qos, choice("--qos", v.need("qos"), get_args(Qos)))
-    return {"cpu": cpu, "memory": memory, "shm_size": shm, "qos": qos}
-
-
-def _pod(v: _Given) -> dict[str, Any]:
-    """What every pod carries: placement, environment, network attachments."""
-    attachments: list[str] = []
-    for item in v.items("network_attachment"):
-        for name in item.split(","):
-            attachments.append(_network_attachment(name.strip(), item))
-    return {
-        "node_names": tuple(dict.fromkeys(dns_subdomain("--node", n) for n in v.items("node"))),
-        "node_selector": label_pairs("--node-selector", v.items("node_selector"), what="label"),
-        "tolerations": tuple(parse_toleration(t) for t in v.items("toleration")),
-        "spread": cast(Spread, choice("--spread", v.need("spread"), get_args(Spread))),
-        "env": env_pairs(v.items("env")),
-        "network_attachments": tuple(dict.fromkeys(attachments)),
-    }
-
-
-def _network_attachment(name: str, item: str) -> str:
-    """Multus' short form: [namespace/]name[@interface], each part a DNS-1123 label."""
-    ns_name, _, interface = name.partition("@")
-    namespace, slash, attachment = ns_name.rpartition("/")
-    parts = [attachment] + ([namespace] if slash else []) + ([interface] if "@" in name else [])
-    if not all(len(p) <= 63 and re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", p) for p in parts):
-        raise UsageError(
-            f"--network-attachment {quote(item)}: expected NetworkAttachmentDefinition names "
-            "[namespace/]name[@interface], comma-separated (DNS-1123 labels)",
+            f"--network-attachment and an annotation {NETWORKS_ANNOTATION}: both set the pods' "
+            "Multus networks; expected one of them",
             key="--network-attachment",
         )
-    return name
+    names, n = f["node_names"], f["nodes"]
+    if names and f["spread"] == "required" and len(names) < n:
+        raise UsageError(
+            f"--node {' --node '.join(names)}: {len(names)} node(s) for {n} pods, one per node "
+            "(--spread required); expected at least as many --node as pods, or --spread none",
+            key="--node",
+        )
 
 
-def _metadata(v: _Given) -> dict[str, Any]:
-    labels = label_pairs("--label", v.items("label"), what="label")
-    for key, _ in labels:
-        if key in RESERVED_LABELS or key == LABEL_KUEUE_QUEUE:
-            raise UsageError(
-                f"--label {quote(key)}: set by nccl-k8s (use --run-id or --queue); expected "
-                "another key",
-                key="--label",
-            )
-    annotations = label_pairs(
-        "--annotation", v.items("annotation"), what="annotation", check_value=False
-    )
-    pod_annotations = label_pairs(
-        "--pod-annotation", v.items("pod_annotation"), what="annotation", check_value=False
-    )
-    return {"labels": labels, "annotations": annotations, "pod_annotations": pod_annotations}
+def _resources(f: Fields) -> None:
+    """CPU and memory per pod: given, else sized per GPU; memory always above /dev/shm, which
+    the kernel charges to the pod's memory cgroup (a tmpfs page is the pod's memory)."""
+    gpus, shm = f["gpus_per_node"], f["shm_size"]
+    if f["cpu"] is None:
+        f["cpu"] = cpu_quantity(CPU_PER_GPU * gpus)
+    memory = f["memory"]
+    if memory is None:
+        f["memory"] = bytes_quantity(quantity_value(MEMORY_PER_GPU) * gpus + quantity_value(shm))
+    elif quantity_value(memory) <= quantity_value(shm):
+        at_least = bytes_quantity(quantity_value(shm) + Fraction(2**30))
+        raise UsageError(
+            f"--memory {memory}: not more than --shm-size {shm}, and /dev/shm counts against "
+            f"the pod's memory limit; expected more (at least {at_least}), or a smaller "
+            "--shm-size",
+            key="--memory",
+        )
 
 
 #: Engine flags the deployer sets itself: the metrics port follows --metrics-port (the pods'
@@ -355,20 +237,11 @@ _DEPLOY_SETS = {
 _STATEFULSET_SETS = ("--sweeps", "--sweep-interval")
 
 
-def _monitoring(v: _Given, kind: Workload, engine_args: Sequence[str]) -> dict[str, Any]:
-    """--metrics-port and --pod-monitor, and the engine flags they and the workload own."""
-    text = v.need("metrics_port")
-    try:
-        port = int(text)
-    except ValueError:
-        port = -1
-    if not 0 <= port <= 65535:
-        raise UsageError(
-            f"--metrics-port {quote(text)}: expected a TCP port, 1 to 65535, or 0 for none",
-            key="--metrics-port",
-        )
-    pod_monitor = v.switch("pod_monitor")
-    if pod_monitor and not port:
+def _monitoring(f: Fields, engine_args: Sequence[str]) -> None:
+    """--pod-monitor needs a metrics port; the engine flags the deploy options and the workload
+    own are refused among the engine arguments."""
+    kind = f["workload"]
+    if f["pod_monitor"] and not f["metrics_port"]:
         raise UsageError(
             "--pod-monitor with --metrics-port 0: the PodMonitor scrapes the metrics port; "
             "expected a port",
@@ -394,12 +267,6 @@ def _monitoring(v: _Given, kind: Workload, engine_args: Sequence[str]) -> dict[s
             "--active-deadline fails it): expected --workload statefulset for continuous sweeps",
             key="engine_args",
         )
-    return {"metrics_port": port, "pod_monitor": pod_monitor}
-
-
-def _gang(v: _Given) -> Gang | None:
-    text = v.text("gang")
-    return None if text is None else cast(Gang, choice("--gang", text, get_args(Gang)))
 
 
 def build_run_spec(
@@ -411,59 +278,15 @@ def build_run_spec(
     """Validate the options' values (keyed by `Option.name`, as typed: strings, lists of
     strings, bools) into a RunSpec, or raise UsageError naming the value and the expected form.
     Absent options (or None) take their table default (OPTIONS)."""
-    v = _Given(values)
-    world, g, n = _world(
-        v.given.get("world_size"), v.given.get("gpus_per_node"), v.given.get("nodes")
-    )
-    run_id = v.text("run_id") or generate_run_id(now)
-    dns_label("--run-id", run_id, max_len=RUN_ID_MAX_LEN)
-    namespace = v.text("namespace")
-    if namespace is not None:
-        dns_label("--namespace", namespace)
-    network = _network(v)
-    engine_mode, image = _image(v, network["network"])
-    pod, metadata = _pod(v), _metadata(v)
-    if pod["network_attachments"] and any(
-        k == NETWORKS_ANNOTATION for k, _ in metadata["annotations"] + metadata["pod_annotations"]
-    ):
-        raise UsageError(
-            f"--network-attachment and an annotation {NETWORKS_ANNOTATION}: both set the pods' "
-            "Multus networks; expected one of them",
-            key="--network-attachment",
-        )
-    names = pod["node_names"]
-    if names and pod["spread"] == "required" and len(names) < n:
-        raise UsageError(
-            f"--node {' --node '.join(names)}: {len(names)} node(s) for {n} pods, one per node "
-            "(--spread required); expected at least as many --node as pods, or --spread none",
-            key="--node",
-        )
-    kind = cast(Workload, choice("--workload", v.need("workload"), get_args(Workload)))
-    rdzv_text = v.need("rendezvous_timeout")
-    rdzv_s = parse_duration("--rendezvous-timeout", rdzv_text)
-    if rdzv_s < 1:
-        raise UsageError(
-            f"--rendezvous-timeout {quote(rdzv_text)}: expected at least 1s",
-            key="--rendezvous-timeout",
-        )
-    return RunSpec(
-        run_id=run_id,
-        namespace=namespace,
-        world_size=world,
-        gpus_per_node=g,
-        nodes=n,
-        image=image,
-        engine=engine_mode,
-        workload=kind,
-        **_lifetime(v, kind),
-        **network,
-        **_names(v),
-        **pod,
-        **_resources(v, g),
-        **metadata,
-        gang=_gang(v),
-        master_port=master_port_for(run_id),
-        rendezvous_timeout_s=rdzv_s,
-        engine_args=_engine_args(engine_args, world_size=world),
-        **_monitoring(v, kind, engine_args),
-    )
+    f, given = _parse(values)
+    _size(f, given)
+    if f["run_id"] is None:
+        f["run_id"] = generate_run_id(now)
+    _only_with(f, given)
+    _security(f)
+    _image(f)
+    _placement(f)
+    _resources(f)
+    checked_args = _engine_args(engine_args, world_size=f["world_size"])
+    _monitoring(f, engine_args)
+    return RunSpec(**f, master_port=master_port_for(f["run_id"]), engine_args=checked_args)

@@ -1,15 +1,48 @@
-"""RunSpec and the constants a run is made of (labels, ports, images, run ids)."""
+"""RunSpec, the deploy option registry declared on its fields, and the constants a run is made
+of (labels, ports, images, run ids)."""
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import hashlib
 import secrets
-from typing import Literal
+from typing import Literal, get_args
 
+from nccl_k8s.errors import UsageError
+from nccl_k8s.spec._options import (
+    LIFETIME,
+    METADATA,
+    MONITORING,
+    NETWORK,
+    PODS,
+    SHAPE,
+    option,
+    options_of,
+    repeated,
+    switch,
+)
 from nccl_k8s.spec._values import (
     Toleration,
+    attachment_names,
+    dns_label,
+    dns_subdomain,
+    duration_or_none,
+    env_pairs,
+    extended_resource,
+    label_pairs,
+    node_name_list,
+    one_of,
+    parse_duration,
+    quantity,
+    queue_name,
+    quote,
+    rdma_counts,
+    tcp_port,
+    timeout,
+    toleration_list,
+    whole,
 )
 
 Network = Literal["auto", "ib", "roce", "socket"]
@@ -64,120 +97,282 @@ MASTER_PORT_SPAN = 10000
 RUN_ID_MAX_LEN = 40
 
 
+def _labels(flag: str, items: list[str]) -> tuple[tuple[str, str], ...]:
+    """User labels: any but the ones nccl-k8s sets itself (selection by them must stay exact)."""
+    labels = label_pairs(flag, items, what="label")
+    for key, _ in labels:
+        if key in RESERVED_LABELS or key == LABEL_KUEUE_QUEUE:
+            raise UsageError(
+                f"{flag} {quote(key)}: set by nccl-k8s (use --run-id or --queue); expected "
+                "another key",
+                key=flag,
+            )
+    return labels
+
+
+def _image(flag: str, value: str) -> str:
+    if not value or any(c.isspace() for c in value):
+        raise UsageError(
+            f"{flag} {quote(value)}: expected an image reference such as {DEFAULT_IMAGE}", key=flag
+        )
+    return value
+
+
+_annotations = functools.partial(label_pairs, what="annotation", check_value=False)
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class RunSpec:
     """Everything a deploy creates, validated. Build it with `build_run_spec`, which fills every
-    field: the defaults live in OPTIONS (one place for the CLI and the validation); the fields
-    say what they mean and why their defaults are what they are."""
+    field. The fields are the deploy option registry: a field set by an option declares it
+    (flag, parser, help, default; spec/_options.py), in --help order per panel; the docstrings
+    say what each field means and why its default is what it is."""
 
-    run_id: str
+    # fmt: off
+    world_size: int = option(
+        "--world-size", parse=whole, metavar="N", panel=SHAPE,
+        help="Total ranks (GPUs); a multiple of --gpus-per-node.",
+    )
+    """Total ranks (GPUs) across all pods: nodes x gpus_per_node."""
+    gpus_per_node: int = option(
+        "--gpus-per-node", parse=whole, metavar="N", panel=SHAPE, default="8",
+        help="GPUs (ranks) per pod, one pod per node.",
+    )
+    """Ranks per pod, one per GPU; torchrun's --nproc-per-node."""
+    nodes: int = option(
+        "--nodes", parse=whole, metavar="N", panel=SHAPE,
+        help="Pods (nodes), instead of --world-size.",
+    )
+    """Pods, one per node: world_size / gpus_per_node."""
+    workload: Workload = option(
+        "--workload", parse=one_of(get_args(Workload)), metavar="job|statefulset", panel=SHAPE,
+        default="job", help="job: one sweep; statefulset: continuous sweeps.",
+    )
+    """job: one sweep, an Indexed Job that ends; statefulset: continuous runs (the seed's layout)."""
+    interval_s: int | None = option(
+        "--interval", parse=parse_duration, metavar="DURATION", panel=SHAPE, default="5m",
+        default_note="5m with statefulset", only_with=("workload", "statefulset"),
+        help="statefulset: pause between sweeps, e.g. 300, 5m. Frequent enough to catch a "
+        "degrading link within minutes, sparse enough to leave the fabric to real work.",
+    )
+    """StatefulSet only: seconds to pause between sweeps (the default is frequent enough to catch
+    a degrading link within minutes, sparse enough to leave the fabric mostly to real work)."""
+    run_id: str = option(
+        "--run-id", parse=functools.partial(dns_label, max_len=RUN_ID_MAX_LEN), metavar="ID",
+        panel=METADATA, default_note="nccl-<time>-<hex>", help="Run name (a DNS-1123 label).",
+    )
     """DNS-1123 label naming the run; every object carries it as app.kubernetes.io/instance.
     Generated as `nccl-<yyyymmdd-hhmmss>-<4 hex>` so ids sort by time and two runs started in the
     same second still differ."""
-    namespace: str | None
+    namespace: str | None = option(
+        "--namespace", "-n", parse=dns_label, metavar="NAME", panel=METADATA,
+        default_note="the kubeconfig context's", help="Target namespace.",
+    )
     """Target namespace; None means the kubeconfig context's namespace, which only the deployer
     can resolve (render then omits metadata.namespace, as `kubectl apply -n` expects)."""
-    world_size: int
-    """Total ranks (GPUs) across all pods: nodes x gpus_per_node."""
-    gpus_per_node: int
-    """Ranks per pod, one per GPU; torchrun's --nproc-per-node."""
-    nodes: int
-    """Pods, one per node: world_size / gpus_per_node."""
-    image: str
-    """Container image; the default, DEFAULT_IMAGE, is pinned (see there for why)."""
-    engine: EngineMode
-    """zipapp: the engine travels in a ConfigMap onto a stock PyTorch image (no custom image
-    needed); image: the image already has nccl-k8s installed."""
-    workload: Workload
-    """job: one sweep, an Indexed Job that ends; statefulset: continuous runs (the seed's layout)."""
-    interval_s: int | None
-    """StatefulSet only: seconds to pause between sweeps (the default is frequent enough to catch
-    a degrading link within minutes, sparse enough to leave the fabric mostly to real work)."""
-    scheduler_name: str | None
-    """Pod schedulerName (e.g. hami-scheduler); None keeps the cluster's default scheduler."""
-    node_selector: tuple[tuple[str, str], ...]
-    """Node labels the pods require, in the order given."""
-    tolerations: tuple[Toleration, ...]
-    """Taints the pods tolerate (GPU nodes are often tainted)."""
-    node_names: tuple[str, ...] = ()
-    """--node: the only nodes the pods may run on, by node name (required node affinity on the
-    field metadata.name, which unlike the hostname label every node has and no one relabels);
-    empty: any node. The bad-node finder pins each 2-node test to its pair with it."""
-    spread: Spread
-    """Pod anti-affinity on hostname. required (default): one pod per node or the pod stays
-    Pending, so `nodes` means nodes and an inter-node benchmark cannot silently run intra-node;
-    preferred: spread when possible; none: let the scheduler pack pods."""
-    gpu_resource: str
-    """Extended resource name of a GPU (the NVIDIA device plugin's name by default)."""
-    rdma_resources: tuple[tuple[str, int], ...]
-    """Extended resources for RDMA devices (e.g. rdma/ib=1), requested = limited per pod."""
-    network: Network
-    """Fabric preset: auto sets nothing and lets NCCL choose; ib/roce/socket set only the NCCL
-    variables that select that fabric."""
-    host_network: bool
-    """Run pods in the node's network namespace (needed by some RoCE setups)."""
-    security: Security
-    """Privilege profile, least privilege each (see k8s/presets.py). Default: rdma when the
-    network is ib or roce (RDMA needs IPC_LOCK to pin memory), else socket (no privileges)."""
-    cpu: str
-    """CPU request per pod as a Kubernetes quantity (default CPU_PER_GPU per GPU). No limit with
-    qos burstable: CPU limits throttle NCCL's proxy threads and skew small-message latency."""
-    memory: str
-    """Memory request = limit per pod as a Kubernetes quantity (default MEMORY_PER_GPU per GPU
-    plus shm_size). Always more than shm_size: /dev/shm is charged to the pod's memory."""
-    qos: Qos
-    """burstable: CPU requested only; guaranteed: CPU limit = request as well, so the pod is in
-    the Guaranteed QoS class (exclusive cores under the kubelet's static CPU manager policy)."""
-    shm_size: str
-    """Size of /dev/shm (a memory emptyDir). NCCL's shared-memory transport and torch's
-    inter-process queues live there; the container runtime's 64Mi default makes NCCL fail with
-    8 GPUs per node. Counts against the memory limit when one is set."""
-    env: tuple[tuple[str, str], ...]
-    """User environment, in the order given; these values beat every preset."""
-    pvc: str | None
-    """PersistentVolumeClaim mounted at /workspace/results; rank 0 also writes results there.
-    Multi-node runs need a ReadWriteMany claim, since every pod mounts it."""
-    queue: str | None
-    """Kueue LocalQueue name, set as the kueue.x-k8s.io/queue-name label on the workload."""
-    priority_class: str | None
-    """Pod priorityClassName."""
-    active_deadline_s: int | None
-    """Job only: seconds before the Job is failed however far it got. The default (an hour)
-    bounds how long a hung run holds GPUs, while a full default sweep takes minutes; None means
-    no deadline."""
-    ttl_s: int | None
-    """Job only: seconds a finished Job (and its pods' logs) stays before garbage collection; a
-    day leaves time to run `results`, `logs` and `status` on it."""
-    gang: Gang | None
-    """Gang scheduling: a PodGroup (Volcano's or the coscheduling plugin's) with minMember = pods,
-    the pods bound to it, so a run is placed whole or not at all; None: the scheduler places pods
-    one by one (Kueue's --queue admits the Job as a whole)."""
-    network_attachments: tuple[str, ...]
-    """Multus network attachments ([namespace/]name[@interface]) set as the pods'
-    k8s.v1.cni.cncf.io/networks annotation, in the order given."""
-    labels: tuple[tuple[str, str], ...]
+    labels: tuple[tuple[str, str], ...] = repeated(
+        "--label", parse=_labels, metavar="KEY=VALUE", panel=METADATA,
+        help="Label on every object (repeatable).",
+    )
     """Extra labels on every object (the app.kubernetes.io/* ones are reserved)."""
-    annotations: tuple[tuple[str, str], ...]
+    annotations: tuple[tuple[str, str], ...] = repeated(
+        "--annotation", parse=_annotations, metavar="KEY=VALUE", panel=METADATA,
+        help="Annotation on every object (repeatable).",
+    )
     """Extra annotations on every object."""
-    pod_annotations: tuple[tuple[str, str], ...]
+    pod_annotations: tuple[tuple[str, str], ...] = repeated(
+        "--pod-annotation", parse=_annotations, metavar="KEY=VALUE", panel=METADATA,
+        help="Annotation on the pods only, e.g. a Multus network or a mesh opt-out (repeatable).",
+    )
     """Extra annotations on the pods only (after `annotations`, which they override): what pod
     admission webhooks read (Multus networks, sidecar injection) belongs on pods, not on the
     ConfigMap or Service."""
-    master_port: int
-    """torchrun's rendezvous port, derived from the run id (see master_port_for) so that two
-    host-network runs on the same nodes do not collide, and the same run renders the same port."""
-    rendezvous_timeout_s: int
+    image: str = option(
+        "--image", parse=_image, metavar="IMAGE", panel=PODS,
+        default_note="a pinned pytorch/pytorch image; for ib/roce a pinned NGC PyTorch image "
+        "(it has libibverbs)", help="Container image.",
+    )
+    """Container image; the default, DEFAULT_IMAGE, is pinned (see there for why)."""
+    engine: EngineMode = option(
+        "--engine", parse=one_of(get_args(EngineMode)), metavar="zipapp|image", panel=PODS,
+        default="zipapp",
+        help="zipapp: ship the engine in a ConfigMap; image: the image has nccl-k8s installed.",
+    )
+    """zipapp: the engine travels in a ConfigMap onto a stock PyTorch image (no custom image
+    needed); image: the image already has nccl-k8s installed."""
+    scheduler_name: str | None = option(
+        "--scheduler", parse=dns_subdomain, metavar="NAME", panel=PODS,
+        default_note="the cluster's default scheduler",
+        help="Pod schedulerName, e.g. hami-scheduler.",
+    )
+    """Pod schedulerName (e.g. hami-scheduler); None keeps the cluster's default scheduler."""
+    node_selector: tuple[tuple[str, str], ...] = repeated(
+        "--node-selector", parse=functools.partial(label_pairs, what="label"),
+        metavar="KEY=VALUE", panel=PODS, help="Node label the pods require (repeatable).",
+    )
+    """Node labels the pods require, in the order given."""
+    node_names: tuple[str, ...] = repeated(
+        "--node", parse=node_name_list, metavar="NAME", panel=PODS,
+        help="Run only on these nodes, by node name (repeatable; node affinity on "
+        "metadata.name).",
+    )
+    """--node: the only nodes the pods may run on, by node name (required node affinity on the
+    field metadata.name, which unlike the hostname label every node has and no one relabels);
+    empty: any node. The bad-node finder pins each 2-node test to its pair with it."""
+    tolerations: tuple[Toleration, ...] = repeated(
+        "--toleration", parse=toleration_list, metavar="KEY[=VALUE][:EFFECT]", panel=PODS,
+        help="Taint the pods tolerate (repeatable).",
+    )
+    """Taints the pods tolerate (GPU nodes are often tainted)."""
+    spread: Spread = option(
+        "--spread", parse=one_of(get_args(Spread)), metavar="required|preferred|none",
+        panel=PODS, default="required", help="One pod per node: required, preferred or none.",
+    )
+    """Pod anti-affinity on hostname. required (default): one pod per node or the pod stays
+    Pending, so `nodes` means nodes and an inter-node benchmark cannot silently run intra-node;
+    preferred: spread when possible; none: let the scheduler pack pods."""
+    gpu_resource: str = option(
+        "--gpu-resource", parse=extended_resource, metavar="NAME", panel=PODS,
+        default="nvidia.com/gpu", help="Extended resource name of a GPU.",
+    )
+    """Extended resource name of a GPU (the NVIDIA device plugin's name by default)."""
+    cpu: str = option(
+        "--cpu", parse=quantity, metavar="QUANTITY", panel=PODS, default_note="2 per GPU",
+        help="CPU request per pod, e.g. 16, 500m (no limit unless --qos guaranteed: limits "
+        "throttle NCCL's proxy threads).",
+    )
+    """CPU request per pod as a Kubernetes quantity (default CPU_PER_GPU per GPU). No limit with
+    qos burstable: CPU limits throttle NCCL's proxy threads and skew small-message latency."""
+    memory: str = option(
+        "--memory", parse=quantity, metavar="QUANTITY", panel=PODS,
+        default_note="4Gi per GPU + --shm-size",
+        help="Memory request = limit per pod, e.g. 64Gi; /dev/shm counts against it, so it "
+        "must exceed --shm-size.",
+    )
+    """Memory request = limit per pod as a Kubernetes quantity (default MEMORY_PER_GPU per GPU
+    plus shm_size). Always more than shm_size: /dev/shm is charged to the pod's memory."""
+    qos: Qos = option(
+        "--qos", parse=one_of(get_args(Qos)), metavar="burstable|guaranteed", panel=PODS,
+        default="burstable",
+        help="guaranteed: CPU limit = request too (exclusive cores under the static CPU "
+        "manager; the recommendation on dedicated GPU nodes).",
+    )
+    """burstable: CPU requested only; guaranteed: CPU limit = request as well, so the pod is in
+    the Guaranteed QoS class (exclusive cores under the kubelet's static CPU manager policy)."""
+    shm_size: str = option(
+        "--shm-size", parse=quantity, metavar="QUANTITY", panel=PODS, default="8Gi",
+        help="Size of /dev/shm (NCCL's shared-memory transport; the runtime's 64Mi is too "
+        "small for 8 GPUs).",
+    )
+    """Size of /dev/shm (a memory emptyDir). NCCL's shared-memory transport and torch's
+    inter-process queues live there; the container runtime's 64Mi default makes NCCL fail with
+    8 GPUs per node. Counts against the memory limit when one is set."""
+    env: tuple[tuple[str, str], ...] = repeated(
+        "--env", parse=env_pairs, metavar="KEY=VALUE", panel=PODS,
+        help="Environment variable in every pod; beats the presets (repeatable).",
+    )
+    """User environment, in the order given; these values beat every preset."""
+    pvc: str | None = option(
+        "--pvc", parse=dns_subdomain, metavar="CLAIM", panel=PODS,
+        help="PersistentVolumeClaim mounted at /workspace/results.",
+    )
+    """PersistentVolumeClaim mounted at /workspace/results; rank 0 also writes results there.
+    Multi-node runs need a ReadWriteMany claim, since every pod mounts it."""
+    network: Network = option(
+        "--network", parse=one_of(get_args(Network)), metavar="auto|ib|roce|socket",
+        panel=NETWORK, default="auto", help="The NCCL fabric preset (auto lets NCCL choose).",
+    )
+    """Fabric preset: auto sets nothing and lets NCCL choose; ib/roce/socket set only the NCCL
+    variables that select that fabric."""
+    rdma_resources: tuple[tuple[str, int], ...] = repeated(
+        "--rdma-resource", parse=rdma_counts, metavar="NAME=COUNT", panel=NETWORK,
+        help="RDMA device resource per pod, e.g. rdma/ib=1 (repeatable).",
+    )
+    """Extended resources for RDMA devices (e.g. rdma/ib=1), requested = limited per pod."""
+    network_attachments: tuple[str, ...] = repeated(
+        "--network-attachment", parse=attachment_names, metavar="NAME[,NAME]", panel=NETWORK,
+        help="Multus network attachment(s) of the pods ([namespace/]name[@interface]), e.g. "
+        "an SR-IOV network (repeatable).",
+    )
+    """Multus network attachments ([namespace/]name[@interface]) set as the pods'
+    k8s.v1.cni.cncf.io/networks annotation, in the order given."""
+    host_network: bool = switch(
+        "--host-network", panel=NETWORK,
+        help="Run pods in the node's network namespace (the rendezvous port becomes a "
+        "hostPort).",
+    )
+    """Run pods in the node's network namespace (needed by some RoCE setups)."""
+    security: Security = option(
+        "--security", parse=one_of(get_args(Security)), metavar="socket|rdma|host|privileged",
+        panel=NETWORK, default_note="rdma for ib/roce, else socket",
+        help="Privilege profile (docs/deploy.md lists what each needs).",
+    )
+    """Privilege profile, least privilege each (the renderer's security presets). Default: rdma when the
+    network is ib or roce (RDMA needs IPC_LOCK to pin memory), else socket (no privileges)."""
+    queue: str | None = option(
+        "--queue", parse=queue_name, metavar="NAME", panel=LIFETIME,
+        help="Kueue LocalQueue name.",
+    )
+    """Kueue LocalQueue name, set as the kueue.x-k8s.io/queue-name label on the workload."""
+    gang: Gang | None = option(
+        "--gang", parse=one_of(get_args(Gang)), metavar="volcano|coscheduling", panel=LIFETIME,
+        help="Gang-schedule the pods (all or none) with a PodGroup of Volcano or of the "
+        "scheduler-plugins coscheduling plugin.",
+    )
+    """Gang scheduling: a PodGroup (Volcano's or the coscheduling plugin's) with minMember = pods,
+    the pods bound to it, so a run is placed whole or not at all; None: the scheduler places pods
+    one by one (Kueue's --queue admits the Job as a whole)."""
+    priority_class: str | None = option(
+        "--priority-class", parse=dns_subdomain, metavar="NAME", panel=LIFETIME,
+        help="Pod priorityClassName.",
+    )
+    """Pod priorityClassName."""
+    active_deadline_s: int | None = option(
+        "--active-deadline", parse=duration_or_none, metavar="DURATION", panel=LIFETIME,
+        default="1h", only_with=("workload", "job"),
+        help="job: fail after this long however far it got (0 = never); bounds how long a "
+        "hung run holds GPUs.",
+    )
+    """Job only: seconds before the Job is failed however far it got. The default (an hour)
+    bounds how long a hung run holds GPUs, while a full default sweep takes minutes; None means
+    no deadline."""
+    ttl_s: int | None = option(
+        "--ttl", parse=parse_duration, metavar="DURATION", panel=LIFETIME, default="1d",
+        only_with=("workload", "job"),
+        help="job: delete it this long after it finished (time for results, logs, status).",
+    )
+    """Job only: seconds a finished Job (and its pods' logs) stays before garbage collection; a
+    day leaves time to run `results`, `logs` and `status` on it."""
+    rendezvous_timeout_s: int = option(
+        "--rendezvous-timeout", parse=timeout, metavar="DURATION", panel=LIFETIME,
+        default="15m",
+        help="How long pods wait for each other (cold nodes pull a multi-GB image first).",
+    )
     """Seconds torchrun waits for every pod to join. Pods start apart by image pulls of a
     multi-GB PyTorch image on cold nodes, which take minutes."""
-    engine_args: tuple[str, ...]
-    """Engine flags, passed verbatim to `python -m nccl_k8s.bench` (already validated by the
-    engine's own parser)."""
-    metrics_port: int = 8080
+    metrics_port: int = option(
+        "--metrics-port", parse=tcp_port, metavar="PORT", panel=MONITORING, default="8080",
+        help="Port each pod serves Prometheus metrics on (a named containerPort `metrics` "
+        "and the prometheus.io/* annotations; 0: none). docs/metrics.md lists the metrics.",
+    )
     """TCP port each pod's engine serves Prometheus metrics on (local rank 0 of the pod), a
     named containerPort `metrics` and the pods' prometheus.io/* annotations; 0: no metrics.
     8080 is what the prometheus.io annotation convention and the seed used."""
-    pod_monitor: bool = False
+    pod_monitor: bool = switch(
+        "--pod-monitor", panel=MONITORING,
+        help="Also create a Prometheus Operator PodMonitor (monitoring.coreos.com/v1) that "
+        "scrapes the run's pods.",
+    )
     """Also render a Prometheus Operator PodMonitor selecting the run's pods (port `metrics`)."""
+    # fmt: on
+
+    # ---- derived: set by build_run_spec, not by an option of their own ----
+    master_port: int
+    """torchrun's rendezvous port, derived from the run id (see master_port_for) so that two
+    host-network runs on the same nodes do not collide, and the same run renders the same port."""
+    engine_args: tuple[str, ...]
+    """Engine flags, passed verbatim to `python -m nccl_k8s.bench` (already validated by the
+    engine's own parser)."""
 
     @property
     def workload_name(self) -> str:
@@ -211,3 +406,8 @@ def generate_run_id(now: datetime.datetime | None = None, *, token: str | None =
     now = now or datetime.datetime.now(datetime.timezone.utc)
     token = token if token is not None else secrets.token_hex(2)
     return f"nccl-{now:%Y%m%d-%H%M%S}-{token}"
+
+
+#: Every deploy option (`render` and `deploy` take them all), in --help order per panel.
+OPTIONS = options_of(RunSpec)
+OPTION_BY_NAME = {o.name: o for o in OPTIONS}

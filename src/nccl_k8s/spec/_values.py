@@ -6,13 +6,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from fractions import Fraction
-from typing import Literal, cast, get_args
+from typing import Literal, TypeVar, cast, get_args
 
 from nccl_k8s.errors import UsageError
 
 TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+C = TypeVar("C", bound=str)
 
 #: Environment variables the manifests set themselves; a user value would break the pod's wiring.
 RESERVED_ENV = frozenset(
@@ -117,23 +118,23 @@ def label_pairs(
     return tuple(pairs.items())
 
 
-def env_pairs(items: Sequence[str]) -> tuple[tuple[str, str], ...]:
+def env_pairs(flag: str, items: Sequence[str]) -> tuple[tuple[str, str], ...]:
     pairs: dict[str, str] = {}
     for item in items:
         key, eq, value = item.partition("=")
         if not eq or not key:
-            raise UsageError(f"--env {quote(item)}: expected KEY=VALUE", key="--env")
+            raise UsageError(f"{flag} {quote(item)}: expected KEY=VALUE", key=flag)
         if not _ENV_NAME.match(key):
             raise UsageError(
-                f"--env {quote(item)}: {quote(key)} is not a valid variable name (expected letters, "
+                f"{flag} {quote(item)}: {quote(key)} is not a valid variable name (expected letters, "
                 "digits, '_', '-', '.', not starting with a digit)",
-                key="--env",
+                key=flag,
             )
         if key in RESERVED_ENV:
             raise UsageError(
-                f"--env {quote(item)}: {key} is set by nccl-k8s to wire the pods together; "
+                f"{flag} {quote(item)}: {key} is set by nccl-k8s to wire the pods together; "
                 f"expected another name (reserved: {', '.join(sorted(RESERVED_ENV))})",
-                key="--env",
+                key=flag,
             )
         pairs[key] = value
     return tuple(pairs.items())
@@ -222,26 +223,31 @@ def parse_duration(flag: str, value: str) -> int:
     return int(match.group(1)) * _DURATION_UNITS[match.group(2)]
 
 
-def choice(flag: str, value: str, choices: tuple[str, ...]) -> str:
-    if value not in choices:
+def one_of(choices: tuple[C, ...]) -> Callable[[str, str], C]:
+    """A parser of one of a closed set of words (a Literal's `get_args`)."""
+
+    def parse(flag: str, value: str) -> C:
+        for c in choices:
+            if c == value:
+                return c
         raise UsageError(f"{flag} {quote(value)}: expected one of {', '.join(choices)}", key=flag)
-    return value
+
+    return parse
 
 
-def rdma_resources(items: Sequence[str]) -> tuple[tuple[str, int], ...]:
+def rdma_counts(flag: str, items: Sequence[str]) -> tuple[tuple[str, int], ...]:
     out: dict[str, int] = {}
     for item in items:
         name, eq, count_text = item.partition("=")
         if not eq or "/" not in name or not is_qualified_name(name):
             raise UsageError(
-                f"--rdma-resource {quote(item)}: expected NAME=COUNT with an extended resource name "
+                f"{flag} {quote(item)}: expected NAME=COUNT with an extended resource name "
                 "such as rdma/ib=1",
-                key="--rdma-resource",
+                key=flag,
             )
         if not count_text.isdigit() or int(count_text) < 1:
             raise UsageError(
-                f"--rdma-resource {quote(item)}: expected a whole count >= 1 after '='",
-                key="--rdma-resource",
+                f"{flag} {quote(item)}: expected a whole count >= 1 after '='", key=flag
             )
         out[name] = int(count_text)
     return tuple(out.items())
@@ -259,3 +265,80 @@ def whole(flag: str, value: object, *, minimum: int = 1) -> int:
     if number < minimum:
         raise UsageError(f"{flag} {number}: expected a whole number >= {minimum}", key=flag)
     return number
+
+
+def toleration_list(flag: str, items: Sequence[str]) -> tuple[Toleration, ...]:
+    return tuple(parse_toleration(t) for t in items)
+
+
+def node_name_list(flag: str, items: Sequence[str]) -> tuple[str, ...]:
+    """Node names (DNS-1123 subdomains), each once, in the order given."""
+    return tuple(dict.fromkeys(dns_subdomain(flag, n) for n in items))
+
+
+def attachment_names(flag: str, items: Sequence[str]) -> tuple[str, ...]:
+    """Multus' short form, comma-separated: [namespace/]name[@interface], each part a DNS-1123
+    label; each once, in the order given."""
+    names: list[str] = []
+    for item in items:
+        for name in (n.strip() for n in item.split(",")):
+            ns_name, _, interface = name.partition("@")
+            namespace, slash, attachment = ns_name.rpartition("/")
+            parts = [
+                attachment,
+                *([namespace] if slash else []),
+                *([interface] if "@" in name else []),
+            ]
+            if not all(len(p) <= 63 and _DNS1123_LABEL.fullmatch(p) for p in parts):
+                raise UsageError(
+                    f"{flag} {quote(item)}: expected NetworkAttachmentDefinition names "
+                    "[namespace/]name[@interface], comma-separated (DNS-1123 labels)",
+                    key=flag,
+                )
+            names.append(name)
+    return tuple(dict.fromkeys(names))
+
+
+def extended_resource(flag: str, value: str) -> str:
+    """An extended resource name such as nvidia.com/gpu (a qualified name with a prefix)."""
+    if not is_qualified_name(value) or "/" not in value:
+        raise UsageError(
+            f"{flag} {quote(value)}: expected an extended resource name such as nvidia.com/gpu",
+            key=flag,
+        )
+    return value
+
+
+def queue_name(flag: str, value: str) -> str:
+    """A Kueue LocalQueue name, which Kueue reads from a label value."""
+    if len(value) > 63 or not LABEL_VALUE.match(value) or not value:
+        raise UsageError(
+            f"{flag} {quote(value)}: expected a Kueue LocalQueue name (a label value)", key=flag
+        )
+    return value
+
+
+def duration_or_none(flag: str, value: str) -> int | None:
+    """A duration in seconds where 0 means never (None)."""
+    return parse_duration(flag, value) or None
+
+
+def timeout(flag: str, value: str) -> int:
+    """A duration in seconds of at least 1s: a timeout of 0 would fail everything at once."""
+    s = parse_duration(flag, value)
+    if s < 1:
+        raise UsageError(f"{flag} {quote(value)}: expected at least 1s", key=flag)
+    return s
+
+
+def tcp_port(flag: str, value: str) -> int:
+    """A TCP port, or 0 for none."""
+    try:
+        port = int(value)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise UsageError(
+            f"{flag} {quote(value)}: expected a TCP port, 1 to 65535, or 0 for none", key=flag
+        )
+    return port
