@@ -71,6 +71,17 @@ BUILT: dict[str, tuple[str, Fabric | None]] = {
         ),
         None,
     ),
+    "a WARN and an error trace with a field no reader knows": (
+        "\n".join(
+            [
+                _h(0, "comm 0x1 rank 0 nRanks 2 nNodes 2 localRanks 1 localRank 0 MNNVL 0"),
+                "node-0:10:20 [0] net.cc:12 <stream 7> NCCL WARN NET/IB : retrying a slow QP",
+                "node-0:10:20 [0] proxy.cc:99 <stream 7> NCCL WARN Proxy Call to rank 1 failed",
+                _h(0, "proxy.cc:99 <stream 7> -> 6"),
+            ]
+        ),
+        None,
+    ),
     "aws-ofi-nccl fails on one node": (
         _h(0, "comm 0x1 rank 0 nRanks 1 nNodes 1 localRanks 1 localRank 0 MNNVL 0")
         + "\nnode-0:10:20 [0] nccl_net_ofi_init:1 NCCL WARN NET/OFI aws-ofi-nccl "

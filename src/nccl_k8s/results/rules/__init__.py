@@ -13,6 +13,7 @@ from __future__ import annotations
 from nccl_k8s.results.findings import Code, Rule
 from nccl_k8s.results.rules.errors import RUN_FAILED, TORCH, WARNS
 from nccl_k8s.results.rules.fabric import GDR, LIBIBVERBS, LOOPBACK, SOCKET
+from nccl_k8s.results.rules.failsafe import FAILSAFE
 from nccl_k8s.results.rules.gates import EXPECT
 from nccl_k8s.results.rules.paths import PATHS
 from nccl_k8s.results.rules.versions import VERSIONS
@@ -29,6 +30,7 @@ RULES: tuple[Rule, ...] = (
     WARNS,
     TORCH,
     RUN_FAILED,
+    FAILSAFE,
 )
 
 #: The generated block of docs/diagnosis.md lies between these lines.
