@@ -9,7 +9,8 @@ what no field here holds. Lines may carry any launcher prefix (`[1,0]<stdout>:`,
 Parsing follows the strings NCCL itself prints (quoted from NCCL's source, 2.4 to 2.28):
 
 - line prefix (debug.cc): `%s:%d:%d [%d] NCCL INFO ` = host:pid:tid [cudaDev]; warnings add the
-  source location: `%s:%d:%d [%d] %s:%d NCCL WARN `.
+  source location: `%s:%d:%d [%d] %s:%d NCCL WARN `, and from 2.29 the function after it,
+  `%s:%d (%s) NCCL WARN ` (a plugin's WARN, through the exported ncclDebugLog, still has none).
 - `NCCL version %s` (init.cc; the string is `2.28.9+cuda13.0`).
 - `comm %p rank %d nRanks %d nNodes %d localRanks %d localRank %d MNNVL %d` (init.cc, 2.12+);
   `ncclCommInitRank comm %p rank %d nranks %d cudaDev %d ...` (older and newer init lines).
@@ -37,8 +38,9 @@ Parsing follows the strings NCCL itself prints (quoted from NCCL's source, 2.4 t
 - NCCL 2.3: no `NCCL` tag, `NET/IB: [%d] %s:%d/%s`, `Using internal Network %s`, `rank %d nranks %d`.
 - aws-ofi-nccl: `NET/OFI Selected Provider is %s (found %d nics)`.
 - `GPU Direct RDMA Disabled for GPU ... / HCA %d (distance %d >= %d)` (net.cc / topo.cc).
-- the error trace NCCLCHECK prints as a failure travels up, `file:line -> code`, which marks the
-  WARN before it in the same process as fatal; PyTorch's watchdog timeouts and DistBackendError.
+- the error trace NCCLCHECK prints as a failure travels up, `file:line -> code` (2.29:
+  `file:line (function) -> code`), which marks the WARN before it in the same process as fatal;
+  PyTorch's watchdog timeouts and DistBackendError.
 
 A log excerpt rarely holds every line; every field is Optional.
 """
@@ -54,10 +56,11 @@ from nccl_k8s.results.pastes import OMPI_TAG, TIMESTAMP, failure_in
 # host:pid:tid [dev] (file:line )?NCCL LEVEL message. Anything may precede it (timestamps, pod names).
 # The source location of a WARN may be a C++ signature with spaces (aws-ofi-nccl prints
 # `int nccl_net_ofi_create_plugin(nccl_net_ofi_plugin_t**):334`). NCCL 2.3 printed no `NCCL` tag
-# (`host:pid:tid [0] INFO Using internal Network Socket`).
+# (`host:pid:tid [0] INFO Using internal Network Socket`). NCCL 2.29 prints the function after the
+# location (`gin_host_gdaki.cc:431 (gdakiConnectQp) NCCL WARN ...`).
 _PREFIX = re.compile(
-    r"(?P<host>[^\s:\[\]]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\](?: [^\[\]]*?:\d+)? "
-    r"(?:NCCL )?(?P<level>INFO|WARN|ABORT|TRACE)\s?(?P<msg>.*)$"
+    r"(?P<host>[^\s:\[\]]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\]"
+    r"(?: [^\[\]]*?:\d+(?: \([^()]*\))?)? (?:NCCL )?(?P<level>INFO|WARN|ABORT|TRACE)\s?(?P<msg>.*)$"
 )
 # Lines printed without the host prefix (some launchers strip it): "NCCL INFO ..." at the start,
 # after at most one token (a timestamp); `[dev] NCCL INFO` when only host:pid:tid was stripped.
@@ -105,7 +108,7 @@ _CHANNELS = re.compile(
 )
 _NVLS_AVAIL = re.compile(r"^NVLS multicast support is (?P<not>not )?available on dev (?P<d>\d+)")
 _NVLS_COMM = re.compile(r"^NVLS comm 0x[0-9a-f]+ headRank")
-_TRACE = re.compile(r"^\S+:\d+ -> (?P<code>\d+)")
+_TRACE = re.compile(r"^\S+:\d+(?: \([^()]*\))? -> (?P<code>\d+)")
 _OFI_PROVIDER = re.compile(r"^NET/OFI Selected [Pp]rovider is (?P<p>[\w;+-]+)")
 _GDR_DISTANCE = re.compile(
     r"GPU Direct RDMA Disabled for GPU \S+ / HCA \d+ \((?P<why>distance \d+ >=? \d+)\)"
