@@ -151,6 +151,24 @@ def test_what_a_rule_explains_is_not_reported_again() -> None:
     assert not [f for f in d.findings if f.code in FAILSAFE]
 
 
+def test_lines_not_understood_are_counted() -> None:
+    text = "\n".join(
+        [
+            _init("h1", 0),
+            "launcher | h1:120:450 | NCCL INFO Channel 00/0 : 0[0] -> 1[0] via NET/IB/0",
+            "launcher | h1:120:450 | NCCL INFO Connected all rings",
+            # API call tracing has no device by design: NCCL's, not a line the reader missed.
+            "h1:120:450 NCCL CALL ncclAllReduce(0x7f,0x7f,1,7,0,0x1,0x2)",
+        ]
+    )
+    (f,) = [f for f in diagnose_text(text).findings if f.code == "nccl-lines-not-understood"]
+    assert f.severity == "warning"
+    assert f.message == (
+        "2 NCCL lines not understood, first: launcher | h1:120:450 | NCCL INFO Channel 00/0 : "
+        "0[0] -> 1[0] via NET/IB/0"
+    )
+
+
 @pytest.mark.parametrize("path", CORPUS, ids=lambda p: p.name)
 def test_every_public_log_is_explained(path: Path) -> None:
     """Every WARN and error line of the public logs is one a rule explains: the fail-safe adds

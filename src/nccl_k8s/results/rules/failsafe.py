@@ -39,8 +39,9 @@ _ERROR = re.compile(
 #: and the arrow (2.29 adds the function: `transport.cc:88 (ncclTransportP2pSetup) -> 2`); codes
 #: 1-6 (7 is "in progress").
 _TRACE = re.compile(r"\bINFO\s+(?P<where>[\w./+-]+:\d+)\b.*?-> (?P<code>[1-6])(?![\w\[])")
-#: NCCL's own tag: a line of NCCL's debug output, wherever it sits in the line.
-_TAG = re.compile(r"\bNCCL (?:INFO|WARN|ABORT|TRACE|CALL)\b")
+#: NCCL's own tag: a line of NCCL's debug output, wherever it sits in the line. (API call tracing,
+#: `host:pid:tid NCCL CALL ...`, has no device by design and says nothing diagnose reads.)
+_TAG = re.compile(r"\bNCCL (?:INFO|WARN|ABORT|TRACE)\b")
 #: Who printed it, where the line says: NCCL's `host:pid:tid [dev]`, PyTorch's and Open MPI's rank.
 _WHO = re.compile(r"(?P<host>[^\s:\[\]|]+):(?P<pid>\d+):\d+ \[(?P<dev>\d+)\]")
 _RANK = re.compile(r"\[[Rr]ank ?(?P<rank>\d+)\]|^\[\d+,(?P<mpi>\d+)\]<std")
