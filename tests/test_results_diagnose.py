@@ -493,6 +493,37 @@ def test_fatal_errors_fail_the_diagnosis(name: str, first: str) -> None:
     assert line.startswith(first), line
 
 
+def test_nccl_229_function_after_file_line_is_read() -> None:
+    """NCCL 2.29 prints the function after file:line in WARNs and error traces (debug.cc
+    `%s:%d (%s) NCCL WARN`, checks.h INFO_LOC `%s:%d (%s) -> %d`); its WARNs carry NCCL's default
+    timestamp."""
+    text = "\n".join(
+        [
+            "h1:120:450 [0] NCCL INFO comm 0x7f rank 0 nRanks 2 nNodes 2 localRanks 1 localRank 0 "
+            "MNNVL 0",
+            "[2026-03-02 10:11:12] h1:120:450 [0] gin_host_gdaki.cc:431 (gdakiConnectQp) NCCL "
+            "WARN DOCA failure 21",
+            "h1:120:450 [0] NCCL INFO transport.cc:212 (ncclTransportP2pSetup) -> 2",
+            "h1:120:450 [0] NCCL INFO init.cc:1530 (initTransportsRank) -> 2",
+        ]
+    )
+    d = diagnose_text(text)
+    (r,) = d.ranks
+    assert r.warnings == r.fatal_warnings == ["DOCA failure 21"]
+    assert r.error_traces == [
+        "transport.cc:212 (ncclTransportP2pSetup) -> 2",
+        "init.cc:1530 (initTransportsRank) -> 2",
+    ]
+    assert [(f.severity, f.code, f.message) for f in d.findings] == [
+        (
+            "error",
+            "nccl-error",
+            "a fatal NCCL error (an error trace `file:line -> code` follows it) on rank 0 host h1 "
+            "GPU 0: NCCL WARN DOCA failure 21",
+        )
+    ]
+
+
 def test_torch_errors_and_harmless_warns() -> None:
     text = (
         "[rank3]:[E ProcessGroupNCCL.cpp:1] torch.distributed.DistBackendError: NCCL error in: "

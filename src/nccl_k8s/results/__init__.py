@@ -8,7 +8,8 @@ Imports the standard library, nccl_k8s.errors and the engine's printing constant
 - nccltests    NVIDIA nccl-tests text output of any version, behind any launcher -> Run
 - nccltests_json  nccl-tests' `-J` JSON (and our engine's `--json`) -> Run
 - collectives  what each collective prints; which collective an unnamed table is
-- diagnose     NCCL_DEBUG=INFO logs -> transports per rank, findings with hints
+- diagnose     NCCL_DEBUG=INFO logs -> transports per rank, findings with hints (nccllog reads
+               the facts, the registry in `rules` turns them into findings)
 - compare      run vs baseline per op x dtype x redop x root x size x placement; min-busbw gate
 - store        runs/<id>/results.json and run ids
 - plots, report  the HTML/PNG report (matplotlib, the `report` extra)

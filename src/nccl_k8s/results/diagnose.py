@@ -2,25 +2,19 @@
 
 The most common real problem with multi-node NCCL is silent: libibverbs is missing from the image, or
 the RDMA device is not in the pod, and NCCL falls back to TCP sockets; the job runs, at a fraction of
-the bandwidth. The evidence is in the INFO log, which nobody reads. `nccllog` reads it; this module
-judges it:
+the bandwidth. The evidence is in the INFO log, which nobody reads. `nccllog` reads it (facts
+only); this module adds what the facts imply and runs the rules of the registry
+(`nccl_k8s.results.rules`) over them:
 
-- which fabric carried each rank's inter-node traffic, by what the network plugin carries (NCCL's
-  IB transport or HPC-X's IBext* -> InfiniBand or RoCE by the device's link layer; Google's gIB ->
-  RoCE; aws-ofi-nccl's "AWS Libfabric" -> its libfabric provider: EFA, HPE Slingshot (cxi), TCP;
-  "Socket" -> TCP), per rank, so that one rank on Socket among ranks on IB is seen and named with
-  its host;
+- which fabric carried each rank's inter-node traffic (`fabrics`), per rank, so that one rank on
+  Socket among ranks on IB is seen and named with its host;
 - how many nodes the ranks span: nNodes when NCCL prints it, the number of hosts, or one node when
   one host's GPUs hold every rank the log mentions and no connection leaves it;
-- GPUDirect RDMA on RDMA connections (never asked of TCP), SHM instead of P2P, NVLS, CollNet, NCCL
-  warnings, and the run's own failure line;
-- fatal errors (IB completion errors, failed verbs calls, plugin failures, PyTorch watchdog
-  timeouts, ...): errors naming the culprit peer when the line has one and the rank that saw it;
-- `--expect-fabric`: ib, roce, efa, socket or nvlink; any rank on another fabric fails it, and so
-  does a log that cannot confirm it.
-
-The findings of the log's own errors live in `findings`, the `--expect-fabric` gate in `gates`;
-this module judges the fabric, nodes, GPUDirect RDMA and paths, and gathers them all.
+- whether GPUDirect RDMA is on for RDMA connections (never asked of TCP);
+- then each rule's findings: socket fallback, GPUDirect RDMA, SHM instead of P2P, NVLS, CollNet,
+  fatal errors naming the culprit peer and the rank that saw it, PyTorch's watchdog timeouts,
+  NCCL warnings, the run's own failure line, and `--expect-fabric` (ib, roce, efa, socket or
+  nvlink: any rank on another fabric fails it, and so does a log that cannot confirm it).
 """
 
 from __future__ import annotations
@@ -31,24 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from nccl_k8s.errors import ResultsError, UsageError
-from nccl_k8s.results.findings import (
-    Finding,
-    Severity,
-    fatal_findings,
-    ranks_of,
-    torch_findings,
-    warn_findings,
-    where_of,
-)
-from nccl_k8s.results.gates import FABRICS, Fabric, expectation
-from nccl_k8s.results.nccllog import (
-    LogParser,
-    RankReport,
-    link_layers,
-    rank_fabric,
-)
-
-_RDMA: tuple[str, ...] = ("ib", "roce", "efa")
+from nccl_k8s.results.fabrics import FABRICS, Fabric, link_layers, rank_fabric
+from nccl_k8s.results.findings import SEVERITIES, Facts, Finding
+from nccl_k8s.results.nccllog import LogParser, ParsedLog, RankReport
+from nccl_k8s.results.rules import RULES
 
 
 @dataclass
@@ -78,45 +58,11 @@ class Diagnosis:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["failed"] = self.failed
+        for f in d["findings"]:
+            del f["evidence"]  # what the fail-safe reads, not a conclusion
         for r, rep in zip(d["ranks"], self.ranks, strict=True):
             r["net"] = rep.net_summary()
         return d
-
-
-_SOCKET_HINT = (
-    "NCCL found no usable RDMA device, so inter-node traffic runs over TCP at a fraction of the "
-    "fabric's bandwidth. Check that the image has rdma-core/libibverbs, that the pod requests the "
-    "RDMA resource (e.g. rdma/ib, or your device plugin's name) and sees /dev/infiniband, and "
-    "NCCL_IB_HCA / NCCL_SOCKET_IFNAME; if TCP is intended, pass --expect-fabric socket."
-)
-_IB_DISABLED_HINT = (
-    "IB/RoCE was disabled by the environment (NCCL_IB_DISABLE=1), not missing: unset "
-    "NCCL_IB_DISABLE (and NCCL_IBEXT_DISABLE) in the pod spec to let NCCL use the RDMA devices; "
-    "if TCP is intended, pass --expect-fabric socket."
-)
-_LOOPBACK_HINT = (
-    "the loopback interface reaches no other node: set NCCL_SOCKET_IFNAME to the interface that "
-    "carries inter-node traffic (e.g. eth0, or ^lo,docker to exclude)."
-)
-_GDR_DISTANCE_HINT = (
-    "NCCL turned GPUDirect RDMA off because GPU and NIC are too far apart on PCIe (the distance "
-    "is above NCCL_NET_GDR_LEVEL), not for want of nvidia-peermem: use the NIC under the GPU's "
-    "PCIe switch (NCCL_IB_HCA, `nvidia-smi topo -m`), or raise NCCL_NET_GDR_LEVEL (PHB, SYS) "
-    "where the platform supports GPUDirect across the host bridge."
-)
-_LIBIBVERBS_HINT = (
-    "libibverbs.so is missing in the container: install rdma-core (libibverbs1, ibverbs-providers) "
-    "in the image, or use an image built for RDMA (e.g. NGC PyTorch)."
-)
-_GDR_HINT = (
-    "without GPUDirect RDMA the NIC reads and writes GPU data through host memory. Load the "
-    "nvidia-peermem kernel module on the nodes (or use DMA-BUF: NCCL >= 2.13, kernel >= 5.12), "
-    "check NCCL_NET_GDR_LEVEL, and that GPU and NIC share a PCIe switch."
-)
-_MIXED_HINT = (
-    "ranks of one job must use one fabric: compare the named pods' images (rdma-core, the NCCL "
-    "net plugin), their RDMA resources and NCCL_* environment with the others'."
-)
 
 
 def _nodes(reports: list[RankReport], hosts: set[str]) -> tuple[int | None, str]:
@@ -139,262 +85,57 @@ def _nodes(reports: list[RankReport], hosts: set[str]) -> tuple[int | None, str]
     return None, ""
 
 
-def analyse(
-    reports: list[RankReport],
-    hosts: set[str],
-    *,
-    expect_fabric: Fabric | None = None,
-    failures: list[str] | None = None,
-    torch_errors: list[tuple[str, str, str]] | None = None,
-) -> Diagnosis:
-    findings: list[Finding] = []
-    if not reports:
+def facts_of(log: ParsedLog, expect_fabric: Fabric | None = None) -> Facts:
+    """What the parsed log implies: nodes, whether a network was needed, each rank's fabric,
+    GPUDirect RDMA on RDMA connections: what every rule reads besides the log."""
+    reports = log.reports
+    net_ranks = [r for r in reports if any(t.startswith("NET/") for t in r.transports)]
+    nodes, evidence = _nodes(reports, log.hosts)
+    network_needed = None if nodes is None else nodes > 1
+    if net_ranks:
+        network_needed = True
+    links = {x for r in reports for x in link_layers(r)}
+    providers = {r.ofi_provider for r in reports if r.ofi_provider}
+    provider = next(iter(providers)) if len(providers) == 1 else None
+    gdr_values = [r.net_gdr for r in net_ranks if r.net_gdr is not None]
+    return Facts(
+        log=log,
+        nodes=nodes,
+        nodes_evidence=evidence,
+        network_needed=network_needed,
+        fabrics={r.key: rank_fabric(r, links, provider) for r in reports},
+        net_ranks=net_ranks,
+        gdr=all(gdr_values) if gdr_values else None,
+        mnnvl=any(r.mnnvl for r in reports),
+        expect_fabric=expect_fabric,
+    )
+
+
+def analyse(log: ParsedLog, *, expect_fabric: Fabric | None = None) -> Diagnosis:
+    """Run every rule of the registry over the log's facts, in order; errors first."""
+    if not log.reports:
         raise ResultsError(
             "no NCCL log lines found: run with NCCL_DEBUG=INFO (and NCCL_DEBUG_SUBSYS=INIT,NET "
             "or unset) and pass the pods' logs"
         )
-    failures = list(failures or [])
-    mnnvl = any(r.mnnvl for r in reports)
-    net_ranks = [r for r in reports if any(t.startswith("NET/") for t in r.transports)]
-    nodes, nodes_evidence = _nodes(reports, hosts)
-    network_needed = None if nodes is None else nodes > 1
-    if net_ranks:
-        network_needed = True
-
-    links = {x for r in reports for x in link_layers(r)}
-    providers = {r.ofi_provider for r in reports if r.ofi_provider}
-    provider = next(iter(providers)) if len(providers) == 1 else None
-    fabrics = {r.key: rank_fabric(r, links, provider) for r in reports}
-    distinct = sorted({f for f in fabrics.values() if f})
+    facts = facts_of(log, expect_fabric)
+    for rule in RULES:
+        facts.found += rule.check(facts)
+    distinct = sorted({f for f in facts.fabrics.values() if f})
     inter_node: str | None = None
-    if network_needed is not False and distinct:
+    if facts.network_needed is not False and distinct:
         inter_node = distinct[0] if len(distinct) == 1 else "mixed"
-    gdr_values = [r.net_gdr for r in net_ranks if r.net_gdr is not None]
-    gdr = all(gdr_values) if gdr_values else None
-
-    versions = sorted({r.nccl_version for r in reports if r.nccl_version})
-    if len(versions) > 1:
-        findings.append(
-            Finding(
-                "warning",
-                "nccl-version-mismatch",
-                f"ranks run different NCCL versions: {', '.join(versions)}",
-                "use one image for all pods; mixed NCCL versions can hang or corrupt collectives.",
-            )
-        )
-
-    verbs = [r for r in reports if r.libibverbs_missing]
-    if verbs:
-        findings.append(
-            Finding(
-                "info" if network_needed is False else "warning",
-                "libibverbs-missing",
-                "NCCL could not open libibverbs.so: the IB/RoCE transport is unavailable",
-                _LIBIBVERBS_HINT,
-                ranks_of(verbs),
-            )
-        )
-
-    findings += _socket_findings(reports, fabrics, network_needed, expect_fabric, bool(verbs))
-    findings += _loopback_findings(reports, fabrics, network_needed)
-    findings += _gdr_findings(reports, net_ranks, gdr)
-    findings += _path_findings(reports, expect_fabric)
-    if expect_fabric is not None:
-        findings += expectation(expect_fabric, reports, fabrics, network_needed, mnnvl, nodes)
-    fatal, harmless = fatal_findings(reports, network_needed)
-    findings += fatal
-    findings += torch_findings(torch_errors or [])
-    findings += warn_findings(reports, harmless)
-    for line in failures:
-        findings.append(
-            Finding(
-                "error",
-                "run-failed",
-                f"the run failed: {line}",
-                "the NCCL WARN lines above it in the same log say why.",
-            )
-        )
-
-    order = {"error": 0, "warning": 1, "info": 2}
-    findings.sort(key=lambda f: order[f.severity])
     return Diagnosis(
-        ranks=reports,
-        findings=findings,
-        nodes=nodes,
-        network_needed=network_needed,
+        ranks=log.reports,
+        findings=sorted(facts.found, key=lambda f: SEVERITIES.index(f.severity)),
+        nodes=facts.nodes,
+        network_needed=facts.network_needed,
         inter_node=inter_node,
-        gdr=gdr,
+        gdr=facts.gdr,
         expect_fabric=expect_fabric,
-        nodes_evidence=nodes_evidence,
-        failures=failures,
+        nodes_evidence=facts.nodes_evidence,
+        failures=list(log.failures),
     )
-
-
-def _socket_findings(
-    reports: list[RankReport],
-    fabrics: dict[str, str | None],
-    network_needed: bool | None,
-    expect: Fabric | None,
-    verbs: bool,
-) -> list[Finding]:
-    socket = [r for r in reports if fabrics[r.key] == "socket"]
-    others = sorted({f for f in fabrics.values() if f and f != "socket"})
-    if expect == "socket" and network_needed is not False:
-        return []  # what was asked for: the expect-socket finding says so
-    disabled = [r for r in socket if r.env.get("NCCL_IB_DISABLE", "").rstrip(".") == "1"]
-    if disabled:
-        hint = _IB_DISABLED_HINT
-    else:
-        hint = (_LIBIBVERBS_HINT + " " if verbs else "") + _SOCKET_HINT
-    if network_needed is False:
-        if socket:
-            return [
-                Finding(
-                    "info",
-                    "single-node-socket",
-                    "all ranks are on one node: no byte crossed a network (NCCL reports "
-                    "'Using network Socket', which is harmless here)",
-                    ranks=ranks_of(socket),
-                )
-            ]
-        return []
-    if not socket:
-        return []
-    if others:
-        # Some ranks on TCP while the rest use an RDMA fabric: always wrong, and the slowest rank
-        # sets the pace of every collective.
-        sev: Severity = "error" if expect in (*_RDMA, "nvlink") else "warning"
-        return [
-            Finding(
-                sev,
-                "socket-fallback",
-                f"{where_of(socket)} selected TCP sockets while the other ranks use "
-                f"{', '.join(others)}" + (f", expected {expect}" if sev == "error" else ""),
-                hint + " " + _MIXED_HINT,
-                ranks_of(socket),
-            )
-        ]
-    ifaces = sorted({i.split(":")[0] for r in reports for i in r.socket_ifaces})
-    on = f" on {', '.join(ifaces)}" if ifaces else ""
-    if network_needed:
-        sev = "error" if expect in (*_RDMA, "nvlink") else "warning"
-        seen = "went" if any("NET/Socket" in r.transports for r in socket) else "goes"
-        message = f"inter-node traffic {seen} over TCP sockets (NET/Socket{on})"
-    else:
-        sev = "error" if expect in _RDMA else "warning"
-        message = (
-            "NCCL selected the Socket network (TCP): if these ranks span nodes, inter-node "
-            "traffic goes over TCP"
-        )
-    if sev == "error":
-        message += f", expected {expect}"
-    return [Finding(sev, "socket-fallback", message, hint, ranks_of(socket))]
-
-
-def _loopback_findings(
-    reports: list[RankReport], fabrics: dict[str, str | None], network_needed: bool | None
-) -> list[Finding]:
-    """Sockets on `lo` (NCCL_SOCKET_IFNAME=lo) can carry nothing between nodes."""
-    lo = [
-        r
-        for r in reports
-        if fabrics[r.key] == "socket"
-        and r.socket_ifaces
-        and all(i.startswith("lo:") or ":127." in i for i in r.socket_ifaces)
-    ]
-    if not lo or network_needed is False:
-        return []
-    if network_needed:
-        sev: Severity = "error"
-        message = f"{where_of(lo)} use TCP sockets on the loopback interface across nodes"
-    else:
-        sev = "warning"
-        message = (
-            f"{where_of(lo)} use TCP sockets on the loopback interface only: if the ranks span "
-            "nodes, they cannot reach each other"
-        )
-    return [Finding(sev, "socket-loopback", message, _LOOPBACK_HINT, ranks_of(lo))]
-
-
-def _gdr_findings(
-    reports: list[RankReport], net_ranks: list[RankReport], gdr: bool | None
-) -> list[Finding]:
-    no_module = [r for r in reports if r.gdr_no_module]
-    distance = sorted({r.gdr_distance for r in reports if r.gdr_distance})
-    if gdr is False:
-        why = ""
-        if no_module:
-            why = " (nvidia-peermem not loaded: 'no module')"
-        elif distance:
-            why = f" (GPU and NIC too far apart on PCIe: {', '.join(distance)})"
-        return [
-            Finding(
-                "warning",
-                "gdr-off",
-                "GPUDirect RDMA is off on RDMA connections" + why,
-                _GDR_DISTANCE_HINT if distance and not no_module else _GDR_HINT,
-                ranks_of(r for r in net_ranks if r.net_gdr is False),
-            )
-        ]
-    if gdr is None and no_module:
-        return [
-            Finding(
-                "warning",
-                "gdr-off",
-                "GPUDirect RDMA disabled for the HCAs (nvidia-peermem not loaded: 'no module')",
-                _GDR_HINT,
-                ranks_of(no_module),
-            )
-        ]
-    if gdr:
-        return [
-            Finding(
-                "info",
-                "gdr-on",
-                "GPUDirect RDMA is on for RDMA connections (/GDRDMA)",
-                ranks=ranks_of(r for r in net_ranks if r.net_gdr),
-            )
-        ]
-    return []
-
-
-def _path_findings(reports: list[RankReport], expect: Fabric | None) -> list[Finding]:
-    out = []
-    shm = [r for r in reports if "SHM" in r.transports]
-    if shm:
-        out.append(
-            Finding(
-                "error" if expect == "nvlink" else "warning",
-                "shm-intra-node",
-                "some intra-node connections go through host shared memory (SHM), not GPU "
-                "peer-to-peer",
-                "P2P between these GPUs is unavailable or disabled: check NCCL_P2P_DISABLE / "
-                "NCCL_P2P_LEVEL, that all GPUs of a pod are in one container, and IPC (hostIPC / "
-                "--ipc=host) between processes.",
-                ranks_of(shm),
-            )
-        )
-    if any(r.nvls_used for r in reports):
-        ch = sorted({r.nvls_channels for r in reports if r.nvls_channels})
-        out.append(
-            Finding(
-                "info",
-                "nvls",
-                "NVLink SHARP (NVLS) is in use"
-                + (f" ({', '.join(map(str, ch))} nvls channels)" if ch else ""),
-                ranks=ranks_of(r for r in reports if r.nvls_used),
-            )
-        )
-    if any(r.collnet_used for r in reports):
-        out.append(
-            Finding(
-                "info",
-                "collnet",
-                "CollNet (in-network reduction, e.g. SHARP) is in use",
-                ranks=ranks_of(r for r in reports if r.collnet_used),
-            )
-        )
-    return out
 
 
 def diagnose_text(
@@ -406,13 +147,7 @@ def diagnose_text(
     p = LogParser()
     for t in [texts] if isinstance(texts, str) else texts:
         p.feed(t)
-    return analyse(
-        p.finish(),
-        p.hosts,
-        expect_fabric=expect_fabric,
-        failures=p.failures,
-        torch_errors=p.torch_errors,
-    )
+    return analyse(p.finish(), expect_fabric=expect_fabric)
 
 
 def diagnose_files(

@@ -1,12 +1,16 @@
 """Read NCCL_DEBUG=INFO logs: what each NCCL process-device pair printed about itself.
 
-`diagnose` judges what this module reads. Lines may carry any launcher prefix (`[1,0]<stdout>:`,
+This module extracts facts and judges nothing (it emits no finding codes): the diagnosis rules
+(`nccl_k8s.results.rules`) turn what it reads into findings. Besides the per-process facts it keeps
+every line that mentions NCCL as it was read, placed on its process or not, so that a rule can read
+what no field here holds. Lines may carry any launcher prefix (`[1,0]<stdout>:`,
 `[155] `, a timestamp, `(RayWorkerWrapper pid=..)`): the NCCL prefix is searched anywhere.
 
 Parsing follows the strings NCCL itself prints (quoted from NCCL's source, 2.4 to 2.28):
 
 - line prefix (debug.cc): `%s:%d:%d [%d] NCCL INFO ` = host:pid:tid [cudaDev]; warnings add the
-  source location: `%s:%d:%d [%d] %s:%d NCCL WARN `.
+  source location: `%s:%d:%d [%d] %s:%d NCCL WARN `, and from 2.29 the function after it,
+  `%s:%d (%s) NCCL WARN ` (a plugin's WARN, through the exported ncclDebugLog, still has none).
 - `NCCL version %s` (init.cc; the string is `2.28.9+cuda13.0`).
 - `comm %p rank %d nRanks %d nNodes %d localRanks %d localRank %d MNNVL %d` (init.cc, 2.12+);
   `ncclCommInitRank comm %p rank %d nranks %d cudaDev %d ...` (older and newer init lines).
@@ -34,8 +38,9 @@ Parsing follows the strings NCCL itself prints (quoted from NCCL's source, 2.4 t
 - NCCL 2.3: no `NCCL` tag, `NET/IB: [%d] %s:%d/%s`, `Using internal Network %s`, `rank %d nranks %d`.
 - aws-ofi-nccl: `NET/OFI Selected Provider is %s (found %d nics)`.
 - `GPU Direct RDMA Disabled for GPU ... / HCA %d (distance %d >= %d)` (net.cc / topo.cc).
-- the error trace NCCLCHECK prints as a failure travels up, `file:line -> code`, which marks the
-  WARN before it in the same process as fatal; PyTorch's watchdog timeouts and DistBackendError.
+- the error trace NCCLCHECK prints as a failure travels up, `file:line -> code` (2.29:
+  `file:line (function) -> code`), which marks the WARN before it in the same process as fatal;
+  PyTorch's watchdog timeouts and DistBackendError.
 
 A log excerpt rarely holds every line; every field is Optional.
 """
@@ -51,10 +56,11 @@ from nccl_k8s.results.pastes import OMPI_TAG, TIMESTAMP, failure_in
 # host:pid:tid [dev] (file:line )?NCCL LEVEL message. Anything may precede it (timestamps, pod names).
 # The source location of a WARN may be a C++ signature with spaces (aws-ofi-nccl prints
 # `int nccl_net_ofi_create_plugin(nccl_net_ofi_plugin_t**):334`). NCCL 2.3 printed no `NCCL` tag
-# (`host:pid:tid [0] INFO Using internal Network Socket`).
+# (`host:pid:tid [0] INFO Using internal Network Socket`). NCCL 2.29 prints the function after the
+# location (`gin_host_gdaki.cc:431 (gdakiConnectQp) NCCL WARN ...`).
 _PREFIX = re.compile(
-    r"(?P<host>[^\s:\[\]]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\](?: [^\[\]]*?:\d+)? "
-    r"(?:NCCL )?(?P<level>INFO|WARN|ABORT|TRACE)\s?(?P<msg>.*)$"
+    r"(?P<host>[^\s:\[\]]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\]"
+    r"(?: [^\[\]]*?:\d+(?: \([^()]*\))?)? (?:NCCL )?(?P<level>INFO|WARN|ABORT|TRACE)\s?(?P<msg>.*)$"
 )
 # Lines printed without the host prefix (some launchers strip it): "NCCL INFO ..." at the start,
 # after at most one token (a timestamp); `[dev] NCCL INFO` when only host:pid:tid was stripped.
@@ -102,7 +108,7 @@ _CHANNELS = re.compile(
 )
 _NVLS_AVAIL = re.compile(r"^NVLS multicast support is (?P<not>not )?available on dev (?P<d>\d+)")
 _NVLS_COMM = re.compile(r"^NVLS comm 0x[0-9a-f]+ headRank")
-_TRACE = re.compile(r"^\S+:\d+ -> (?P<code>\d+)")
+_TRACE = re.compile(r"^\S+:\d+(?: \([^()]*\))? -> (?P<code>\d+)")
 _OFI_PROVIDER = re.compile(r"^NET/OFI Selected [Pp]rovider is (?P<p>[\w;+-]+)")
 _GDR_DISTANCE = re.compile(
     r"GPU Direct RDMA Disabled for GPU \S+ / HCA \d+ \((?P<why>distance \d+ >=? \d+)\)"
@@ -114,9 +120,9 @@ _RANK_OLD = re.compile(r"^rank (?P<rank>\d+) nranks (?P<n>\d+)\s*$")
 # PyTorch: `[rank4]:[E226 ...] [Rank 4] Watchdog caught collective operation timeout:
 # WorkNCCL(SeqNum=5653, OpType=ALLREDUCE, ...) ran for 600011 milliseconds before timing out.`
 _WATCHDOG = re.compile(
-    r"(?:^\[rank(?P<prefix_rank>\d+)\]:.*?)?(?:\[Rank (?P<rank>\d+)\] )?Watchdog caught collective "
-    r"operation timeout: WorkNCCL\(SeqNum=(?P<seq>\d+), OpType=(?P<op>\w+).*?\) ran for "
-    r"(?P<ms>\d+) milliseconds"
+    r"(?:^\[rank(?P<prefix_rank>\d+)\]:.*?)?(?:\[Rank (?P<rank>\d+)\] )?(?P<what>Watchdog caught "
+    r"collective operation timeout: WorkNCCL\(SeqNum=(?P<seq>\d+), OpType=(?P<op>\w+)).*?\) ran "
+    r"for (?P<ms>\d+) milliseconds"
 )
 _TORCH_ERROR = re.compile(
     r"(?:torch\.distributed\.)?DistBackendError.*$|NCCL error:? .*remote process exited or there "
@@ -126,6 +132,40 @@ _TORCH_RANK = re.compile(r"^\[rank(\d+)\]:")
 _PATTERN = re.compile(
     r"^Pattern \d+, crossNic \d+, nChannels \d+, .*type (?P<intra>\w+)/(?P<inter>\w+)"
 )
+
+
+@dataclass(frozen=True)
+class WatchdogTimeout:
+    """PyTorch's watchdog gave up on a collective: which, its SeqNum, how long it ran."""
+
+    op: str
+    seq: int
+    ms: int
+
+
+@dataclass(frozen=True)
+class TorchEvent:
+    """A line of PyTorch's ProcessGroupNCCL about NCCL: a watchdog timeout or an error."""
+
+    #: The rank PyTorch names (`[rank3]:`, `[Rank 3]`), None when the line names none.
+    rank: int | None
+    #: The error in PyTorch's words (DistBackendError, remote process exited, ...); "" for a timeout.
+    error: str = ""
+    timeout: WatchdogTimeout | None = None
+    #: What PyTorch's line says, as printed (without its rank and time): what a finding about
+    #: the event stands for, in each line that repeats it.
+    text: str = field(default="", compare=False)
+
+
+@dataclass(frozen=True)
+class NcclLine:
+    """A line that mentions NCCL, as read (timestamps removed), and where the reader placed it."""
+
+    text: str
+    #: The process-device it was read as (`RankReport.key`); None when no NCCL prefix was found.
+    key: str | None
+    #: NCCL's level (INFO, WARN, ABORT, TRACE) when the prefix was read.
+    level: str | None = None
 
 
 @dataclass
@@ -172,6 +212,8 @@ class RankReport:
     warnings: list[str] = field(default_factory=list)
     #: WARNs after which an error travelled up NCCL's calls (`file:line -> code`): fatal.
     fatal_warnings: list[str] = field(default_factory=list)
+    #: Those error traces (`file:line -> code`, codes 1-6), in the order printed.
+    error_traces: list[str] = field(default_factory=list)
     #: The launcher's rank for the process (Open MPI `[1,R]<stdout>:`), which need not be
     #: NCCL's rank in a communicator.
     launcher_rank: int | None = None
@@ -223,8 +265,44 @@ def _add(xs: list[Any], x: Any) -> None:
         xs.append(x)
 
 
+#: A line worth keeping without an NCCL prefix: any mention of NCCL (PyTorch's and the
+#: launcher's lines about it, a prefix the reader does not know) or of a CUDA error.
+_MENTIONS = re.compile(r"nccl|unhandled cuda error", re.IGNORECASE)
+
+
+@dataclass
+class ParsedLog:
+    """What the reader took from one communicator's logs: the facts the diagnosis rules read."""
+
+    #: One per NCCL process-device pair, ordered by rank.
+    reports: list[RankReport]
+    hosts: set[str]
+    #: The runs' own failure lines (nccl-tests' "Test NCCL failure ..."), first per log.
+    failures: list[str]
+    #: PyTorch's lines about NCCL, in order, first of a kind per rank and text.
+    torch_events: list[TorchEvent]
+    #: Every line that mentions NCCL, in order, with the process it was placed on.
+    lines: list[NcclLine]
+
+
+@dataclass
+class _Log:
+    """What reading one log keeps between its lines."""
+
+    failure: str | None = None
+    #: Per process (host, pid): its last WARN, until an error trace shows it was fatal.
+    last_warn: dict[tuple[str | None, int | None], tuple[RankReport, str]] = field(
+        default_factory=dict
+    )
+    prev: RankReport | None = None
+    bare_versions: list[tuple[str, str | None]] = field(default_factory=list)
+    #: Bare versions before any process line.
+    pending: list[tuple[str, str | None]] = field(default_factory=list)
+    fed: list[RankReport] = field(default_factory=list)
+
+
 class LogParser:
-    """Feed it one or more logs (one per pod is fine), then `finish` for the rank reports."""
+    """Feed it one or more logs (one per pod is fine), then `finish` for what they say."""
 
     def __init__(self) -> None:
         self.reports: dict[str, RankReport] = {}
@@ -232,8 +310,8 @@ class LogParser:
         self.channels: dict[str, set[int]] = {}
         #: The runs' own failure lines (nccl-tests' "Test NCCL failure ..."), first per log.
         self.failures: list[str] = []
-        #: PyTorch's errors about NCCL: (code, "rank N" or "", what happened).
-        self.torch_errors: list[tuple[str, str, str]] = []
+        self.torch_events: list[TorchEvent] = []
+        self.lines: list[NcclLine] = []
 
     def report(self, host: str | None, pid: int | None, dev: int | None) -> RankReport:
         if host is not None:
@@ -249,88 +327,93 @@ class LogParser:
         return rep
 
     def feed(self, text: str) -> None:
-        failure: str | None = None
-        #: Per process (host, pid): its last WARN, until an error trace shows it was fatal.
-        last_warn: dict[tuple[str | None, int | None], tuple[RankReport, str]] = {}
-        prev: RankReport | None = None
-        bare_versions: list[tuple[str, str | None]] = []
-        pending: list[tuple[str, str | None]] = []  # bare versions before any process line
-        fed: list[RankReport] = []
+        log = _Log()
         for raw in text.splitlines():
             # A timestamp glued to the host (`...-07:00ip-10-36-29-253:79:79 [0] NCCL INFO`, a
             # CloudWatch paste) would read as host `00ip-...`: every timestamp goes.
             line = TIMESTAMP.sub(" ", raw)
-            m = _PREFIX.search(line)
-            if not m:
-                if failure is None:
-                    failure = failure_in(line)
-                if self.torch_line(line):
-                    continue
-            if m:
-                rep = self.report(m.group("host"), int(m.group("pid")), int(m.group("dev")))
-                level, msg = m.group("level"), _REPEAT.split(m.group("msg"))[0].strip()
-                if t := OMPI_TAG.match(line):
-                    rep.launcher_rank = int(t.group("rank"))
-            else:
-                b = _BARE.search(line)
-                if not b:
-                    if v := _BARE_VERSION.search(line):
-                        ver = (v.group("v"), v.group("cuda"))
-                        bare_versions.append(ver)
-                        if prev is not None:
-                            _set_version(prev, ver)
-                        else:
-                            pending.append(ver)
-                    continue
-                dev = b.group("dev")
-                rep = self.report(None, None, None if dev is None else int(dev))
-                level, msg = b.group("level"), b.group("msg").strip()
-            if pending:
-                _set_version(rep, pending.pop())
-                pending.clear()
-            prev = rep
-            _add(fed, rep)
-            proc = (rep.host, rep.pid)
-            if level in ("WARN", "ABORT"):
-                _add(rep.warnings, msg)
-                last_warn[proc] = (rep, msg)
-                if _LIBIBVERBS.search(msg):
-                    rep.libibverbs_missing = True
+            placed = self._place(line, log)
+            if placed is None:
+                if _MENTIONS.search(line):
+                    self.lines.append(NcclLine(line.strip(), None))
                 continue
-            if (t := _TRACE.match(msg)) and proc in last_warn and 1 <= int(t.group("code")) <= 6:
-                # NCCLCHECK prints `file:line -> code` as an error travels up: the WARN before
-                # it made a call fail (codes 1-6: cuda, system, internal, argument, usage,
-                # remote; 7 is "in progress").
-                wrep, wmsg = last_warn.pop(proc)
-                _add(wrep.fatal_warnings, wmsg)
-            self.info(rep, msg)
+            rep, level, msg = placed
+            self.lines.append(NcclLine(line.strip(), rep.key, level))
+            if log.pending:
+                _set_version(rep, log.pending.pop())
+                log.pending.clear()
+            log.prev = rep
+            _add(log.fed, rep)
+            self._read(rep, level, msg, log)
         # A bare version line names the version of the process printing it; a log in which all
         # such lines agree gives it to the processes that printed none.
-        if len({v for v in bare_versions}) == 1:
-            for rep in fed:
+        if len(set(log.bare_versions)) == 1:
+            for rep in log.fed:
                 if rep.nccl_version is None:
-                    _set_version(rep, bare_versions[0])
-        if failure is not None:
-            self.failures.append(failure)
+                    _set_version(rep, log.bare_versions[0])
+        if log.failure is not None:
+            self.failures.append(log.failure)
+
+    def _place(self, line: str, log: _Log) -> tuple[RankReport, str, str] | None:
+        """The process-device of a line NCCL printed, its level and message; None for any other
+        line (a run's failure line, PyTorch's, a bare version line are kept on the way)."""
+        if m := _PREFIX.search(line):
+            rep = self.report(m.group("host"), int(m.group("pid")), int(m.group("dev")))
+            if t := OMPI_TAG.match(line):
+                rep.launcher_rank = int(t.group("rank"))
+            return rep, m.group("level"), _REPEAT.split(m.group("msg"))[0].strip()
+        if log.failure is None:
+            log.failure = failure_in(line)
+        if self.torch_line(line):
+            return None
+        if b := _BARE.search(line):
+            dev = b.group("dev")
+            rep = self.report(None, None, None if dev is None else int(dev))
+            return rep, b.group("level"), b.group("msg").strip()
+        if v := _BARE_VERSION.search(line):
+            ver = (v.group("v"), v.group("cuda"))
+            log.bare_versions.append(ver)
+            if log.prev is not None:
+                _set_version(log.prev, ver)
+            else:
+                log.pending.append(ver)
+        return None
+
+    def _read(self, rep: RankReport, level: str, msg: str, log: _Log) -> None:
+        proc = (rep.host, rep.pid)
+        if level in ("WARN", "ABORT"):
+            _add(rep.warnings, msg)
+            log.last_warn[proc] = (rep, msg)
+            if _LIBIBVERBS.search(msg):
+                rep.libibverbs_missing = True
+            return
+        if (t := _TRACE.match(msg)) and 1 <= int(t.group("code")) <= 6:
+            # NCCLCHECK prints `file:line -> code` as an error travels up (codes 1-6: cuda,
+            # system, internal, argument, usage, remote; 7 is "in progress"): the WARN before it
+            # in the same process made a call fail.
+            _add(rep.error_traces, msg)
+            if proc in log.last_warn:
+                wrep, wmsg = log.last_warn.pop(proc)
+                _add(wrep.fatal_warnings, wmsg)
+        self.info(rep, msg)
 
     def torch_line(self, line: str) -> bool:
         """PyTorch's ProcessGroupNCCL errors around NCCL's lines: watchdog timeouts and
         DistBackendError. Kept in order, first of a kind per rank and text."""
         if w := _WATCHDOG.search(line):
             rank = w.group("rank") or w.group("prefix_rank")
-            item = (
-                "collective-timeout",
-                f"rank {rank}" if rank is not None else "",
-                f"{w.group('op')} (SeqNum {w.group('seq')}) ran for {w.group('ms')} ms "
-                "before the watchdog timed it out",
+            timeout = WatchdogTimeout(w.group("op"), int(w.group("seq")), int(w.group("ms")))
+            event = TorchEvent(
+                None if rank is None else int(rank), timeout=timeout, text=w.group("what")
             )
         elif e := _TORCH_ERROR.search(line):
             r = _TORCH_RANK.search(line)
-            item = ("torch-nccl-error", f"rank {r.group(1)}" if r else "", e.group(0).strip())
+            error = e.group(0).strip()
+            event = TorchEvent(int(r.group(1)) if r else None, error=error, text=error)
         else:
             return False
-        if item not in self.torch_errors:
-            self.torch_errors.append(item)
+        if event not in self.torch_events:
+            self.torch_events.append(event)
         return True
 
     def set_rank(self, rep: RankReport, rank: int) -> None:
@@ -338,6 +421,13 @@ class LogParser:
             rep.rank = rank
 
     def info(self, rep: RankReport, msg: str) -> None:
+        """Read an INFO message into `rep`: the first reader that knows the line takes it."""
+        for read in (self._connection, _identity, _network, _topology):
+            if read(rep, msg):
+                return
+
+    def _connection(self, rep: RankReport, msg: str) -> bool:
+        """Connection lines (`Channel`, `Ring`, `CollNet`) and the ring listing."""
         if m := _CHAN.match(msg):
             self.channels[rep.key].add(int(m.group("ch")))
             src, dst, direction = int(m.group("src")), int(m.group("dst")), m.group("dir")
@@ -346,21 +436,7 @@ class LogParser:
             me, peer = (dst, src) if direction == "receive" else (src, dst)
             self.set_rank(rep, me)
             _add(rep.peers, peer)
-            via = m.group("via")
-            if n := _VIA_NET.match(via):
-                net = n.group("net")
-                _add(rep.transports, f"NET/{net}")
-                _add(rep.net_devs, int(n.group("dev")))
-                if net != "Socket":  # GPUDirect RDMA is a property of RDMA NICs, not of TCP
-                    gdr = "/GDRDMA" in n.group("flags")
-                    rep.net_gdr = gdr if rep.net_gdr is None else (rep.net_gdr and gdr)
-            elif via.startswith("P2P/"):
-                kind = via[4:].split("/")[0]
-                _add(rep.transports, f"P2P/{kind}")
-            elif via.startswith("SHM/") or via == "direct shared memory":
-                _add(rep.transports, "SHM")
-            else:
-                _add(rep.transports, via.split("/")[0])
+            _via(rep, m.group("via"))
         elif m := _RING_LIST.match(msg):
             if rep.coll_channels is None:
                 rep.coll_channels = int(m.group("n"))
@@ -368,65 +444,11 @@ class LogParser:
             rep.collnet_used = True
             _add(rep.transports, "COLLNET")
             self.set_rank(rep, int(m.group("rank")))
-        elif m := _VERSION.match(msg):
-            rep.nccl_version = m.group("v")
-            rep.cuda_version = m.group("cuda")
-        elif m := _COMM.search(msg):
-            rep.rank = int(m.group("rank"))
-            rep.nranks = int(m.group("n"))
-            rep.nnodes = int(m.group("nodes"))
-            if m.group("mnnvl") is not None:
-                rep.mnnvl = m.group("mnnvl") == "1"
-        elif m := _INIT.search(msg):
-            rep.rank = int(m.group("rank"))
-            rep.nranks = int(m.group("n"))
-        elif m := _USING_NET.match(msg) or _INTERNAL_NET.match(msg):
-            rep.network = m.group("net")
-        elif m := _IB_DEV_OLD.match(msg):
-            _add(rep.ib_devices, f"{m.group('name')}:{m.group('port')}/{m.group('link')}")
-        elif m := _RANK_OLD.match(msg):
-            rep.rank = int(m.group("rank"))
-            rep.nranks = int(m.group("n"))
-        elif m := _OFI_PROVIDER.match(msg):
-            rep.ofi_provider = m.group("p").lower()
-        elif m := _GDR_DISTANCE.search(msg):
-            rep.gdr_distance = m.group("why")
-        elif m := _IB_USING.match(msg):
-            for d in _IB_DEV.finditer(m.group("devs")):
-                _add(rep.ib_devices, f"{d.group('name')}:{d.group('port')}/{d.group('link')}")
-        elif _IB_NODEV.match(msg):
-            rep.ib_no_device = True
-        elif m := _SOCK_USING.match(msg):
-            for i in _SOCK_IF.finditer(m.group("ifs")):
-                _add(rep.socket_ifaces, f"{i.group('name')}:{i.group('addr')}")
-        elif m := _GDR_HCA.match(msg):
-            rep.gdr_hca[m.group("name")] = m.group("state") == "Enabled"
-            if m.group("why"):
-                rep.gdr_no_module = True
-        elif _LIBIBVERBS.search(msg):
-            rep.libibverbs_missing = True
-        elif _NO_PLUGIN.match(msg):
-            rep.no_net_plugin = True
-        elif m := _IB_INIT_FAIL.match(msg):
-            _add(rep.net_init_failed, m.group("net"))
-        elif m := _ENV.match(msg):
-            rep.env[m.group("k")] = m.group("v")
-        elif m := _CHANNELS.match(msg):
-            rep.coll_channels = int(m.group("coll"))
-            rep.p2p_channels = int(m.group("p2p"))
-            if m.group("nvls") is not None:
-                rep.nvls_channels = int(m.group("nvls"))
-                if rep.nvls_channels > 0:
-                    rep.nvls_used = True
-        elif m := _NVLS_AVAIL.match(msg):
-            rep.nvls_available = m.group("not") is None
-        elif _NVLS_COMM.match(msg):
-            rep.nvls_used = True
-            _add(rep.transports, "NVLS")
-        elif m := _PATTERN.match(msg):
-            rep.intra_path = m.group("intra")
+        else:
+            return False
+        return True
 
-    def finish(self) -> list[RankReport]:
+    def finish(self) -> ParsedLog:
         ib_listed = any(r.ib_devices for r in self.reports.values())
         for key, rep in self.reports.items():
             rep.channels_seen = len(self.channels[key])
@@ -436,85 +458,135 @@ class LogParser:
             rep.net_devs.sort()
             rep.peers.sort()
             if rep.network is None:
-                # Old NCCL or an excerpt without the "Using network" line: IB when its transport
-                # listed devices. NCCL <= 2.5 prints `NET/Socket : Using` in every process, IB
-                # or not (bootstrap), so there a socket list is Socket only when the log says
-                # why IB was not used; later ones list sockets only when the socket transport
-                # was set up, i.e. no RDMA network initialized.
-                ib_off = (
-                    rep.ib_no_device
-                    or rep.libibverbs_missing
-                    or rep.env.get("NCCL_IB_DISABLE", "").rstrip(".") == "1"
-                    or "IB" in rep.net_init_failed
-                )
-                old = rep.nccl_version is not None and _older(rep.nccl_version, (2, 6))
-                if rep.ib_devices:
-                    rep.network = "IB"
-                elif rep.socket_ifaces and (ib_off or not (old or ib_listed)):
-                    rep.network = "Socket"
-        return sorted(
+                rep.network = _implied_network(rep, ib_listed)
+        reports = sorted(
             self.reports.values(),
             key=lambda r: (r.rank is None, r.rank if r.rank is not None else 0, r.key),
         )
+        return ParsedLog(reports, self.hosts, self.failures, self.torch_events, self.lines)
 
 
-def link_layers(rep: RankReport) -> set[str]:
-    """The link layers ("IB", "RoCE") of the devices NCCL's IB transport listed for this rank."""
-    return {d.rsplit("/", 1)[-1] for d in rep.ib_devices}
+def _via(rep: RankReport, via: str) -> None:
+    """The transport of a connection line (`via NET/IB/0/GDRDMA`, `via P2P/IPC`, ...)."""
+    if n := _VIA_NET.match(via):
+        net = n.group("net")
+        _add(rep.transports, f"NET/{net}")
+        _add(rep.net_devs, int(n.group("dev")))
+        if net != "Socket":  # GPUDirect RDMA is a property of RDMA NICs, not of TCP
+            gdr = "/GDRDMA" in n.group("flags")
+            rep.net_gdr = gdr if rep.net_gdr is None else (rep.net_gdr and gdr)
+    elif via.startswith("P2P/"):
+        kind = via[4:].split("/")[0]
+        _add(rep.transports, f"P2P/{kind}")
+    elif via.startswith("SHM/") or via == "direct shared memory":
+        _add(rep.transports, "SHM")
+    else:
+        _add(rep.transports, via.split("/")[0])
 
 
-#: What libfabric providers carry, for aws-ofi-nccl (`NET/OFI Selected Provider is <p>`).
-_OFI_FABRICS = {"efa": "efa", "cxi": "cxi", "tcp": "socket", "sockets": "socket", "udp": "socket"}
-
-#: Fabrics named for a reader, where the identifier alone says little.
-FABRIC_NAMES = {"cxi": "cxi (HPE Slingshot)"}
-
-
-def fabric_of(network: str, links: set[str], provider: str | None = None) -> str:
-    """What a network NCCL selected carries, by what the plugin is rather than its name:
-    NCCL's IB transport and HPC-X's IBext/IBext_v8 plugin carry InfiniBand or RoCE (told apart
-    by the device's link layer, InfiniBand when the log lists no device); Google's gIB plugin
-    (A3 Ultra, A4) carries RDMA over RoCE unless its devices say IB; aws-ofi-nccl ("AWS
-    Libfabric", "OFI") carries what its libfabric provider does (efa -> EFA, cxi -> HPE
-    Slingshot, tcp/sockets -> TCP, verbs -> IB or RoCE), EFA when the log does not name the
-    provider; "Socket" is TCP. Another plugin keeps its name."""
-    name = network.strip().lower()
-    if name == "socket":
-        return "socket"
-    if name == "ib" or name.startswith("ibext"):
-        return "roce" if links == {"RoCE"} else "ib"
-    if name == "gib":
-        return "ib" if links == {"IB"} else "roce"
-    if "libfabric" in name or name.startswith("ofi") or name == "efa":
-        if provider is None:
-            return "efa"
-        prov = provider.split(";")[0]
-        if prov == "verbs":
-            return "roce" if links == {"RoCE"} else "ib"
-        return _OFI_FABRICS.get(prov, prov)
-    return network
+def _identity(rep: RankReport, msg: str) -> bool:
+    """Who the process is: version, rank, ranks, nodes, the network NCCL chose."""
+    if m := _VERSION.match(msg):
+        rep.nccl_version = m.group("v")
+        rep.cuda_version = m.group("cuda")
+    elif m := _COMM.search(msg):
+        rep.rank = int(m.group("rank"))
+        rep.nranks = int(m.group("n"))
+        rep.nnodes = int(m.group("nodes"))
+        if m.group("mnnvl") is not None:
+            rep.mnnvl = m.group("mnnvl") == "1"
+    elif m := _INIT.search(msg):
+        rep.rank = int(m.group("rank"))
+        rep.nranks = int(m.group("n"))
+    elif m := _USING_NET.match(msg) or _INTERNAL_NET.match(msg):
+        rep.network = m.group("net")
+    elif m := _IB_DEV_OLD.match(msg):
+        _add(rep.ib_devices, f"{m.group('name')}:{m.group('port')}/{m.group('link')}")
+    elif m := _RANK_OLD.match(msg):
+        rep.rank = int(m.group("rank"))
+        rep.nranks = int(m.group("n"))
+    else:
+        return False
+    return True
 
 
-def rank_fabric(rep: RankReport, links: set[str], provider: str | None = None) -> str | None:
-    """What carried (or would carry) this rank's inter-node traffic: the network of its NET
-    connections, else the one NCCL selected; None when the log shows neither. `links` and
-    `provider` are the log's, used when the rank's own lines do not say."""
-    own = link_layers(rep) or links
-    prov = rep.ofi_provider or provider
-    nets = [t[4:] for t in rep.transports if t.startswith("NET/")]
-    if nets:
-        fabrics = {fabric_of(n, own, prov) for n in nets}
-        return fabrics.pop() if len(fabrics) == 1 else "mixed"
-    if rep.network:
-        return fabric_of(rep.network, own, prov)
+def _network(rep: RankReport, msg: str) -> bool:
+    """The network transports' own lines: devices, interfaces, GPUDirect RDMA, plugins."""
+    if m := _OFI_PROVIDER.match(msg):
+        rep.ofi_provider = m.group("p").lower()
+    elif m := _GDR_DISTANCE.search(msg):
+        rep.gdr_distance = m.group("why")
+    elif m := _IB_USING.match(msg):
+        for d in _IB_DEV.finditer(m.group("devs")):
+            _add(rep.ib_devices, f"{d.group('name')}:{d.group('port')}/{d.group('link')}")
+    elif _IB_NODEV.match(msg):
+        rep.ib_no_device = True
+    elif m := _SOCK_USING.match(msg):
+        for i in _SOCK_IF.finditer(m.group("ifs")):
+            _add(rep.socket_ifaces, f"{i.group('name')}:{i.group('addr')}")
+    elif m := _GDR_HCA.match(msg):
+        rep.gdr_hca[m.group("name")] = m.group("state") == "Enabled"
+        if m.group("why"):
+            rep.gdr_no_module = True
+    elif _LIBIBVERBS.search(msg):
+        rep.libibverbs_missing = True
+    elif _NO_PLUGIN.match(msg):
+        rep.no_net_plugin = True
+    elif m := _IB_INIT_FAIL.match(msg):
+        _add(rep.net_init_failed, m.group("net"))
+    else:
+        return False
+    return True
+
+
+def _topology(rep: RankReport, msg: str) -> bool:
+    """The environment, channel counts, NVLS and the graph search's path types."""
+    if m := _ENV.match(msg):
+        rep.env[m.group("k")] = m.group("v")
+    elif m := _CHANNELS.match(msg):
+        rep.coll_channels = int(m.group("coll"))
+        rep.p2p_channels = int(m.group("p2p"))
+        if m.group("nvls") is not None:
+            rep.nvls_channels = int(m.group("nvls"))
+            if rep.nvls_channels > 0:
+                rep.nvls_used = True
+    elif m := _NVLS_AVAIL.match(msg):
+        rep.nvls_available = m.group("not") is None
+    elif _NVLS_COMM.match(msg):
+        rep.nvls_used = True
+        _add(rep.transports, "NVLS")
+    elif m := _PATTERN.match(msg):
+        rep.intra_path = m.group("intra")
+    else:
+        return False
+    return True
+
+
+def _implied_network(rep: RankReport, ib_listed: bool) -> str | None:
+    """The network of a process whose log lacks the `Using network` line (old NCCL, or an
+    excerpt): IB when its transport listed devices. NCCL <= 2.5 prints `NET/Socket : Using` in
+    every process, IB or not (bootstrap), so there a socket list is Socket only when the log
+    says why IB was not used; later ones list sockets only when the socket transport was set
+    up, i.e. no RDMA network initialized."""
+    ib_off = (
+        rep.ib_no_device
+        or rep.libibverbs_missing
+        or rep.env.get("NCCL_IB_DISABLE", "").rstrip(".") == "1"
+        or "IB" in rep.net_init_failed
+    )
+    old = rep.nccl_version is not None and _older(rep.nccl_version, (2, 6))
+    if rep.ib_devices:
+        return "IB"
+    if rep.socket_ifaces and (ib_off or not (old or ib_listed)):
+        return "Socket"
     return None
 
 
 __all__ = [
-    "FABRIC_NAMES",
     "LogParser",
+    "NcclLine",
+    "ParsedLog",
     "RankReport",
-    "fabric_of",
-    "link_layers",
-    "rank_fabric",
+    "TorchEvent",
+    "WatchdogTimeout",
 ]

@@ -59,25 +59,8 @@ def parse_json(obj: object, *, origin: str = "<nccl-tests.json>") -> Run:
     if not isinstance(obj, dict) or not isinstance(obj.get("results"), list):
         raise ResultsError(f"{origin} is not nccl-tests -J output (no 'results' list)", path=origin)
     d = cast(dict[str, Any], obj)
-    meta = RunMeta(source="nccl-tests", backend="nccl", inputs=[origin])
-    # Our engine's --json uses the same layout, with a generator field, `op` per row and `ops`.
+    meta = _meta(d, origin)
     generator = d.get("generator")
-    if isinstance(generator, str) and generator.startswith("nccl-k8s"):
-        meta.source = "nccl-k8s"
-        meta.nccl_k8s = generator.split()[-1]
-        meta.backend = as_backend(_opt_str(d.get("config", {}).get("backend"))) or meta.backend
-    meta.time = str(d["start_time"]) if d.get("start_time") else None
-    code = d.get("nccl_version")
-    if isinstance(code, int) and code > 0:  # our engine writes 0 for gloo runs
-        meta.nccl = nccl_version_from_code(code)
-    library = d.get("nccl_library")
-    if meta.source == "nccl-k8s" and isinstance(library, str):
-        meta.nccl_library = library
-    for kv in d.get("env") or []:
-        if isinstance(kv, str) and "=" in kv:
-            k, v = kv.split("=", 1)
-            if k.startswith("NCCL_"):
-                meta.env[k] = v
     args = [a for a in d.get("args") or [] if isinstance(a, str)]
     named = op_in_command(args[0]) if args else None
     by: IdentifiedBy = "command"
@@ -86,62 +69,9 @@ def parse_json(obj: object, *, origin: str = "<nccl-tests.json>") -> Run:
     op: str = named or "unknown"
     raw_cfg = d.get("config")
     cfg_in: dict[str, Any] = cast(dict[str, Any], raw_cfg) if isinstance(raw_cfg, dict) else {}
-    cfg = RunConfig(
-        minbytes=opt_int(cfg_in.get("minimum_bytes")),
-        maxbytes=opt_int(cfg_in.get("maximum_bytes")),
-        stepfactor=opt_int(cfg_in.get("step_factor")),
-        stepbytes=opt_int(cfg_in.get("step_bytes")),
-        iters=opt_int(cfg_in.get("iterations")),
-        warmup=opt_int(cfg_in.get("warmup_iters")),
-        check=opt_int(cfg_in.get("validation")),
-        graph=opt_int(cfg_in.get("graph")),
-        blocking=_opt_bool(cfg_in.get("blocking_collectives")),
-        ops=[op],
-    )
-    meta.config = cfg
-    devices = []
-    for dev in cfg_in.get("devices") or []:
-        if isinstance(dev, dict) and isinstance(dev.get("rank"), int):
-            devices.append(
-                Device(
-                    rank=dev["rank"],
-                    host=_opt_str(dev.get("hostname")),
-                    pid=opt_int(dev.get("pid")),
-                    device=opt_int(dev.get("device")),
-                    name=_opt_str(dev.get("device_info")),
-                )
-            )
-    fill_world(meta, devices)
-    run = Run(meta=meta)
-    for i, res in enumerate(d["results"]):
-        where = f"{origin}: results[{i}]"
-        if not isinstance(res, dict) or not isinstance(res.get("size"), int):
-            raise ResultsError(f"{where} has no integer 'size'", path=origin)
-        root_raw = res.get("root")
-        root = opt_int(str(root_raw).strip()) if root_raw is not None else None
-        for key, placement in (("out_of_place", "out"), ("in_place", "in")):
-            cell = res.get(key)
-            if not isinstance(cell, dict):
-                continue
-            nwrong = cell.get("nwrong")
-            wrong = int(nwrong) if isinstance(nwrong, int | float) and nwrong >= 0 else None
-            run.rows.append(
-                Row(
-                    op=_opt_str(res.get("op")) or op,
-                    size_bytes=res["size"],
-                    placement=cast(Placement, placement),
-                    time_us=_f(cell.get("time"), f"results[{i}].{key}.time", origin),
-                    algbw=_f(cell.get("alg_bw"), f"results[{i}].{key}.alg_bw", origin),
-                    busbw=_f(cell.get("bus_bw"), f"results[{i}].{key}.bus_bw", origin),
-                    dtype=_opt_str(res.get("type")),
-                    redop=_opt_str(res.get("redop")),
-                    root=root,
-                    count=opt_int(res.get("count")),
-                    wrong=wrong,
-                    time_us_min=_opt_float(cell.get("time_min")),
-                    time_us_max=_opt_float(cell.get("time_max")),
-                )
-            )
+    cfg = meta.config = _config(cfg_in, op)
+    fill_world(meta, _devices(cfg_in))
+    run = Run(meta=meta, rows=_rows(d["results"], op, origin))
     if not run.rows:
         raise ResultsError(f"{origin}: nccl-tests JSON holds no results", path=origin)
     if named is not None and generator is None:
@@ -167,6 +97,95 @@ def parse_json(obj: object, *, origin: str = "<nccl-tests.json>") -> Run:
     first = run.rows[0]
     cfg.dtype, cfg.redop, cfg.root = first.dtype, first.redop, first.root
     return run
+
+
+def _meta(d: dict[str, Any], origin: str) -> RunMeta:
+    """What the document says of the run: generator, start time, NCCL version and library, the
+    NCCL_* environment."""
+    meta = RunMeta(source="nccl-tests", backend="nccl", inputs=[origin])
+    # Our engine's --json uses the same layout, with a generator field, `op` per row and `ops`.
+    generator = d.get("generator")
+    if isinstance(generator, str) and generator.startswith("nccl-k8s"):
+        meta.source = "nccl-k8s"
+        meta.nccl_k8s = generator.split()[-1]
+        meta.backend = as_backend(_opt_str(d.get("config", {}).get("backend"))) or meta.backend
+    meta.time = str(d["start_time"]) if d.get("start_time") else None
+    code = d.get("nccl_version")
+    if isinstance(code, int) and code > 0:  # our engine writes 0 for gloo runs
+        meta.nccl = nccl_version_from_code(code)
+    library = d.get("nccl_library")
+    if meta.source == "nccl-k8s" and isinstance(library, str):
+        meta.nccl_library = library
+    for kv in d.get("env") or []:
+        if isinstance(kv, str) and "=" in kv:
+            k, v = kv.split("=", 1)
+            if k.startswith("NCCL_"):
+                meta.env[k] = v
+    return meta
+
+
+def _config(cfg_in: dict[str, Any], op: str) -> RunConfig:
+    return RunConfig(
+        minbytes=opt_int(cfg_in.get("minimum_bytes")),
+        maxbytes=opt_int(cfg_in.get("maximum_bytes")),
+        stepfactor=opt_int(cfg_in.get("step_factor")),
+        stepbytes=opt_int(cfg_in.get("step_bytes")),
+        iters=opt_int(cfg_in.get("iterations")),
+        warmup=opt_int(cfg_in.get("warmup_iters")),
+        check=opt_int(cfg_in.get("validation")),
+        graph=opt_int(cfg_in.get("graph")),
+        blocking=_opt_bool(cfg_in.get("blocking_collectives")),
+        ops=[op],
+    )
+
+
+def _devices(cfg_in: dict[str, Any]) -> list[Device]:
+    return [
+        Device(
+            rank=dev["rank"],
+            host=_opt_str(dev.get("hostname")),
+            pid=opt_int(dev.get("pid")),
+            device=opt_int(dev.get("device")),
+            name=_opt_str(dev.get("device_info")),
+        )
+        for dev in cfg_in.get("devices") or []
+        if isinstance(dev, dict) and isinstance(dev.get("rank"), int)
+    ]
+
+
+def _rows(results: list[Any], op: str, origin: str) -> list[Row]:
+    """A row per result and placement (out of place, in place) the document holds."""
+    rows = []
+    for i, res in enumerate(results):
+        where = f"{origin}: results[{i}]"
+        if not isinstance(res, dict) or not isinstance(res.get("size"), int):
+            raise ResultsError(f"{where} has no integer 'size'", path=origin)
+        root_raw = res.get("root")
+        root = opt_int(str(root_raw).strip()) if root_raw is not None else None
+        for key, placement in (("out_of_place", "out"), ("in_place", "in")):
+            cell = res.get(key)
+            if not isinstance(cell, dict):
+                continue
+            nwrong = cell.get("nwrong")
+            wrong = int(nwrong) if isinstance(nwrong, int | float) and nwrong >= 0 else None
+            rows.append(
+                Row(
+                    op=_opt_str(res.get("op")) or op,
+                    size_bytes=res["size"],
+                    placement=cast(Placement, placement),
+                    time_us=_f(cell.get("time"), f"results[{i}].{key}.time", origin),
+                    algbw=_f(cell.get("alg_bw"), f"results[{i}].{key}.alg_bw", origin),
+                    busbw=_f(cell.get("bus_bw"), f"results[{i}].{key}.bus_bw", origin),
+                    dtype=_opt_str(res.get("type")),
+                    redop=_opt_str(res.get("redop")),
+                    root=root,
+                    count=opt_int(res.get("count")),
+                    wrong=wrong,
+                    time_us_min=_opt_float(cell.get("time_min")),
+                    time_us_max=_opt_float(cell.get("time_max")),
+                )
+            )
+    return rows
 
 
 def _json_summary(op: str, d: dict[str, Any]) -> Summary:

@@ -247,31 +247,48 @@ def _size_plot(
             tops[placement] = max(tops[placement], *y)
             plotted = True
             if placement == "out" and _has_spread(rows):
-                if metric == "busbw":
-                    # busbw scales as 1/time: the slowest rank gives the low edge, the fastest the high.
-                    lo = [_scaled(r.busbw, r.time_us, r.time_us_max) for r in rows]
-                    hi = [_scaled(r.busbw, r.time_us, r.time_us_min) for r in rows]
-                else:
-                    lo = [r.time_us if r.time_us_min is None else r.time_us_min for r in rows]
-                    hi = [r.time_us if r.time_us_max is None else r.time_us_max for r in rows]
-                color = COLORS[i % len(COLORS)]
-                ax.fill_between(x, lo, hi, color=color, alpha=0.18, linewidth=0)
-                if len(x) == 1:  # a band of one point has no width: an error bar instead
-                    ax.errorbar(
-                        x,
-                        y,
-                        yerr=[[y[0] - lo[0]], [hi[0] - y[0]]],
-                        fmt="none",
-                        ecolor=color,
-                        elinewidth=1.2,
-                        capsize=6,
-                    )
+                hi = _draw_spread(ax, rows, y, metric, COLORS[i % len(COLORS)])
                 band = "bars" if len(x) == 1 and band in ("", "bars") else "shaded"
                 tops["out"] = max(tops["out"], *hi)
         if plotted:
             drawn.append((i, s.label))
     _size_axis(ax, sizes)
     _style_axes(ax)
+    _y_scale(ax, metric, tops)
+    _legend(fig, drawn, placements)
+    return fig, ax, band
+
+
+def _draw_spread(
+    ax: Axes, rows: Sequence[Row], y: Sequence[float], metric: str, color: str
+) -> list[float]:
+    """The range over ranks of out-of-place rows: a shaded band, an error bar for one size;
+    returns its high edge."""
+    x = [r.size_bytes for r in rows]
+    if metric == "busbw":
+        # busbw scales as 1/time: the slowest rank gives the low edge, the fastest the high.
+        lo = [_scaled(r.busbw, r.time_us, r.time_us_max) for r in rows]
+        hi = [_scaled(r.busbw, r.time_us, r.time_us_min) for r in rows]
+    else:
+        lo = [r.time_us if r.time_us_min is None else r.time_us_min for r in rows]
+        hi = [r.time_us if r.time_us_max is None else r.time_us_max for r in rows]
+    ax.fill_between(x, lo, hi, color=color, alpha=0.18, linewidth=0)
+    if len(x) == 1:  # a band of one point has no width: an error bar instead
+        ax.errorbar(
+            x,
+            y,
+            yerr=[[y[0] - lo[0]], [hi[0] - y[0]]],
+            fmt="none",
+            ecolor=color,
+            elinewidth=1.2,
+            capsize=6,
+        )
+    return hi
+
+
+def _y_scale(ax: Axes, metric: str, tops: dict[str, float]) -> None:
+    """y from zero to the highest value drawn, or to out-of-place's when in-place is out of
+    scale; a note where the plot would mislead."""
     if metric == "busbw" and 0 < tops["out"] * 3 < tops["in"]:
         # In-place can be a no-op (sendrecv or all_reduce on one rank): its busbw, orders of
         # magnitude above any link, would flatten every real line. Scale to out-of-place, say so.
@@ -302,8 +319,6 @@ def _size_plot(
             fontsize=10,
             color="#555555",
         )
-    _legend(fig, drawn, placements)
-    return fig, ax, band
 
 
 def _named(op: str, variant: str) -> str:

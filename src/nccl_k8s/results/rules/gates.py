@@ -4,14 +4,9 @@ cannot confirm fails (a passing gate must mean the fabric was seen).
 
 from __future__ import annotations
 
-from typing import Literal, get_args
-
-from nccl_k8s.results.findings import Finding, ranks_of, where_of
-from nccl_k8s.results.nccllog import FABRIC_NAMES, RankReport
-
-Fabric = Literal["ib", "roce", "efa", "socket", "nvlink"]
-FABRICS: tuple[Fabric, ...] = get_args(Fabric)
-
+from nccl_k8s.results.fabrics import FABRIC_NAMES, FABRICS, Fabric
+from nccl_k8s.results.findings import Code, Facts, Finding, Rule, ranks_of, where_of
+from nccl_k8s.results.nccllog import RankReport
 
 _RERUN = "rerun with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET"
 
@@ -167,4 +162,38 @@ def expectation(
     ]
 
 
-__all__ = ["FABRICS", "Fabric", "expectation"]
+def _expect(facts: Facts) -> list[Finding]:
+    if facts.expect_fabric is None:
+        return []
+    return expectation(
+        facts.expect_fabric,
+        facts.reports,
+        facts.fabrics,
+        facts.network_needed,
+        facts.mnnvl,
+        facts.nodes,
+    )
+
+
+EXPECT = Rule(
+    "expect-fabric",
+    (
+        Code(
+            "expect-<fabric>",
+            ("info", "warning", "error"),
+            "the verdict of `--expect-fabric <fabric>`: any rank on another fabric fails it, "
+            "named with its host; a gate the log cannot confirm fails (below)",
+            "info, warning or error",
+            tuple(f"expect-{f}" for f in FABRICS),
+        ),
+        Code(
+            "expect-nvlink-path",
+            ("warning",),
+            "with `--expect-fabric nvlink`: NCCL's topology search found a PCIe or host path "
+            "(PIX/PXB/PHB/SYS) between GPUs, not NVLink (NVL)",
+        ),
+    ),
+    _expect,
+)
+
+__all__ = ["EXPECT", "expectation"]

@@ -1,0 +1,291 @@
+"""Rules for the log's own errors: fatal NCCL WARNs named by culprit and witness, IB completion
+errors, the other WARNs as warnings; PyTorch's watchdog timeouts and errors; the run's own failure
+line."""
+
+from __future__ import annotations
+
+import re
+
+from nccl_k8s.results.findings import (
+    Code,
+    Facts,
+    Finding,
+    Rule,
+    Severity,
+    ranks_of,
+    seen_by,
+    traces_of,
+)
+from nccl_k8s.results.nccllog import RankReport
+from nccl_k8s.results.pastes import failure_in
+
+# IB work completion status (enum ibv_wc_status): what the NIC says went wrong.
+_WC_STATUS = {
+    1: "local length error",
+    2: "local QP operation error",
+    4: "local protection error: a buffer's memory registration, often GPUDirect RDMA",
+    5: "work request flushed: the queue pair had already failed",
+    9: "remote invalid request",
+    10: "remote access error",
+    11: "remote operation error",
+    12: "transport retry counter exceeded: the peer stopped answering",
+    13: "RNR retry counter exceeded: the peer posted no receive",
+}
+# NCCL's IB transport (net_ib.cc, HPC-X ib_plugin.c): `NET/IB : Got completion from peer %s with
+# error %d, opcode %d, len %d, vendor err %d` (returns ncclRemoteError), later `... with
+# status=%d opcode=...` and `status=%s(%d)`; before 2.12 `Got completion with error %d, opcode
+# ...` without the peer. Every one fails the operation: the communicator is dead.
+_COMPLETION = re.compile(
+    r"Got completion (?:from peer (?P<peer>[^\s<]+)(?:<\d+>)? )?with "
+    r"(?:status=(?:\w+\()?(?P<status>\d+)\)?|error (?P<error>\d+))"
+    r"(?:.*?vendor[ _]err[ =](?P<vendor>\d+))?"
+)
+# WARNs that end the communicator, from NCCL's and aws-ofi-nccl's sources: each is printed on a
+# path that returns an error (ncclSystemError, ncclInternalError, ncclRemoteError) to the caller.
+_FATAL = [
+    # ibvwrap.cc: a verbs call failed (ncclSystemError): QP/CQ/MR creation on this host's HCA.
+    (re.compile(r"Call to ibv_\w+ failed"), "an InfiniBand verbs call failed"),
+    # plugin/net.cc: no network at all (ncclInvalidUsage): nothing can leave the process.
+    (re.compile(r"Failed to initialize any NET plugin"), "no NCCL network plugin initialized"),
+    # aws-ofi-nccl: the plugin gave up; NCCL falls back to its own transports (or fails).
+    (
+        re.compile(
+            r"NET/OFI .*(?:initialization failed|Initializing plugin failed|Unable to find "
+            r"a protocol)"
+        ),
+        "the aws-ofi-nccl plugin failed to initialize",
+    ),
+    # aws-ofi-nccl: the libfabric address vector could not be opened: the endpoint is unusable.
+    (re.compile(r"Couldn't open AV"), "aws-ofi-nccl could not open its libfabric address vector"),
+    # bootstrap.cc: a bootstrap message of the wrong size: another job or NCCL version on the
+    # port, or a peer that failed half-way (ncclInternalError).
+    (re.compile(r"Message truncated"), "a bootstrap message was truncated"),
+    # net_ib.cc: sizes differ between the two sides of a transfer (ncclInternalError).
+    (re.compile(r"collective mismatch"), "the two sides of a transfer disagree"),
+    # socket.cc / proxy.cc: a peer's socket closed or failed (ncclRemoteError).
+    (
+        re.compile(
+            r"Connection closed by remote peer|Call to recv from .* failed|Socket recv "
+            r"failed|Broken pipe|Connection reset"
+        ),
+        "a peer's connection closed",
+    ),
+]
+_PEER = re.compile(r"(?:peer|from) (?P<peer>[\w.:-]+?)<\d+>")
+
+
+def _classify(
+    reports: list[RankReport],
+) -> tuple[
+    dict[tuple[str, str | None], list[re.Match[str]]],
+    dict[str, tuple[str, list[RankReport]]],
+    dict[str, list[RankReport]],
+]:
+    """Each WARN, by what it is: an IB completion error (per rank and peer), a fatal error (by
+    message: why, and who printed it) or a harmless one (by message: who printed it)."""
+    completions: dict[tuple[str, str | None], list[re.Match[str]]] = {}
+    fatal: dict[str, tuple[str, list[RankReport]]] = {}
+    harmless: dict[str, list[RankReport]] = {}
+    for r in reports:
+        for w in r.warnings:
+            if "Failed to open libibverbs" in w:
+                continue  # libibverbs-missing says it
+            if c := _COMPLETION.search(w):
+                completions.setdefault((r.key, c.group("peer")), []).append(c)
+                continue
+            why = next((what for rx, what in _FATAL if rx.search(w)), None)
+            if why is None and w in r.fatal_warnings:
+                why = "a fatal NCCL error (an error trace `file:line -> code` follows it)"
+            if why is None:
+                harmless.setdefault(w, []).append(r)
+            else:
+                fatal.setdefault(w, (why, []))[1].append(r)
+    return completions, fatal, harmless
+
+
+def _completion_findings(
+    reports: list[RankReport],
+    completions: dict[tuple[str, str | None], list[re.Match[str]]],
+) -> list[Finding]:
+    out: list[Finding] = []
+    by_key = {r.key: r for r in reports}
+    for (key, peer), ms in completions.items():
+        r = by_key[key]
+        codes = sorted({int(m.group("status") or m.group("error")) for m in ms})
+        vendor = sorted({m.group("vendor") for m in ms if m.group("vendor")})
+        what = "; ".join(f"status {c}: {_WC_STATUS.get(c, 'see ibv_wc_status')}" for c in codes)
+        if vendor:
+            what += f"; vendor err {', '.join(vendor)}"
+        culprit = (
+            f"peer {peer} (or the link to it) is the likely culprit"
+            if peer
+            else "the peer is not named (NCCL < 2.12): its QP's remote end is the likely culprit"
+        )
+        out.append(
+            Finding(
+                "error",
+                "ib-completion-error",
+                f"{culprit}: {seen_by(r)} got {len(ms)} IB completion error"
+                f"{'s' if len(ms) > 1 else ''} ({what})",
+                "check the peer host's and this host's HCA ports and cables (ibstat, "
+                "`ibv_devinfo`, port error counters, dmesg for mlx5 errors), that the peer "
+                "process is alive, and for RoCE the GID index and lossless (PFC) settings.",
+                [r.label],
+                [m.string for m in ms] + traces_of(reports, [r]),
+            )
+        )
+    return out
+
+
+def _fatal_findings(
+    reports: list[RankReport],
+    fatal: dict[str, tuple[str, list[RankReport]]],
+    network_needed: bool | None,
+) -> list[Finding]:
+    out: list[Finding] = []
+    grouped: dict[str, tuple[list[str], list[RankReport]]] = {}
+    for w, (why, who) in fatal.items():
+        ws, rs = grouped.setdefault(why, ([], []))
+        ws.append(w)
+        rs.extend(r for r in who if r not in rs)
+    for why, (ws, who) in grouped.items():
+        peers = sorted({p.group("peer") for w in ws if (p := _PEER.search(w))})
+        sev: Severity = "error"
+        if "aws-ofi-nccl plugin" in why and network_needed is False:
+            sev = "warning"  # one node: NCCL's own transports do without the plugin
+        culprit = f"; peer {', '.join(peers)} is the likely culprit" if peers else ""
+        more = f" (and {len(ws) - 1} more like it)" if len(ws) > 1 else ""
+        out.append(
+            Finding(
+                sev,
+                "nccl-error",
+                f"{why} on {', '.join(seen_by(r) for r in who[:4])}{culprit}: "
+                f"NCCL WARN {ws[0]}{more}",
+                "this error ends the communicator: fix it first, the errors after it follow "
+                "from it.",
+                ranks_of(who),
+                ws + traces_of(reports, who),
+            )
+        )
+    return out
+
+
+def _warns(facts: Facts) -> list[Finding]:
+    """Errors that ended the run, named by culprit (the peer a rank lost) and witness (the rank
+    that printed it); the other WARNs, by message, as harmless warnings."""
+    completions, fatal, harmless = _classify(facts.reports)
+    out = _completion_findings(facts.reports, completions)
+    out += _fatal_findings(facts.reports, fatal, facts.network_needed)
+    out += [
+        Finding(
+            "warning",
+            "nccl-warn",
+            f"NCCL WARN {w}",
+            "read the lines around it in the rank's log",
+            ranks_of(who),
+            [w],
+        )
+        for w, who in harmless.items()
+    ]
+    return out
+
+
+WARNS = Rule(
+    "nccl-warn",
+    (
+        Code(
+            "ib-completion-error",
+            ("error",),
+            "IB work completion errors: names the peer address as the likely culprit (link or "
+            "host), the rank, host and GPU that saw it, the status and vendor error",
+        ),
+        Code(
+            "nccl-error",
+            ("error", "warning"),
+            "a fatal WARN: `Call to ibv_* failed`, `Failed to initialize any NET plugin`, "
+            "aws-ofi-nccl initialization failed, `Couldn't open AV`, `Message truncated`, "
+            "`collective mismatch`, a peer's socket closed, or any WARN followed by NCCL's error "
+            "trace; names who printed it and the peer when the line has one",
+            "**error** (the aws-ofi-nccl init failure on one node: warning)",
+        ),
+        Code(
+            "nccl-warn",
+            ("warning",),
+            "each distinct `NCCL WARN` message that is not fatal (above), with the ranks that "
+            "printed it",
+        ),
+    ),
+    _warns,
+)
+
+
+def _torch(facts: Facts) -> list[Finding]:
+    out = []
+    for e in facts.torch_events:
+        who = f"rank {e.rank}" if e.rank is not None else ""
+        if e.timeout is not None:
+            t = e.timeout
+            code = "collective-timeout"
+            message = (
+                f"{who or 'a rank'}'s {t.op} (SeqNum {t.seq}) ran for {t.ms} ms before the "
+                "watchdog timed it out"
+            )
+            hint = (
+                "the rank that reports the timeout is waiting; the culprit is a rank that never "
+                "joined that collective (crashed, hung, or called another one): compare the "
+                "SeqNum each rank last reached."
+            )
+        else:
+            code = "torch-nccl-error"
+            message = f"{who + ': ' if who else ''}{e.error}"
+            hint = "the NCCL WARN lines before it in the same log say which peer or link failed."
+        out.append(Finding("error", code, message, hint, [who] if who else [], [e.text]))
+    return out
+
+
+TORCH = Rule(
+    "torch",
+    (
+        Code(
+            "collective-timeout",
+            ("error",),
+            "PyTorch's watchdog timed a collective out (rank, op, SeqNum)",
+        ),
+        Code(
+            "torch-nccl-error",
+            ("error",),
+            "PyTorch's DistBackendError / remote-process errors about NCCL",
+        ),
+    ),
+    _torch,
+)
+
+
+def _run_failed(facts: Facts) -> list[Finding]:
+    # The reader keeps each log's first failure line; the others say the same of other ranks.
+    said = [ln.text for ln in facts.lines if ln.key is None and failure_in(ln.text)]
+    return [
+        Finding(
+            "error",
+            "run-failed",
+            f"the run failed: {line}",
+            "the NCCL WARN lines above it in the same log say why.",
+            evidence=[line, *said],
+        )
+        for line in facts.log.failures
+    ]
+
+
+RUN_FAILED = Rule(
+    "run-failed",
+    (
+        Code(
+            "run-failed",
+            ("error",),
+            "the log holds the run's own failure line (`Test NCCL failure ...`)",
+        ),
+    ),
+    _run_failed,
+)
+
+__all__ = ["RUN_FAILED", "TORCH", "WARNS"]
