@@ -13,6 +13,7 @@ generated run id, both overridable for tests.
 from __future__ import annotations
 
 from nccl_k8s.spec._build import build_run_spec
+from nccl_k8s.spec._gangs import GANGS, Gang, GangScheduler
 from nccl_k8s.spec._model import (
     CPU_PER_GPU,
     DEFAULT_IMAGE,
@@ -32,7 +33,6 @@ from nccl_k8s.spec._model import (
     RESERVED_LABELS,
     RUN_ID_MAX_LEN,
     EngineMode,
-    Gang,
     Network,
     Qos,
     RunSpec,
@@ -65,6 +65,7 @@ from nccl_k8s.spec._values import (
 __all__ = [
     "CPU_PER_GPU",
     "DEFAULT_IMAGE",
+    "GANGS",
     "LABEL_COMPONENT",
     "LABEL_INSTANCE",
     "LABEL_KUEUE_QUEUE",
@@ -89,6 +90,7 @@ __all__ = [
     "SHAPE",
     "EngineMode",
     "Gang",
+    "GangScheduler",
     "Network",
     "Option",
     "OptionKind",

@@ -11,6 +11,7 @@ import secrets
 from typing import Literal, get_args
 
 from nccl_k8s.errors import UsageError
+from nccl_k8s.spec._gangs import GANGS, Gang, gang_help
 from nccl_k8s.spec._options import (
     LIFETIME,
     METADATA,
@@ -50,7 +51,6 @@ Security = Literal["socket", "rdma", "host", "privileged"]
 Workload = Literal["job", "statefulset"]
 EngineMode = Literal["zipapp", "image"]
 Spread = Literal["required", "preferred", "none"]
-Gang = Literal["volcano", "coscheduling"]
 Qos = Literal["burstable", "guaranteed"]
 
 #: A stock PyTorch image, pinned to a tag so that the same command measures the same NCCL next
@@ -315,11 +315,10 @@ class RunSpec:
     )
     """Kueue LocalQueue name, set as the kueue.x-k8s.io/queue-name label on the workload."""
     gang: Gang | None = option(
-        "--gang", parse=one_of(get_args(Gang)), metavar="volcano|coscheduling", panel=LIFETIME,
-        help="Gang-schedule the pods (all or none) with a PodGroup of Volcano or of the "
-        "scheduler-plugins coscheduling plugin.",
+        "--gang", parse=one_of(tuple(GANGS)), metavar="|".join(GANGS), panel=LIFETIME,
+        help=gang_help(),
     )
-    """Gang scheduling: a PodGroup (Volcano's or the coscheduling plugin's) with minMember = pods,
+    """Gang scheduling: a PodGroup of one of the schedulers of GANGS with minMember = pods,
     the pods bound to it, so a run is placed whole or not at all; None: the scheduler places pods
     one by one (Kueue's --queue admits the Job as a whole)."""
     priority_class: str | None = option(

@@ -22,6 +22,7 @@ from lightkube.resources.core_v1 import (
 )
 
 from nccl_k8s.errors import ClusterError
+from nccl_k8s.spec import GANGS
 
 RESOURCES: dict[str, Any] = {
     "ConfigMap": ConfigMap,
@@ -36,17 +37,15 @@ RESOURCES: dict[str, Any] = {
     "LimitRange": LimitRange,
     "Lease": Lease,
 }
-#: Custom resources we render or read, by apiVersion (two groups both call theirs PodGroup).
-#: Made once with lightkube's public generic-resource API. Kueue's LocalQueue is only read
-#: (doctor checks that --queue names one).
+#: Custom resources we render or read, by apiVersion (several groups call theirs PodGroup).
+#: Made once with lightkube's public generic-resource API: the PodGroup of every scheduler of the
+#: gang table, the Prometheus Operator's PodMonitor (--pod-monitor), and Kueue's LocalQueue,
+#: which is only read (doctor checks that --queue names one).
 CUSTOM: dict[tuple[str, str], Any] = {
-    ("scheduling.volcano.sh/v1beta1", "PodGroup"): create_namespaced_resource(
-        "scheduling.volcano.sh", "v1beta1", "PodGroup", "podgroups"
-    ),
-    ("scheduling.x-k8s.io/v1alpha1", "PodGroup"): create_namespaced_resource(
-        "scheduling.x-k8s.io", "v1alpha1", "PodGroup", "podgroups"
-    ),
-    # --pod-monitor: the Prometheus Operator's.
+    **{
+        (g.api_version, g.kind): create_namespaced_resource(g.group, g.version, g.kind, g.plural)
+        for g in GANGS.values()
+    },
     ("monitoring.coreos.com/v1", "PodMonitor"): create_namespaced_resource(
         "monitoring.coreos.com", "v1", "PodMonitor", "podmonitors"
     ),
@@ -72,9 +71,7 @@ def resource(kind: str, api_version: str | None = None) -> Any:
 
 
 def plural(kind: str) -> str:
-    if kind in ("PodGroup", "PodMonitor", "LocalQueue"):
-        return f"{kind.lower()}s"
-    res = RESOURCES.get(kind)
+    res = RESOURCES.get(kind) or next((r for (_, k), r in CUSTOM.items() if k == kind), None)
     return str(lk_resource.api_info(res).plural) if res is not None else kind.lower()
 
 

@@ -41,8 +41,7 @@ from nccl_k8s.k8s.preflight._preflight import (
     check_scheduler,
     scheduler_name,
 )
-from nccl_k8s.k8s.rendering._manifests import GANGS
-from nccl_k8s.spec import RunSpec
+from nccl_k8s.spec import GANGS, RunSpec
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,7 +112,7 @@ async def preflight(kc: KubeClient, spec: RunSpec, *, create_namespace: bool = F
     except ClusterError as e:
         return Doctored(kc.server, namespace, [check_api(kc.server, None, str(e))])
     name = scheduler_name(spec)
-    gang = GANGS[spec.gang]["apiVersion"] if spec.gang else None
+    gang = GANGS[spec.gang] if spec.gang else None
     if name is not None:
         by = {"spec.schedulerName": name}
         leases = _read(kc.list("Lease", all_namespaces=True))
@@ -121,7 +120,9 @@ async def preflight(kc: KubeClient, spec: RunSpec, *, create_namespace: bool = F
     else:
         leases, placed = _nothing(), _nothing()
     groups = (
-        _read(kc.list("PodGroup", namespace=namespace, api_version=gang)) if gang else _nothing()
+        _read(kc.list(gang.kind, namespace=namespace, api_version=gang.api_version))
+        if gang
+        else _nothing()
     )
     ns, nodes, lease_read, placed_read, group_read, admission = await asyncio.gather(
         _read(kc.get("Namespace", namespace)),

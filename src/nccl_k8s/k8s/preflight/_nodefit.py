@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from fractions import Fraction
 
 from nccl_k8s.k8s.api._types import Obj
+from nccl_k8s.k8s.rendering._resources import pod_resources
 from nccl_k8s.spec import RunSpec, Toleration, quantity_value
 
 #: Labels that say a node has NVIDIA GPUs whether or not a device plugin advertises them
@@ -102,12 +103,8 @@ def untolerated(node: NodeView, tolerations: Iterable[Toleration]) -> list[Obj]:
 
 
 def pod_requests(spec: RunSpec) -> dict[str, Fraction]:
-    """What one pod of the run asks of a node (the manifests' requests)."""
-    out = {spec.gpu_resource: Fraction(spec.gpus_per_node)}
-    out.update({name: Fraction(count) for name, count in spec.rdma_resources})
-    out["cpu"] = _q(spec.cpu)
-    out["memory"] = _q(spec.memory)
-    return out
+    """What one pod of the run asks of a node: the requests the renderer writes into it."""
+    return pod_resources(spec).amounts()[0]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -19,10 +19,10 @@ from fractions import Fraction
 from typing import Any, Literal, get_args
 
 from nccl_k8s.k8s.api._types import Obj, timestamp
-from nccl_k8s.k8s.preflight._nodefit import pod_requests
-from nccl_k8s.k8s.rendering._manifests import GANGS
+from nccl_k8s.k8s.rendering._gangs import scheduler_name
 from nccl_k8s.k8s.rendering._presets import PsaLevel, pod_security_level, security_profile
-from nccl_k8s.spec import RunSpec, Security, quantity_value
+from nccl_k8s.k8s.rendering._resources import pod_resources
+from nccl_k8s.spec import GANGS, RunSpec, Security, quantity_value
 from nccl_k8s.spec._values import bytes_quantity, cpu_quantity
 
 Status = Literal["pass", "warn", "fail"]
@@ -187,12 +187,8 @@ def _admits(enforce: str, security: Security) -> bool:
 
 
 def _pod_amounts(spec: RunSpec) -> tuple[dict[str, Fraction], dict[str, Fraction]]:
-    """(requests, limits) of one pod, as the manifests set them."""
-    requests = pod_requests(spec)
-    limits = {k: v for k, v in requests.items() if k != "cpu"}
-    if spec.qos == "guaranteed":
-        limits["cpu"] = requests["cpu"]
-    return requests, limits
+    """(requests, limits) of one pod: the ones the renderer writes into it."""
+    return pod_resources(spec).amounts()
 
 
 def _scoped_out(quota: Obj, spec: RunSpec) -> bool:
@@ -347,12 +343,6 @@ def check_limit_ranges(spec: RunSpec, ranges: Read) -> Check:
 # ---- add-ons: the scheduler, gang scheduling, Kueue --------------------------------------------
 
 
-def scheduler_name(spec: RunSpec) -> str | None:
-    """The schedulerName the pods ask for; None for the cluster's default scheduler."""
-    gang = GANGS[spec.gang]["scheduler"] if spec.gang is not None else None
-    return spec.scheduler_name or gang
-
-
 #: A Lease renewed within this many seconds has a live holder (kube-scheduler renews every 2 s,
 #: a lease lasts 15 s).
 LEASE_FRESH_S = 60
@@ -402,20 +392,19 @@ def check_scheduler(spec: RunSpec, leases: Read, placed: Read, now: datetime.dat
 def check_gang(spec: RunSpec, groups: Read) -> Check | None:
     if spec.gang is None:
         return None
-    api = GANGS[spec.gang]["apiVersion"]
-    what = f"podgroups.{api.split('/')[0]}/{api.split('/')[1]}"
+    gang = GANGS[spec.gang]
+    what, who = gang.resource, gang.shown
     if groups.forbidden:
         return Check("gang", "warn", f"may not list {what} (RBAC): not checked")
     if groups.absent:
-        who = "Volcano" if spec.gang == "volcano" else "the scheduler-plugins coscheduling plugin"
         return Check(
             "gang",
             "fail",
-            f"the cluster does not serve {what}: {who} is not installed (no PodGroup CRD)",
+            f"the cluster does not serve {what}: {who} is not installed (no {gang.kind} CRD)",
             f"install {who}, or deploy without --gang",
             certain=True,
         )
-    return Check("gang", "pass", f"{what} is served (the PodGroup CRD is installed)")
+    return Check("gang", "pass", f"{what} is served (the {gang.kind} CRD is installed)")
 
 
 def check_queue(spec: RunSpec, namespace: str, queues: Read) -> Check | None:

@@ -8,9 +8,9 @@ Objects of a run:
   read-only and put on PYTHONPATH, so a stock PyTorch image runs it.
 - Service `<run-id>`: headless, publishing not-ready addresses, the pods' subdomain, so rank 0
   is `<run-id>-0.<run-id>` from the moment it has an IP.
-- PodGroup `<run-id>` (`--gang`): Volcano's (scheduling.volcano.sh/v1beta1) or the
-  scheduler-plugins coscheduling plugin's (scheduling.x-k8s.io/v1alpha1), minMember = pods, so
-  the run's pods are placed all together or not at all.
+- PodGroup `<run-id>` (`--gang`): the PodGroup of the scheduler's entry in the gang table
+  (nccl_k8s.spec.GANGS; rendered by rendering._gangs), minMember = pods, so the run's pods are
+  placed all together or not at all.
 - PodMonitor `<run-id>` (`--pod-monitor`): Prometheus Operator's, scraping the pods' `metrics`
   port (every pod serves it unless --metrics-port 0, annotated prometheus.io/scrape for plain
   Prometheus too).
@@ -21,13 +21,18 @@ streams the command's output and, when it ends, prints rank 0's result lines aga
 bracketed block, and a bounded digest of NCCL's lines as another: kubelets rotate container logs
 (containerLogMaxSize, 10Mi by default) and the log API serves only the newest file, so at scale
 the first result lines of a noisy run are gone from it while the blocks, printed last, are not.
-`results` reads the last complete block (k8s/_collect.py).
+`results` reads the last complete block (k8s.run._collect).
 
 Ownership: the ConfigMap and Service should be deleted with the workload, so they carry an
 ownerReference to it. An ownerReference needs the owner's uid, which the API server assigns at
 creation; `render` therefore prints them without one (a made-up uid would make the garbage
 collector delete them at once as orphans) and the deployer calls `attach_owner` with the created
-workload and applies the ConfigMap and Service again.
+workload and applies the ConfigMap and Service again (k8s.run._deploy).
+
+The facts the objects are made of live elsewhere, so that a module wanting one does not import
+the renderer: names and ports in rendering._names, the pods' requests and limits in
+rendering._resources, the gang schedulers in the spec's gang table, the fabric and privilege
+presets in rendering._presets.
 """
 
 from __future__ import annotations
@@ -39,18 +44,32 @@ import shlex
 from nccl_k8s.bench.config import METRICS_ADDR_ENV, NODE_NAME_ENV
 from nccl_k8s.errors import UsageError
 from nccl_k8s.k8s.api._types import Obj
-from nccl_k8s.k8s.rendering._names import APP_NAME, CONTAINER_NAME, PSA_ANNOTATION
+from nccl_k8s.k8s.rendering._gangs import gang_binding, pod_group_spec, scheduler_name
+from nccl_k8s.k8s.rendering._names import (
+    APP_NAME,
+    CONTAINER_NAME,
+    ENGINE_MOUNT,
+    METRICS_PATH,
+    METRICS_PORT_NAME,
+    PODMONITOR_API_VERSION,
+    PSA_ANNOTATION,
+    RESULTS_MOUNT,
+    WORKER,
+)
 from nccl_k8s.k8s.rendering._presets import (
     MESH_OPT_OUT_ANNOTATIONS,
     MESH_OPT_OUT_LABELS,
+    SecurityProfile,
     pod_env,
     pod_security_level,
     security_profile,
     uses_host_network,
 )
-from nccl_k8s.k8s.rendering._wrapper import BLOCK_BEGIN, BLOCK_END, POD_WRAPPER, WRAPPER_ENV
+from nccl_k8s.k8s.rendering._resources import pod_resources
+from nccl_k8s.k8s.rendering._wrapper import POD_WRAPPER, WRAPPER_ENV
 from nccl_k8s.k8s.rendering._zipapp import ZIPAPP_NAME, carries_prometheus_client, engine_zipapp
 from nccl_k8s.spec import (
+    GANGS,
     LABEL_COMPONENT,
     LABEL_INSTANCE,
     LABEL_KUEUE_QUEUE,
@@ -58,35 +77,7 @@ from nccl_k8s.spec import (
     LABEL_NAME,
     NETWORKS_ANNOTATION,
     RunSpec,
-    quantity_value,
 )
-from nccl_k8s.spec._values import bytes_quantity, cpu_quantity
-
-#: The containerPort the engine serves Prometheus metrics on, by name, and the path.
-METRICS_PORT_NAME = "metrics"
-METRICS_PATH = "/metrics"
-PODMONITOR_API_VERSION = "monitoring.coreos.com/v1"
-ENGINE_MOUNT = "/opt/nccl-k8s"
-RESULTS_MOUNT = "/workspace/results"
-WORKER = "worker"
-
-#: How each gang scheduler binds a pod to its PodGroup, as each project documents it:
-#: Volcano reads the annotation scheduling.k8s.io/group-name and schedules pods whose
-#: schedulerName is "volcano"; the coscheduling plugin reads the label
-#: scheduling.x-k8s.io/pod-group and runs, installed as a second scheduler (its Helm chart's
-#: default), under the name "scheduler-plugins-scheduler". --scheduler overrides the name.
-GANGS: dict[str, dict[str, str]] = {
-    "volcano": {
-        "apiVersion": "scheduling.volcano.sh/v1beta1",
-        "scheduler": "volcano",
-        "annotation": "scheduling.k8s.io/group-name",
-    },
-    "coscheduling": {
-        "apiVersion": "scheduling.x-k8s.io/v1alpha1",
-        "scheduler": "scheduler-plugins-scheduler",
-        "label": "scheduling.x-k8s.io/pod-group",
-    },
-}
 
 
 def common_labels(spec: RunSpec) -> dict[str, str]:
@@ -259,20 +250,6 @@ def _env(spec: RunSpec) -> list[Obj]:
     return env
 
 
-def _resources(spec: RunSpec) -> Obj:
-    # Devices are requested = limited (extended resources must be); memory too, so the pod is
-    # not OOM-killed for using what it was granted (/dev/shm included: the spec makes memory
-    # exceed it); CPU only requested unless --qos guaranteed (limits throttle NCCL's proxy
-    # threads and skew small-message latency, unless the static CPU manager gives whole cores).
-    limits: dict[str, str] = {spec.gpu_resource: str(spec.gpus_per_node)}
-    limits.update({name: str(count) for name, count in spec.rdma_resources})
-    requests = {**limits, "cpu": spec.cpu, "memory": spec.memory}
-    limits["memory"] = spec.memory
-    if spec.qos == "guaranteed":
-        limits["cpu"] = spec.cpu
-    return {"requests": requests, "limits": limits}
-
-
 def _affinity(spec: RunSpec) -> Obj | None:
     out: Obj = {}
     if spec.node_names:
@@ -299,15 +276,8 @@ def _affinity(spec: RunSpec) -> Obj | None:
     return out or None
 
 
-def pod_template(spec: RunSpec) -> Obj:
-    """The pod every rank group runs in: one per node, G GPUs, torchrun inside."""
-    profile = security_profile(spec.security)
-    host_network = uses_host_network(spec)
-    if spec.workload == "job":
-        command, args = _job_container_args(spec)
-    else:
-        command, args = _statefulset_container_args(spec)
-
+def _volumes(spec: RunSpec) -> tuple[list[Obj], list[Obj]]:
+    """(the container's volumeMounts, the pod's volumes): /dev/shm, the engine, the results."""
     mounts: list[Obj] = [{"name": "dshm", "mountPath": "/dev/shm"}]
     volumes: list[Obj] = [
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.shm_size}}
@@ -327,17 +297,10 @@ def pod_template(spec: RunSpec) -> Obj:
     if spec.pvc is not None:
         mounts.append({"name": "results", "mountPath": RESULTS_MOUNT})
         volumes.append({"name": "results", "persistentVolumeClaim": {"claimName": spec.pvc}})
+    return mounts, volumes
 
-    container: Obj = {
-        "name": CONTAINER_NAME,
-        "image": spec.image,
-        "imagePullPolicy": "IfNotPresent",
-        "command": command,
-        "args": args,
-        "env": _env(spec),
-        "resources": _resources(spec),
-        "volumeMounts": mounts,
-    }
+
+def _ports(spec: RunSpec, host_network: bool) -> list[Obj]:
     ports: list[Obj] = []
     if host_network:
         # In the node's network namespace the rendezvous port is the node's: declared as a
@@ -358,11 +321,38 @@ def pod_template(spec: RunSpec) -> Obj:
             metrics["hostPort"] = spec.metrics_port
         metrics["protocol"] = "TCP"
         ports.append(metrics)
+    return ports
+
+
+def _container(
+    spec: RunSpec, profile: SecurityProfile, host_network: bool, mounts: list[Obj]
+) -> Obj:
+    if spec.workload == "job":
+        command, args = _job_container_args(spec)
+    else:
+        command, args = _statefulset_container_args(spec)
+    resources = pod_resources(spec)
+    container: Obj = {
+        "name": CONTAINER_NAME,
+        "image": spec.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": command,
+        "args": args,
+        "env": _env(spec),
+        "resources": {"requests": resources.requests, "limits": resources.limits},
+        "volumeMounts": mounts,
+    }
+    ports = _ports(spec, host_network)
     if ports:
         container["ports"] = ports
     if profile.container_security_context:
         container["securityContext"] = copy.deepcopy(profile.container_security_context)
+    return container
 
+
+def _pod_spec(spec: RunSpec) -> Obj:
+    profile = security_profile(spec.security)
+    host_network = uses_host_network(spec)
     pod: Obj = {
         "restartPolicy": "Never" if spec.workload == "job" else "Always",
         # The pods need no API access: no token, no RBAC objects.
@@ -379,30 +369,26 @@ def pod_template(spec: RunSpec) -> Obj:
         pod["dnsPolicy"] = "ClusterFirstWithHostNet"
     if profile.host_ipc:
         pod["hostIPC"] = True
-    gang = GANGS[spec.gang] if spec.gang is not None else {}
-    scheduler = spec.scheduler_name or gang.get("scheduler")
-    if scheduler is not None:
-        pod["schedulerName"] = scheduler
-    if spec.priority_class is not None:
-        pod["priorityClassName"] = spec.priority_class
-    if spec.node_selector:
-        pod["nodeSelector"] = dict(spec.node_selector)
-    if spec.tolerations:
-        pod["tolerations"] = [t.to_dict() for t in spec.tolerations]
-    affinity = _affinity(spec)
-    if affinity is not None:
-        pod["affinity"] = affinity
-    if profile.pod_security_context:
-        pod["securityContext"] = copy.deepcopy(profile.pod_security_context)
-    pod["containers"] = [container]
+    optional: list[tuple[str, object]] = [
+        ("schedulerName", scheduler_name(spec)),
+        ("priorityClassName", spec.priority_class),
+        ("nodeSelector", dict(spec.node_selector) or None),
+        ("tolerations", [t.to_dict() for t in spec.tolerations] or None),
+        ("affinity", _affinity(spec)),
+        ("securityContext", copy.deepcopy(profile.pod_security_context) or None),
+    ]
+    pod.update((key, value) for key, value in optional if value is not None)
+    mounts, volumes = _volumes(spec)
+    pod["containers"] = [_container(spec, profile, host_network, mounts)]
     pod["volumes"] = volumes
+    return pod
 
+
+def _pod_metadata(spec: RunSpec) -> Obj:
+    gang_labels, gang_annotations = gang_binding(spec)
     labels = {**dict(MESH_OPT_OUT_LABELS), **common_labels(spec), **selector_labels(spec)}
-    annotations = dict(MESH_OPT_OUT_ANNOTATIONS)
-    if "label" in gang:
-        labels[gang["label"]] = spec.run_id
-    if "annotation" in gang:
-        annotations[gang["annotation"]] = spec.run_id
+    labels.update(gang_labels)
+    annotations = {**dict(MESH_OPT_OUT_ANNOTATIONS), **gang_annotations}
     if spec.network_attachments:
         annotations[NETWORKS_ANNOTATION] = ",".join(spec.network_attachments)
     if spec.metrics_port:
@@ -418,7 +404,12 @@ def pod_template(spec: RunSpec) -> Obj:
     # The user's annotations last: an explicit choice (say, Istio injection after all) wins.
     annotations.update(spec.annotations)
     annotations.update(spec.pod_annotations)
-    return {"metadata": {"labels": labels, "annotations": annotations}, "spec": pod}
+    return {"labels": labels, "annotations": annotations}
+
+
+def pod_template(spec: RunSpec) -> Obj:
+    """The pod every rank group runs in: one per node, G GPUs, torchrun inside."""
+    return {"metadata": _pod_metadata(spec), "spec": _pod_spec(spec)}
 
 
 def _workload_metadata(spec: RunSpec) -> Obj:
@@ -485,28 +476,15 @@ def statefulset(spec: RunSpec) -> Obj:
 
 
 def pod_group(spec: RunSpec) -> Obj:
-    """The gang: minMember = pods, and minResources = what all of them request, so the
-    scheduler (and Volcano's queue) admits the run only when the whole of it fits."""
-    assert spec.gang is not None
-    resources = _resources(spec)["requests"]
-    total: dict[str, str] = {}
-    for name, value in resources.items():
-        amount = quantity_value(value) * spec.nodes
-        total[name] = (
-            bytes_quantity(amount)
-            if name == "memory"
-            else cpu_quantity(amount)
-            if name == "cpu"
-            else str(int(amount))
-        )
-    group_spec: Obj = {"minMember": spec.nodes, "minResources": total}
-    if spec.gang == "volcano" and spec.priority_class is not None:
-        group_spec["priorityClassName"] = spec.priority_class
+    """The gang's PodGroup, of the kind the --gang scheduler reads (rendering._gangs)."""
+    if spec.gang is None:
+        raise ValueError("pod_group needs a RunSpec with a gang")
+    gang = GANGS[spec.gang]
     return {
-        "apiVersion": GANGS[spec.gang]["apiVersion"],
-        "kind": "PodGroup",
+        "apiVersion": gang.api_version,
+        "kind": gang.kind,
         "metadata": _metadata(spec, spec.run_id, **{LABEL_COMPONENT: "gang"}),
-        "spec": group_spec,
+        "spec": pod_group_spec(spec),
     }
 
 
@@ -546,18 +524,6 @@ def render(spec: RunSpec) -> list[Obj]:
 
 
 __all__ = [
-    "APP_NAME",
-    "BLOCK_BEGIN",
-    "BLOCK_END",
-    "CONTAINER_NAME",
-    "GANGS",
-    "METRICS_PATH",
-    "METRICS_PORT_NAME",
-    "NODE_NAME_ENV",
-    "PODMONITOR_API_VERSION",
-    "POD_WRAPPER",
-    "PSA_ANNOTATION",
-    "RESULTS_MOUNT",
     "common_labels",
     "configmap",
     "job",

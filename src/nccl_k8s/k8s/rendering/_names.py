@@ -1,6 +1,7 @@
-"""The names and keys a run's objects carry that code other than the renderer reads: what the
-container is called (logs are read from it), the app name our labels carry, the annotations
-written on the workload. Constants only, so a reader of one name does not import the renderer.
+"""The names and keys a run's objects carry: what the container is called (logs are read from
+it), the app name our labels carry, the annotations written on the workload, the pods' metrics
+port, mounts and component. Constants only, so a reader of one name does not import the
+renderer.
 
 The label keys themselves are the spec's (nccl_k8s.spec.LABEL_*): the spec refuses user labels
 with those keys.
@@ -22,4 +23,27 @@ PSA_ANNOTATION = "nccl-k8s/pod-security"
 #: DeadlineExceeded, which is how it was stopped, not why).
 STOPPED_ANNOTATION = "nccl-k8s/stopped-because"
 
-__all__ = ["APP_NAME", "CONTAINER_NAME", "PSA_ANNOTATION", "STOPPED_ANNOTATION"]
+#: The containerPort the engine serves Prometheus metrics on, by name, and the path.
+METRICS_PORT_NAME = "metrics"
+METRICS_PATH = "/metrics"
+PODMONITOR_API_VERSION = "monitoring.coreos.com/v1"
+
+#: Where the engine zipapp (engine mode zipapp) and the results PVC (--pvc) are mounted.
+ENGINE_MOUNT = "/opt/nccl-k8s"
+RESULTS_MOUNT = "/workspace/results"
+
+#: The app.kubernetes.io/component of the pods and their workload.
+WORKER = "worker"
+
+__all__ = [
+    "APP_NAME",
+    "CONTAINER_NAME",
+    "ENGINE_MOUNT",
+    "METRICS_PATH",
+    "METRICS_PORT_NAME",
+    "PODMONITOR_API_VERSION",
+    "PSA_ANNOTATION",
+    "RESULTS_MOUNT",
+    "STOPPED_ANNOTATION",
+    "WORKER",
+]

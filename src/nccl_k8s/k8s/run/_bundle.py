@@ -35,11 +35,11 @@ from nccl_k8s.errors import ClusterError, NotFound
 from nccl_k8s.k8s.api._client import ClientSettings, KubeClient
 from nccl_k8s.k8s.api._sync import run_sync
 from nccl_k8s.k8s.api._types import Obj
-from nccl_k8s.k8s.rendering._manifests import GANGS
 from nccl_k8s.k8s.rendering._names import CONTAINER_NAME
 from nccl_k8s.k8s.run._explain import gather, table_text
 from nccl_k8s.k8s.run._plumbing import RUN_KINDS, bounded, namespace_of, resolve_run, run_labels
 from nccl_k8s.k8s.run._verdicts import node_objects
+from nccl_k8s.spec import GANGS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,7 +76,7 @@ def _elide(obj: Obj) -> Obj:
 async def _objects(kc: KubeClient, ns: str, run_id: str, missing: list[str]) -> list[Obj]:
     labels = run_labels(run_id)
     kinds: list[tuple[Any, str | None]] = [(k, None) for k in (*RUN_KINDS, "Pod")]
-    kinds += [("PodGroup", g["apiVersion"]) for g in GANGS.values()]
+    kinds += [(g.kind, g.api_version) for g in GANGS.values()]
 
     async def one(kind: Any, api_version: str | None) -> list[Obj]:
         try:
