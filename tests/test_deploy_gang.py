@@ -26,10 +26,16 @@ from nccl_k8s.cli.main import app
 from nccl_k8s.k8s import ClientSettings, render
 from nccl_k8s.k8s.api._client import KubeClient
 from nccl_k8s.k8s.rendering._presets import pod_security_level
-from nccl_k8s.spec import build_run_spec
+from nccl_k8s.spec import GANGS, build_run_spec
 
 CRDS = Path(__file__).parent / "data" / "crds"
-GANG_SCHEDULERS = ("default-scheduler", "volcano", "scheduler-plugins-scheduler")
+GANG_SCHEDULERS = ("default-scheduler", "volcano", "scheduler-plugins-scheduler", "koord-scheduler")
+#: --gang -> the CRD of its PodGroup under tests/data/crds.
+GANG_CRDS = {
+    "volcano": "volcano-podgroups.yaml",
+    "coscheduling": "coscheduling-podgroups.yaml",
+    "koordinator": "koordinator-podgroups.yaml",
+}
 
 
 def _crd_schema(name: str) -> dict[str, Any]:
@@ -37,10 +43,7 @@ def _crd_schema(name: str) -> dict[str, Any]:
     return crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]  # type: ignore[no-any-return]
 
 
-@pytest.mark.parametrize(
-    ("gang", "crd"),
-    [("volcano", "volcano-podgroups.yaml"), ("coscheduling", "coscheduling-podgroups.yaml")],
-)
+@pytest.mark.parametrize(("gang", "crd"), sorted(GANG_CRDS.items()))
 @pytest.mark.parametrize("shape", [{"world_size": 16}, {"world_size": 6, "gpus_per_node": 3}])
 def test_rendered_pod_groups_pass_their_crd_schema(
     gang: str, crd: str, shape: dict[str, Any]
@@ -71,7 +74,17 @@ def ns(gang_cluster: Cluster) -> Iterator[str]:
             gang_cluster.store.delete("namespaces", None, name)
 
 
-@pytest.mark.parametrize("gang", ["volcano", "coscheduling"])
+def test_every_gang_of_the_table_has_its_crd_here() -> None:
+    assert sorted(GANG_CRDS) == sorted(GANGS)
+    for gang, crd in GANG_CRDS.items():
+        doc = yaml.safe_load((CRDS / crd).read_text())
+        entry = GANGS[gang]
+        assert doc["metadata"]["name"] == f"{entry.plural}.{entry.group}"
+        assert doc["spec"]["names"]["kind"] == entry.kind
+        assert entry.version in [v["name"] for v in doc["spec"]["versions"] if v["served"]]
+
+
+@pytest.mark.parametrize("gang", sorted(GANG_CRDS))
 def test_the_api_server_accepts_the_pod_group_through_our_client(
     gang_cluster: Cluster, ns: str, gang: str
 ) -> None:
@@ -122,6 +135,23 @@ def test_deploy_with_a_gang_creates_the_group_the_workload_owns(
     gang_cluster.store.delete("jobs", ns, "gangrun")
     with pytest.raises(Exception, match="not found"):
         gang_cluster.store.get("podgroups.scheduling.volcano.sh", ns, "gangrun")
+
+
+def test_deploy_with_koordinator_binds_the_pods_by_its_label(
+    gang_cluster: Cluster, ns: str
+) -> None:
+    argv = [
+        "deploy", "--kubeconfig", str(gang_cluster.kubeconfig), "-n", ns, "--run-id", "koordrun",
+        "--world-size", "2", "--gpus-per-node", "1", "--gang", "koordinator", "--no-wait",
+        "--", "--backend", "gloo", "-b", "1K", "-e", "1K", "-n", "1", "-w", "0",
+    ]  # fmt: skip
+    result = CliRunner().invoke(app, argv)
+    assert result.exit_code == 0, result.output
+    group = gang_cluster.store.get("podgroups.scheduling.sigs.k8s.io", ns, "koordrun")
+    assert group["spec"]["minMember"] == 2
+    template = gang_cluster.store.get("jobs", ns, "koordrun")["spec"]["template"]
+    assert template["spec"]["schedulerName"] == "koord-scheduler"
+    assert template["metadata"]["labels"]["pod-group.scheduling.sigs.k8s.io"] == "koordrun"
 
 
 def test_deploy_names_a_missing_crd(cluster: Cluster, namespace: str) -> None:

@@ -295,6 +295,17 @@ def test_gang_crd_and_kueue_queue() -> None:
     gang = check_gang(spec(gang="volcano"), Read(absent=True))
     assert gang is not None and gang.status == "fail" and "Volcano is not installed" in gang.message
     assert check_gang(spec(), Read(absent=True)) is None
+    koord = check_gang(spec(gang="koordinator"), Read(absent=True))
+    assert (
+        koord is not None
+        and koord.certain
+        and koord.message
+        == (
+            "the cluster does not serve podgroups.scheduling.sigs.k8s.io/v1alpha1: Koordinator is "
+            "not installed (no PodGroup CRD)"
+        )
+    )
+    assert koord.hint == "install Koordinator, or deploy without --gang"
     q = spec(queue="gpu")
 
     def queue(read: Read) -> Any:

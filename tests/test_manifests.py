@@ -733,6 +733,7 @@ def test_a_disrupted_rank_fails_the_whole_gang() -> None:
     [
         ("volcano", "scheduling.volcano.sh/v1beta1", "volcano"),
         ("coscheduling", "scheduling.x-k8s.io/v1alpha1", "scheduler-plugins-scheduler"),
+        ("koordinator", "scheduling.sigs.k8s.io/v1alpha1", "koord-scheduler"),
     ],
 )
 def test_gang_renders_a_pod_group_the_pods_belong_to(
@@ -750,8 +751,10 @@ def test_gang_renders_a_pod_group_the_pods_belong_to(
     assert template["spec"]["schedulerName"] == scheduler
     if gang == "volcano":
         assert template["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == "g"
-    else:
+    elif gang == "coscheduling":
         assert template["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] == "g"
+    else:  # Koordinator's gang plugin reads the scheduler-plugins label of its original group
+        assert template["metadata"]["labels"]["pod-group.scheduling.sigs.k8s.io"] == "g"
 
 
 def test_render_names_the_pod_security_level_the_pods_need() -> None:

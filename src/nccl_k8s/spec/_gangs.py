@@ -74,7 +74,11 @@ class GangScheduler:
 #: scheduling.volcano.sh_podgroups.yaml). Coscheduling: the label scheduling.x-k8s.io/pod-group
 #: (kubernetes-sigs/scheduler-plugins, pkg/coscheduling/README.md), installed as a second
 #: scheduler under the name of its Helm chart's default, "scheduler-plugins-scheduler"
-#: (manifests/install/charts/as-a-second-scheduler/values.yaml).
+#: (manifests/install/charts/as-a-second-scheduler/values.yaml). Koordinator (v1.8.0): the
+#: scheduler-plugins PodGroup of its original group, scheduling.sigs.k8s.io/v1alpha1, joined by
+#: the label pod-group.scheduling.sigs.k8s.io (docs/proposals/scheduling/
+#: 20220901-gang-scheduling.md; apis/thirdparty/scheduler-plugins/.../v1alpha1/types.go,
+#: PodGroupLabel), scheduled by "koord-scheduler" (config/manager/scheduler-config.yaml).
 GANGS: dict[Gang, GangScheduler] = {
     g.name: g
     for g in (
@@ -94,6 +98,14 @@ GANGS: dict[Gang, GangScheduler] = {
             scheduler="scheduler-plugins-scheduler",
             bind="label",
             bind_key="scheduling.x-k8s.io/pod-group",
+        ),
+        GangScheduler(
+            name="koordinator",
+            shown="Koordinator",
+            api_version="scheduling.sigs.k8s.io/v1alpha1",
+            scheduler="koord-scheduler",
+            bind="label",
+            bind_key="pod-group.scheduling.sigs.k8s.io",
         ),
     )
 }
