@@ -29,6 +29,7 @@ EVERY_OPTION: dict[str, object] = {
     "shm_size": "32Gi", "env": ["A=1"], "pvc": "results", "network": "roce",
     "rdma_resource": ["rdma/roce=1"], "network_attachment": ["sriov-a"], "host_network": True,
     "security": "host", "queue": "gpu-queue", "gang": "volcano", "priority_class": "high",
+    "runtime_class": "nvidia",
     "active_deadline": "2h", "ttl": "10m", "rendezvous_timeout": "5m", "metrics_port": "9400",
     "pod_monitor": True,
 }  # fmt: skip
@@ -178,5 +179,26 @@ def test_a_bad_priority_class_is_one_line_exit_2_naming_it(name: str) -> None:
     assert res.exit_code == 2 and res.stdout == "", res.output
     assert res.stderr.splitlines() == [
         f'error: --priority-class "{name}": expected a DNS-1123 name (lowercase letters, digits, '
+        "'-' and '.', at most 253 characters)"
+    ]
+
+
+# ---- --runtime-class: a new option added as one entry plus one use (issue 19, acceptance 1) ----
+
+
+@pytest.mark.parametrize("workload", ["job", "statefulset"])
+def test_runtime_class_is_set_on_the_pods_and_absent_renders_nothing(workload: str) -> None:
+    pods = _rendered_pods("--world-size", "16", "--workload", workload, "--runtime-class", "nvidia")
+    assert [p["runtimeClassName"] for p in pods] == ["nvidia"]
+    assert all("runtimeClassName" not in p for p in _rendered_pods("--world-size", "16"))
+
+
+def test_a_bad_runtime_class_is_one_line_exit_2_naming_it() -> None:
+    from nccl_k8s.cli.main import app
+
+    res = CliRunner().invoke(app, ["render", "--world-size", "8", "--runtime-class", "Nvidia"])
+    assert res.exit_code == 2 and res.stdout == "", res.output
+    assert res.stderr.splitlines() == [
+        'error: --runtime-class "Nvidia": expected a DNS-1123 name (lowercase letters, digits, '
         "'-' and '.', at most 253 characters)"
     ]

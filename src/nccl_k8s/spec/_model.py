@@ -193,6 +193,14 @@ class RunSpec:
         "(it has libibverbs)", help="Container image.",
     )
     """Container image; the default, DEFAULT_IMAGE, is pinned (see there for why)."""
+    runtime_class: str | None = option(
+        "--runtime-class", parse=dns_subdomain, metavar="NAME", panel=PODS,
+        help="Pod runtimeClassName, e.g. nvidia where the GPU Operator's runtime is not the "
+        "node's default.",
+    )
+    """Pod runtimeClassName: on clusters where containerd's default runtime is not NVIDIA's
+    (the GPU Operator installs a RuntimeClass `nvidia` for them), GPUs reach a pod only
+    through it. None renders nothing: the node's default runtime."""
     engine: EngineMode = option(
         "--engine", parse=one_of(get_args(EngineMode)), metavar="zipapp|image", panel=PODS,
         default="zipapp",

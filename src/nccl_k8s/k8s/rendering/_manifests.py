@@ -372,6 +372,7 @@ def _pod_spec(spec: RunSpec) -> Obj:
     optional: list[tuple[str, object]] = [
         ("schedulerName", scheduler_name(spec)),
         ("priorityClassName", spec.priority_class),
+        ("runtimeClassName", spec.runtime_class),
         ("nodeSelector", dict(spec.node_selector) or None),
         ("tolerations", [t.to_dict() for t in spec.tolerations] or None),
         ("affinity", _affinity(spec)),
