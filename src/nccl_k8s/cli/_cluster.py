@@ -206,8 +206,7 @@ def results_command(
     from rich.markup import escape
 
     from nccl_k8s import k8s
-    from nccl_k8s.results.schema import to_dict
-    from nccl_k8s.results.tables import nccl_tests_table
+    from nccl_k8s.results import nccl_tests_table, to_dict
 
     fmt = output_format(output)
     if concurrency < 1:
@@ -298,7 +297,7 @@ def _check_runs_dir() -> None:
     """The runs directory can take a run's files, checked before anything is fetched."""
     import tempfile
 
-    from nccl_k8s.results.store import runs_dir
+    from nccl_k8s.results import runs_dir
 
     where = runs_dir()
     try:

@@ -202,7 +202,7 @@ def deploy_command(
     settings = wait_settings(timeout, schedule_timeout, pull_timeout)
     bundle_to = k8s.bundle_path(spec.run_id) if bundle_on_failure else None
     if bundle_to is not None:  # where a failure's bundle goes: writable before anything is made
-        from nccl_k8s.launch.local import check_writable
+        from nccl_k8s.launch import check_writable
 
         check_writable(
             Path.cwd(),

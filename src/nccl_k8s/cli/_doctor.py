@@ -235,7 +235,7 @@ def bundle_command(
     """Write a run's debug bundle: every object as YAML, its events, every pod's log (and
     previous log), the nodes it ran on, the `doctor --run` table."""
     from nccl_k8s import k8s
-    from nccl_k8s.launch.local import check_writable
+    from nccl_k8s.launch import check_writable
 
     # Before the run is read: a path that cannot be written is one line, and nothing is made.
     if output is not None:

@@ -17,29 +17,21 @@ from rich.table import Table
 
 from nccl_k8s.cli._common import Command, err, handle_errors, out, with_default
 from nccl_k8s.cli._options import Output, output_format
-from nccl_k8s.errors import UsageError
 from nccl_k8s.results import (
-    compare,
+    Comparison,
+    Diagnosis,
+    data_check,
     diagnose_files,
     dump,
-    import_files,
-    load,
-    min_busbw_gate,
-    resolve,
-    select,
-    store_run,
-)
-from nccl_k8s.results.compare import (
-    Comparison,
-    DataCheck,
-    GateResult,
-    data_check,
     human_size,
+    import_files,
+    judge,
+    parse_fabric,
     parse_metric,
+    parse_tolerance,
+    store_run,
+    write_report,
 )
-from nccl_k8s.results.compare import parse_tolerance as _parse_tolerance
-from nccl_k8s.results.diagnose import Diagnosis, parse_fabric
-from nccl_k8s.results.report import write_report
 
 _SEVERITY_STYLE = {"error": "red", "warning": "yellow", "info": "cyan"}
 
@@ -67,7 +59,7 @@ def import_command(
     identified from the table and a note on stderr says how; the run's own failure line, if
     any, is reported too."""
     if output is not None:
-        from nccl_k8s.launch.local import check_writable
+        from nccl_k8s.launch import check_writable
 
         check_writable(Path(output), what="-o", is_dir=False)
     run = import_files(files)
@@ -255,62 +247,24 @@ def compare_command(
     failure line) whatever its speed. 0-byte rows are skipped; different world sizes, GPUs or NCCL
     versions, and a baseline with wrong results, are warned."""
     fmt = output_format(output)
-    tol = _parse_tolerance(tolerance)
-    met = parse_metric(metric)
-    if baseline is None and min_busbw is None:
-        raise UsageError("compare needs --baseline RUN, --min-busbw GBPS, or both", key="baseline")
-    cur = load(resolve(current))
-    cmp: Comparison | None = None
-    if baseline is not None:
-        cmp = compare(
-            cur, load(resolve(baseline)), tolerance=tol, metric=met, dtype=dtype, redop=redop
-        )
-        for warning in cmp.warnings:
-            err.print(f"[yellow]warning:[/yellow] {escape(warning)}", markup=True)
-    gate: GateResult | None = None
-    if min_busbw is not None:
-        gate = min_busbw_gate(select(cur, dtype=dtype, redop=redop), min_busbw)
-    check: DataCheck = (
-        cmp.data_check if cmp is not None else data_check(select(cur, dtype=dtype, redop=redop))
-    )
+    outcome = judge(
+        current, baseline, tolerance=parse_tolerance(tolerance), metric=parse_metric(metric),
+        dtype=dtype, redop=redop, min_busbw=min_busbw,
+    )  # fmt: skip
+    for warning in outcome.warnings:
+        err.print(f"[yellow]warning:[/yellow] {escape(warning)}", markup=True)
     if fmt == "json":
-        doc: dict[str, object] = {
-            "ok": (cmp is None or cmp.ok) and (gate is None or gate.ok) and check.ok,
-            "data_check": check.to_dict(),
-        }
-        if cmp is not None:
-            doc["compare"] = cmp.to_dict()
-        if gate is not None:
-            doc["min_busbw"] = {
-                "floor_gbps": gate.floor_gbps,
-                "averages": gate.averages,
-                "failed_ops": gate.failed_ops,
-                "ok": gate.ok,
-            }
-        typer.echo(json.dumps(doc, indent=1))
+        typer.echo(json.dumps(outcome.to_dict(), indent=1))
     else:
-        if cmp is not None:
-            _print_comparison(cmp)
-            out.print(cmp.summary())
-        if gate is not None:
-            out.print(gate.summary())
-    failed = not check.ok
-    if not check.ok:
-        err.print(
-            f"[red]data check failed[/red] in the current run: {escape(check.text())}",
-            markup=True,
-        )
-    if cmp is not None and cmp.regressed:
-        failed = True
-        err.print(f"[red]regressed:[/red] {escape(cmp.regression_text())}", markup=True)
-    if gate is not None and not gate.ok:
-        failed = True
-        err.print(
-            f"[red]min busbw:[/red] {', '.join(gate.failed_ops)} below {gate.floor_gbps:g} GB/s",
-            markup=True,
-        )
-    if failed:
-        raise typer.Exit(1)
+        if outcome.comparison is not None:
+            _print_comparison(outcome.comparison)
+            out.print(outcome.comparison.summary())
+        if outcome.gate is not None:
+            out.print(outcome.gate.summary())
+    for what, detail in outcome.failures():
+        err.print(f"[red]{what}[/red] {escape(detail)}", markup=True)
+    if not outcome.ok:
+        raise typer.Exit(outcome.exit_code)
 
 
 @handle_errors

@@ -1,7 +1,7 @@
 """`nccl-k8s run`: the benchmark on this machine, and its results stored under runs/.
 
 The launcher (launch.local) validates the flags, starts the ranks and returns plain facts;
-results.local checks the run id and the runs directory before any rank starts and stores the
+nccl_k8s.local checks the run id and the runs directory before any rank starts and stores the
 results. This module parses, calls them, prints, and renders `run --help` from the engine's own
 argparse parser.
 """
@@ -59,22 +59,18 @@ def register(app: typer.Typer) -> None:
 
 @handle_errors
 def run(ctx: typer.Context) -> None:
-    from nccl_k8s.launch import local
-    from nccl_k8s.results.local import plan, run_and_save
+    from nccl_k8s import local
 
     args = list(ctx.args)
     if "-h" in args or "--help" in args:
         print_help()
         raise typer.Exit(0)
-    with local.interruptible():
-        run_plan = plan(args)
-        with local.workdir() as work:
-            code, results = run_and_save(run_plan, work)
-    if results is not None:
-        err.print(f"# results: {results}", markup=False)
-    elif run_plan.run_id is not None:
+    outcome = local.run(args)
+    if outcome.results is not None:
+        err.print(f"# results: {outcome.results}", markup=False)
+    elif outcome.save_asked:
         err.print("# results: not saved (the ranks wrote none)", markup=False)
-    raise typer.Exit(code)
+    raise typer.Exit(outcome.exit_code)
 
 
 # -- help ---------------------------------------------------------------------------------------
@@ -83,7 +79,7 @@ def run(ctx: typer.Context) -> None:
 def print_help() -> None:
     """`nccl-k8s run --help` in the look of every other command (rich panels, metavars, defaults),
     rendered from the launcher's argparse parser, which stays the one definition of the flags."""
-    from nccl_k8s.launch import local
+    from nccl_k8s import launch as local
 
     parser = local.run_parser()
     params = [

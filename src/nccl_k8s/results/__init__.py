@@ -15,8 +15,27 @@ Imports the standard library, nccl_k8s.errors and the engine's printing constant
 - plots, report  the HTML/PNG report (matplotlib, the `report` extra)
 """
 
-from nccl_k8s.results.compare import Comparison, compare, min_busbw_gate, parse_tolerance, select
-from nccl_k8s.results.diagnose import Diagnosis, Finding, diagnose_files, diagnose_text
+from nccl_k8s.results.compare import (
+    CompareOutcome,
+    Comparison,
+    DataCheck,
+    GateResult,
+    compare,
+    data_check,
+    human_size,
+    judge,
+    min_busbw_gate,
+    parse_metric,
+    parse_tolerance,
+    select,
+)
+from nccl_k8s.results.diagnose import (
+    Diagnosis,
+    Finding,
+    diagnose_files,
+    diagnose_text,
+    parse_fabric,
+)
 from nccl_k8s.results.imports import import_file, import_files
 from nccl_k8s.results.lines import (
     RESULT_PREFIX,
@@ -26,6 +45,7 @@ from nccl_k8s.results.lines import (
     parse_result_lines,
     parse_sweeps,
 )
+from nccl_k8s.results.report import write_report
 from nccl_k8s.results.schema import (
     SCHEMA_VERSION,
     Device,
@@ -37,16 +57,21 @@ from nccl_k8s.results.schema import (
     Summary,
     dump,
     load,
+    to_dict,
 )
-from nccl_k8s.results.store import new_run_id, resolve, results_path, store_run
+from nccl_k8s.results.store import new_run_id, resolve, results_path, runs_dir, store_run
+from nccl_k8s.results.tables import nccl_tests_table
 
 __all__ = [
     "RESULT_PREFIX",
     "SCHEMA_VERSION",
+    "CompareOutcome",
     "Comparison",
+    "DataCheck",
     "Device",
     "Diagnosis",
     "Finding",
+    "GateResult",
     "OpIdentification",
     "Row",
     "Run",
@@ -56,20 +81,29 @@ __all__ = [
     "blocks",
     "collect_results",
     "compare",
+    "data_check",
     "diagnose_files",
     "diagnose_text",
     "dump",
+    "human_size",
     "import_file",
     "import_files",
+    "judge",
     "last_block",
     "load",
     "min_busbw_gate",
+    "nccl_tests_table",
     "new_run_id",
+    "parse_fabric",
+    "parse_metric",
     "parse_result_lines",
     "parse_sweeps",
     "parse_tolerance",
     "resolve",
     "results_path",
+    "runs_dir",
     "select",
     "store_run",
+    "to_dict",
+    "write_report",
 ]

@@ -416,6 +416,14 @@ class GateResult:
         verdict = "ok" if self.ok else "FAILED for " + ", ".join(self.failed_ops)
         return f"min busbw {self.floor_gbps:g} GB/s: average busbw {avgs} GB/s: {verdict}"
 
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "floor_gbps": self.floor_gbps,
+            "averages": self.averages,
+            "failed_ops": self.failed_ops,
+            "ok": self.ok,
+        }
+
 
 def min_busbw_gate(run: Run, floor_gbps: float) -> GateResult:
     """Each op's average busbw (over out- and in-place cells, as nccl-tests' closing line) >= floor."""
@@ -431,8 +439,86 @@ def min_busbw_gate(run: Run, floor_gbps: float) -> GateResult:
     return GateResult(floor_gbps, averages, failed)
 
 
+@dataclass
+class CompareOutcome:
+    """What `nccl-k8s compare` decides: the comparison with a baseline and the min-busbw gate
+    (each where asked), and the current run's own data check, which fails a run whatever its
+    speed."""
+
+    comparison: Comparison | None
+    gate: GateResult | None
+    data_check: DataCheck
+
+    @property
+    def ok(self) -> bool:
+        return (
+            self.data_check.ok
+            and (self.comparison is None or self.comparison.ok)
+            and (self.gate is None or self.gate.ok)
+        )
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.ok else 1
+
+    @property
+    def warnings(self) -> list[str]:
+        return list(self.comparison.warnings) if self.comparison is not None else []
+
+    def failures(self) -> list[tuple[str, str]]:
+        """Why it failed, each as (what, detail): "data check failed", "regressed:", "min busbw:"."""
+        found: list[tuple[str, str]] = []
+        if not self.data_check.ok:
+            found.append(("data check failed", f"in the current run: {self.data_check.text()}"))
+        if self.comparison is not None and self.comparison.regressed:
+            found.append(("regressed:", self.comparison.regression_text()))
+        if self.gate is not None and not self.gate.ok:
+            ops = ", ".join(self.gate.failed_ops)
+            found.append(("min busbw:", f"{ops} below {self.gate.floor_gbps:g} GB/s"))
+        return found
+
+    def to_dict(self) -> dict[str, Any]:
+        """`compare -o json`."""
+        doc: dict[str, Any] = {"ok": self.ok, "data_check": self.data_check.to_dict()}
+        if self.comparison is not None:
+            doc["compare"] = self.comparison.to_dict()
+        if self.gate is not None:
+            doc["min_busbw"] = self.gate.to_dict()
+        return doc
+
+
+def judge(
+    current: str,
+    baseline: str | None,
+    *,
+    tolerance: float,
+    metric: Metric = "busbw",
+    dtype: str | None = None,
+    redop: str | None = None,
+    min_busbw: float | None = None,
+) -> CompareOutcome:
+    """Compare the run `current` (a results file or run id) with `baseline` and/or gate it on
+    `min_busbw` (GB/s); at least one of the two is asked (UsageError otherwise). The data check
+    always applies."""
+    from nccl_k8s.results.schema import load
+    from nccl_k8s.results.store import resolve
+
+    if baseline is None and min_busbw is None:
+        raise UsageError("compare needs --baseline RUN, --min-busbw GBPS, or both", key="baseline")
+    cur = load(resolve(current))
+    cmp = None
+    if baseline is not None:
+        base = load(resolve(baseline))
+        cmp = compare(cur, base, tolerance=tolerance, metric=metric, dtype=dtype, redop=redop)
+    selected = select(cur, dtype=dtype, redop=redop)
+    gate = min_busbw_gate(selected, min_busbw) if min_busbw is not None else None
+    check = cmp.data_check if cmp is not None else data_check(selected)
+    return CompareOutcome(cmp, gate, check)
+
+
 __all__ = [
     "METRICS",
+    "CompareOutcome",
     "Comparison",
     "DataCheck",
     "GateResult",
@@ -441,6 +527,7 @@ __all__ = [
     "compare",
     "data_check",
     "human_size",
+    "judge",
     "min_busbw_gate",
     "parse_metric",
     "parse_tolerance",

@@ -75,13 +75,9 @@ def collect(
     instead (to `sweep-<N>.json`), `all_sweeps` writes every complete sweep to `sweep-<N>.json`
     and the latest to results.json too. RunFailed (exit 1) when no sweep has ended yet;
     ResultsError when sweep N is not in the log."""
-    from nccl_k8s.results import (
-        RESULT_PREFIX,
-        blocks,
-        diagnose_text,
-        last_block,
-        parse_result_lines,
-    )
+    # The modules, not the results facade: that one also offers the report (matplotlib).
+    from nccl_k8s.results.diagnose import diagnose_text
+    from nccl_k8s.results.lines import RESULT_PREFIX, blocks, last_block, parse_result_lines
     from nccl_k8s.results.schema import dump
     from nccl_k8s.results.store import runs_dir as default_runs_dir
 

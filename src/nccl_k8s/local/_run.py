@@ -16,9 +16,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from nccl_k8s import launch as local
 from nccl_k8s.errors import ResultsError
-from nccl_k8s.launch import local
-from nccl_k8s.launch.local import LocalRun
+from nccl_k8s.launch import LocalRun
 from nccl_k8s.results.imports import import_file
 from nccl_k8s.results.schema import Run
 from nccl_k8s.results.store import (
@@ -116,4 +116,22 @@ def results_from_json(json_path: Path, run: LocalRun) -> Run:
     return stored
 
 
-__all__ = ["Plan", "plan", "results_from_json", "run_and_save", "save_results"]
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """What `nccl-k8s run` ended with."""
+
+    exit_code: int
+    #: runs/<id>/results.json as stored; None when nothing was stored.
+    results: Path | None
+    #: The results were to be stored (no --no-save): a None `results` then means the ranks wrote none.
+    save_asked: bool
+
+
+def run(argv: Sequence[str]) -> Outcome:
+    """`nccl-k8s run ARGV`: validate, launch the ranks in a private work directory, store the
+    results; Ctrl-C and SIGTERM end the ranks (the launcher's interruptible)."""
+    with local.interruptible():
+        run_plan = plan(argv)
+        with local.workdir() as work:
+            code, results = run_and_save(run_plan, work)
+    return Outcome(code, results, run_plan.run_id is not None)
