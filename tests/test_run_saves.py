@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from nccl_k8s import local as run_cli
 from nccl_k8s.errors import UsageError
 from nccl_k8s.launch import local
 from nccl_k8s.results import load, resolve
-from nccl_k8s import local as run_cli
 
 ROW = re.compile(r"^\s+(\d+)\s+(\d+)\s+float\s+sum\s+-1\s+" + r"\s+".join([r"(\S+)"] * 8) + r"\s*$")
 
