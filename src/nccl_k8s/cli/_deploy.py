@@ -152,45 +152,52 @@ def _ended(outcome: Any) -> None:
     )
 
 
+# deploy's own options
+Wait = Annotated[
+    bool,
+    typer.Option(
+        "--wait/--no-wait",
+        help="Follow the run until it ends (a live summary on stderr when it is a terminal).",
+        rich_help_panel=CLUSTER,
+    ),
+]
+KeepOnFailure = Annotated[
+    bool,
+    typer.Option(
+        "--keep-on-failure",
+        help="When the followed run fails, stop its ranks but keep its objects (for "
+        "status and logs) instead of deleting them.",
+        rich_help_panel=CLUSTER,
+    ),
+]
+CreateNamespace = Annotated[
+    bool,
+    typer.Option(
+        "--create-namespace",
+        help="Create the namespace when it does not exist.",
+        rich_help_panel=CLUSTER,
+    ),
+]
+BundleOnFailure = Annotated[
+    bool,
+    typer.Option(
+        "--bundle-on-failure",
+        help="When the followed run fails, write its debug bundle (`nccl-k8s bundle`) to "
+        "./<run-id>.bundle.tar.gz before anything of it is deleted or stopped.",
+        rich_help_panel=CLUSTER,
+    ),
+]
+
+
 def deploy_command(
     spec: RunSpec,
-    wait: Annotated[
-        bool,
-        typer.Option(
-            "--wait/--no-wait",
-            help="Follow the run until it ends (a live summary on stderr when it is a terminal).",
-            rich_help_panel=CLUSTER,
-        ),
-    ] = True,
+    wait: Wait = True,
     timeout: Timeout = None,
     schedule_timeout: ScheduleTimeout = None,
     pull_timeout: PullTimeout = None,
-    keep_on_failure: Annotated[
-        bool,
-        typer.Option(
-            "--keep-on-failure",
-            help="When the followed run fails, stop its ranks but keep its objects (for "
-            "status and logs) instead of deleting them.",
-            rich_help_panel=CLUSTER,
-        ),
-    ] = False,
-    create_namespace: Annotated[
-        bool,
-        typer.Option(
-            "--create-namespace",
-            help="Create the namespace when it does not exist.",
-            rich_help_panel=CLUSTER,
-        ),
-    ] = False,
-    bundle_on_failure: Annotated[
-        bool,
-        typer.Option(
-            "--bundle-on-failure",
-            help="When the followed run fails, write its debug bundle (`nccl-k8s bundle`) to "
-            "./<run-id>.bundle.tar.gz before anything of it is deleted or stopped.",
-            rich_help_panel=CLUSTER,
-        ),
-    ] = False,
+    keep_on_failure: KeepOnFailure = False,
+    create_namespace: CreateNamespace = False,
+    bundle_on_failure: BundleOnFailure = False,
     context: Context = None,
     kubeconfig: Kubeconfig = None,
 ) -> None:

@@ -109,59 +109,14 @@ def _explain(e: Any, fmt: str) -> None:
 
 def nodes_check_command(
     spec: Any,
-    selector: Annotated[
-        str | None,
-        typer.Option(
-            "--selector",
-            "-l",
-            metavar="SELECTOR",
-            help="Only nodes with these labels, in kubectl's syntax (gpu=h200,zone in (a,b)).",
-            show_default=False,
-        ),
-    ] = None,
-    parallel: Annotated[
-        int,
-        typer.Option("--parallel", metavar="K", help="2-node tests run at once, at most."),
-    ] = 4,
-    threshold: Annotated[
-        float,
-        typer.Option(
-            "--threshold",
-            metavar="FRACTION",
-            help="A node is bad below this fraction of the good nodes' median bus bandwidth.",
-        ),
-    ] = 0.9,
-    write_label: Annotated[
-        bool,
-        typer.Option("--label", help="Label the nodes nccl-k8s/node-check=good|bad."),
-    ] = False,
-    write_taint: Annotated[
-        bool,
-        typer.Option(
-            "--taint",
-            help="Taint bad nodes nccl-k8s/bad-node=true:NoSchedule (and untaint good ones).",
-        ),
-    ] = False,
-    dry_run: Annotated[
-        bool,
-        typer.Option(
-            "--dry-run", help="With --label/--taint: say what would be written, write nothing."
-        ),
-    ] = False,
+    selector: Selector = None,
+    parallel: Parallel = 4,
+    threshold: Threshold = 0.9,
+    write_label: WriteLabel = False,
+    write_taint: WriteTaint = False,
+    dry_run: DryRun = False,
     output: Output = "text",
-    test_timeout: Annotated[
-        str | None,
-        typer.Option(
-            "--test-timeout",
-            metavar="DURATION",
-            help=with_default(
-                "Fail a 2-node test that has not ended after this long (it is then removed).",
-                "the Job's --active-deadline",
-            ),
-            show_default=False,
-            rich_help_panel=CLUSTER,
-        ),
-    ] = None,
+    test_timeout: TestTimeout = None,
     schedule_timeout: ScheduleTimeout = None,
     context: Context = None,
     kubeconfig: Kubeconfig = None,
@@ -197,22 +152,27 @@ def nodes_check_command(
     if fmt == "json":
         typer.echo(json.dumps(checked.to_dict(), indent=1))
     else:
-        f = checked.findings
-        rows: list[tuple[str, ...]] = [("NODE", "VERDICT", "BUSBW", "WHY")]
-        for v in f.nodes:
-            score = "-" if v.score is None else f"{v.score:.3g}"
-            rows.append((v.node, v.verdict, score, v.why))
-        out.file.write(columns(rows))
-        ref = "-" if f.reference is None else f"{f.reference:.3g} GB/s"
-        out.print(f"cluster reference busbw {ref}, threshold {f.threshold:g}", markup=False)
-        for link in f.links:
-            out.print(f"slow link {link.a} <-> {link.b}: {link.why}", markup=False)
-        for name, why in checked.left_out.items():
-            out.print(f"left out {name}: {why}", markup=False)
+        _print_checked(checked)
     for action in checked.actions:
         err.print(action, markup=False, highlight=False)
     if checked.flagged:
         raise typer.Exit(1)
+
+
+def _print_checked(checked: Any) -> None:
+    """nodes check's table: a verdict per node, the reference, slow links, nodes left out."""
+    f = checked.findings
+    rows: list[tuple[str, ...]] = [("NODE", "VERDICT", "BUSBW", "WHY")]
+    for v in f.nodes:
+        score = "-" if v.score is None else f"{v.score:.3g}"
+        rows.append((v.node, v.verdict, score, v.why))
+    out.file.write(columns(rows))
+    ref = "-" if f.reference is None else f"{f.reference:.3g} GB/s"
+    out.print(f"cluster reference busbw {ref}, threshold {f.threshold:g}", markup=False)
+    for link in f.links:
+        out.print(f"slow link {link.a} <-> {link.b}: {link.why}", markup=False)
+    for name, why in checked.left_out.items():
+        out.print(f"left out {name}: {why}", markup=False)
 
 
 @handle_errors
@@ -275,3 +235,64 @@ def register(app: typer.Typer) -> None:
     )
     nodes.command("check", cls=Command)(handle_errors(check))
     app.add_typer(nodes)
+
+
+# nodes check's own options
+Selector = Annotated[
+    str | None,
+    typer.Option(
+        "--selector",
+        "-l",
+        metavar="SELECTOR",
+        help="Only nodes with these labels, in kubectl's syntax (gpu=h200,zone in (a,b)).",
+        show_default=False,
+    ),
+]
+
+Parallel = Annotated[
+    int,
+    typer.Option("--parallel", metavar="K", help="2-node tests run at once, at most."),
+]
+
+Threshold = Annotated[
+    float,
+    typer.Option(
+        "--threshold",
+        metavar="FRACTION",
+        help="A node is bad below this fraction of the good nodes' median bus bandwidth.",
+    ),
+]
+
+WriteLabel = Annotated[
+    bool,
+    typer.Option("--label", help="Label the nodes nccl-k8s/node-check=good|bad."),
+]
+
+WriteTaint = Annotated[
+    bool,
+    typer.Option(
+        "--taint",
+        help="Taint bad nodes nccl-k8s/bad-node=true:NoSchedule (and untaint good ones).",
+    ),
+]
+
+DryRun = Annotated[
+    bool,
+    typer.Option(
+        "--dry-run", help="With --label/--taint: say what would be written, write nothing."
+    ),
+]
+
+TestTimeout = Annotated[
+    str | None,
+    typer.Option(
+        "--test-timeout",
+        metavar="DURATION",
+        help=with_default(
+            "Fail a 2-node test that has not ended after this long (it is then removed).",
+            "the Job's --active-deadline",
+        ),
+        show_default=False,
+        rich_help_panel=CLUSTER,
+    ),
+]
