@@ -15,8 +15,8 @@ import time
 from typing import TYPE_CHECKING
 
 from nccl_k8s.bench import report
-from nccl_k8s.bench.config import ROOTED_OPS, Op
-from nccl_k8s.bench.counts import SHAPES, rotation_shifts
+from nccl_k8s.bench.collectives import COLLECTIVES, Op
+from nccl_k8s.bench.counts import rotation_shifts
 from nccl_k8s.bench.ops import Bound, Collectives
 
 if TYPE_CHECKING:
@@ -31,9 +31,9 @@ def soak_op(engine: Engine, op: Op, coll: Collectives) -> OpSummary:
     from nccl_k8s.bench.engine import OpSummary
 
     cfg, r, p = engine.cfg, engine.r, engine.p
-    shape = SHAPES[op]
+    shape = COLLECTIVES[op]
     elt = coll.elt
-    root = max(cfg.root, 0) if op in ROOTED_OPS else -1
+    root = max(cfg.root, 0) if shape.rooted else -1
     sizes = [s for s in cfg.sizes() if s <= engine.maxbytes] or [engine.maxbytes]
     summary = OpSummary(op, 0, 0.0, [])
     engine.summaries.append(summary)
@@ -80,7 +80,7 @@ def soak_op(engine: Engine, op: Op, coll: Collectives) -> OpSummary:
                 algbw, busbw = shape.bandwidth(counts, elt, r.world, secs / iv_iters)
                 if engine.metrics.enabled:
                     engine.metrics.soak_interval(
-                        engine._labels(op, shape.reduces, nbytes, None),
+                        engine._labels(op, shape.prints_redop, nbytes, None),
                         iters=iv_iters,
                         algbw=algbw,
                         busbw=busbw,
@@ -114,7 +114,7 @@ def soak_op(engine: Engine, op: Op, coll: Collectives) -> OpSummary:
         times = [v[0] for v in r.gather_floats([mean])] if cfg.metrics_port else []
         if engine.metrics.enabled:
             engine.metrics.cell(
-                engine._labels(op, shape.reduces, nbytes, False),
+                engine._labels(op, shape.prints_redop, nbytes, False),
                 time_s=mean, algbw=algbw, busbw=busbw, rank_times=times,
                 rank_busbw=[shape.bandwidth(counts, elt, r.world, t)[1] for t in times],
                 rank_wrong=None,
@@ -141,7 +141,7 @@ def soak_op(engine: Engine, op: Op, coll: Collectives) -> OpSummary:
             samples[0] * 1e6,
             samples[-1] * 1e6,
         )
-        redop = cfg.redop if shape.reduces else "none"
+        redop = cfg.redop if shape.prints_redop else "none"
         row = report.TableRow(op, nbytes, counts.param, cfg.dtype, redop, root, cell, cell)
         summary.rows.append(row)
         summary.out_of_bounds += 1 if wrong_total else 0

@@ -3,17 +3,12 @@
 An nccl-tests output does not always name its collective: versions before 2.14 print no
 "Collective test starting" line, launchers strip or rename files, users paste tables alone. The
 table itself still says a lot, because each collective has a fixed signature in nccl-tests'
-source (src/<op>.cu, 2.19.6):
-
-- redop: "none" for the data-moving collectives, the reduction for all_reduce, reduce,
-  reduce_scatter, and "sum" for sendrecv (which prints it although it reduces nothing);
-- root: >= 0 for broadcast, reduce, gather, scatter; -1 otherwise;
-- count: the size / element size for all_reduce, broadcast, reduce, sendrecv; the size / element
-  size / world size ("per rank") for all_gather, reduce_scatter, alltoall, gather, scatter;
-- busbw / algbw: 2(n-1)/n for all_reduce, (n-1)/n for all_gather, reduce_scatter, alltoall, gather,
-  scatter, 1 for broadcast, reduce, sendrecv, hypercube;
-- in-place #wrong: sendrecv and alltoall do not check in-place results (`reportErrors = in_place ?
-  0 : 1`) and print N/A there while the out-of-place column holds a number.
+source (src/<op>.cu, 2.19.6): whether its redop column names a reduction (sendrecv prints one
+although it reduces nothing), whether its root column is >= 0, whether its count is per rank
+(size / element size / world size), its busbw / algbw (the bus factor at n ranks), and whether
+its in-place #wrong is checked or N/A (`reportErrors = in_place ? 0 : 1`). For the collectives
+the engine runs those facts are their entries in the engine's registry (bench.collectives), read
+here; `NCCL_TESTS_ONLY` holds the signatures of the ones only nccl-tests runs.
 
 `identify_op` combines that evidence and says how it decided, including when two collectives fit
 equally (all_reduce and sendrecv at two ranks without a data check, gather and scatter always).
@@ -25,36 +20,16 @@ import re
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, get_args
+from typing import Literal, TypeAlias
 
+from nccl_k8s.bench.collectives import COLLECTIVES as ENGINE_COLLECTIVES
+from nccl_k8s.bench.collectives import Collective as EngineCollective
+from nccl_k8s.bench.collectives import Op
+from nccl_k8s.bench.dtypes import DTYPE_ALIASES, DTYPES
 from nccl_k8s.results.schema import Row
 
-Collective = Literal[
-    "all_reduce",
-    "all_gather",
-    "reduce_scatter",
-    "alltoall",
-    "broadcast",
-    "reduce",
-    "sendrecv",
-    "gather",
-    "scatter",
-    "hypercube",
-]
-#: In order of preference when the evidence cannot separate two (the more common test first).
-COLLECTIVES: tuple[Collective, ...] = get_args(Collective)
-
-
-def _full(_n: int) -> float:
-    return 1.0
-
-
-def _ring(n: int) -> float:
-    return (n - 1) / n
-
-
-def _allreduce(n: int) -> float:
-    return 2 * (n - 1) / n
+#: A collective nccl-tests has: the engine's, and those only nccl-tests runs.
+Collective: TypeAlias = Op | Literal["hypercube"]
 
 
 @dataclass(frozen=True)
@@ -62,49 +37,46 @@ class Facts:
     """One collective's signature in an nccl-tests table."""
 
     reduces: bool
+    """The redop column names a reduction (sendrecv's too, though it reduces nothing)."""
     rooted: bool
-    #: The printed count is per rank (size / element size / world size).
     per_rank_count: bool
+    """The printed count is per rank (size / element size / world size)."""
     bus_factor: Callable[[int], float]
     checks_in_place: bool = True
 
+    @classmethod
+    def of(cls, c: EngineCollective) -> Facts:
+        """The signature of a collective the engine runs: its registry entry, read here."""
+        return cls(c.prints_redop, c.rooted, c.split, c.bus_factor, c.inplace_checked)
 
-FACTS: dict[Collective, Facts] = {
-    "all_reduce": Facts(reduces=True, rooted=False, per_rank_count=False, bus_factor=_allreduce),
-    "all_gather": Facts(reduces=False, rooted=False, per_rank_count=True, bus_factor=_ring),
-    "reduce_scatter": Facts(reduces=True, rooted=False, per_rank_count=True, bus_factor=_ring),
-    "alltoall": Facts(
-        reduces=False, rooted=False, per_rank_count=True, bus_factor=_ring, checks_in_place=False
-    ),
-    "broadcast": Facts(reduces=False, rooted=True, per_rank_count=False, bus_factor=_full),
-    "reduce": Facts(reduces=True, rooted=True, per_rank_count=False, bus_factor=_full),
-    "sendrecv": Facts(
-        reduces=True, rooted=False, per_rank_count=False, bus_factor=_full, checks_in_place=False
-    ),
-    "gather": Facts(reduces=False, rooted=True, per_rank_count=True, bus_factor=_ring),
-    "scatter": Facts(reduces=False, rooted=True, per_rank_count=True, bus_factor=_ring),
-    "hypercube": Facts(reduces=False, rooted=False, per_rank_count=True, bus_factor=_full),
+
+def _one_bus(_n: int) -> float:
+    return 1.0
+
+
+#: Collectives the engine does not run, as nccl-tests 2.19.6's src/<op>.cu prints them.
+NCCL_TESTS_ONLY: dict[Collective, Facts] = {
+    "hypercube": Facts(reduces=False, rooted=False, per_rank_count=True, bus_factor=_one_bus),
 }
+FACTS: dict[Collective, Facts] = {
+    **{op: Facts.of(c) for op, c in ENGINE_COLLECTIVES.items()},
+    **NCCL_TESTS_ONLY,
+}
+_MORE_COMMON: tuple[Collective, ...] = ("all_reduce", "all_gather", "reduce_scatter", "alltoall")
+#: In order of preference when the evidence cannot separate two: the more common tests first,
+#: then the engine's order, then the collectives only nccl-tests runs.
+COLLECTIVES: tuple[Collective, ...] = (
+    *_MORE_COMMON,
+    *(op for op in FACTS if op not in _MORE_COMMON),
+)
 
-#: Bytes per element of the type names nccl-tests prints (and NCCL 1's "char"/"int").
+#: Bytes per element of the type names nccl-tests prints: the engine's names, the spellings of
+#: other versions (NCCL 1's "char"/"int", "float32"...), and the types only nccl-tests runs.
 DTYPE_BYTES: dict[str, int] = {
-    "int8": 1,
-    "char": 1,
-    "uint8": 1,
-    "int32": 4,
-    "int": 4,
+    **{str(name): size for name, size in DTYPES.items()},
+    **{alias: DTYPES[name] for alias, name in DTYPE_ALIASES.items()},
     "uint32": 4,
-    "int64": 8,
     "uint64": 8,
-    "half": 2,
-    "float16": 2,
-    "float": 4,
-    "float32": 4,
-    "double": 8,
-    "float64": 8,
-    "bfloat16": 2,
-    "f8e4m3": 1,
-    "f8e5m2": 1,
 }
 
 _FIRST_FIVE = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
