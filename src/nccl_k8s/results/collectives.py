@@ -177,79 +177,91 @@ def _fits(ratio: float, factor: float) -> bool:
     return abs(ratio - factor) <= 0.03 * max(factor, 1.0)
 
 
+class _Narrowing:
+    """The collectives a table still fits, and the evidence that ruled the others out."""
+
+    def __init__(self) -> None:
+        self.cands: list[Collective] = list(COLLECTIVES)
+        self.said: list[str] = []
+
+    def keep(self, why: str, pred: Callable[[Collective], bool]) -> None:
+        """Keep the candidates the evidence fits; evidence that would rule out all is ignored."""
+        left = [op for op in self.cands if pred(op)]
+        if left:
+            self.cands = left
+            self.said.append(why)
+
+    def columns(self, rows: Sequence[Row], *, has_redop: bool, has_root: bool) -> None:
+        """The redop and root columns: whether they exist and what they hold."""
+        redops = {r.redop for r in rows if r.redop}
+        blank = has_redop and not redops
+        if not (has_redop and has_root) and not blank:
+            # Before 2.11 each collective printed its own columns, and only these five existed.
+            self.keep("pre-2.11 columns", lambda op: op in _FIRST_FIVE)
+        if has_redop and redops:
+            reduces = redops != {"none"}
+            self.keep(f"redop {'/'.join(sorted(redops))}", lambda op: FACTS[op].reduces == reduces)
+        elif blank:
+            # nccl-tests 2.8-2.10 printed one header for all and an empty redop where none applies.
+            self.keep("redop left blank", lambda op: not FACTS[op].reduces)
+        elif not has_redop:
+            # No redop column meant a data-moving collective (all_gather, broadcast).
+            self.keep("no redop column", lambda op: not FACTS[op].reduces)
+        roots = {r.root for r in rows if r.root is not None}
+        if has_root and roots:
+            rooted = any(x >= 0 for x in roots)
+            shown = "/".join(str(x) for x in sorted(roots))
+            self.keep(f"root {shown}", lambda op: FACTS[op].rooted == rooted)
+        elif not has_root:
+            self.keep("no root column", lambda op: not FACTS[op].rooted)
+
+    def count(self, rows: Sequence[Row], world_size: int | None) -> int | None:
+        """The count column against the size; the world size it implies, when it does."""
+        k = _count_ratio(rows)
+        if k is not None and k > 1:
+            self.keep(f"count = size/{k} elements' bytes", lambda op: FACTS[op].per_rank_count)
+            if all(FACTS[op].per_rank_count for op in self.cands):
+                return k
+        elif k == 1 and world_size != 1:
+            self.keep("count = size / element size", lambda op: not FACTS[op].per_rank_count)
+        return None
+
+    def checks(self, rows: Sequence[Row]) -> None:
+        """Whether in-place results are checked. Only the #wrong era prints N/A for an
+        unchecked one; older tables printed an error there too (an alltoall's "1e+00")."""
+        outs_checked = [r for r in rows if r.placement == "out" and r.wrong is not None]
+        ins = [r for r in rows if r.placement == "in" and r.max_error is None]
+        if outs_checked and ins:
+            in_checked = any(_checked(r) for r in ins)
+            why = "in-place results checked" if in_checked else "in-place results not checked (N/A)"
+            self.keep(why, lambda op: FACTS[op].checks_in_place == in_checked)
+
+    def bus(self, rows: Sequence[Row], n: int | None) -> None:
+        """busbw / algbw against each collective's bus factor at n ranks."""
+        ratio = _bus_ratio(rows)
+        if ratio is not None and n:
+            why = f"busbw/algbw {ratio:.2f} at {n} rank{'s' if n != 1 else ''}"
+            self.keep(why, lambda op: _fits(ratio, FACTS[op].bus_factor(n)))
+        elif ratio is not None and ratio > 0:
+            # World size unknown: still, a ratio no rank count gives rules a collective out
+            # (above 1 only all_reduce's 2(n-1)/n reaches).
+            self.keep(
+                f"busbw/algbw {ratio:.2f}",
+                lambda op: any(_fits(ratio, FACTS[op].bus_factor(k)) for k in range(2, 4097)),
+            )
+
+
 def identify_op(
     rows: Sequence[Row], *, has_redop: bool, has_root: bool, world_size: int | None
 ) -> Identification:
     """Decide the collective of one table from its own rows (see the module docstring)."""
-    cands: list[Collective] = list(COLLECTIVES)
-    said: list[str] = []
+    found = _Narrowing()
+    found.columns(rows, has_redop=has_redop, has_root=has_root)
+    world_from_count = found.count(rows, world_size)
+    found.checks(rows)
+    found.bus(rows, world_size or world_from_count)
 
-    def keep(why: str, pred: Callable[[Collective], bool]) -> None:
-        nonlocal cands
-        left = [op for op in cands if pred(op)]
-        if left:
-            cands = left
-            said.append(why)
-
-    redops = {r.redop for r in rows if r.redop}
-    blank = has_redop and not redops
-    if not (has_redop and has_root) and not blank:
-        # Before 2.11 each collective printed its own columns, and only these five existed.
-        keep("pre-2.11 columns", lambda op: op in _FIRST_FIVE)
-    if has_redop and redops:
-        reduces = redops != {"none"}
-        keep(f"redop {'/'.join(sorted(redops))}", lambda op: FACTS[op].reduces == reduces)
-    elif blank:
-        # nccl-tests 2.8-2.10 printed one header for all and an empty redop where none applies.
-        keep("redop left blank", lambda op: not FACTS[op].reduces)
-    elif not has_redop:
-        # No redop column meant a data-moving collective (all_gather, broadcast).
-        keep("no redop column", lambda op: not FACTS[op].reduces)
-    roots = {r.root for r in rows if r.root is not None}
-    if has_root and roots:
-        rooted = any(x >= 0 for x in roots)
-        keep(
-            f"root {'/'.join(str(x) for x in sorted(roots))}", lambda op: FACTS[op].rooted == rooted
-        )
-    elif not has_root:
-        keep("no root column", lambda op: not FACTS[op].rooted)
-
-    k = _count_ratio(rows)
-    world_from_count: int | None = None
-    if k is not None and k > 1:
-        keep(f"count = size/{k} elements' bytes", lambda op: FACTS[op].per_rank_count)
-        if all(FACTS[op].per_rank_count for op in cands):
-            world_from_count = k
-    elif k == 1 and world_size != 1:
-        keep("count = size / element size", lambda op: not FACTS[op].per_rank_count)
-
-    # Only the #wrong era prints N/A for an unchecked in-place result; older tables printed an
-    # error there too (an alltoall's in-place "1e+00").
-    outs_checked = [r for r in rows if r.placement == "out" and r.wrong is not None]
-    ins = [r for r in rows if r.placement == "in" and r.max_error is None]
-    if outs_checked and ins:
-        in_checked = any(_checked(r) for r in ins)
-        keep(
-            "in-place results checked" if in_checked else "in-place results not checked (N/A)",
-            lambda op: FACTS[op].checks_in_place == in_checked,
-        )
-
-    n = world_size or world_from_count
-    ratio = _bus_ratio(rows)
-    if ratio is not None and n:
-        keep(
-            f"busbw/algbw {ratio:.2f} at {n} rank{'s' if n != 1 else ''}",
-            lambda op: _fits(ratio, FACTS[op].bus_factor(n)),
-        )
-    elif ratio is not None and ratio > 0:
-        # World size unknown: still, a ratio no rank count gives rules a collective out
-        # (above 1 only all_reduce's 2(n-1)/n reaches).
-        keep(
-            f"busbw/algbw {ratio:.2f}",
-            lambda op: any(_fits(ratio, FACTS[op].bus_factor(k)) for k in range(2, 4097)),
-        )
-
-    evidence = ", ".join(said) or "no evidence"
+    cands, evidence = found.cands, ", ".join(found.said) or "no evidence"
     if len(cands) == 1:
         return Identification(cands[0], f"from the table: {evidence}", world_from_count)
     if len(cands) == len(COLLECTIVES):
