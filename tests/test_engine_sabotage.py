@@ -261,3 +261,18 @@ def test_world_size_one_every_op(tmp_path: pathlib.Path) -> None:
         f == "# Out of bounds values : 0 OK" for _, f in tables.values()
     )
     assert "sendrecv at world size 1 is a copy" in proc.stdout
+
+
+def test_every_sabotage_fails_hypercube(tmp_path: pathlib.Path) -> None:
+    """At 4 ranks a hypercube op is two exchanges (count, then 2 x count elements), so each size
+    meets two consecutive sabotages of the four. `swap` alone changes nothing here (both sides of
+    an exchange are the same peer); every size also meets one that does."""
+    proc = _run(tmp_path, "--nproc", "4", "-b", "4K", "-e", "32K", "-f", "2", "-n", "2", "-w", "1",
+                "--ops", "hypercube", sabotage=True)  # fmt: skip
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    rows, footer = _tables(proc.stdout)["hypercube"]
+    assert len(rows) == 4, rows
+    for fields in rows:
+        assert float(fields[8]) > 0 and float(fields[12]) > 0, f"a sabotaged row passed: {fields}"
+    m = re.match(r"# Out of bounds values : (\d+) FAILED", footer)
+    assert m and int(m.group(1)) > 0, footer

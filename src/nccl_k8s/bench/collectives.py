@@ -35,6 +35,7 @@ Op = Literal[
     "sendrecv",
     "gather",
     "scatter",
+    "hypercube",
 ]
 #: A zero-argument callable issuing one collective (no host synchronisation).
 Call = Callable[[], Any]
@@ -195,6 +196,48 @@ def _torch_scatter(a: TorchCall) -> Call:
     return lambda: dist.scatter(recv, slist, src=root, group=g)
 
 
+# nccl-tests' hypercube_perf is an all_gather made of point-to-point steps: the rank's own chunk
+# into its place, then, for each dimension d of the hypercube (n a power of two), an exchange with
+# rank ^ 2**d of the 2**d chunks each side holds so far.
+def _hypercube_steps(rank: int, nranks: int) -> list[tuple[int, int, int, int]]:
+    """(peer, first chunk sent, first chunk received, chunks) of each exchange, in order."""
+    steps = []
+    mask = 1
+    while mask < nranks:
+        held = rank & ~(mask - 1)  # the first of the `mask` chunks this rank holds now
+        steps.append((rank ^ mask, held, held ^ mask, mask))
+        mask <<= 1
+    return steps
+
+
+def _torch_hypercube(a: TorchCall) -> Call:
+    dist, send, recv, g, chunk = a.dist, a.send, a.recv, a.group, a.counts.param
+    own = recv[a.rank * chunk : (a.rank + 1) * chunk]
+    copy = chunk > 0 and own.data_ptr() != send.data_ptr()  # in place it is already there
+    steps = [
+        [
+            dist.P2POp(dist.isend, recv[sent * chunk : (sent + k) * chunk], peer, group=g),
+            dist.P2POp(dist.irecv, recv[got * chunk : (got + k) * chunk], peer, group=g),
+        ]
+        for peer, sent, got, k in (_hypercube_steps(a.rank, a.nranks) if chunk else ())
+    ]
+
+    def hypercube() -> None:
+        if copy:
+            own.copy_(send)
+        for ops in steps:
+            for work in dist.batch_isend_irecv(ops):
+                work.wait()
+
+    return hypercube
+
+
+def _power_of_two(n: int) -> str | None:
+    if n > 0 and n & (n - 1) == 0:
+        return None
+    return f"expected a power-of-two number of ranks (1, 2, 4, 8, ...), this run has {n}"
+
+
 # -- the libnccl calls -------------------------------------------------------------------------
 @dataclasses.dataclass
 class NcclCall:
@@ -301,6 +344,21 @@ def _nccl_scatter(a: NcclCall) -> list[Spec]:
             p2p.append(a.p2p("ncclSend", a.send + peer * a.chunk_bytes, peer))
         p2p.append(a.p2p("ncclRecv", a.recv, a.root))
     return a.group(p2p)
+
+
+def _nccl_hypercube(a: NcclCall) -> list[Spec]:
+    """nccl-tests copies the own chunk with cudaMemcpyAsync on the stream; here a send to self
+    (libnccl has no copy call), in a group of its own so the first exchange reads it done."""
+    if not a.count:
+        return []
+    own = a.recv + a.rank * a.chunk_bytes
+    copy = [a.p2p("ncclSend", a.send, a.rank), a.p2p("ncclRecv", own, a.rank)]
+    specs = a.group(copy) if own != a.send else []  # in place it is already there
+    for peer, sent, got, k in _hypercube_steps(a.rank, a.nranks):
+        send = a.p2p("ncclSend", a.recv + sent * a.chunk_bytes, peer, a.count * k)
+        recv = a.p2p("ncclRecv", a.recv + got * a.chunk_bytes, peer, a.count * k)
+        specs += a.group([send, recv])
+    return specs
 
 
 # -- bandwidth ---------------------------------------------------------------------------------
@@ -434,6 +492,14 @@ COLLECTIVES: dict[Op, Collective] = {
             prints_redop=False, reduces=False, inplace_checked=True, root_inputs_only=True,
             expected=lambda w: InputOf(w.root, w.rank * w.counts.recv),
             torch=_torch_scatter, nccl=_nccl_scatter,
+        ),
+        # algbw counts the n - 1 chunks a rank receives; busbw is algbw (nccl-tests' GetBw).
+        Collective(
+            name="hypercube", layout="gather", bus_factor=_one_bus, rooted=False,
+            prints_redop=False, reduces=False, inplace_checked=True,
+            alg_chunks=lambda n: n - 1, refuses=_power_of_two,
+            expected=lambda w: Chunks(w.counts.param),
+            torch=_torch_hypercube, nccl=_nccl_hypercube,
         ),
     )
 }  # fmt: skip

@@ -20,7 +20,7 @@ import re
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, TypeAlias
+from typing import TypeAlias
 
 from nccl_k8s.bench.collectives import COLLECTIVES as ENGINE_COLLECTIVES
 from nccl_k8s.bench.collectives import Collective as EngineCollective
@@ -28,8 +28,8 @@ from nccl_k8s.bench.collectives import Op
 from nccl_k8s.bench.dtypes import DTYPE_ALIASES, DTYPES
 from nccl_k8s.results.schema import Row
 
-#: A collective nccl-tests has: the engine's, and those only nccl-tests runs.
-Collective: TypeAlias = Op | Literal["hypercube"]
+#: A collective nccl-tests has: the engine's, and those only nccl-tests runs (none now).
+Collective: TypeAlias = Op
 
 
 @dataclass(frozen=True)
@@ -50,14 +50,8 @@ class Facts:
         return cls(c.prints_redop, c.rooted, c.split, c.bus_factor, c.inplace_checked)
 
 
-def _one_bus(_n: int) -> float:
-    return 1.0
-
-
 #: Collectives the engine does not run, as nccl-tests 2.19.6's src/<op>.cu prints them.
-NCCL_TESTS_ONLY: dict[Collective, Facts] = {
-    "hypercube": Facts(reduces=False, rooted=False, per_rank_count=True, bus_factor=_one_bus),
-}
+NCCL_TESTS_ONLY: dict[Collective, Facts] = {}
 FACTS: dict[Collective, Facts] = {
     **{op: Facts.of(c) for op, c in ENGINE_COLLECTIVES.items()},
     **NCCL_TESTS_ONLY,
