@@ -9,8 +9,9 @@ from typing import cast
 import pytest
 
 from nccl_k8s.bench import report
+from nccl_k8s.bench.collectives import COLLECTIVES
 from nccl_k8s.bench.config import DTYPES, Dtype, Op, parse_size
-from nccl_k8s.bench.counts import SHAPES, memory_limit, rotation_shifts
+from nccl_k8s.bench.counts import memory_limit, rotation_shifts
 
 DATA = pathlib.Path(__file__).parent / "data" / "nccl-tests"
 REFERENCE = sorted((DATA / "h200x1-a").glob("*.txt")) + sorted((DATA / "h200x1-b").glob("*.txt"))
@@ -49,7 +50,7 @@ def test_size_and_count_columns_follow_nccl_tests(path: pathlib.Path) -> None:
     lo, hi, factor = (int(x) for x in header.groups())
     rows = [line.split() for line in text.splitlines() if ROW.match(line)]
     dtype = cast(Dtype, rows[0][2])
-    shape = SHAPES[cast(Op, _op_of(path))]
+    shape = COLLECTIVES[cast(Op, _op_of(path))]
     size, expected = lo, list[tuple[int, int]]()
     while size <= hi and len(expected) < len(rows):
         c = shape.counts(size, DTYPES[dtype], 1)
@@ -120,7 +121,7 @@ def test_fault_line_round_trip() -> None:
      ("broadcast", 8, 1.0), ("reduce", 8, 1.0), ("sendrecv", 8, 1.0), ("gather", 4, 0.75), ("scatter", 4, 0.75)],
 )  # fmt: skip
 def test_bus_factors(op: Op, nranks: int, factor: float) -> None:
-    shape = SHAPES[op]
+    shape = COLLECTIVES[op]
     counts = shape.counts(1 << 20, 4, nranks)
     algbw, busbw = shape.bandwidth(counts, 4, nranks, 1e-3)
     assert busbw == pytest.approx(algbw * factor, rel=1e-12)
@@ -129,18 +130,20 @@ def test_bus_factors(op: Op, nranks: int, factor: float) -> None:
 
 
 def test_split_collectives_round_chunks_down_to_16_bytes() -> None:
-    c = SHAPES["all_gather"].counts(1000, 4, 3)  # 250 floats / 3 ranks = 83 -> 80 (16-byte chunks)
+    c = COLLECTIVES["all_gather"].counts(
+        1000, 4, 3
+    )  # 250 floats / 3 ranks = 83 -> 80 (16-byte chunks)
     assert (c.param, c.send, c.recv, c.size_bytes(4)) == (80, 80, 240, 960)
-    c = SHAPES["reduce_scatter"].counts(1 << 20, 2, 4)  # half: 131072 per rank
+    c = COLLECTIVES["reduce_scatter"].counts(1 << 20, 2, 4)  # half: 131072 per rank
     assert (c.param, c.send, c.recv, c.recv_inplace_offset) == (131072, 524288, 131072, 131072)
-    c = SHAPES["alltoall"].counts(8, 1, 2)  # int8: 4 per rank rounds to 0
+    c = COLLECTIVES["alltoall"].counts(8, 1, 2)  # int8: 4 per rank rounds to 0
     assert c.size_bytes(1) == 0
 
 
 def test_rotation_walks_the_buffer_at_small_sizes() -> None:
-    c = SHAPES["all_reduce"].counts(1024, 4, 2)
+    c = COLLECTIVES["all_reduce"].counts(1024, 4, 2)
     assert rotation_shifts(c, 4, 1 << 20, 20) == [1024 * i for i in range(20)]
-    big = SHAPES["all_reduce"].counts(1 << 20, 4, 2)
+    big = COLLECTIVES["all_reduce"].counts(1 << 20, 4, 2)
     assert rotation_shifts(big, 4, 1 << 20, 20) == [0]
 
 

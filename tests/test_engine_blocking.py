@@ -14,8 +14,9 @@ from collections.abc import Iterator
 import pytest
 import torch.distributed as dist
 
+from nccl_k8s.bench.collectives import COLLECTIVES
 from nccl_k8s.bench.config import ConfigError, parse_args
-from nccl_k8s.bench.counts import SHAPES, rotation_shifts
+from nccl_k8s.bench.counts import rotation_shifts
 from nccl_k8s.bench.engine import Engine, Printer
 from nccl_k8s.bench.ops import Collectives
 from nccl_k8s.bench.rank import Rank
@@ -51,7 +52,7 @@ def _per_op_s(rank: Rank, blocking: int) -> float:
     engine = Engine(cfg, rank, Printer(False, io.StringIO(), False), Watchdog(0, 1, host="h", timeout_s=0, interval_s=-1))  # fmt: skip
     coll = Collectives(rank=0, nranks=1, dtype="float", redop="sum",
                        sendbuf=rank.buffer(4096), recvbuf=rank.buffer(4096), group=rank.data_group)  # fmt: skip
-    counts = SHAPES["all_reduce"].counts(1024, 4, 1)
+    counts = COLLECTIVES["all_reduce"].counts(1024, 4, 1)
     b = coll.bind("all_reduce", counts, rotation_shifts(counts, 4, 4096, 4), 0, False)
     return engine._timed(b)
 

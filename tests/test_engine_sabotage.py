@@ -24,6 +24,8 @@ import textwrap
 
 import pytest
 
+from nccl_k8s.bench.collectives import ALL_OPS
+
 pytestmark = pytest.mark.slow
 ROW = re.compile(r"^\s+\d+\s+\d+\s+\w+")
 
@@ -255,7 +257,22 @@ def test_world_size_one_every_op(tmp_path: pathlib.Path) -> None:
                 "--ops", "all", sabotage=False)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     tables = _tables(proc.stdout)
-    assert len(tables) == 9 and all(
+    assert list(tables) == list(ALL_OPS) and all(
         f == "# Out of bounds values : 0 OK" for _, f in tables.values()
     )
     assert "sendrecv at world size 1 is a copy" in proc.stdout
+
+
+def test_every_sabotage_fails_hypercube(tmp_path: pathlib.Path) -> None:
+    """At 4 ranks a hypercube op is two exchanges (count, then 2 x count elements), so each size
+    meets two consecutive sabotages of the four. `swap` alone changes nothing here (both sides of
+    an exchange are the same peer); every size also meets one that does."""
+    proc = _run(tmp_path, "--nproc", "4", "-b", "4K", "-e", "32K", "-f", "2", "-n", "2", "-w", "1",
+                "--ops", "hypercube", sabotage=True)  # fmt: skip
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    rows, footer = _tables(proc.stdout)["hypercube"]
+    assert len(rows) == 4, rows
+    for fields in rows:
+        assert float(fields[8]) > 0 and float(fields[12]) > 0, f"a sabotaged row passed: {fields}"
+    m = re.match(r"# Out of bounds values : (\d+) FAILED", footer)
+    assert m and int(m.group(1)) > 0, footer

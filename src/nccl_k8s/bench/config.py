@@ -15,22 +15,10 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Literal, NoReturn, TypeVar, get_args
 
-#: A collective the engine knows; `--ops all` runs them in this order.
-Op = Literal[
-    "all_reduce",
-    "all_gather",
-    "reduce_scatter",
-    "broadcast",
-    "reduce",
-    "alltoall",
-    "sendrecv",
-    "gather",
-    "scatter",
-]
-#: nccl-tests' type names (its `-d` values).
-Dtype = Literal[
-    "int8", "uint8", "int32", "int64", "half", "float", "double", "bfloat16", "f8e4m3", "f8e5m2"
-]
+# The collectives and element types are registries of their own; the flags name their entries.
+from nccl_k8s.bench.collectives import ALL_OPS, REDUCING_OPS, ROOTED_OPS, Op, refused
+from nccl_k8s.bench.dtypes import DTYPE_ALIASES, DTYPES, Dtype
+
 #: nccl-tests' reduction names (its `-o` values).
 RedOp = Literal["sum", "prod", "max", "min", "avg"]
 #: --backend: NCCL, gloo, or NCCL when CUDA devices exist.
@@ -38,33 +26,6 @@ Backend = Literal["auto", "nccl", "gloo"]
 #: --driver: with NCCL, libnccl through ctypes (as nccl-tests calls it) or torch.distributed.
 Driver = Literal["direct", "torch"]
 
-ALL_OPS: tuple[Op, ...] = get_args(Op)
-
-#: Bytes per element of each dtype.
-DTYPES: dict[Dtype, int] = {
-    "int8": 1,
-    "uint8": 1,
-    "int32": 4,
-    "int64": 8,
-    "half": 2,
-    "float": 4,
-    "double": 8,
-    "bfloat16": 2,
-    "f8e4m3": 1,
-    "f8e5m2": 1,
-}
-#: Aliases nccl-tests users type, mapped to nccl-tests' canonical names.
-DTYPE_ALIASES: dict[str, Dtype] = {
-    "float32": "float",
-    "fp32": "float",
-    "float16": "half",
-    "fp16": "half",
-    "bf16": "bfloat16",
-    "float64": "double",
-    "fp64": "double",
-    "char": "int8",
-    "int": "int32",
-}
 REDOPS: tuple[RedOp, ...] = get_args(RedOp)
 BACKENDS: tuple[Backend, ...] = get_args(Backend)
 DRIVERS: tuple[Driver, ...] = get_args(Driver)
@@ -199,10 +160,6 @@ class BenchConfig:
             sizes.append(size)
             size = size * 2 if size else 1
         return sizes
-
-
-ROOTED_OPS: frozenset[Op] = frozenset({"broadcast", "reduce", "gather", "scatter"})
-REDUCING_OPS: frozenset[Op] = frozenset({"all_reduce", "reduce_scatter", "reduce"})
 
 
 class _Parser(argparse.ArgumentParser):
@@ -477,6 +434,10 @@ def check_backend(config: BenchConfig, backend: str, *, world_size: int) -> None
         raise ConfigError(
             f"-r {config.root}: expected a rank below the world size {world_size}, or -1"
         )
+    # Named ops only: `--ops all` skips what this world size cannot run (the engine says so).
+    why = refused(config.ops, world_size) if config.ops != ALL_OPS else None
+    if why:
+        raise ConfigError(why)
 
 
 __all__ = [

@@ -35,6 +35,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal
 
 from nccl_k8s.bench.config import Dtype, RedOp
+from nccl_k8s.bench.dtypes import DTYPE_FACTS
 
 if TYPE_CHECKING:
     import torch
@@ -155,18 +156,8 @@ def _units(n: int) -> tuple[int, ...]:
 def torch_dtype(name: Dtype) -> torch.dtype:
     import torch
 
-    return {
-        "int8": torch.int8,
-        "uint8": torch.uint8,
-        "int32": torch.int32,
-        "int64": torch.int64,
-        "half": torch.float16,
-        "float": torch.float32,
-        "double": torch.float64,
-        "bfloat16": torch.bfloat16,
-        "f8e4m3": torch.float8_e4m3fn,
-        "f8e5m2": torch.float8_e5m2,
-    }[name]
+    dtype: torch.dtype = getattr(torch, DTYPE_FACTS[name].torch)
+    return dtype
 
 
 def is_float(dtype: Dtype) -> bool:

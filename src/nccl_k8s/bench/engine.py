@@ -20,8 +20,9 @@ from typing import Any, TextIO
 
 from nccl_k8s import __version__
 from nccl_k8s.bench import report
-from nccl_k8s.bench.config import DTYPES, ROOTED_OPS, BenchConfig, Op
-from nccl_k8s.bench.counts import SHAPES, buffer_bytes, memory_limit, rotation_shifts
+from nccl_k8s.bench.collectives import COLLECTIVES
+from nccl_k8s.bench.config import DTYPES, BenchConfig, Op
+from nccl_k8s.bench.counts import memory_limit, rotation_shifts
 from nccl_k8s.bench.metrics import NULL as NULL_METRICS
 from nccl_k8s.bench.metrics import Metrics
 from nccl_k8s.bench.native import native_loop
@@ -288,7 +289,7 @@ class Engine:
     def _warm_up(self, op: Op, coll: Collectives, root: int) -> None:
         """nccl-tests 2.19.6: -w out-of-place ops at every x2 size from -b to the largest."""
         cfg, r, elt = self.cfg, self.r, coll.elt
-        shape = SHAPES[op]
+        shape = COLLECTIVES[op]
         for size in cfg.warmup_sizes(self.maxbytes):
             self.wd.progress(f"{op} {size} B warm-up")
             counts = shape.counts(size, elt, r.world)
@@ -301,17 +302,14 @@ class Engine:
     # -- the sweep -----------------------------------------------------------------------
     def run_op(self, op: Op, coll: Collectives, first: bool) -> OpSummary:
         cfg, r = self.cfg, self.r
-        shape = SHAPES[op]
+        shape = COLLECTIVES[op]
         elt = coll.elt
         program = f"{op}_perf"
         if not first:
             self.p.line(f"# Collective test starting: {program}")
         self.p.lines(report.table_header())
-        roots = (
-            list(range(r.world))
-            if (op in ROOTED_OPS and cfg.root == -1)
-            else [cfg.root if op in ROOTED_OPS else -1]
-        )
+        rooted = shape.rooted
+        roots = list(range(r.world)) if rooted and cfg.root == -1 else [cfg.root if rooted else -1]
         sizes = [s for s in cfg.sizes() if s <= self.maxbytes] or [self.maxbytes]
         summary = OpSummary(op, 0, 0.0, [])
         self.summaries.append(summary)
@@ -346,7 +344,7 @@ class Engine:
                         self._count_wrong(wrongs)
                     if self.metrics.enabled:
                         self.metrics.cell(
-                            self._labels(op, shape.reduces, counts.size_bytes(elt), in_place),
+                            self._labels(op, shape.prints_redop, counts.size_bytes(elt), in_place),
                             time_s=t, algbw=algbw, busbw=busbw, rank_times=times,
                             rank_busbw=[shape.bandwidth(counts, elt, r.world, x)[1] for x in times],
                             rank_wrong=wrongs if checked else None,
@@ -361,7 +359,7 @@ class Engine:
                     busbws.append(busbw)
                 row = report.TableRow(
                     op=op, size=counts.size_bytes(elt), count=counts.param, dtype=cfg.dtype,
-                    redop=cfg.redop if shape.reduces else "none", root=root,
+                    redop=cfg.redop if shape.prints_redop else "none", root=root,
                     out=cells[0], inp=cells[1],
                 )  # fmt: skip
                 summary.rows.append(row)
@@ -380,9 +378,9 @@ class Engine:
         self._summary_line(summary)
         return summary
 
-    def _labels(self, op: Op, reduces: bool, size: int, in_place: bool | None) -> list[str]:
+    def _labels(self, op: Op, prints_redop: bool, size: int, in_place: bool | None) -> list[str]:
         """The metrics labels of a row (op, dtype, redop, size and, unless None, placement)."""
-        redop = self.cfg.redop if reduces else "none"
+        redop = self.cfg.redop if prints_redop else "none"
         labels = [op, self.cfg.dtype, redop, str(size)]
         return labels if in_place is None else [*labels, "in" if in_place else "out"]
 
@@ -447,7 +445,7 @@ class Engine:
         elt = DTYPES[cfg.dtype]
         send_bytes = recv_bytes = 16
         for op in cfg.ops:
-            s, rv = buffer_bytes(op, self.maxbytes, elt, r.world)
+            s, rv = COLLECTIVES[op].buffer_bytes(self.maxbytes, elt, r.world)
             send_bytes, recv_bytes = max(send_bytes, s), max(recv_bytes, rv)
         coll = Collectives(
             rank=r.rank, nranks=r.world, dtype=cfg.dtype, redop=cfg.redop,
@@ -484,6 +482,10 @@ class Engine:
         self.p.result("meta", self._meta())
         for i, op in enumerate(cfg.ops):
             first = i == 0 and not index
+            why = COLLECTIVES[op].refuses(r.world)
+            if why:  # only `--ops all` gets here (check_backend refuses a named op): skip it
+                self.p.line(f"# {op}_perf skipped: {why}")
+                continue
             try:
                 if cfg.duration_s > 0:
                     if not first:

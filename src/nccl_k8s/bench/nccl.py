@@ -18,13 +18,12 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from nccl_k8s.bench.config import Dtype, Op, RedOp
+from nccl_k8s.bench.collectives import COLLECTIVES, NcclCall, Op, Spec
+from nccl_k8s.bench.config import RedOp
+from nccl_k8s.bench.dtypes import DTYPE_FACTS, Dtype
 
 #: ncclDataType_t values (nccl.h).
-NCCL_DTYPES: dict[Dtype, int] = {
-    "int8": 0, "uint8": 1, "int32": 2, "int64": 4, "half": 6, "float": 7, "double": 8,
-    "bfloat16": 9, "f8e4m3": 10, "f8e5m2": 11,
-}  # fmt: skip
+NCCL_DTYPES: dict[Dtype, int] = {name: facts.nccl for name, facts in DTYPE_FACTS.items()}
 #: ncclRedOp_t values.
 NCCL_OPS: dict[RedOp, int] = {"sum": 0, "prod": 1, "max": 2, "min": 3, "avg": 4}
 _UNIQUE_ID_BYTES = 128
@@ -260,60 +259,16 @@ class Communicator:
         stream: int,
     ) -> list[Spec]:
         """The libnccl calls one collective makes, with their arguments as ctypes values: one
-        call, or ncclGroupStart, the sends and receives, ncclGroupEnd (as nccl-tests calls them)."""
-        vp, i, sz = ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t
-        comm = self.comm
-        dt, rop = i(NCCL_DTYPES[dtype]), i(NCCL_OPS[redop])
-        rank, n = self.rank, self.nranks
-        strm, cnt, iroot = vp(stream), sz(count), i(root)
-        s, r = vp(send), vp(recv)
-        native = self.lib.native
-        if op == "all_reduce":
-            return [("ncclAllReduce", (s, r, cnt, dt, rop, comm, strm))]
-        if op == "broadcast":
-            return [("ncclBroadcast", (s, r, cnt, dt, iroot, comm, strm))]
-        if op == "reduce":
-            return [("ncclReduce", (s, r, cnt, dt, rop, iroot, comm, strm))]
-        if op == "all_gather":
-            return [("ncclAllGather", (s, r, cnt, dt, comm, strm))]
-        if op == "reduce_scatter":
-            return [("ncclReduceScatter", (s, r, cnt, dt, rop, comm, strm))]
-        # NCCL 2.28 added these as collectives of their own; nccl-tests uses them when present.
-        if op == "alltoall" and "ncclAlltoAll" in native:
-            return [("ncclAlltoAll", (s, r, cnt, dt, comm, strm))]
-        if op == "gather" and "ncclGather" in native:
-            return [("ncclGather", (s, r, cnt, dt, iroot, comm, strm))]
-        if op == "scatter" and "ncclScatter" in native:
-            return [("ncclScatter", (s, r, cnt, dt, iroot, comm, strm))]
-
-        p2p: list[Spec] = []
-
-        def add(name: str, ptr: int, peer: int) -> None:
-            p2p.append((name, (vp(ptr), cnt, dt, i(peer), comm, strm)))
-
-        if op == "alltoall":
-            if count:
-                for peer in range(n):
-                    add("ncclSend", send + peer * chunk_bytes, peer)
-                    add("ncclRecv", recv + peer * chunk_bytes, peer)
-        elif op == "sendrecv":
-            add("ncclSend", send, (rank + 1) % n)
-            add("ncclRecv", recv, (rank - 1) % n)
-        elif op == "gather":
-            if count:
-                add("ncclSend", send, root)
-                if rank == root:
-                    for peer in range(n):
-                        add("ncclRecv", recv + peer * chunk_bytes, peer)
-        elif op == "scatter":
-            if count:
-                if rank == root:
-                    for peer in range(n):
-                        add("ncclSend", send + peer * chunk_bytes, peer)
-                add("ncclRecv", recv, root)
-        else:
-            raise ValueError(f"unknown collective {op!r}")
-        return [("ncclGroupStart", ()), *p2p, ("ncclGroupEnd", ())]
+        call, or groups of calls (ncclGroupStart, the sends and receives, ncclGroupEnd), as
+        nccl-tests makes them (bench.collectives)."""
+        return COLLECTIVES[op].nccl(
+            NcclCall(
+                send=send, recv=recv, count=count, chunk_bytes=chunk_bytes,
+                dtype=NCCL_DTYPES[dtype], redop=NCCL_OPS[redop], root=root,
+                rank=self.rank, nranks=self.nranks, comm=self.comm, stream=stream,
+                native=self.lib.native,
+            )
+        )  # fmt: skip
 
     def call(self, specs: list[Spec], *, release_gil: bool = False) -> Callable[[], None]:
         """A zero-argument callable making `specs`' calls (raw pointers, no sync)."""
@@ -330,26 +285,58 @@ class Communicator:
 
             return single
         start, end = raw["ncclGroupStart"], raw["ncclGroupEnd"]
-        p2p = [(raw[name], args) for name, args in specs[1:-1]]
+        groups = [
+            _grouped(start, end, check, [(raw[name], args) for name, args in p2p])
+            for p2p in _groups(specs)
+        ]
+        if len(groups) == 1:
+            return groups[0]
 
-        def grouped() -> None:
-            check(start(), "ncclGroupStart")
-            for fn, args in p2p:
-                rc = fn(*args)
-                if rc:
-                    end()
-                    check(rc, "ncclSend/ncclRecv")
-            check(end(), "ncclGroupEnd")
+        def several() -> None:  # a collective made of steps: one group after the other
+            for group in groups:
+                group()
 
-        return grouped
+        return several
 
     def pointer(self, name: str) -> int:
         """The address of a libnccl function (for the native timed loop)."""
         return int(ctypes.cast(getattr(self.lib.lib, name), ctypes.c_void_p).value or 0)
 
 
-#: One libnccl call: the function's name and its arguments as ctypes values.
-Spec = tuple[str, tuple[Any, ...]]
+def _groups(specs: list[Spec]) -> list[list[Spec]]:
+    """The calls between each ncclGroupStart and its ncclGroupEnd; `specs` holds only groups."""
+    groups: list[list[Spec]] = []
+    current: list[Spec] | None = None
+    for name, args in specs:
+        if name == "ncclGroupStart" and current is None:
+            current = []
+        elif name == "ncclGroupEnd" and current is not None:
+            groups.append(current)
+            current = None
+        elif current is not None:
+            current.append((name, args))
+        else:
+            raise ValueError(f"{name} outside an NCCL group: {[n for n, _ in specs]}")
+    if current is not None:
+        raise ValueError(f"an NCCL group left open: {[n for n, _ in specs]}")
+    return groups
+
+
+def _grouped(
+    start: Any, end: Any, check: Callable[[int, str], None], p2p: list[tuple[Any, tuple[Any, ...]]]
+) -> Callable[[], None]:
+    """One group's calls through raw pointers; a failing call still closes the group."""
+
+    def grouped() -> None:
+        check(start(), "ncclGroupStart")
+        for fn, args in p2p:
+            rc = fn(*args)
+            if rc:
+                end()
+                check(rc, "ncclSend/ncclRecv")
+        check(end(), "ncclGroupEnd")
+
+    return grouped
 
 
 class _CudaArray:

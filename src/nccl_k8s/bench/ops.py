@@ -1,7 +1,8 @@
-"""The collectives, called through torch.distributed on views of two preallocated buffers.
+"""The collectives bound to views of two preallocated buffers, and their inputs and checks.
 
 One `Bound` is one collective at one size and placement: its send/receive views for every
-rotation shift, the zero-argument calls the timed loop issues back to back, and how to fill its
+rotation shift, the zero-argument calls the timed loop issues back to back (the collective's
+torch.distributed or libnccl calls, from its bench.collectives entry), and how to fill its
 inputs and check its output. Views and calls are built before timing so the loop costs only the
 collective's own call.
 
@@ -14,20 +15,30 @@ so compare in-place columns when the copy matters (large sizes on GPUs).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from nccl_k8s.bench import data
-from nccl_k8s.bench.config import Dtype, Op, RedOp
-from nccl_k8s.bench.counts import SHAPES, Counts
+from nccl_k8s.bench.collectives import (
+    COLLECTIVES,
+    Call,
+    Expected,
+    InputOf,
+    Op,
+    Place,
+    Reduced,
+    Spec,
+    TorchCall,
+    all_gather_of,
+    reduce_scatter_of,
+)
+from nccl_k8s.bench.config import Dtype, RedOp
+from nccl_k8s.bench.counts import Counts
 from nccl_k8s.bench.native import Program, native_loop
 
 if TYPE_CHECKING:
     import torch
 
-    from nccl_k8s.bench.nccl import Communicator, Spec
-
-Call = Callable[[], Any]
+    from nccl_k8s.bench.nccl import Communicator
 
 
 def torch_redop(name: RedOp) -> Any:
@@ -43,16 +54,42 @@ def torch_redop(name: RedOp) -> Any:
 
 
 def all_gather_fn() -> Any:
-    """torch >= 2.12 names it all_gather_single and deprecates all_gather_into_tensor."""
     import torch.distributed as dist
 
-    return getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    return all_gather_of(dist)
 
 
 def reduce_scatter_fn() -> Any:
     import torch.distributed as dist
 
-    return getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+    return reduce_scatter_of(dist)
+
+
+def expected_values(
+    e: Expected, p: data.Pattern, rep: int, device: torch.device
+) -> data.ExpectedFn:
+    """The values an expected result (bench.collectives) describes, as the checker reads them."""
+    if isinstance(e, Reduced):
+        start = e.start
+        return lambda s, k: data.reduced(p, start + s, k, rep, device)
+    if isinstance(e, InputOf):
+        src, first = e.src, e.start
+        return lambda s, k: data.inputs(p, src, first + s, k, rep, device)
+    chunk, first = e.size, e.start  # Chunks: chunk i comes from rank i
+
+    def by_chunk(s: int, k: int) -> torch.Tensor:
+        import torch
+
+        parts = []
+        pos = s
+        while pos < s + k:
+            src, off = divmod(pos, chunk)
+            take = min(chunk - off, s + k - pos)
+            parts.append(data.inputs(p, src, first + off, take, rep, device))
+            pos += take
+        return torch.cat(parts) if parts else torch.empty(0, dtype=torch.float64, device=device)
+
+    return by_chunk
 
 
 @dataclasses.dataclass
@@ -139,58 +176,16 @@ class Collectives:
         *,
         release_gil: bool = False,
     ) -> Call:
-        """A zero-argument callable issuing one collective (no host synchronisation)."""
+        """A zero-argument callable issuing one collective (no host synchronisation): its
+        libnccl calls with the direct driver, its torch.distributed call otherwise."""
         if self.comm is not None:
             return self.comm.call(self.specs(op, send, recv, counts, root), release_gil=release_gil)
         import torch.distributed as dist
 
-        g, rank, n, redop = self.group, self.rank, self.nranks, self.redop
-        same = in_place or send.data_ptr() == recv.data_ptr()
-
-        if op == "all_reduce":
-            if same:
-                return lambda: dist.all_reduce(recv, op=redop, group=g)
-            return lambda: (recv.copy_(send), dist.all_reduce(recv, op=redop, group=g))
-        if op == "broadcast":
-            if same or rank != root:
-                return lambda: dist.broadcast(recv, src=root, group=g)
-            return lambda: (recv.copy_(send), dist.broadcast(recv, src=root, group=g))
-        if op == "reduce":
-            if same:
-                return lambda: dist.reduce(recv, dst=root, op=redop, group=g)
-            return lambda: (recv.copy_(send), dist.reduce(recv, dst=root, op=redop, group=g))
-        if op == "all_gather":
-            all_gather = all_gather_fn()
-            return lambda: all_gather(recv, send, group=g)
-        if op == "reduce_scatter":
-            reduce_scatter = reduce_scatter_fn()
-            return lambda: reduce_scatter(recv, send, op=redop, group=g)
-        if op == "alltoall":
-            return lambda: dist.all_to_all_single(recv, send, group=g)
-        if op == "sendrecv":
-            if n == 1 and dist.get_backend(g) == "gloo":
-                # gloo has no pair from a rank to itself ("Pair is not connected"); at world size 1
-                # the send to self is the copy NCCL would make.
-                return lambda: recv.copy_(send)
-            ops = [
-                dist.P2POp(dist.isend, send, (rank + 1) % n, group=g),
-                dist.P2POp(dist.irecv, recv, (rank - 1) % n, group=g),
-            ]
-
-            def sendrecv() -> None:
-                for work in dist.batch_isend_irecv(ops):
-                    work.wait()
-
-            return sendrecv
-        if op == "gather":
-            chunks = list(recv.chunk(n)) if counts.param else [recv[:0] for _ in range(n)]
-            glist = chunks if rank == root else None
-            return lambda: dist.gather(send, glist, dst=root, group=g)
-        if op == "scatter":
-            chunks = list(send.chunk(n)) if counts.param else [send[:0] for _ in range(n)]
-            slist = chunks if rank == root else None
-            return lambda: dist.scatter(recv, slist, src=root, group=g)
-        raise ValueError(f"unknown collective {op!r}")
+        n, g = self.nranks, self.group
+        return COLLECTIVES[op].torch(
+            TorchCall(dist, send, recv, counts, self.rank, n, root, self.redop, g, in_place)
+        )
 
     def specs(
         self, op: Op, send: torch.Tensor, recv: torch.Tensor, counts: Counts, root: int
@@ -202,6 +197,9 @@ class Collectives:
         )  # fmt: skip
 
     def bind(self, op: Op, counts: Counts, shifts: list[int], root: int, in_place: bool) -> Bound:
+        why = COLLECTIVES[op].refuses(self.nranks)
+        if why:
+            raise ValueError(f"{op}: {why}")
         calls = []
         native_specs: list[list[Spec]] = []
         for shift in shifts:
@@ -244,18 +242,15 @@ class Collectives:
 
     # -- data ----------------------------------------------------------------------------
     def pattern(self, op: Op) -> data.Pattern:
-        return data.choose_pattern(
-            self.redop_name if SHAPES[op].reduces and op != "sendrecv" else None,
-            self.dtype_name,
-            self.nranks,
-        )
+        redop = self.redop_name if COLLECTIVES[op].reduces else None
+        return data.choose_pattern(redop, self.dtype_name, self.nranks)
 
     def init(self, b: Bound, root: int, rep: int) -> None:
         """Fill inputs for a checked op; receive buffers get a sentinel out of place."""
         p = self.pattern(b.op)
         if not b.in_place:
             data.fill_sentinel(b.recv0)
-        if b.op in ("broadcast", "scatter") and self.rank != root:
+        if COLLECTIVES[b.op].root_inputs_only and self.rank != root:
             if b.in_place:
                 data.fill_sentinel(b.recv0)
             return
@@ -265,42 +260,11 @@ class Collectives:
 
     def expected(self, b: Bound, root: int, rep: int) -> data.ExpectedFn | None:
         """Expected values of this rank's receive view, or None when it holds no result."""
-        p = self.pattern(b.op)
-        c = b.counts
-        dev = b.recv0.device
-        n, rank = self.nranks, self.rank
-        op = b.op
-
-        if op == "all_reduce" or (op == "reduce" and rank == root):
-            return lambda s, k: data.reduced(p, s, k, rep, dev)
-        if op == "reduce_scatter":
-            return lambda s, k: data.reduced(p, rank * c.recv + s, k, rep, dev)
-        if op == "broadcast":
-            return lambda s, k: data.inputs(p, root, s, k, rep, dev)
-        if op == "scatter":
-            return lambda s, k: data.inputs(p, root, rank * c.recv + s, k, rep, dev)
-        if op == "sendrecv":
-            return lambda s, k: data.inputs(p, (rank - 1) % n, s, k, rep, dev)
-        if op in ("all_gather", "alltoall") or (op == "gather" and rank == root):
-            chunk = c.param
-
-            def by_chunk(s: int, k: int) -> torch.Tensor:
-                import torch
-
-                parts = []
-                pos = s
-                while pos < s + k:
-                    src, off = divmod(pos, chunk)
-                    take = min(chunk - off, s + k - pos)
-                    start = off if op != "alltoall" else rank * chunk + off
-                    parts.append(data.inputs(p, src, start, take, rep, dev))
-                    pos += take
-                return (
-                    torch.cat(parts) if parts else torch.empty(0, dtype=torch.float64, device=dev)
-                )
-
-            return by_chunk
-        return None
+        place = Place(self.rank, self.nranks, root, b.counts)
+        expected = COLLECTIVES[b.op].expected(place)
+        if expected is None:
+            return None
+        return expected_values(expected, self.pattern(b.op), rep, b.recv0.device)
 
     def check(self, b: Bound, root: int, rep: int) -> int:
         exp = self.expected(b, root, rep)
@@ -309,4 +273,12 @@ class Collectives:
         return data.count_wrong(b.recv0, exp, rel_tol=self.pattern(b.op).tolerance)
 
 
-__all__ = ["Bound", "Call", "Collectives", "all_gather_fn", "reduce_scatter_fn", "torch_redop"]
+__all__ = [
+    "Bound",
+    "Call",
+    "Collectives",
+    "all_gather_fn",
+    "expected_values",
+    "reduce_scatter_fn",
+    "torch_redop",
+]

@@ -16,7 +16,7 @@ from typing import TextIO
 
 from nccl_k8s import __version__
 from nccl_k8s.bench import report
-from nccl_k8s.bench.config import BenchConfig, check_backend, timeout_for
+from nccl_k8s.bench.config import Backend, BenchConfig, check_backend, timeout_for
 from nccl_k8s.bench.engine import PEER_ERRORS, Engine, Printer, RunOutcome
 from nccl_k8s.bench.metrics import NULL as NULL_METRICS
 from nccl_k8s.bench.metrics import Metrics, serve
@@ -113,21 +113,8 @@ def run_rank(cfg: BenchConfig, argv: Sequence[str], *, stdout: TextIO = sys.stdo
         on_abort=on_abort,
         stdout=stdout if cfg.result_lines else None,
     )
-    # Under torchrun (and nccl-k8s run) the rendezvous store lives in the agent, so the watchdog
-    # can watch the rendezvous too: a rank that never joins is named after -T, not after the
-    # process group's backstop. A lone process hosts its own store only once it has joined.
-    agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
     try:
-        if agent_store:
-            wd.progress("rendezvous")
-            wd.start()
-        try:
-            rank = Rank(backend, timeout_s, driver=cfg.driver)
-        except PEER_ERRORS as exc:
-            if not agent_store or wd.world == 1:
-                raise
-            wd.fault(f"{type(exc).__name__}: {_first_line(exc)}", raised_here=True)
-            raise
+        rank, agent_store = _join(cfg, backend, timeout_s, wd)
         check_backend(cfg, backend, world_size=rank.world)
         if not agent_store:
             wd.start()
@@ -158,6 +145,25 @@ def run_rank(cfg: BenchConfig, argv: Sequence[str], *, stdout: TextIO = sys.stdo
         engine = None
         if rank is not None:
             rank.close()
+
+
+def _join(cfg: BenchConfig, backend: Backend, timeout_s: int, wd: Watchdog) -> tuple[Rank, bool]:
+    """The rank's process groups, and whether the rendezvous store lives in torchrun's agent.
+
+    Under torchrun (and nccl-k8s run) the store lives in the agent, so the watchdog can watch
+    the rendezvous too: a rank that never joins is named after -T, not after the process
+    group's backstop. A lone process hosts its own store only once it has joined.
+    """
+    agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    if agent_store:
+        wd.progress("rendezvous")
+        wd.start()
+    try:
+        return Rank(backend, timeout_s, driver=cfg.driver), agent_store
+    except PEER_ERRORS as exc:
+        if agent_store and wd.world != 1:
+            wd.fault(f"{type(exc).__name__}: {_first_line(exc)}", raised_here=True)
+        raise
 
 
 def _first_line(exc: BaseException) -> str:

@@ -15,8 +15,8 @@ import time
 from typing import TYPE_CHECKING
 
 from nccl_k8s.bench import report
-from nccl_k8s.bench.config import ROOTED_OPS, Op
-from nccl_k8s.bench.counts import SHAPES, rotation_shifts
+from nccl_k8s.bench.collectives import COLLECTIVES, Op
+from nccl_k8s.bench.counts import rotation_shifts
 from nccl_k8s.bench.ops import Bound, Collectives
 
 if TYPE_CHECKING:
@@ -30,81 +30,105 @@ def soak_op(engine: Engine, op: Op, coll: Collectives) -> OpSummary:
     """Repeat one op at each size for --duration seconds; busbw per interval, op time percentiles."""
     from nccl_k8s.bench.engine import OpSummary
 
-    cfg, r, p = engine.cfg, engine.r, engine.p
-    shape = SHAPES[op]
-    elt = coll.elt
-    root = max(cfg.root, 0) if op in ROOTED_OPS else -1
+    cfg = engine.cfg
+    root = max(cfg.root, 0) if COLLECTIVES[op].rooted else -1
     sizes = [s for s in cfg.sizes() if s <= engine.maxbytes] or [engine.maxbytes]
     summary = OpSummary(op, 0, 0.0, [])
     engine.summaries.append(summary)
     for size in sizes:
-        counts = shape.counts(size, elt, r.world)
-        shifts = rotation_shifts(counts, elt, engine.maxbytes, 64)
-        b = coll.bind(op, counts, shifts, max(root, 0), False)
-        nbytes = counts.size_bytes(elt)
-        where = f"{op} {nbytes} B soak"
-        engine.wd.progress(where)
-        b.first()
+        soak = _Soak(engine, op, coll, size, root)
+        soak.run()
+        summary.rows.append(soak.finish())
+        summary.out_of_bounds += 1 if soak.wrong_total else 0
+        if soak.wrong_total:
+            engine.p.line(
+                f"# soak {op}: {soak.wrong_total} wrong elements at {soak.nbytes} B: FAILED"
+            )
+            break
+    busbws = [row.out.busbw for row in summary.rows]
+    summary.avg_busbw = sum(busbws) / len(busbws)
+    return summary
+
+
+class _Soak:
+    """One op at one size, repeated until rank 0 says stop (or a check finds wrong data)."""
+
+    def __init__(self, engine: Engine, op: Op, coll: Collectives, size: int, root: int) -> None:
+        self.engine, self.op, self.coll, self.root = engine, op, coll, root
+        self.shape, self.elt, r = COLLECTIVES[op], coll.elt, engine.r
+        self.counts = self.shape.counts(size, self.elt, r.world)
+        shifts = rotation_shifts(self.counts, self.elt, engine.maxbytes, 64)
+        self.b = coll.bind(op, self.counts, shifts, max(root, 0), False)
+        self.nbytes = self.counts.size_bytes(self.elt)
+        self.where = f"{op} {self.nbytes} B soak"
+        self.samples: list[float] = []
+        self.intervals: list[dict[str, float]] = []
+        self.checks = self.wrong_total = self.total_iters = self.iv_iters = 0
+        self.start = self.iv_start = 0.0
+
+    def run(self) -> None:
+        """Batches of ops, each followed by rank 0's decision: report (and check), go on, stop."""
+        engine, cfg, r = self.engine, self.engine.cfg, self.engine.r
+        engine.wd.progress(self.where)
+        self.b.first()
         r.complete()
         r.barrier()
-        samples: list[float] = []
-        intervals: list[dict[str, float]] = []
-        batch, checks, wrong_total = 1, 0, 0
-        start = time.perf_counter()
-        iv_start, iv_iters, total_iters = start, 0, 0
+        batch = 1
+        self.start = self.iv_start = time.perf_counter()
         while True:
-            engine.wd.progress(where)
-            per_op = _batch(engine, b, batch)
-            samples.extend(per_op)
-            total_iters += batch
-            iv_iters += batch
+            engine.wd.progress(self.where)
+            per_op = _batch(engine, self.b, batch)
+            self.samples.extend(per_op)
+            self.total_iters += batch
+            self.iv_iters += batch
             now = time.perf_counter()
             # Rank 0's clock and timings decide; every rank follows the same decision.
-            stop_0 = now - start >= cfg.duration_s
-            report_0 = stop_0 or now - iv_start >= cfg.report_interval_s
+            stop_0 = now - self.start >= cfg.duration_s
+            report_0 = stop_0 or now - self.iv_start >= cfg.report_interval_s
             target = min(cfg.report_interval_s / 4, 0.5)
             next_0 = min(batch * 2, MAX_BATCH) if sum(per_op) < target / 2 else batch
             stop_f, report_f, next_f = r.decide([float(stop_0), float(report_0), float(next_0)])
             if report_f:
-                engine.wd.progress(f"{where} checking")
-                local = (
-                    engine.checked_op(coll, b, max(root, 0), engine.next_rep()) if cfg.check else 0
-                )
-                ranks_wrong = [int(v[0]) for v in r.gather_floats([float(local)])]
-                wrong = sum(ranks_wrong)
-                checks += 1 if cfg.check else 0
-                wrong_total += wrong
-                if cfg.check:
-                    engine._count_wrong(ranks_wrong)
-                secs = now - iv_start
-                algbw, busbw = shape.bandwidth(counts, elt, r.world, secs / iv_iters)
-                if engine.metrics.enabled:
-                    engine.metrics.soak_interval(
-                        engine._labels(op, shape.reduces, nbytes, None),
-                        iters=iv_iters,
-                        algbw=algbw,
-                        busbw=busbw,
-                        rank_wrong=ranks_wrong if cfg.check else None,
-                    )
-                intervals.append(
-                    {
-                        "t_s": now - start,
-                        "iters": iv_iters,
-                        "algbw": algbw,
-                        "busbw": busbw,
-                        "wrong": wrong,
-                    }
-                )
-                check_text = f"  #wrong {wrong}" if cfg.check else ""
-                p.line(
-                    f"# soak {op} {nbytes} B  t={now - start:7.1f}s  iters {iv_iters:8d}"
-                    f"  algbw {algbw:9.2f} GB/s  busbw {busbw:9.2f} GB/s{check_text}"
-                )
-                iv_start, iv_iters = time.perf_counter(), 0
-            if stop_f or wrong_total:  # a wrong element ends the soak of this op on every rank
+                self.interval(now)
+            if stop_f or self.wrong_total:  # a wrong element ends the soak of this op everywhere
                 break
             batch = int(next_f)
-        samples.sort()
+
+    def interval(self, now: float) -> None:
+        """The end of a report interval: one checked op, busbw since the last report."""
+        engine, cfg, r, op = self.engine, self.engine.cfg, self.engine.r, self.op
+        engine.wd.progress(f"{self.where} checking")
+        root = max(self.root, 0)
+        local = engine.checked_op(self.coll, self.b, root, engine.next_rep()) if cfg.check else 0
+        ranks_wrong = [int(v[0]) for v in r.gather_floats([float(local)])]
+        wrong = sum(ranks_wrong)
+        self.checks += 1 if cfg.check else 0
+        self.wrong_total += wrong
+        if cfg.check:
+            engine._count_wrong(ranks_wrong)
+        secs = now - self.iv_start
+        algbw, busbw = self.shape.bandwidth(self.counts, self.elt, r.world, secs / self.iv_iters)
+        if engine.metrics.enabled:
+            engine.metrics.soak_interval(
+                engine._labels(op, self.shape.prints_redop, self.nbytes, None),
+                iters=self.iv_iters, algbw=algbw, busbw=busbw,
+                rank_wrong=ranks_wrong if cfg.check else None,
+            )  # fmt: skip
+        t_s = now - self.start
+        self.intervals.append(
+            {"t_s": t_s, "iters": self.iv_iters, "algbw": algbw, "busbw": busbw, "wrong": wrong}
+        )
+        check_text = f"  #wrong {wrong}" if cfg.check else ""
+        engine.p.line(
+            f"# soak {op} {self.nbytes} B  t={t_s:7.1f}s  iters {self.iv_iters:8d}"
+            f"  algbw {algbw:9.2f} GB/s  busbw {busbw:9.2f} GB/s{check_text}"
+        )
+        self.iv_start, self.iv_iters = time.perf_counter(), 0
+
+    def finish(self) -> report.TableRow:
+        """Op time percentiles and mean busbw of the size: metrics, lines, the table's row."""
+        engine, cfg, r, op, shape = self.engine, self.engine.cfg, self.engine.r, self.op, self.shape
+        samples, counts, elt, nbytes = sorted(self.samples), self.counts, self.elt, self.nbytes
         med = statistics.median(samples)
         p99 = samples[min(len(samples) - 1, (len(samples) * 99 + 99) // 100 - 1)]
         mean = sum(samples) / len(samples)
@@ -114,43 +138,30 @@ def soak_op(engine: Engine, op: Op, coll: Collectives) -> OpSummary:
         times = [v[0] for v in r.gather_floats([mean])] if cfg.metrics_port else []
         if engine.metrics.enabled:
             engine.metrics.cell(
-                engine._labels(op, shape.reduces, nbytes, False),
+                engine._labels(op, shape.prints_redop, nbytes, False),
                 time_s=mean, algbw=algbw, busbw=busbw, rank_times=times,
                 rank_busbw=[shape.bandwidth(counts, elt, r.world, t)[1] for t in times],
                 rank_wrong=None,
             )  # fmt: skip
-        p.line(
-            f"# soak {op} {nbytes} B  iters {total_iters}  op time (us) min {samples[0] * 1e6:.2f}"
+        engine.p.line(
+            f"# soak {op} {nbytes} B  iters {self.total_iters}  op time (us) min {samples[0] * 1e6:.2f}"
             f"  median {med * 1e6:.2f}  p99 {p99 * 1e6:.2f}  mean busbw {busbw:.2f} GB/s"
-            f"  checks {checks}  #wrong {wrong_total}"
+            f"  checks {self.checks}  #wrong {self.wrong_total}"
         )
-        p.result(
+        engine.p.result(
             "soak",
             {
                 "op": op, "size": nbytes, "count": counts.param, "dtype": cfg.dtype,
-                "iters": total_iters, "duration_s": time.perf_counter() - start,
+                "iters": self.total_iters, "duration_s": time.perf_counter() - self.start,
                 "time_us_min": samples[0] * 1e6, "time_us_median": med * 1e6, "time_us_p99": p99 * 1e6,
-                "busbw_mean": busbw, "checks": checks, "wrong": wrong_total, "intervals": intervals,
+                "busbw_mean": busbw, "checks": self.checks, "wrong": self.wrong_total,
+                "intervals": self.intervals,
             },
         )  # fmt: skip
-        cell = report.Cell(
-            mean * 1e6,
-            algbw,
-            busbw,
-            wrong_total if cfg.check else None,
-            samples[0] * 1e6,
-            samples[-1] * 1e6,
-        )
-        redop = cfg.redop if shape.reduces else "none"
-        row = report.TableRow(op, nbytes, counts.param, cfg.dtype, redop, root, cell, cell)
-        summary.rows.append(row)
-        summary.out_of_bounds += 1 if wrong_total else 0
-        if wrong_total:
-            p.line(f"# soak {op}: {wrong_total} wrong elements at {nbytes} B: FAILED")
-            break
-    busbws = [row.out.busbw for row in summary.rows]
-    summary.avg_busbw = sum(busbws) / len(busbws)
-    return summary
+        wrong = self.wrong_total if cfg.check else None
+        cell = report.Cell(mean * 1e6, algbw, busbw, wrong, samples[0] * 1e6, samples[-1] * 1e6)
+        redop = cfg.redop if shape.prints_redop else "none"
+        return report.TableRow(op, nbytes, counts.param, cfg.dtype, redop, self.root, cell, cell)
 
 
 def _batch(engine: Engine, b: Bound, n: int) -> list[float]:

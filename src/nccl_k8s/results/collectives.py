@@ -3,17 +3,12 @@
 An nccl-tests output does not always name its collective: versions before 2.14 print no
 "Collective test starting" line, launchers strip or rename files, users paste tables alone. The
 table itself still says a lot, because each collective has a fixed signature in nccl-tests'
-source (src/<op>.cu, 2.19.6):
-
-- redop: "none" for the data-moving collectives, the reduction for all_reduce, reduce,
-  reduce_scatter, and "sum" for sendrecv (which prints it although it reduces nothing);
-- root: >= 0 for broadcast, reduce, gather, scatter; -1 otherwise;
-- count: the size / element size for all_reduce, broadcast, reduce, sendrecv; the size / element
-  size / world size ("per rank") for all_gather, reduce_scatter, alltoall, gather, scatter;
-- busbw / algbw: 2(n-1)/n for all_reduce, (n-1)/n for all_gather, reduce_scatter, alltoall, gather,
-  scatter, 1 for broadcast, reduce, sendrecv, hypercube;
-- in-place #wrong: sendrecv and alltoall do not check in-place results (`reportErrors = in_place ?
-  0 : 1`) and print N/A there while the out-of-place column holds a number.
+source (src/<op>.cu, 2.19.6): whether its redop column names a reduction (sendrecv prints one
+although it reduces nothing), whether its root column is >= 0, whether its count is per rank
+(size / element size / world size), its busbw / algbw (the bus factor at n ranks), and whether
+its in-place #wrong is checked or N/A (`reportErrors = in_place ? 0 : 1`). For the collectives
+the engine runs those facts are their entries in the engine's registry (bench.collectives), read
+here; `NCCL_TESTS_ONLY` holds the signatures of the ones only nccl-tests runs.
 
 `identify_op` combines that evidence and says how it decided, including when two collectives fit
 equally (all_reduce and sendrecv at two ranks without a data check, gather and scatter always).
@@ -25,36 +20,16 @@ import re
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, get_args
+from typing import TypeAlias
 
+from nccl_k8s.bench.collectives import COLLECTIVES as ENGINE_COLLECTIVES
+from nccl_k8s.bench.collectives import Collective as EngineCollective
+from nccl_k8s.bench.collectives import Op
+from nccl_k8s.bench.dtypes import DTYPE_ALIASES, DTYPES
 from nccl_k8s.results.schema import Row
 
-Collective = Literal[
-    "all_reduce",
-    "all_gather",
-    "reduce_scatter",
-    "alltoall",
-    "broadcast",
-    "reduce",
-    "sendrecv",
-    "gather",
-    "scatter",
-    "hypercube",
-]
-#: In order of preference when the evidence cannot separate two (the more common test first).
-COLLECTIVES: tuple[Collective, ...] = get_args(Collective)
-
-
-def _full(_n: int) -> float:
-    return 1.0
-
-
-def _ring(n: int) -> float:
-    return (n - 1) / n
-
-
-def _allreduce(n: int) -> float:
-    return 2 * (n - 1) / n
+#: A collective nccl-tests has: the engine's, and those only nccl-tests runs (none now).
+Collective: TypeAlias = Op
 
 
 @dataclass(frozen=True)
@@ -62,49 +37,40 @@ class Facts:
     """One collective's signature in an nccl-tests table."""
 
     reduces: bool
+    """The redop column names a reduction (sendrecv's too, though it reduces nothing)."""
     rooted: bool
-    #: The printed count is per rank (size / element size / world size).
     per_rank_count: bool
+    """The printed count is per rank (size / element size / world size)."""
     bus_factor: Callable[[int], float]
     checks_in_place: bool = True
 
+    @classmethod
+    def of(cls, c: EngineCollective) -> Facts:
+        """The signature of a collective the engine runs: its registry entry, read here."""
+        return cls(c.prints_redop, c.rooted, c.split, c.bus_factor, c.inplace_checked)
 
+
+#: Collectives the engine does not run, as nccl-tests 2.19.6's src/<op>.cu prints them.
+NCCL_TESTS_ONLY: dict[Collective, Facts] = {}
 FACTS: dict[Collective, Facts] = {
-    "all_reduce": Facts(reduces=True, rooted=False, per_rank_count=False, bus_factor=_allreduce),
-    "all_gather": Facts(reduces=False, rooted=False, per_rank_count=True, bus_factor=_ring),
-    "reduce_scatter": Facts(reduces=True, rooted=False, per_rank_count=True, bus_factor=_ring),
-    "alltoall": Facts(
-        reduces=False, rooted=False, per_rank_count=True, bus_factor=_ring, checks_in_place=False
-    ),
-    "broadcast": Facts(reduces=False, rooted=True, per_rank_count=False, bus_factor=_full),
-    "reduce": Facts(reduces=True, rooted=True, per_rank_count=False, bus_factor=_full),
-    "sendrecv": Facts(
-        reduces=True, rooted=False, per_rank_count=False, bus_factor=_full, checks_in_place=False
-    ),
-    "gather": Facts(reduces=False, rooted=True, per_rank_count=True, bus_factor=_ring),
-    "scatter": Facts(reduces=False, rooted=True, per_rank_count=True, bus_factor=_ring),
-    "hypercube": Facts(reduces=False, rooted=False, per_rank_count=True, bus_factor=_full),
+    **{op: Facts.of(c) for op, c in ENGINE_COLLECTIVES.items()},
+    **NCCL_TESTS_ONLY,
 }
+_MORE_COMMON: tuple[Collective, ...] = ("all_reduce", "all_gather", "reduce_scatter", "alltoall")
+#: In order of preference when the evidence cannot separate two: the more common tests first,
+#: then the engine's order, then the collectives only nccl-tests runs.
+COLLECTIVES: tuple[Collective, ...] = (
+    *_MORE_COMMON,
+    *(op for op in FACTS if op not in _MORE_COMMON),
+)
 
-#: Bytes per element of the type names nccl-tests prints (and NCCL 1's "char"/"int").
+#: Bytes per element of the type names nccl-tests prints: the engine's names, the spellings of
+#: other versions (NCCL 1's "char"/"int", "float32"...), and the types only nccl-tests runs.
 DTYPE_BYTES: dict[str, int] = {
-    "int8": 1,
-    "char": 1,
-    "uint8": 1,
-    "int32": 4,
-    "int": 4,
+    **{str(name): size for name, size in DTYPES.items()},
+    **{alias: DTYPES[name] for alias, name in DTYPE_ALIASES.items()},
     "uint32": 4,
-    "int64": 8,
     "uint64": 8,
-    "half": 2,
-    "float16": 2,
-    "float": 4,
-    "float32": 4,
-    "double": 8,
-    "float64": 8,
-    "bfloat16": 2,
-    "f8e4m3": 1,
-    "f8e5m2": 1,
 }
 
 _FIRST_FIVE = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
@@ -205,79 +171,91 @@ def _fits(ratio: float, factor: float) -> bool:
     return abs(ratio - factor) <= 0.03 * max(factor, 1.0)
 
 
+class _Narrowing:
+    """The collectives a table still fits, and the evidence that ruled the others out."""
+
+    def __init__(self) -> None:
+        self.cands: list[Collective] = list(COLLECTIVES)
+        self.said: list[str] = []
+
+    def keep(self, why: str, pred: Callable[[Collective], bool]) -> None:
+        """Keep the candidates the evidence fits; evidence that would rule out all is ignored."""
+        left = [op for op in self.cands if pred(op)]
+        if left:
+            self.cands = left
+            self.said.append(why)
+
+    def columns(self, rows: Sequence[Row], *, has_redop: bool, has_root: bool) -> None:
+        """The redop and root columns: whether they exist and what they hold."""
+        redops = {r.redop for r in rows if r.redop}
+        blank = has_redop and not redops
+        if not (has_redop and has_root) and not blank:
+            # Before 2.11 each collective printed its own columns, and only these five existed.
+            self.keep("pre-2.11 columns", lambda op: op in _FIRST_FIVE)
+        if has_redop and redops:
+            reduces = redops != {"none"}
+            self.keep(f"redop {'/'.join(sorted(redops))}", lambda op: FACTS[op].reduces == reduces)
+        elif blank:
+            # nccl-tests 2.8-2.10 printed one header for all and an empty redop where none applies.
+            self.keep("redop left blank", lambda op: not FACTS[op].reduces)
+        elif not has_redop:
+            # No redop column meant a data-moving collective (all_gather, broadcast).
+            self.keep("no redop column", lambda op: not FACTS[op].reduces)
+        roots = {r.root for r in rows if r.root is not None}
+        if has_root and roots:
+            rooted = any(x >= 0 for x in roots)
+            shown = "/".join(str(x) for x in sorted(roots))
+            self.keep(f"root {shown}", lambda op: FACTS[op].rooted == rooted)
+        elif not has_root:
+            self.keep("no root column", lambda op: not FACTS[op].rooted)
+
+    def count(self, rows: Sequence[Row], world_size: int | None) -> int | None:
+        """The count column against the size; the world size it implies, when it does."""
+        k = _count_ratio(rows)
+        if k is not None and k > 1:
+            self.keep(f"count = size/{k} elements' bytes", lambda op: FACTS[op].per_rank_count)
+            if all(FACTS[op].per_rank_count for op in self.cands):
+                return k
+        elif k == 1 and world_size != 1:
+            self.keep("count = size / element size", lambda op: not FACTS[op].per_rank_count)
+        return None
+
+    def checks(self, rows: Sequence[Row]) -> None:
+        """Whether in-place results are checked. Only the #wrong era prints N/A for an
+        unchecked one; older tables printed an error there too (an alltoall's "1e+00")."""
+        outs_checked = [r for r in rows if r.placement == "out" and r.wrong is not None]
+        ins = [r for r in rows if r.placement == "in" and r.max_error is None]
+        if outs_checked and ins:
+            in_checked = any(_checked(r) for r in ins)
+            why = "in-place results checked" if in_checked else "in-place results not checked (N/A)"
+            self.keep(why, lambda op: FACTS[op].checks_in_place == in_checked)
+
+    def bus(self, rows: Sequence[Row], n: int | None) -> None:
+        """busbw / algbw against each collective's bus factor at n ranks."""
+        ratio = _bus_ratio(rows)
+        if ratio is not None and n:
+            why = f"busbw/algbw {ratio:.2f} at {n} rank{'s' if n != 1 else ''}"
+            self.keep(why, lambda op: _fits(ratio, FACTS[op].bus_factor(n)))
+        elif ratio is not None and ratio > 0:
+            # World size unknown: still, a ratio no rank count gives rules a collective out
+            # (above 1 only all_reduce's 2(n-1)/n reaches).
+            self.keep(
+                f"busbw/algbw {ratio:.2f}",
+                lambda op: any(_fits(ratio, FACTS[op].bus_factor(k)) for k in range(2, 4097)),
+            )
+
+
 def identify_op(
     rows: Sequence[Row], *, has_redop: bool, has_root: bool, world_size: int | None
 ) -> Identification:
     """Decide the collective of one table from its own rows (see the module docstring)."""
-    cands: list[Collective] = list(COLLECTIVES)
-    said: list[str] = []
+    found = _Narrowing()
+    found.columns(rows, has_redop=has_redop, has_root=has_root)
+    world_from_count = found.count(rows, world_size)
+    found.checks(rows)
+    found.bus(rows, world_size or world_from_count)
 
-    def keep(why: str, pred: Callable[[Collective], bool]) -> None:
-        nonlocal cands
-        left = [op for op in cands if pred(op)]
-        if left:
-            cands = left
-            said.append(why)
-
-    redops = {r.redop for r in rows if r.redop}
-    blank = has_redop and not redops
-    if not (has_redop and has_root) and not blank:
-        # Before 2.11 each collective printed its own columns, and only these five existed.
-        keep("pre-2.11 columns", lambda op: op in _FIRST_FIVE)
-    if has_redop and redops:
-        reduces = redops != {"none"}
-        keep(f"redop {'/'.join(sorted(redops))}", lambda op: FACTS[op].reduces == reduces)
-    elif blank:
-        # nccl-tests 2.8-2.10 printed one header for all and an empty redop where none applies.
-        keep("redop left blank", lambda op: not FACTS[op].reduces)
-    elif not has_redop:
-        # No redop column meant a data-moving collective (all_gather, broadcast).
-        keep("no redop column", lambda op: not FACTS[op].reduces)
-    roots = {r.root for r in rows if r.root is not None}
-    if has_root and roots:
-        rooted = any(x >= 0 for x in roots)
-        keep(
-            f"root {'/'.join(str(x) for x in sorted(roots))}", lambda op: FACTS[op].rooted == rooted
-        )
-    elif not has_root:
-        keep("no root column", lambda op: not FACTS[op].rooted)
-
-    k = _count_ratio(rows)
-    world_from_count: int | None = None
-    if k is not None and k > 1:
-        keep(f"count = size/{k} elements' bytes", lambda op: FACTS[op].per_rank_count)
-        if all(FACTS[op].per_rank_count for op in cands):
-            world_from_count = k
-    elif k == 1 and world_size != 1:
-        keep("count = size / element size", lambda op: not FACTS[op].per_rank_count)
-
-    # Only the #wrong era prints N/A for an unchecked in-place result; older tables printed an
-    # error there too (an alltoall's in-place "1e+00").
-    outs_checked = [r for r in rows if r.placement == "out" and r.wrong is not None]
-    ins = [r for r in rows if r.placement == "in" and r.max_error is None]
-    if outs_checked and ins:
-        in_checked = any(_checked(r) for r in ins)
-        keep(
-            "in-place results checked" if in_checked else "in-place results not checked (N/A)",
-            lambda op: FACTS[op].checks_in_place == in_checked,
-        )
-
-    n = world_size or world_from_count
-    ratio = _bus_ratio(rows)
-    if ratio is not None and n:
-        keep(
-            f"busbw/algbw {ratio:.2f} at {n} rank{'s' if n != 1 else ''}",
-            lambda op: _fits(ratio, FACTS[op].bus_factor(n)),
-        )
-    elif ratio is not None and ratio > 0:
-        # World size unknown: still, a ratio no rank count gives rules a collective out
-        # (above 1 only all_reduce's 2(n-1)/n reaches).
-        keep(
-            f"busbw/algbw {ratio:.2f}",
-            lambda op: any(_fits(ratio, FACTS[op].bus_factor(k)) for k in range(2, 4097)),
-        )
-
-    evidence = ", ".join(said) or "no evidence"
+    cands, evidence = found.cands, ", ".join(found.said) or "no evidence"
     if len(cands) == 1:
         return Identification(cands[0], f"from the table: {evidence}", world_from_count)
     if len(cands) == len(COLLECTIVES):
