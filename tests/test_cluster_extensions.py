@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ import yaml
 from tests.cluster import admission
 from tests.cluster.cluster import Cluster
 from tests.conftest import Api
+from tests.e2e_helpers import wait_for
 
 CRDS = Path(__file__).parent / "data" / "crds"
 
@@ -99,16 +99,14 @@ def test_job_controller_reports_refused_pods_as_failed_create(
     }
     code, _ = api.post(f"/apis/batch/v1/namespaces/{namespace}/jobs", job)
     assert code == 201
-    deadline = time.monotonic() + 30
-    events: list[dict[str, Any]] = []
-    while time.monotonic() < deadline and not events:
-        events = [
+    events = wait_for(
+        "a FailedCreate event",
+        lambda: [
             e
             for e in cluster.store.list("events", namespace)[0]
             if e.get("reason") == "FailedCreate"
-        ]
-        time.sleep(0.05)
-    assert events, "no FailedCreate event"
+        ],
+    )
     event = events[0]
     assert event["type"] == "Warning" and event["involvedObject"]["kind"] == "Job"
     message = event["message"]
@@ -200,13 +198,12 @@ def test_logs_rotate_and_the_api_serves_only_the_current_file(
     )
     pod = _pod("chatty", command=["python3", "-c", script])
     assert api.post("/api/v1/namespaces/default/pods", pod)[0] == 201
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+
+    def ended() -> str | None:
         phase = c.store.get("pods", "default", "chatty").get("status", {}).get("phase")
-        if phase in ("Succeeded", "Failed"):
-            break
-        time.sleep(0.1)
-    assert phase == "Succeeded"
+        return phase if phase in ("Succeeded", "Failed") else None
+
+    assert wait_for("chatty ended", ended) == "Succeeded"
     code, text = api.get("/api/v1/namespaces/default/pods/chatty/log")
     assert code == 200
     assert text.endswith("the end\n")
