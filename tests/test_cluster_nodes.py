@@ -110,23 +110,13 @@ def kubectl(c: Cluster, *args: str, input_: str | None = None, timeout_s: float 
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
-    c = Cluster(nodes=4, gpus_per_node=8, image_pull_fail_pattern=PULL_FAIL)
-    try:
-        c.start()
+    with Cluster(nodes=4, gpus_per_node=8, image_pull_fail_pattern=PULL_FAIL) as c:
         yield c
-    finally:
-        c.stop()
 
 
 @pytest.fixture
-def ns(cluster: Cluster) -> Iterator[str]:
-    name = f"t-{uuid.uuid4().hex[:8]}"
-    cluster.store.create("namespaces", {"metadata": {"name": name}})
-    try:
-        yield name
-    finally:
-        with contextlib.suppress(Exception):
-            cluster.store.delete("namespaces", None, name)
+def ns(namespace: str) -> str:
+    return namespace
 
 
 # ---- acceptance 1: Indexed Job + headless Service ------------------------------------------------

@@ -31,7 +31,7 @@ from typer.testing import CliRunner
 from nccl_k8s.cli.main import app
 from nccl_k8s.results.schema import load
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("runs_dir")]
 
 GPUS_PER_NODE = 4
 PULL_FAIL = "no-such-registry"
@@ -61,30 +61,13 @@ ACCEPTANCE = [
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
-    c = Cluster(nodes=4, gpus_per_node=GPUS_PER_NODE, image_pull_fail_pattern=PULL_FAIL)
-    try:
-        c.start()
+    with Cluster(nodes=4, gpus_per_node=GPUS_PER_NODE, image_pull_fail_pattern=PULL_FAIL) as c:
         yield c
-    finally:
-        c.stop()
 
 
 @pytest.fixture
-def ns(cluster: Cluster) -> Iterator[str]:
-    name = f"e2e-{uuid.uuid4().hex[:6]}"
-    cluster.store.create("namespaces", {"metadata": {"name": name}})
-    try:
-        yield name
-    finally:
-        with contextlib.suppress(Exception):
-            cluster.store.delete("namespaces", None, name)
-
-
-@pytest.fixture(autouse=True)
-def runs_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    d = tmp_path / "runs"
-    monkeypatch.setenv("NCCL_K8S_RUNS_DIR", str(d))
-    return d
+def ns(namespace: str) -> str:
+    return namespace
 
 
 def run_id() -> str:

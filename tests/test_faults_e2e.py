@@ -17,7 +17,7 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ from nccl_k8s import k8s
 from nccl_k8s.errors import Conflict, RunFailed
 from nccl_k8s.spec import build_run_spec
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("runs_dir")]
 
 
 FAKE_ENGINE = '''
@@ -75,13 +75,6 @@ def fake_engine(fake_zipapp: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
     import nccl_k8s.k8s._manifests as manifests
 
     monkeypatch.setattr(manifests, "engine_zipapp", lambda: fake_zipapp)
-
-
-@pytest.fixture(autouse=True)
-def runs_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    d = tmp_path / "runs"
-    monkeypatch.setenv("NCCL_K8S_RUNS_DIR", str(d))
-    return d
 
 
 def run_id() -> str:
@@ -615,15 +608,3 @@ def test_sigterm_of_a_waiting_deploy_says_the_run_goes_on_and_leaves_it_running(
     )
     assert f"jobs/{rid}" in labelled(cluster, namespace)
     assert cli(cluster, "cleanup", "-n", namespace, "--run", rid).exit_code == 0
-
-
-@pytest.fixture
-def namespace(cluster: Cluster) -> Iterator[str]:
-    name = f"f-{uuid.uuid4().hex[:8]}"
-    cluster.store.create("namespaces", {"metadata": {"name": name}})
-    try:
-        yield name
-    finally:
-        cluster.faults.clear()
-        with contextlib.suppress(Exception):
-            cluster.store.delete("namespaces", None, name)
