@@ -12,13 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from tests.cluster import admission
+from tests.cluster import admission, crds
 from tests.cluster.cluster import Cluster
 from tests.conftest import Api
 from tests.e2e_helpers import wait_for
-
-CRDS = Path(__file__).parent / "data" / "crds"
 
 
 def _pod(name: str, **container_extra: Any) -> dict[str, Any]:
@@ -124,8 +121,7 @@ def test_job_controller_reports_refused_pods_as_failed_create(
 @pytest.fixture(scope="module")
 def crd_cluster(cluster_factory: Callable[..., Cluster]) -> Cluster:
     c = cluster_factory(nodes=1, gpus_per_node=1, components=False)
-    for path in sorted(CRDS.glob("*.yaml")):
-        c.store.create("customresourcedefinitions", yaml.safe_load(path.read_text()))
+    crds.install_published(c.store)
     return c
 
 
@@ -176,9 +172,39 @@ def test_custom_objects_are_pruned_defaulted_and_validated(crd_cluster: Cluster)
     )
     assert code == 200
     assert api.get(base + "/pg-ok")[0] == 404  # its objects went with it, and the resource
-    crd_cluster.store.create(
-        "customresourcedefinitions", yaml.safe_load((CRDS / "volcano-podgroups.yaml").read_text())
+    (volcano,) = crds.published("volcano-podgroups.yaml")
+    crd_cluster.store.create("customresourcedefinitions", volcano)
+
+
+@pytest.mark.parametrize(
+    "group_version", ["scheduling.volcano.sh/v1beta1", "scheduling.x-k8s.io/v1alpha1"]
+)
+def test_a_malformed_pod_group_is_refused_by_its_projects_own_schema(
+    crd_cluster: Cluster, group_version: str
+) -> None:
+    api = Api(crd_cluster.url)
+    base = f"/apis/{group_version}/namespaces/default/podgroups"
+
+    def group(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+        return {"apiVersion": group_version, "kind": "PodGroup", "metadata": {"name": name},
+                "spec": spec}  # fmt: skip
+
+    kind = f"PodGroup.{group_version.split('/')[0]}"
+    code, status = api.post(base, group("count", {"minMember": "two"}))
+    assert (code, status["reason"]) == (422, "Invalid"), status
+    assert status["message"] == (
+        f'{kind} "count" is invalid: spec.minMember: Invalid value: "string": spec.minMember in '
+        'body must be of type integer: "string"'
     )
+    code, status = api.post(base, group("quantity", {"minResources": {"cpu": "lots"}}))
+    assert (code, status["reason"]) == (422, "Invalid"), status
+    assert status["message"].startswith(
+        f'{kind} "quantity" is invalid: spec.minResources.cpu: Invalid value: "lots": '
+    ), status["message"]
+    code, made = api.post(base, group("fine", {"minMember": 2, "minResources": {"cpu": "4"}}))
+    assert code == 201, made
+    assert made["spec"]["minMember"] == 2
+    assert api.request("DELETE", base + "/fine")[0] == 200
 
 
 # ---- log rotation ------------------------------------------------------------------------
