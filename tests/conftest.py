@@ -102,16 +102,33 @@ def cluster(cluster_factory: Callable[..., Cluster]) -> Cluster:
     return cluster_factory(nodes=4, gpus_per_node=8, image_pull_fail_pattern="does-not-exist")
 
 
-@pytest.fixture
-def namespace(cluster: Cluster) -> Iterator[str]:
-    """A fresh namespace, deleted (with everything in it) after the test."""
-    name = f"t-{uuid.uuid4().hex[:8]}"
+@contextlib.contextmanager
+def fresh_namespace(cluster: Cluster, prefix: str = "t") -> Iterator[str]:
+    """A new namespace in `cluster`, deleted (with everything in it) at the end, and the
+    cluster's request faults dropped, so that a test that failed early leaves none behind."""
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
     cluster.store.create("namespaces", {"metadata": {"name": name}})
     try:
         yield name
     finally:
+        cluster.faults.clear()
         with contextlib.suppress(Exception):
             cluster.store.delete("namespaces", None, name)
+
+
+@pytest.fixture
+def namespace(cluster: Cluster) -> Iterator[str]:
+    """A fresh namespace of `cluster` (a module's own cluster where it defines one)."""
+    with fresh_namespace(cluster) as name:
+        yield name
+
+
+@pytest.fixture
+def runs_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """NCCL_K8S_RUNS_DIR in this test's directory: what a run saves stays out of the user's."""
+    d = tmp_path / "runs"
+    monkeypatch.setenv("NCCL_K8S_RUNS_DIR", str(d))
+    return d
 
 
 @pytest.fixture

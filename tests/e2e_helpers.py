@@ -57,8 +57,12 @@ def engine_zipapp_with(tmp_path: Path, code: str) -> bytes:
     return build_zipapp(root)
 
 
-def wait_for(what: str, fn: Callable[[], Any], timeout_s: float = 60.0) -> Any:
-    """fn()'s first truthy value, or the test fails naming `what` and the last value."""
+def wait_for(what: str, fn: Callable[[], Any], timeout_s: float = 120.0) -> Any:
+    """fn()'s first truthy value, or the test fails naming `what` and the last value.
+
+    The wait is for an event (a state in the API, a line in a log); `timeout_s` only keeps a
+    test that would never see it from hanging, so it is generous: a loaded machine may take
+    many times the usual to get there, and that must not fail a test."""
     deadline = time.monotonic() + timeout_s
     last: Any = None
     while time.monotonic() < deadline:

@@ -7,18 +7,15 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from tests.cluster import admission
+from tests.cluster import admission, crds
 from tests.cluster.cluster import Cluster
 from tests.conftest import Api
-
-CRDS = Path(__file__).parent / "data" / "crds"
+from tests.e2e_helpers import wait_for
 
 
 def _pod(name: str, **container_extra: Any) -> dict[str, Any]:
@@ -99,16 +96,14 @@ def test_job_controller_reports_refused_pods_as_failed_create(
     }
     code, _ = api.post(f"/apis/batch/v1/namespaces/{namespace}/jobs", job)
     assert code == 201
-    deadline = time.monotonic() + 30
-    events: list[dict[str, Any]] = []
-    while time.monotonic() < deadline and not events:
-        events = [
+    events = wait_for(
+        "a FailedCreate event",
+        lambda: [
             e
             for e in cluster.store.list("events", namespace)[0]
             if e.get("reason") == "FailedCreate"
-        ]
-        time.sleep(0.05)
-    assert events, "no FailedCreate event"
+        ],
+    )
     event = events[0]
     assert event["type"] == "Warning" and event["involvedObject"]["kind"] == "Job"
     message = event["message"]
@@ -126,8 +121,7 @@ def test_job_controller_reports_refused_pods_as_failed_create(
 @pytest.fixture(scope="module")
 def crd_cluster(cluster_factory: Callable[..., Cluster]) -> Cluster:
     c = cluster_factory(nodes=1, gpus_per_node=1, components=False)
-    for path in sorted(CRDS.glob("*.yaml")):
-        c.store.create("customresourcedefinitions", yaml.safe_load(path.read_text()))
+    crds.install_published(c.store)
     return c
 
 
@@ -178,9 +172,39 @@ def test_custom_objects_are_pruned_defaulted_and_validated(crd_cluster: Cluster)
     )
     assert code == 200
     assert api.get(base + "/pg-ok")[0] == 404  # its objects went with it, and the resource
-    crd_cluster.store.create(
-        "customresourcedefinitions", yaml.safe_load((CRDS / "volcano-podgroups.yaml").read_text())
+    (volcano,) = crds.published("volcano-podgroups.yaml")
+    crd_cluster.store.create("customresourcedefinitions", volcano)
+
+
+@pytest.mark.parametrize(
+    "group_version", ["scheduling.volcano.sh/v1beta1", "scheduling.x-k8s.io/v1alpha1"]
+)
+def test_a_malformed_pod_group_is_refused_by_its_projects_own_schema(
+    crd_cluster: Cluster, group_version: str
+) -> None:
+    api = Api(crd_cluster.url)
+    base = f"/apis/{group_version}/namespaces/default/podgroups"
+
+    def group(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+        return {"apiVersion": group_version, "kind": "PodGroup", "metadata": {"name": name},
+                "spec": spec}  # fmt: skip
+
+    kind = f"PodGroup.{group_version.split('/')[0]}"
+    code, status = api.post(base, group("count", {"minMember": "two"}))
+    assert (code, status["reason"]) == (422, "Invalid"), status
+    assert status["message"] == (
+        f'{kind} "count" is invalid: spec.minMember: Invalid value: "string": spec.minMember in '
+        'body must be of type integer: "string"'
     )
+    code, status = api.post(base, group("quantity", {"minResources": {"cpu": "lots"}}))
+    assert (code, status["reason"]) == (422, "Invalid"), status
+    assert status["message"].startswith(
+        f'{kind} "quantity" is invalid: spec.minResources.cpu: Invalid value: "lots": '
+    ), status["message"]
+    code, made = api.post(base, group("fine", {"minMember": 2, "minResources": {"cpu": "4"}}))
+    assert code == 201, made
+    assert made["spec"]["minMember"] == 2
+    assert api.request("DELETE", base + "/fine")[0] == 200
 
 
 # ---- log rotation ------------------------------------------------------------------------
@@ -200,13 +224,12 @@ def test_logs_rotate_and_the_api_serves_only_the_current_file(
     )
     pod = _pod("chatty", command=["python3", "-c", script])
     assert api.post("/api/v1/namespaces/default/pods", pod)[0] == 201
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+
+    def ended() -> str | None:
         phase = c.store.get("pods", "default", "chatty").get("status", {}).get("phase")
-        if phase in ("Succeeded", "Failed"):
-            break
-        time.sleep(0.1)
-    assert phase == "Succeeded"
+        return phase if phase in ("Succeeded", "Failed") else None
+
+    assert wait_for("chatty ended", ended) == "Succeeded"
     code, text = api.get("/api/v1/namespaces/default/pods/chatty/log")
     assert code == 200
     assert text.endswith("the end\n")

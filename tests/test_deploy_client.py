@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import time
 
 from lightkube import AsyncClient
 from lightkube.core.generic_client import GenericAsyncClient
 from tests.cluster.cluster import Cluster
+from tests.e2e_helpers import wait_for
 
 from nccl_k8s.k8s import ClientSettings
 from nccl_k8s.k8s.api._client import KubeClient, load_config
@@ -61,14 +61,13 @@ def test_logs_through_the_private_path_returns_the_whole_log(
         },
     }
     cluster.store.create("pods", pod)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if cluster.store.get("pods", namespace, "talker").get("status", {}).get("phase") in (
-            "Succeeded",
-            "Failed",
-        ):
-            break
-        time.sleep(0.1)
+    wait_for(
+        "talker ended",
+        lambda: (
+            cluster.store.get("pods", namespace, "talker").get("status", {}).get("phase")
+            in ("Succeeded", "Failed")
+        ),
+    )
     settings = ClientSettings(kubeconfig=str(cluster.kubeconfig))
     assert load_config(settings).cluster.server == cluster.url
 

@@ -2,24 +2,22 @@
 rendered pods against the official Pod Security Standards (tests/cluster/admission.py). Issue 13:
 `--pod-monitor`'s PodMonitor against the Prometheus Operator's CRD schema, the same way.
 
-The PodGroups are applied to a test cluster serving the two CRDs (tests/data/crds, the fields and
-types of Volcano's and scheduler-plugins' own CRDs): the API server prunes, defaults and validates
+The PodGroups are applied to a test cluster serving the two CRDs (tests/data/crds: Volcano's and
+scheduler-plugins' own CRDs, verbatim): the API server prunes, defaults and validates
 them against those schemas, so a wrong field or type is a 400/422 here as on a real cluster."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import re
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from tests.cluster import admission, crds
 from tests.cluster.cluster import Cluster
+from tests.conftest import fresh_namespace
 from typer.testing import CliRunner
 
 from nccl_k8s.cli.main import app
@@ -39,8 +37,8 @@ GANG_CRDS = {
 
 
 def _crd_schema(name: str) -> dict[str, Any]:
-    crd = yaml.safe_load((CRDS / name).read_text())
-    return crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]  # type: ignore[no-any-return]
+    (crd,) = crds.published(name)
+    return crds.storage_schema(crd)
 
 
 @pytest.mark.parametrize(("gang", "crd"), sorted(GANG_CRDS.items()))
@@ -58,26 +56,20 @@ def test_rendered_pod_groups_pass_their_crd_schema(
 @pytest.fixture(scope="module")
 def gang_cluster(cluster_factory: Callable[..., Cluster]) -> Cluster:
     c = cluster_factory(nodes=2, gpus_per_node=1, schedulers=GANG_SCHEDULERS)
-    for path in sorted(CRDS.glob("*.yaml")):
-        c.store.create("customresourcedefinitions", yaml.safe_load(path.read_text()))
+    crds.install_published(c.store)
     return c
 
 
 @pytest.fixture
 def ns(gang_cluster: Cluster) -> Iterator[str]:
-    name = f"gang-{uuid.uuid4().hex[:6]}"
-    gang_cluster.store.create("namespaces", {"metadata": {"name": name}})
-    try:
+    with fresh_namespace(gang_cluster, "gang") as name:
         yield name
-    finally:
-        with contextlib.suppress(Exception):
-            gang_cluster.store.delete("namespaces", None, name)
 
 
 def test_every_gang_of_the_table_has_its_crd_here() -> None:
     assert sorted(GANG_CRDS) == sorted(GANGS)
     for gang, crd in GANG_CRDS.items():
-        doc = yaml.safe_load((CRDS / crd).read_text())
+        (doc,) = crds.published(crd)
         entry = GANGS[gang]
         assert doc["metadata"]["name"] == f"{entry.plural}.{entry.group}"
         assert doc["spec"]["names"]["kind"] == entry.kind

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from tests.cluster.cluster import Cluster
+from tests.e2e_helpers import wait_for
 
 from nccl_k8s.errors import ResultsError
 from nccl_k8s.k8s import ClientSettings, collect, render
@@ -100,14 +100,14 @@ def test_results_of_a_rotated_noisy_16_rank_run_has_every_row(
                 await kc.apply(obj, force=True)
 
     asyncio.run(apply())
-    deadline = time.monotonic() + 240
-    conditions: list[str] = []
-    while time.monotonic() < deadline:
+
+    def ended() -> list[str]:
         job = rotating.store.get("jobs", ns, "rotated")
         conditions = [c["type"] for c in (job.get("status") or {}).get("conditions") or []]
-        if "Complete" in conditions or "Failed" in conditions:
-            break
-        time.sleep(0.5)
+        return conditions if {"Complete", "Failed"} & set(conditions) else []
+
+    conditions = wait_for("the Job ended", ended, 240)
+    job = rotating.store.get("jobs", ns, "rotated")
     assert "Complete" in conditions, (conditions, job.get("status"))
 
     # The logs did rotate, and rank 0's inline result lines are gone from what the API serves.

@@ -1,7 +1,11 @@
-"""-z as nccl-tests 2.19.6 reads it, shown with a barrier made slow on purpose (gloo, in process).
+"""-z as nccl-tests 2.19.6 reads it, shown with a barrier that takes 62.5 ms (gloo, in process).
 
 0: ops back to back; 1: wait and barrier after each op, the barrier timed; 2: wait after each
 op, no barrier; 3: wait and barrier after each op, the barrier not timed.
+
+The engine's clock is the test's: it moves only while the barrier runs, by 62.5 ms each time, so
+what each -z times is exact whatever else the machine is doing (a real sleep against the real
+clock failed when a loaded machine made 1 KB ops take more than 10 ms).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from collections.abc import Iterator
 import pytest
 import torch.distributed as dist
 
+from nccl_k8s.bench import engine as engine_module
 from nccl_k8s.bench.collectives import COLLECTIVES
 from nccl_k8s.bench.config import ConfigError, parse_args
 from nccl_k8s.bench.counts import rotation_shifts
@@ -22,7 +27,20 @@ from nccl_k8s.bench.ops import Collectives
 from nccl_k8s.bench.rank import Rank
 from nccl_k8s.bench.watch import Watchdog
 
-BARRIER_S = 0.05
+BARRIER_S = 1 / 16  # 62.5 ms: a sum of these on the test clock is exact in binary
+
+
+class _Clock:
+    """The engine module's `time` in this test: perf_counter reads `now`, all else is real."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(time, name)
 
 
 @pytest.fixture
@@ -35,11 +53,13 @@ def world_of_one(monkeypatch: pytest.MonkeyPatch) -> Iterator[Rank]:
         monkeypatch.setenv(k, v)
     rank = Rank("gloo", 0)
     slow = dist.barrier
+    clock = _Clock()
 
     def barrier(*args: object, **kwargs: object) -> None:
-        time.sleep(BARRIER_S)
+        clock.now += BARRIER_S
         slow(*args, **kwargs)  # type: ignore[arg-type]
 
+    monkeypatch.setattr(engine_module, "time", clock)
     monkeypatch.setattr(dist, "barrier", barrier)
     try:
         yield rank
@@ -59,9 +79,11 @@ def _per_op_s(rank: Rank, blocking: int) -> float:
 
 def test_z3_excludes_the_barrier_z1_includes_it(world_of_one: Rank) -> None:
     t = {z: _per_op_s(world_of_one, z) for z in (0, 1, 2, 3)}
-    assert t[1] >= BARRIER_S, t  # every op waited for a 50 ms barrier, and it was timed
+    assert t[1] >= BARRIER_S, t  # every op waited for a 62.5 ms barrier, and it was timed
+    assert t[1] == pytest.approx(BARRIER_S), t  # one barrier per op, nothing else on this clock
     for z in (0, 2, 3):
         assert t[z] < BARRIER_S / 5, t  # no barrier (0, 2) or an untimed one (3)
+        assert t[z] == 0, t
 
 
 def test_blocking_flag_values() -> None:

@@ -97,8 +97,9 @@ def test_a_stopped_rank_is_named_by_the_ranks_that_wait_for_it(nproc: int, stopp
         assert sorted(pids) == list(range(nproc)), pids
         os.kill(pids[stopped], signal.SIGSTOP)
         # The FAULT line goes to stdout with the result lines (as in pods' logs).
-        assert out.wait_for(lambda s: s.startswith(FAULT_PREFIX), 60), "\n".join(err.lines[-30:])
-        time.sleep(1.0)  # let every noticing rank print
+        assert out.wait_for(lambda s: s.startswith(FAULT_PREFIX), 120), "\n".join(err.lines[-30:])
+        # The rank that printed the FAULT line writes its words for humans to stderr next.
+        assert err.wait_for(lambda s: "culprit rank" in s, 120), "\n".join(err.lines[-30:])
         faults = [f for f in (parse_fault_line(s) for s in out.lines) if f is not None]
         assert faults
         for f in faults:

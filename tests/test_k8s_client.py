@@ -166,7 +166,7 @@ def test_a_kubeconfig_that_is_not_one_is_one_line_exit_2(
 
 
 def test_a_server_never_reached_is_configuration_one_that_went_away_is_a_failure(
-    cluster: Cluster, tmp_path: Path
+    cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -174,10 +174,17 @@ def test_a_server_never_reached_is_configuration_one_that_went_away_is_a_failure
     assert cluster.kubeconfig is not None
     dead = tmp_path / "kubeconfig"
     dead.write_text(cluster.kubeconfig.read_text().replace(cluster.url, f"http://127.0.0.1:{port}"))
-    start = time.monotonic()
+    backoffs: list[int] = []
+    backoff = KubeClient._backoff
+
+    def recorded(self: KubeClient, attempt: int) -> float:
+        backoffs.append(attempt)
+        return backoff(self, attempt)
+
+    monkeypatch.setattr(KubeClient, "_backoff", recorded)
     res = CliRunner().invoke(app, ["list", "--kubeconfig", str(dead)])
     assert res.exit_code == 2, res.output
-    assert time.monotonic() - start < 5  # not retried: nothing ever answered
+    assert backoffs == []  # not retried: nothing ever answered
     assert f"cannot reach the API server at http://127.0.0.1:{port} (" in res.output
 
     # Reached once, then gone: exit 1, after the retries.
@@ -191,3 +198,4 @@ def test_a_server_never_reached_is_configuration_one_that_went_away_is_a_failure
         run(cluster, reached_then_lost)
     assert info.value.exit_code == 1 and info.value.reached
     assert "asked 4 times" in str(info.value)
+    assert backoffs == [1, 2, 3]  # a back-off before each of the 3 retries

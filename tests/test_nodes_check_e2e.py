@@ -38,7 +38,7 @@ from nccl_k8s.k8s.nodes._badnodes import Findings, NodeVerdict
 from nccl_k8s.k8s.nodes._nodecheck import _write_verdicts
 from nccl_k8s.results.schema import load
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("runs_dir")]
 
 ENGINE = ["--", "--backend", "gloo", "--ops", "all_reduce", "-b", "32M", "-e", "64M", "-f", "2"]
 ENGINE += ["-n", "3", "-w", "1", "-c", "0"]
@@ -53,13 +53,6 @@ NODES = [f"node-{i}" for i in range(6)]
 def cluster() -> Iterator[Cluster]:
     with Cluster(nodes=6, gpus_per_node=1) as c:
         yield c
-
-
-@pytest.fixture(autouse=True)
-def runs_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    d = tmp_path / "runs"
-    monkeypatch.setenv("NCCL_K8S_RUNS_DIR", str(d))
-    return d
 
 
 def check(cluster: Cluster, namespace: str, *args: str):

@@ -12,10 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
-import typer
 from typer.testing import CliRunner
 
-from nccl_k8s.cli import _results
+from nccl_k8s.cli.main import app
 from nccl_k8s.results import Run, dump, import_file, store_run
 from nccl_k8s.results.plots import COLORS, size_label
 
@@ -26,17 +25,6 @@ DATA = Path(__file__).parent / "data"
 V100 = DATA / "nccl-tests" / "handmade-old" / "v100x8_2nodes_error_column.txt"
 SOCKET_LOG = DATA / "nccl-logs" / "socket_fallback_h100.log"
 IMG = re.compile(r'<img alt="([^"]*)" src="data:image/png;base64,([A-Za-z0-9+/=]+)">')
-
-
-def _app() -> typer.Typer:
-    app = typer.Typer(pretty_exceptions_enable=False)
-
-    @app.callback()
-    def _root() -> None:
-        pass
-
-    _results.register(app)
-    return app
 
 
 def _slower_with_spread(run: Run) -> Run:
@@ -94,7 +82,7 @@ def test_report_of_two_runs_embeds_the_plots_metadata_and_diagnosis(
 ) -> None:
     base, slow = two_runs
     out = tmp_path / "report.html"
-    res = CliRunner().invoke(_app(), ["report", base, slow, "-o", str(out)])
+    res = CliRunner().invoke(app, ["report", base, slow, "-o", str(out)])
     assert res.exit_code == 0, res.output
     assert f"report: 6 plots of 2 runs, 1 diagnosed -> {out}" in res.stdout
     page = out.read_text(encoding="utf-8")
@@ -143,7 +131,7 @@ def test_report_of_two_runs_embeds_the_plots_metadata_and_diagnosis(
 
 def test_png_dir_writes_the_plots_alone(two_runs: tuple[str, str], tmp_path: Path) -> None:
     base, slow = two_runs
-    res = CliRunner().invoke(_app(), ["report", base, slow, "--png", "plots"])
+    res = CliRunner().invoke(app, ["report", base, slow, "--png", "plots"])
     assert res.exit_code == 0, res.output
     assert not (tmp_path / "report.html").exists()
     names = sorted(p.name for p in (tmp_path / "plots").iterdir())
@@ -164,7 +152,7 @@ def test_a_results_file_and_a_single_run_without_rows_details(tmp_path: Path) ->
     run.meta.devices[0].node = "gpu-7"  # as a run collected from a cluster names its node
     path = dump(run, tmp_path / "v100.json")
     out = tmp_path / "r.html"
-    res = CliRunner().invoke(_app(), ["report", str(path), str(path), "-o", str(out)])
+    res = CliRunner().invoke(app, ["report", str(path), str(path), "-o", str(out)])
     assert res.exit_code == 0, res.output
     page = out.read_text(encoding="utf-8")
     assert "v100 (nccl-tests, 8× Tesla V100-SXM2-32GB, 2 nodes) #2" in page
@@ -190,7 +178,7 @@ def test_bad_inputs_are_one_line_exit_2(
     two_runs: tuple[str, str], tmp_path: Path, make: object, expect: str
 ) -> None:
     bad = make(tmp_path)  # type: ignore[operator]
-    res = CliRunner().invoke(_app(), ["report", two_runs[0], bad, "-o", "r.html"])
+    res = CliRunner().invoke(app, ["report", two_runs[0], bad, "-o", "r.html"])
     assert res.exit_code == 2, res.output
     lines = res.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and expect in lines[0], res.output
@@ -206,7 +194,7 @@ def test_without_matplotlib_the_error_names_the_extra(
     two_runs: tuple[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setitem(sys.modules, "matplotlib", None)
-    res = CliRunner().invoke(_app(), ["report", two_runs[0], "-o", "r.html"])
+    res = CliRunner().invoke(app, ["report", two_runs[0], "-o", "r.html"])
     assert res.exit_code == 2
     assert res.output.strip() == ("error: report needs matplotlib: pip install 'nccl-k8s[report]'")
 
@@ -244,7 +232,7 @@ def test_d_all_run_gets_one_plot_per_dtype_and_dtype_filters(tmp_path: Path) -> 
     dtype, none dropped; --dtype float keeps one."""
     path = dump(import_file(DALL), tmp_path / "dall.json")
     out = tmp_path / "r.html"
-    res = CliRunner().invoke(_app(), ["report", str(path), "-o", str(out)])
+    res = CliRunner().invoke(app, ["report", str(path), "-o", str(out)])
     assert res.exit_code == 0, res.output
     assert f"report: 12 plots of 1 run, 0 diagnosed -> {out}" in res.stdout
     page = out.read_text(encoding="utf-8")
@@ -263,10 +251,10 @@ def test_d_all_run_gets_one_plot_per_dtype_and_dtype_filters(tmp_path: Path) -> 
     assert re.search(r"float sum</td>.*?>487\.34</td><td[^>]*>20G</td>", summary)
 
     res = CliRunner().invoke(
-        _app(), ["report", str(path), "--png", str(tmp_path / "png"), "--dtype", "float"]
+        app, ["report", str(path), "--png", str(tmp_path / "png"), "--dtype", "float"]
     )
     assert res.exit_code == 0, res.output
     assert sorted(p.name for p in (tmp_path / "png").iterdir()) == ["busbw-all_reduce.png"]
-    res = CliRunner().invoke(_app(), ["report", str(path), "-o", "x.html", "--redop", "max"])
+    res = CliRunner().invoke(app, ["report", str(path), "-o", "x.html", "--redop", "max"])
     assert res.exit_code == 2
     assert "--redop 'max': the run dall" in res.stderr and "(it has sum)" in res.stderr

@@ -8,10 +8,9 @@ import json
 from pathlib import Path
 
 import pytest
-import typer
 from typer.testing import CliRunner
 
-from nccl_k8s.cli import _results
+from nccl_k8s.cli.main import app
 from nccl_k8s.errors import ResultsError, UsageError
 from nccl_k8s.results import (
     Device,
@@ -31,17 +30,6 @@ OLD = (
     / "v100x8_2nodes_error_column.txt"
 )
 LARGE = 8 << 20  # "large sizes": 8 MiB and up
-
-
-def _app() -> typer.Typer:
-    app = typer.Typer(pretty_exceptions_enable=False)
-
-    @app.callback()
-    def _root() -> None:
-        pass
-
-    _results.register(app)
-    return app
 
 
 def _slower(run: Run, op: str, factor: float, min_size: int = LARGE) -> Run:
@@ -69,7 +57,7 @@ def test_20_percent_slower_exits_1_naming_exactly_the_regressed_rows(
     tmp_path: Path, baseline: Run
 ) -> None:
     cur, base = _files(tmp_path, baseline, _slower(baseline, "all_reduce", 0.20))
-    res = CliRunner().invoke(_app(), ["compare", cur, "--baseline", base])
+    res = CliRunner().invoke(app, ["compare", cur, "--baseline", base])
     assert res.exit_code == 1, res.output
     # 10 rows print busbw 0.00 in both runs (all_reduce 8 and 32 B, broadcast 8 to 128 B, both
     # placements): they are decided on time, unchanged, so ok.
@@ -83,7 +71,7 @@ def test_20_percent_slower_exits_1_naming_exactly_the_regressed_rows(
         "all_reduce 128M in (0.80x)"
     )
 
-    res = CliRunner().invoke(_app(), ["compare", cur, "--baseline", base, "-o", "json"])
+    res = CliRunner().invoke(app, ["compare", cur, "--baseline", base, "-o", "json"])
     assert res.exit_code == 1
     doc = json.loads(res.stdout)
     assert doc["ok"] is False
@@ -105,7 +93,7 @@ def test_20_percent_slower_exits_1_naming_exactly_the_regressed_rows(
 
 def test_same_regression_on_time(tmp_path: Path, baseline: Run) -> None:
     cur, base = _files(tmp_path, baseline, _slower(baseline, "all_reduce", 0.20))
-    res = CliRunner().invoke(_app(), ["compare", cur, "--baseline", base, "--metric", "time"])
+    res = CliRunner().invoke(app, ["compare", cur, "--baseline", base, "--metric", "time"])
     assert res.exit_code == 1
     assert "6 rows past 5% on time" in res.stderr
     assert "all_reduce 128M in (1.25x)" in res.stderr
@@ -116,7 +104,7 @@ def test_within_tolerance_exits_0(
     tmp_path: Path, baseline: Run, slowdown: float, tolerance: str
 ) -> None:
     cur, base = _files(tmp_path, baseline, _slower(baseline, "all_reduce", slowdown))
-    res = CliRunner().invoke(_app(), ["compare", cur, "--baseline", base, "--tolerance", tolerance])
+    res = CliRunner().invoke(app, ["compare", cur, "--baseline", base, "--tolerance", tolerance])
     assert res.exit_code == 0, res.output
     assert "0 regressed" in res.stdout
     assert res.stderr == ""
@@ -145,10 +133,10 @@ def test_min_busbw_gate(tmp_path: Path, baseline: Run) -> None:
     assert gate.averages == pytest.approx({"all_reduce": 2.6175, "broadcast": 4.2386}, abs=5e-3)
     assert gate.failed_ops == ["all_reduce"]
     path = str(dump(baseline, tmp_path / "b.json"))
-    res = CliRunner().invoke(_app(), ["compare", path, "--min-busbw", "3"])
+    res = CliRunner().invoke(app, ["compare", path, "--min-busbw", "3"])
     assert res.exit_code == 1
     assert res.stderr.strip() == "min busbw: all_reduce below 3 GB/s"
-    res = CliRunner().invoke(_app(), ["compare", path, "--min-busbw", "2.5"])
+    res = CliRunner().invoke(app, ["compare", path, "--min-busbw", "2.5"])
     assert res.exit_code == 0
 
 
@@ -168,7 +156,7 @@ def test_tolerance_and_usage_errors(tmp_path: Path, baseline: Run) -> None:
         ([], "compare needs --baseline RUN, --min-busbw GBPS, or both"),
         (["--baseline", path, "-o", "yaml"], '--output "yaml": expected text or json'),
     ):
-        res = CliRunner().invoke(_app(), ["compare", path, *args])
+        res = CliRunner().invoke(app, ["compare", path, *args])
         assert res.exit_code == 2, (args, res.output)
         assert res.stderr.strip() == f"error: {message}"
 
@@ -199,7 +187,7 @@ def test_world_size_1_run_25_percent_slower_fails_on_time(tmp_path: Path) -> Non
     base = import_file(PUBLIC / "nccl-tests-287_rtx5090x1.txt")  # one RTX 5090, all_reduce
     assert {r.busbw for r in base.rows} == {0.0}
     cur, ref = _files(tmp_path, base, _scaled(base, time=1.25))
-    res = CliRunner().invoke(_app(), ["compare", cur, "--baseline", ref])
+    res = CliRunner().invoke(app, ["compare", cur, "--baseline", ref])
     assert res.exit_code == 1, res.output
     assert (
         "50 rows compared on busbw, 50 of them on time because busbw is 0 on both sides "
@@ -211,13 +199,13 @@ def test_world_size_1_run_25_percent_slower_fails_on_time(tmp_path: Path) -> Non
         "all_reduce 8 in (1.25x), all_reduce 16 out (1.25x)"
     )
     doc = json.loads(
-        CliRunner().invoke(_app(), ["compare", cur, "--baseline", ref, "-o", "json"]).stdout
+        CliRunner().invoke(app, ["compare", cur, "--baseline", ref, "-o", "json"]).stdout
     )
     assert doc["compare"]["decided_on_time"] == 50
     assert {r["metric"] for r in doc["compare"]["rows"]} == {"time"}
     # Within tolerance it passes, and still says which metric decided.
     cur, ref = _files(tmp_path, base, _scaled(base, time=1.02))
-    res = CliRunner().invoke(_app(), ["compare", cur, "--baseline", ref])
+    res = CliRunner().invoke(app, ["compare", cur, "--baseline", ref])
     assert res.exit_code == 0 and "50 of them on time" in res.stdout
 
 
@@ -234,7 +222,7 @@ def test_different_world_sizes_and_gpus_are_warned(tmp_path: Path) -> None:
     one_node = import_file(PUBLIC / "nccl-tests-290_h100x8_single_node.txt")
     two_nodes = import_file(PUBLIC / "nccl-tests-290_h100x16_srun.txt")
     cur, ref = _files(tmp_path, one_node, two_nodes)
-    res = CliRunner().invoke(_app(), ["compare", cur, "--baseline", ref])
+    res = CliRunner().invoke(app, ["compare", cur, "--baseline", ref])
     warnings = [ln for ln in res.stderr.splitlines() if ln.startswith("warning:")]
     assert warnings == [
         "warning: world size differs: current 16, baseline 8",
@@ -261,15 +249,15 @@ def test_d_all_run_compares_per_dtype_and_filters(tmp_path: Path) -> None:
     """Issue 10, acceptance 2 (compare): 12 dtypes, each compared with itself."""
     dall = import_file(PUBLIC / "spectrumx_h200x16_all_reduce_d_all.txt")
     path = str(dump(dall, tmp_path / "dall.json"))
-    res = CliRunner().invoke(_app(), ["compare", path, "--baseline", path])
+    res = CliRunner().invoke(app, ["compare", path, "--baseline", path])
     assert res.exit_code == 0, res.output
     assert "72 rows compared on busbw (tolerance 5%): 72 ok, 0 regressed" in res.stdout
-    res = CliRunner().invoke(_app(), ["compare", path, "--baseline", path, "--dtype", "float"])
+    res = CliRunner().invoke(app, ["compare", path, "--baseline", path, "--dtype", "float"])
     assert res.exit_code == 0
     assert "6 rows compared on busbw (tolerance 5%): 6 ok" in res.stdout
     # bfloat16 alone 10% slower: exactly its rows regress, named with their dtype.
     cur = str(dump(_scaled(dall, time=1 / 0.9, dtype="bfloat16"), tmp_path / "cur.json"))
-    res = CliRunner().invoke(_app(), ["compare", cur, "--baseline", path])
+    res = CliRunner().invoke(app, ["compare", cur, "--baseline", path])
     assert res.exit_code == 1
     assert res.stderr.strip() == (
         "regressed: 6 rows past 5% on busbw: all_reduce bfloat16 sum 10G out (0.90x), "
@@ -277,9 +265,9 @@ def test_d_all_run_compares_per_dtype_and_filters(tmp_path: Path) -> None:
         "all_reduce bfloat16 sum 20G in (0.90x), all_reduce bfloat16 sum 40G out (0.90x), "
         "all_reduce bfloat16 sum 40G in (0.90x)"
     )
-    res = CliRunner().invoke(_app(), ["compare", cur, "--baseline", path, "--dtype", "float"])
+    res = CliRunner().invoke(app, ["compare", cur, "--baseline", path, "--dtype", "float"])
     assert res.exit_code == 0
-    res = CliRunner().invoke(_app(), ["compare", path, "--baseline", path, "--dtype", "fp32"])
+    res = CliRunner().invoke(app, ["compare", path, "--baseline", path, "--dtype", "fp32"])
     assert res.exit_code == 2
     assert res.stderr.strip() == (
         "error: --dtype 'fp32': the current run has no such rows (it has bfloat16, double, "

@@ -7,10 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
-import typer
 from typer.testing import CliRunner
 
-from nccl_k8s.cli import _results
+from nccl_k8s.cli.main import app
 from nccl_k8s.results import diagnose_files, diagnose_text
 from nccl_k8s.results.diagnose import Diagnosis
 from nccl_k8s.results.nccllog import RankReport
@@ -18,19 +17,8 @@ from nccl_k8s.results.nccllog import RankReport
 LOGS = Path(__file__).parent / "data" / "nccl-logs"
 
 
-def _app() -> typer.Typer:
-    app = typer.Typer(pretty_exceptions_enable=False)
-
-    @app.callback()
-    def _root() -> None:
-        pass
-
-    _results.register(app)
-    return app
-
-
 def _diagnose(*args: str) -> tuple[int, str, str]:
-    res = CliRunner().invoke(_app(), ["diagnose", *args])
+    res = CliRunner().invoke(app, ["diagnose", *args])
     return res.exit_code, res.stdout, res.stderr
 
 

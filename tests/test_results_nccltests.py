@@ -7,10 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
-import typer
 from typer.testing import CliRunner
 
-from nccl_k8s.cli import _results
+from nccl_k8s.cli.main import app
 from nccl_k8s.errors import ResultsError
 from nccl_k8s.results import import_file, import_files, load
 
@@ -19,17 +18,6 @@ NCCL_TESTS = Path(__file__).parent / "data" / "nccl-tests"
 TEXT_FILES = sorted(p for p in NCCL_TESTS.glob("*/*.txt") if p.parent.name != "public")
 JSON_FILES = sorted(NCCL_TESTS.glob("*/*.json"))
 OLD = NCCL_TESTS / "handmade-old" / "v100x8_2nodes_error_column.txt"
-
-
-def _app() -> typer.Typer:
-    app = typer.Typer(pretty_exceptions_enable=False)
-
-    @app.callback()
-    def _root() -> None:
-        pass
-
-    _results.register(app)
-    return app
 
 
 def _table_lines(path: Path) -> list[list[str]]:
@@ -179,12 +167,12 @@ PUBLIC_OK = sorted(
 )
 def test_import_then_compare_with_itself_exits_0(tmp_path: Path, path: Path) -> None:
     out = tmp_path / "imported.json"
-    res = CliRunner().invoke(_app(), ["import", str(path), "-o", str(out)])
+    res = CliRunner().invoke(app, ["import", str(path), "-o", str(out)])
     assert res.exit_code == 0, res.output
     assert f"-> {out}" in res.stdout
     run = load(out)
     assert run.rows == import_file(path).rows
-    res = CliRunner().invoke(_app(), ["compare", str(out), "--baseline", str(out)])
+    res = CliRunner().invoke(app, ["compare", str(out), "--baseline", str(out)])
     assert res.exit_code == 0, res.output
     assert "0 regressed, 0 improved, 0 missing" in res.stdout
     assert res.stderr == ""
@@ -194,14 +182,14 @@ def test_import_without_output_makes_a_run_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("NCCL_K8S_RUNS_DIR", str(tmp_path / "runs"))
-    res = CliRunner().invoke(_app(), ["import", str(OLD)])
+    res = CliRunner().invoke(app, ["import", str(OLD)])
     assert res.exit_code == 0, res.output
     (written,) = (tmp_path / "runs").glob("nccl-*/results.json")
     run = load(written)
     assert run.meta.run_id == written.parent.name
     assert "imported 52 rows (all_reduce, broadcast) from 1 file" in res.stdout
     # The run id works wherever a results file does.
-    res = CliRunner().invoke(_app(), ["compare", written.parent.name, "--baseline", str(written)])
+    res = CliRunner().invoke(app, ["compare", written.parent.name, "--baseline", str(written)])
     assert res.exit_code == 0, res.output
 
 
@@ -214,7 +202,7 @@ def test_import_bad_files_one_line_exit_2(tmp_path: Path) -> None:
         ("ours.json", "is already an nccl-k8s results file"),
         ("missing.txt", "no such file"),
     ):
-        res = CliRunner().invoke(_app(), ["import", str(tmp_path / name), "-o", "x.json"])
+        res = CliRunner().invoke(app, ["import", str(tmp_path / name), "-o", "x.json"])
         assert res.exit_code == 2, res.output
         assert res.stdout == ""
         (line,) = res.stderr.strip().splitlines()

@@ -14,26 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import typer
 from typer.testing import CliRunner
 
-from nccl_k8s.cli import _results
+from nccl_k8s.cli.main import app
 from nccl_k8s.errors import ResultsError
 from nccl_k8s.results import Run, dump, import_file, load
 from nccl_k8s.results.nccltests import parse_text
 
 PUBLIC = Path(__file__).parent / "data" / "nccl-tests" / "public"
-
-
-def _app() -> typer.Typer:
-    app = typer.Typer(pretty_exceptions_enable=False)
-
-    @app.callback()
-    def _root() -> None:
-        pass
-
-    _results.register(app)
-    return app
 
 
 @dataclass(frozen=True)
@@ -388,7 +376,7 @@ def test_a_failed_run_says_its_own_failure(tmp_path: Path, name: str) -> None:
     assert str(info.value) == (
         f"{PUBLIC / name}: the run failed before its first result: {FAILED[name]}"
     )
-    res = CliRunner().invoke(_app(), ["import", str(PUBLIC / name), "-o", str(tmp_path / "x.json")])
+    res = CliRunner().invoke(app, ["import", str(PUBLIC / name), "-o", str(tmp_path / "x.json")])
     assert res.exit_code == 2 and res.stdout == ""
     assert res.stderr.strip() == f"error: {info.value}"
     assert not (tmp_path / "x.json").exists()
@@ -401,7 +389,7 @@ def test_rows_before_a_failure_are_kept_and_the_failure_is_reported(tmp_path: Pa
     ).read_text()
     (tmp_path / "session.txt").write_text(text)
     res = CliRunner().invoke(
-        _app(), ["import", str(tmp_path / "session.txt"), "-o", str(tmp_path / "r.json")]
+        app, ["import", str(tmp_path / "session.txt"), "-o", str(tmp_path / "r.json")]
     )
     assert res.exit_code == 0, res.output
     run: Run = load(tmp_path / "r.json")
@@ -416,7 +404,7 @@ def test_import_notes_how_it_identified_the_collective(tmp_path: Path) -> None:
     # Only the inferred one gets a note; the named one needs none.
     notes = []
     for name in ("nccl-tests-290_h100x8_single_node.txt", "a3mega_h100x16_mpirun.txt"):
-        res = CliRunner().invoke(_app(), ["import", str(PUBLIC / name), "-o", str(tmp_path / name)])
+        res = CliRunner().invoke(app, ["import", str(PUBLIC / name), "-o", str(tmp_path / name)])
         assert res.exit_code == 0, res.output
         notes += res.stderr.splitlines()
         assert load(tmp_path / name).meta.op_identified[0].by == (
@@ -443,7 +431,7 @@ def test_an_unnamed_ambiguous_table_is_not_guessed_silently() -> None:
 
 def _import(tmp_path: Path, *names: str) -> tuple[int, str, Path]:
     out = tmp_path / "r.json"
-    res = CliRunner().invoke(_app(), ["import", *(str(PUBLIC / n) for n in names), "-o", str(out)])
+    res = CliRunner().invoke(app, ["import", *(str(PUBLIC / n) for n in names), "-o", str(out)])
     return res.exit_code, res.stderr, out
 
 
@@ -462,13 +450,13 @@ def test_compare_fails_a_run_whose_results_are_wrong(tmp_path: Path) -> None:
         "all_reduce 8M in 530181, all_reduce 16M out 404221, all_reduce 16M in 103664 and 3 more"
     )
     res = CliRunner().invoke(
-        _app(), ["compare", str(wrong), "--baseline", str(tmp_path / "clean.json")]
+        app, ["compare", str(wrong), "--baseline", str(tmp_path / "clean.json")]
     )
     assert res.exit_code == 1
     assert "56 ok, 0 regressed" in res.stdout  # the speed verdict, apart
     assert res.stderr.strip() == f"data check failed in the current run: {said}"
     res = CliRunner().invoke(
-        _app(), ["compare", str(wrong), "--baseline", str(tmp_path / "clean.json"), "-o", "json"]
+        app, ["compare", str(wrong), "--baseline", str(tmp_path / "clean.json"), "-o", "json"]
     )
     doc = json.loads(res.stdout)
     assert res.exit_code == 1 and doc["ok"] is False
@@ -479,14 +467,14 @@ def test_compare_fails_a_run_whose_results_are_wrong(tmp_path: Path) -> None:
     assert doc["compare"]["counts"]["regressed"] == 0
     # A wrong baseline is no reference: said, and the clean current run passes.
     res = CliRunner().invoke(
-        _app(), ["compare", str(tmp_path / "clean.json"), "--baseline", str(wrong)]
+        app, ["compare", str(tmp_path / "clean.json"), "--baseline", str(wrong)]
     )
     assert res.exit_code == 0
     assert res.stderr.strip() == (
         f"warning: the baseline's own data check failed, it is no trustworthy reference: {said}"
     )
     # The floor alone fails it too.
-    res = CliRunner().invoke(_app(), ["compare", str(wrong), "--min-busbw", "1"])
+    res = CliRunner().invoke(app, ["compare", str(wrong), "--min-busbw", "1"])
     assert res.exit_code == 1 and "data check failed" in res.stderr
 
 
@@ -502,7 +490,7 @@ def test_a_data_check_failure_after_rows_is_kept_and_warned(tmp_path: Path) -> N
         "warning: wrong results: 128 wrong elements in 2 rows (float): all_reduce 1M out 96, "
         "all_reduce 1M in 32; all_reduce: out of bounds values 4 FAILED",
     ]
-    res = CliRunner().invoke(_app(), ["compare", str(out), "--baseline", str(out)])
+    res = CliRunner().invoke(app, ["compare", str(out), "--baseline", str(out)])
     assert res.exit_code == 1 and "the run failed: gpu-1-1 pid 662195" in res.stderr
 
 

@@ -6,24 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
-import typer
 from typer.testing import CliRunner
 
-from nccl_k8s.cli import _results
+from nccl_k8s.cli.main import app
 from nccl_k8s.errors import ResultsError
 from nccl_k8s.results import SCHEMA_VERSION, Device, Row, Run, RunConfig, RunMeta, Summary
 from nccl_k8s.results.schema import dump, dumps, load
-
-
-def _app() -> typer.Typer:
-    app = typer.Typer(pretty_exceptions_enable=False)
-
-    @app.callback()
-    def _root() -> None:
-        pass
-
-    _results.register(app)
-    return app
 
 
 def _run() -> Run:
@@ -66,7 +54,7 @@ def _compare_exit(tmp_path: Path, content: str) -> tuple[int, str, str]:
     bad = tmp_path / "bad.json"
     bad.write_text(content)
     good = dump(_run(), tmp_path / "good.json")
-    res = CliRunner().invoke(_app(), ["compare", str(bad), "--baseline", str(good)])
+    res = CliRunner().invoke(app, ["compare", str(bad), "--baseline", str(good)])
     return res.exit_code, res.stdout, res.stderr
 
 
@@ -124,10 +112,10 @@ def test_bad_field_is_named(tmp_path: Path) -> None:
 
 def test_missing_file_and_unknown_run_id(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NCCL_K8S_RUNS_DIR", str(tmp_path / "runs"))
-    res = CliRunner().invoke(_app(), ["compare", "nccl-20990101-000000-0000", "--min-busbw", "1"])
+    res = CliRunner().invoke(app, ["compare", "nccl-20990101-000000-0000", "--min-busbw", "1"])
     assert res.exit_code == 2
     assert "no run 'nccl-20990101-000000-0000'" in res.stderr
-    res = CliRunner().invoke(_app(), ["compare", str(tmp_path / "x.json"), "--min-busbw", "1"])
+    res = CliRunner().invoke(app, ["compare", str(tmp_path / "x.json"), "--min-busbw", "1"])
     assert res.exit_code == 2
     assert res.stderr.strip() == f"error: {tmp_path / 'x.json'}: no such results file"
 
@@ -135,10 +123,10 @@ def test_missing_file_and_unknown_run_id(tmp_path: Path, monkeypatch: pytest.Mon
 def test_run_id_resolves_to_run_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NCCL_K8S_RUNS_DIR", str(tmp_path / "runs"))
     dump(_run(), tmp_path / "runs" / "nccl-20261203-050000-abcd" / "results.json")
-    res = CliRunner().invoke(_app(), ["compare", "nccl-20261203-050000-abcd", "--min-busbw", "80"])
+    res = CliRunner().invoke(app, ["compare", "nccl-20261203-050000-abcd", "--min-busbw", "80"])
     assert res.exit_code == 0, res.output
     assert "all_reduce 85.63" in res.stdout
-    res = CliRunner().invoke(_app(), ["compare", "nccl-20261203-050000-abcd", "--min-busbw", "90"])
+    res = CliRunner().invoke(app, ["compare", "nccl-20261203-050000-abcd", "--min-busbw", "90"])
     assert res.exit_code == 1
     assert "all_reduce below 90 GB/s" in res.stderr
 

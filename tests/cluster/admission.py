@@ -15,13 +15,20 @@ controllers create pods through the API.
 The checks are the controls of the Pod Security Standards, "latest" version
 (https://kubernetes.io/docs/concepts/security/pod-security-standards/): Baseline - HostProcess,
 host namespaces, privileged containers, capabilities beyond a fixed list, hostPath volumes, host
-ports, AppArmor, SELinux, /proc mount type, seccomp, sysctls; Restricted - all of Baseline plus
-volume types, privilege escalation, running as non-root, non-root user, seccomp required, and
-capabilities (drop ALL, add only NET_BIND_SERVICE). Each check's message follows the wording of
-the k8s.io/pod-security-admission policy package, and the violated checks are listed in the order
+ports, host in probes and lifecycle handlers, AppArmor (fields and the deprecated annotations),
+SELinux, /proc mount type, seccomp, sysctls; Restricted - all of Baseline plus volume types,
+privilege escalation, running as non-root, non-root user, seccomp required, and capabilities
+(drop ALL, add only NET_BIND_SERVICE), the last three not asked of Windows pods (`os.name:
+windows`), as upstream. Each check's message follows the wording of the
+k8s.io/pod-security-admission policy package, and the violated checks are listed in the order
 of their check ids, as upstream sorts them. Restricted's capabilities and seccomp checks replace
 Baseline's (upstream's "overrides"). Not modelled: exemptions, `audit`/`warn` modes, versions
-other than latest (a pinned version is echoed in the message but evaluated as latest), Windows.
+other than latest (a pinned version is echoed in the message but evaluated as latest), the
+user-namespace relaxations behind a feature gate that is off by default.
+
+The oracle for these checks is upstream's: tests/test_pod_security_fixtures.py runs them on
+pods from k8s.io/pod-security-admission's own test fixtures (tests/data/pod-security), each of
+which upstream's implementation admits or refuses at a level.
 """
 
 from __future__ import annotations
@@ -32,7 +39,8 @@ from typing import Any
 from tests.cluster.errors import ApiError
 
 Obj = dict[str, Any]
-Check = Callable[[Obj], str | None]
+#: A check reads the pod's spec and metadata (only AppArmor's annotations need the latter).
+Check = Callable[[Obj, Obj], str | None]
 
 ENFORCE = "pod-security.kubernetes.io/enforce"
 ENFORCE_VERSION = "pod-security.kubernetes.io/enforce-version"
@@ -82,6 +90,10 @@ SAFE_SYSCTLS = frozenset(
         "net.ipv4.tcp_fin_timeout",
         "net.ipv4.tcp_keepalive_intvl",
         "net.ipv4.tcp_keepalive_probes",
+        "net.ipv4.tcp_rmem",
+        "net.ipv4.tcp_wmem",
+        "net.ipv4.tcp_slow_start_after_idle",
+        "net.ipv4.tcp_notsent_lowat",
     }
 )
 _SELINUX_TYPES = frozenset(
@@ -117,10 +129,23 @@ def _quoted(values: list[str]) -> str:
     return ", ".join(f'"{v}"' for v in values)
 
 
+def _windows(spec: Obj) -> bool:
+    """A Windows pod: the Linux-only restricted controls do not apply (its API forbids them)."""
+    return (spec.get("os") or {}).get("name") == "windows"
+
+
+def _hosts(handler: Obj | None) -> list[str]:
+    """The hosts a probe or lifecycle handler names (httpGet/tcpSocket `host`)."""
+    handler = handler or {}
+    return [h for key in ("httpGet", "tcpSocket") if (h := (handler.get(key) or {}).get("host"))]
+
+
 # ---- checks, by upstream check id (the order of the message) ---------------------------------
 
 
-def allow_privilege_escalation(spec: Obj) -> str | None:
+def allow_privilege_escalation(spec: Obj, meta: Obj) -> str | None:
+    if _windows(spec):
+        return None
     bad = [
         c["name"] for c in _containers(spec) if _sc(c).get("allowPrivilegeEscalation") is not False
     ]
@@ -129,23 +154,42 @@ def allow_privilege_escalation(spec: Obj) -> str | None:
     return f"allowPrivilegeEscalation != false ({_who(bad)} must set securityContext.allowPrivilegeEscalation=false)"
 
 
-def app_armor_profile(spec: Obj) -> str | None:
-    bad = []
-    if ((spec.get("securityContext") or {}).get("appArmorProfile") or {}).get(
-        "type"
-    ) == "Unconfined":
-        bad.append('pod must not set appArmorProfile.type to "Unconfined"')
-    names = [
-        c["name"]
-        for c in _containers(spec)
-        if (_sc(c).get("appArmorProfile") or {}).get("type") == "Unconfined"
-    ]
+def app_armor_profile(spec: Obj, meta: Obj) -> str | None:
+    allowed = ("RuntimeDefault", "Localhost")
+    setters, values = [], set()
+    pod = ((spec.get("securityContext") or {}).get("appArmorProfile") or {}).get("type")
+    if pod is not None and pod not in allowed:
+        setters.append("pod")
+        values.add(pod)
+    names = []
+    for c in _containers(spec):
+        kind = (_sc(c).get("appArmorProfile") or {}).get("type")
+        if kind is not None and kind not in allowed:
+            names.append(c["name"])
+            values.add(kind)
     if names:
-        bad.append(f'{_who(names)} must not set appArmorProfile.type to "Unconfined"')
-    return f"forbidden AppArmor profile ({'; '.join(bad)})" if bad else None
+        setters.append(_who(names))
+    # The deprecated annotations: "", runtime/default and localhost/<name> are allowed.
+    prefix = "container.apparmor.security.beta.kubernetes.io/"
+    annotations = sorted(
+        f'{k}="{v}"'
+        for k, v in (meta.get("annotations") or {}).items()
+        if k.startswith(prefix)
+        and v not in ("", "runtime/default")
+        and not v.startswith("localhost/")
+    )
+    found = sorted(values) + annotations
+    if annotations:
+        setters.append("annotation" if len(annotations) == 1 else "annotations")
+    if not setters:
+        return None
+    reason = "forbidden AppArmor profile" + ("s" if len(found) > 1 else "")
+    return (
+        f"{reason} ({' and '.join(setters)} must not set AppArmor profile type to {_quoted(found)})"
+    )
 
 
-def capabilities_baseline(spec: Obj) -> str | None:
+def capabilities_baseline(spec: Obj, meta: Obj) -> str | None:
     parts = []
     for c in _containers(spec):
         extra = [
@@ -160,7 +204,9 @@ def capabilities_baseline(spec: Obj) -> str | None:
     return f"non-default capabilities ({'; '.join(parts)})" if parts else None
 
 
-def capabilities_restricted(spec: Obj) -> str | None:
+def capabilities_restricted(spec: Obj, meta: Obj) -> str | None:
+    if _windows(spec):
+        return None
     no_drop, parts = [], []
     for c in _containers(spec):
         caps = _sc(c).get("capabilities") or {}
@@ -181,19 +227,19 @@ def capabilities_restricted(spec: Obj) -> str | None:
     return f"unrestricted capabilities ({'; '.join(parts)})" if parts else None
 
 
-def host_namespaces(spec: Obj) -> str | None:
+def host_namespaces(spec: Obj, meta: Obj) -> str | None:
     used = [f"{k}=true" for k in ("hostNetwork", "hostPID", "hostIPC") if spec.get(k)]
     return f"host namespaces ({', '.join(used)})" if used else None
 
 
-def host_path_volumes(spec: Obj) -> str | None:
+def host_path_volumes(spec: Obj, meta: Obj) -> str | None:
     names = [v["name"] for v in spec.get("volumes") or [] if "hostPath" in v]
     if not names:
         return None
     return f"hostPath volumes ({'volume' if len(names) == 1 else 'volumes'} {_quoted(names)})"
 
 
-def host_ports(spec: Obj) -> str | None:
+def host_ports(spec: Obj, meta: Obj) -> str | None:
     parts = []
     for c in _containers(spec):
         ports = [str(p["hostPort"]) for p in c.get("ports") or [] if p.get("hostPort")]
@@ -203,7 +249,25 @@ def host_ports(spec: Obj) -> str | None:
     return f"hostPort ({'; '.join(parts)})" if parts else None
 
 
-def host_process(spec: Obj) -> str | None:
+def host_probes_and_host_lifecycle(spec: Obj, meta: Obj) -> str | None:
+    names, hosts = set(), set()
+    for c in _containers(spec):
+        found = [
+            h for p in ("livenessProbe", "readinessProbe", "startupProbe") for h in _hosts(c.get(p))
+        ]
+        lifecycle = c.get("lifecycle") or {}
+        found += [h for when in ("postStart", "preStop") for h in _hosts(lifecycle.get(when))]
+        if found:
+            names.add(c["name"])
+            hosts.update(found)
+    if not names:
+        return None
+    uses = "uses" if len(names) == 1 else "use"
+    what = "probe or lifecycle host" + ("" if len(hosts) == 1 else "s")
+    return f"probe or lifecycle host ({_who(sorted(names))} {uses} {what} {_quoted(sorted(hosts))})"
+
+
+def host_process(spec: Obj, meta: Obj) -> str | None:
     pod = ((spec.get("securityContext") or {}).get("windowsOptions") or {}).get("hostProcess")
     names = [
         c["name"]
@@ -215,7 +279,7 @@ def host_process(spec: Obj) -> str | None:
     return "hostProcess (pod or containers must not set securityContext.windowsOptions.hostProcess=true)"
 
 
-def privileged(spec: Obj) -> str | None:
+def privileged(spec: Obj, meta: Obj) -> str | None:
     names = [c["name"] for c in _containers(spec) if _sc(c).get("privileged")]
     return (
         f"privileged ({_who(names)} must not set securityContext.privileged=true)"
@@ -224,7 +288,7 @@ def privileged(spec: Obj) -> str | None:
     )
 
 
-def proc_mount(spec: Obj) -> str | None:
+def proc_mount(spec: Obj, meta: Obj) -> str | None:
     names = [
         c["name"] for c in _containers(spec) if _sc(c).get("procMount") not in (None, "Default")
     ]
@@ -235,7 +299,7 @@ def proc_mount(spec: Obj) -> str | None:
     )
 
 
-def restricted_volumes(spec: Obj) -> str | None:
+def restricted_volumes(spec: Obj, meta: Obj) -> str | None:
     parts = []
     for v in spec.get("volumes") or []:
         source = next((k for k in v if k in _VOLUME_SOURCES), None)
@@ -244,7 +308,7 @@ def restricted_volumes(spec: Obj) -> str | None:
     return f"restricted volume types ({'; '.join(parts)})" if parts else None
 
 
-def run_as_non_root(spec: Obj) -> str | None:
+def run_as_non_root(spec: Obj, meta: Obj) -> str | None:
     pod = (spec.get("securityContext") or {}).get("runAsNonRoot")
     bad_explicit = [c["name"] for c in _containers(spec) if _sc(c).get("runAsNonRoot") is False]
     unset = [c["name"] for c in _containers(spec) if _sc(c).get("runAsNonRoot") is None]
@@ -257,7 +321,7 @@ def run_as_non_root(spec: Obj) -> str | None:
     return None
 
 
-def run_as_user(spec: Obj) -> str | None:
+def run_as_user(spec: Obj, meta: Obj) -> str | None:
     parts = []
     if (spec.get("securityContext") or {}).get("runAsUser") == 0:
         parts.append("pod must not set runAsUser=0")
@@ -267,7 +331,7 @@ def run_as_user(spec: Obj) -> str | None:
     return f"runAsUser=0 ({'; '.join(parts)})" if parts else None
 
 
-def se_linux_options(spec: Obj) -> str | None:
+def se_linux_options(spec: Obj, meta: Obj) -> str | None:
     options = [(spec.get("securityContext") or {}).get("seLinuxOptions") or {}]
     options += [_sc(c).get("seLinuxOptions") or {} for c in _containers(spec)]
     for o in options:
@@ -280,7 +344,7 @@ def _seccomp(c_or_pod: Obj) -> str | None:
     return ((c_or_pod.get("securityContext") or {}).get("seccompProfile") or {}).get("type")
 
 
-def seccomp_profile_baseline(spec: Obj) -> str | None:
+def seccomp_profile_baseline(spec: Obj, meta: Obj) -> str | None:
     parts = []
     if _seccomp(spec) == "Unconfined":
         parts.append('pod must not set securityContext.seccompProfile.type to "Unconfined"')
@@ -292,7 +356,9 @@ def seccomp_profile_baseline(spec: Obj) -> str | None:
     return f"seccompProfile ({'; '.join(parts)})" if parts else None
 
 
-def seccomp_profile_restricted(spec: Obj) -> str | None:
+def seccomp_profile_restricted(spec: Obj, meta: Obj) -> str | None:
+    if _windows(spec):
+        return None
     allowed = ("RuntimeDefault", "Localhost")
     pod = _seccomp(spec)
     parts = []
@@ -315,7 +381,7 @@ def seccomp_profile_restricted(spec: Obj) -> str | None:
     return f"seccompProfile ({'; '.join(parts)})" if parts else None
 
 
-def sysctls(spec: Obj) -> str | None:
+def sysctls(spec: Obj, meta: Obj) -> str | None:
     names = [
         s["name"]
         for s in (spec.get("securityContext") or {}).get("sysctls") or []
@@ -334,6 +400,7 @@ CHECKS: dict[str, tuple[str, Check]] = {
     "hostNamespaces": ("baseline", host_namespaces),
     "hostPathVolumes": ("baseline", host_path_volumes),
     "hostPorts": ("baseline", host_ports),
+    "hostProbesAndHostLifecycle": ("baseline", host_probes_and_host_lifecycle),
     "hostProcess": ("baseline", host_process),
     "privileged": ("baseline", privileged),
     "procMount": ("baseline", proc_mount),
@@ -347,8 +414,9 @@ CHECKS: dict[str, tuple[str, Check]] = {
 }
 
 
-def violations(pod_spec: Obj, level: str) -> list[str]:
-    """The forbidden reasons of `pod_spec` at `level`, in check-id order (empty: it passes)."""
+def violations(pod_spec: Obj, level: str, metadata: Obj | None = None) -> list[str]:
+    """The forbidden reasons of `pod_spec` (with its pod's `metadata`, for annotations) at
+    `level`, in check-id order (empty: it passes)."""
     if level == "privileged":
         return []
     wanted = {
@@ -361,7 +429,7 @@ def violations(pod_spec: Obj, level: str) -> list[str]:
             wanted.pop(cid.replace("_restricted", "_baseline"), None)
     found = []
     for cid in sorted(wanted):
-        reason = wanted[cid](pod_spec)
+        reason = wanted[cid](pod_spec, metadata or {})
         if reason is not None:
             found.append(reason)
     return found
@@ -381,7 +449,7 @@ def pod_security(store: Any, resource: str, obj: Obj) -> None:
     if level not in LEVELS or level == "privileged":
         return
     version = labels.get(ENFORCE_VERSION) or "latest"
-    found = violations(obj.get("spec") or {}, level)
+    found = violations(obj.get("spec") or {}, level, meta)
     if found:
         raise ApiError(
             403,

@@ -13,19 +13,45 @@ be of type integer: "string"`).
 
 Simplifications: one served version per CRD (the storage one; no conversion), no CEL rules, no
 `x-kubernetes-list-type` merge semantics, no status/scale subresource beyond `/status`.
+
+The CRDs tests install are the projects' own, as they publish them (tests/data/crds, each with
+its repository, path and commit in SOURCES.md there): `published()` reads them, so a schema here
+is never one we wrote.
 """
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
+import yaml
 from tests.cluster import errors
 
 Obj = dict[str, Any]
 
 #: The fields every object has whatever its schema says (ObjectMeta is never pruned).
 _ROOT_FIELDS = ("apiVersion", "kind", "metadata")
+#: The upstream CRDs, verbatim.
+PUBLISHED = Path(__file__).resolve().parent.parent / "data" / "crds"
+
+
+def published(file: str | None = None) -> list[Obj]:
+    """The CRDs in PUBLISHED (all of them, or those of one file), as their projects ship them."""
+    paths = [PUBLISHED / file] if file else sorted(PUBLISHED.glob("*.yaml"))
+    return [doc for p in paths for doc in yaml.safe_load_all(p.read_text()) if doc]
+
+
+def install_published(store: Any) -> None:
+    """Create every published CRD in `store`, as `kubectl apply -f tests/data/crds` would."""
+    for crd in published():
+        store.create("customresourcedefinitions", crd)
+
+
+def storage_schema(crd: Obj) -> Obj:
+    """The openAPIV3Schema of the CRD's storage version (the one this server serves)."""
+    version = next(v for v in crd["spec"]["versions"] if v.get("storage"))
+    return version["schema"]["openAPIV3Schema"]  # type: ignore[no-any-return]
 
 
 def resource_info(crd: Obj) -> Any:

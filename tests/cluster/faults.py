@@ -2,8 +2,9 @@
 
 Request faults (owned here) make the API server answer the next N matching requests with a
 `Status` of a chosen code before it touches the store, so a test can show how a client copes with
-500s, 403s, 409s or a 429 with Retry-After; or hold them for a while before serving them, so a
-test can make two clients' requests interleave in a chosen order. Pod, node and scheduling faults are B's (kubelet, scheduler); `Faults` only
+500s, 403s, 409s or a 429 with Retry-After; or hold them for a while before serving them (a slow
+link), or until the test releases them (`hold_requests`), so a test can make two clients'
+requests interleave in a chosen order whatever the machine's load. Pod, node and scheduling faults are B's (kubelet, scheduler); `Faults` only
 forwards to them so tests find every knob in one place: `cluster.faults`.
 """
 
@@ -29,6 +30,23 @@ class _Rule:
     message: str
     delay_s: float = 0.0
     retry_after_s: int | None = None
+    hold: Hold | None = None
+
+
+class Hold:
+    """A request held by `Faults.hold_requests`: `arrived` is set once the request is held,
+    `release()` lets it be served."""
+
+    def __init__(self) -> None:
+        self.arrived = threading.Event()
+        self._go = threading.Event()
+
+    def release(self) -> None:
+        self._go.set()
+
+    def _wait(self) -> None:
+        self.arrived.set()
+        self._go.wait()
 
 
 class _Kubelet(Protocol):
@@ -48,6 +66,7 @@ class Faults:
     def __init__(self, *, kubelet: _Kubelet | None = None, scheduler: _Scheduler | None = None):
         self._lock = threading.Lock()
         self._rules: list[_Rule] = []
+        self._holds: list[Hold] = []
         self.kubelet = kubelet
         self.scheduler = scheduler
         self.injected = 0  # how many requests were failed, for tests that count
@@ -101,9 +120,31 @@ class Faults:
                 )
             )
 
-    def clear(self) -> None:
-        """Drop all pending request faults."""
+    def hold_requests(self, path_regex: str, method: str | None = None) -> Hold:
+        """Hold the next matching request (as `fail_requests` matches them) until the returned
+        Hold is released, then serve it normally: the way a test makes another client's request
+        overtake this one for certain (a delay only makes it likely on a busy machine)."""
+        hold = Hold()
         with self._lock:
+            self._holds.append(hold)
+            self._rules.append(
+                _Rule(
+                    re.compile(path_regex),
+                    None,
+                    1,
+                    method.upper() if method else None,
+                    "",
+                    hold=hold,
+                )
+            )
+        return hold
+
+    def clear(self) -> None:
+        """Drop all pending request faults (and release any request still held)."""
+        with self._lock:
+            for hold in self._holds:
+                hold.release()
+            self._holds.clear()
             self._rules.clear()
 
     def pending(self) -> int:
@@ -127,6 +168,8 @@ class Faults:
                 break
             else:
                 return None
+        if rule.hold is not None:
+            rule.hold._wait()
         if rule.delay_s:
             time.sleep(rule.delay_s)
         if rule.status is None:
