@@ -1,6 +1,6 @@
 """doctor's node checks: the GPU resource and its device plugin, RDMA resources, taints, node
 selection and whether enough nodes remain for the world asked. Pure: the cluster's Node
-objects (k8s._nodefit places the run on them) and the RunSpec in, Checks out.
+objects (k8s.preflight._nodefit places the run on them) and the RunSpec in, Checks out.
 
 None of these is `certain`: a cluster autoscaler may add the nodes a run lacks, and deploy
 waits --schedule-timeout for it.
