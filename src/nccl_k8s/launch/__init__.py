@@ -1,20 +1,28 @@
 """Starting ranks: locally through torch's elastic launcher (`local`), with the culprit rank
 named from each rank's own exit and fault record. Knows nothing of results or Kubernetes: the
-`run` use case (nccl_k8s.local) composes it with results."""
+`run` use case (nccl_k8s.local) composes it with results.
 
-from nccl_k8s.launch.local import (
-    DEFAULT_CPU_RANKS,
-    MAX_CPU_RANKS_PER_CPU,
-    RUN_FLAGS,
-    LocalRun,
-    check_writable,
-    interruptible,
-    launch,
-    prepare,
-    run_parser,
-    usable_cpus,
-    workdir,
-)
+The names are loaded on first use: every rank starts as `python -m nccl_k8s.launch._rank`, which
+imports this package first, and must reach its PR_SET_PDEATHSIG before anything else is imported
+(nor may the package import _rank before runpy runs it).
+"""
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from nccl_k8s.launch.local import (
+        DEFAULT_CPU_RANKS,
+        MAX_CPU_RANKS_PER_CPU,
+        RUN_FLAGS,
+        LocalRun,
+        check_writable,
+        interruptible,
+        launch,
+        prepare,
+        run_parser,
+        usable_cpus,
+        workdir,
+    )
 
 __all__ = [
     "DEFAULT_CPU_RANKS",
@@ -29,3 +37,11 @@ __all__ = [
     "usable_cpus",
     "workdir",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from nccl_k8s.launch import local
+
+        return getattr(local, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
