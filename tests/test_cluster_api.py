@@ -857,7 +857,7 @@ def sleeper(name: str, node: str | None = None) -> Obj:
             {
                 "name": "main",
                 "image": "python:3.11",
-                "command": ["python", "-c", "import time; time.sleep(60)"],
+                "command": ["python", "-c", "import time; time.sleep(3600)"],
             }
         ],
     }

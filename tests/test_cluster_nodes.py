@@ -374,7 +374,7 @@ def test_taints_and_anti_affinity_are_worded_and_retried_when_nodes_change(
             "3 node(s) didn't match Pod's node affinity/selector."
         )
         tolerating = {"tolerations": [{"key": "dedicated", "operator": "Exists"}], **on_node3}
-        script = "import time; time.sleep(60)"
+        script = "import time; time.sleep(3600)"
         spec = {**tolerating, "container": {"name": "main"}}
         pod = pod_manifest("holder", ns, script, **spec)
         pod["metadata"]["labels"] = {"app": "exclusive"}
@@ -423,7 +423,7 @@ def test_pod_for_an_absent_scheduler_stays_pending_silently(cluster: Cluster, ns
 
 
 def test_kill_pod_fails_a_never_pod_and_restarts_an_always_pod(cluster: Cluster, ns: str) -> None:
-    script = "import time; print('up', flush=True); time.sleep(120)"
+    script = "import time; print('up', flush=True); time.sleep(3600)"
     cluster.store.create("pods", pod_manifest("never", ns, script))
     cluster.store.create("pods", pod_manifest("always", ns, script, restartPolicy="Always"))
     for name in ("never", "always"):
@@ -456,7 +456,7 @@ def test_kill_pod_fails_a_never_pod_and_restarts_an_always_pod(cluster: Cluster,
 def test_node_not_ready_fails_its_pods_and_taints_the_node(cluster: Cluster, ns: str) -> None:
     on_node2 = {"nodeSelector": {"kubernetes.io/hostname": "node-2"}}
     marker = f"marker-{uuid.uuid4().hex}"
-    script = "import time; time.sleep(120)"
+    script = "import time; time.sleep(3600)"
     pod = pod_manifest("victim", ns, script, **on_node2)
     pod["spec"]["containers"][0]["command"].append(marker)
     cluster.store.create("pods", pod)
@@ -1046,7 +1046,7 @@ def test_pod_failure_policy_ignores_pods_lost_with_their_node(
 def test_host_port_conflicts_and_missing_claims_are_worded(cluster: Cluster, ns: str) -> None:
     on_node0 = {"nodeSelector": {"kubernetes.io/hostname": "node-0"}}
     port = {"ports": [{"containerPort": 29400, "hostPort": 29400}]}
-    sleeper = "import time; time.sleep(60)"
+    sleeper = "import time; time.sleep(3600)"
     cluster.store.create("pods", pod_manifest("first", ns, sleeper, container=port, **on_node0))
     wait_for("first bound", lambda: cluster.store.get("pods", ns, "first")["spec"].get("nodeName"))
     cluster.store.create("pods", pod_manifest("second", ns, "pass", container=port, **on_node0))

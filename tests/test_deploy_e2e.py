@@ -14,8 +14,6 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -25,7 +23,7 @@ from typing import Any
 
 import pytest
 from tests.cluster.cluster import Cluster
-from tests.e2e_helpers import cli, engine_zipapp_with, labelled, wait_for
+from tests.e2e_helpers import cli, cli_process, engine_zipapp_with, labelled, wait_for
 from typer.testing import CliRunner
 
 from nccl_k8s.cli.main import app
@@ -74,18 +72,6 @@ def run_id() -> str:
     return f"r-{uuid.uuid4().hex[:6]}"
 
 
-def cli_process(cluster: Cluster, runs: Path, *args: str) -> subprocess.Popen[str]:
-    """`nccl-k8s ARGS` as its own process, for runs that go on while the test acts."""
-    env = dict(cluster.kubectl_env(), NCCL_K8S_RUNS_DIR=str(runs))
-    return subprocess.Popen(
-        [sys.executable, "-c", "from nccl_k8s.cli.main import main; main()", *args],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
 class Writes:
     """Every create/update/delete the store commits in a namespace, seen by subscription."""
 
@@ -115,14 +101,18 @@ def test_two_runs_at_once_then_results_status_logs_cleanup(
         "configmaps", {"metadata": {"name": "users-own", "namespace": ns}, "data": {"k": "v"}}
     )
     a, b = run_id(), run_id()
-    procs = {
-        rid: cli_process(cluster, runs_dir, "deploy", "-n", ns, "--run-id", rid, *ACCEPTANCE)
-        for rid in (a, b)
-    }
+    kubeconfig = ["--kubeconfig", str(cluster.kubeconfig)]
     outs = {}
-    for rid, proc in procs.items():
-        stdout, stderr = proc.communicate(timeout=240)
-        outs[rid] = (proc.returncode, stdout, stderr)
+    with contextlib.ExitStack() as running:  # both deploys at once, each its own process
+        procs = {
+            rid: running.enter_context(
+                cli_process("deploy", "-n", ns, "--run-id", rid, *kubeconfig, *ACCEPTANCE)
+            )
+            for rid in (a, b)
+        }
+        for rid, proc in procs.items():
+            stdout, stderr = proc.communicate(timeout=240)
+            outs[rid] = (proc.returncode, stdout, stderr)
     for rid, (rc, stdout, stderr) in outs.items():
         assert rc == 0, stderr
         assert stdout.strip() == rid
