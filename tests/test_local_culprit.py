@@ -139,6 +139,23 @@ def test_a_culprit_named_in_a_fault_file_is_used_when_processes_name_none(tmp_pa
     assert blame(killed, faults).rank == 1
 
 
+def test_a_named_culprit_that_crashed_is_named_with_its_own_traceback() -> None:
+    # On a busy machine rank 0's heartbeat deadline for rank 1 passes before rank 1's exit is
+    # seen; rank 1's own traceback still says why it stopped (issue 21).
+    heartbeat = Fault(
+        rank=0, culprit=1, host="vm", pid=4241, reason="no heartbeat for 3 s",
+        where="all_reduce 1024 B warm-up",
+    )  # fmt: skip
+    crash = "Traceback (most recent call last):\nRuntimeError: injected NIC failure"
+    facts = [ended(0, 1, 3.1, ECHO), ended(1, 1, 3.0, crash)]
+    exc = blame(facts, [heartbeat])
+    assert exc.rank == 1
+    assert str(exc) == (
+        "rank 1 (pid 4241) failed with exit code 1: RuntimeError: injected NIC failure; "
+        "no heartbeat for 3 s (named by rank 0 in all_reduce 1024 B warm-up)"
+    )
+
+
 def test_the_culprit_most_fault_files_name_wins() -> None:
     def fault(rank: int, culprit: int | None) -> Fault:
         return Fault(rank=rank, culprit=culprit, host="h", pid=None, reason="lost", where="")

@@ -165,7 +165,14 @@ def attribute(facts: Sequence[RankFacts], faults: Iterable[Fault] = ()) -> int:
         raise _failed(culprit, what + _noticed([f for f in failed if f.rank != culprit.rank]))
     found = _from_faults({f.rank: f for f in facts}, faults)
     if found is not None:
-        raise _failed(*found)
+        culprit, what = found
+        own = culprit.message
+        if culprit.exitcode not in (0, None) and not _echo(own) and not _timed_out(own):
+            # Its own crash outranks what a peer saw of it: on a busy machine the peer's
+            # heartbeat deadline can pass before the crashed rank's exit is seen, but the
+            # traceback says why it stopped.
+            what = f"{_how(culprit)}; {what.removeprefix('failed: ')}"
+        raise _failed(culprit, what)
     culprit = _first_failure(facts, failed)
     others = sorted(f.rank for f in failed if f.rank != culprit.rank)
     s = "s" if len(others) > 1 else ""
