@@ -31,6 +31,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import pytest
@@ -217,7 +218,7 @@ def test_sigterm_ends_a_check_and_removes_its_test_runs(cluster: Cluster, namesp
 def _started_by_nccl_k8s() -> bool:
     """Whether the thread being started is started by our code (a frame of nccl_k8s on the
     stack), not by the test cluster's own threads (which serve our requests over HTTP)."""
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     while frame is not None:
         if str(frame.f_globals.get("__name__", "")).startswith("nccl_k8s."):
             return True
@@ -252,7 +253,7 @@ def test_pair_tests_run_on_one_loop_and_one_client_without_threads(
     in_flight: list[dict[str, Any]] = []
     arrived: list[str] = []
     all_there: list[asyncio.Event] = []
-    real_collect = _nodecheck.collect_async
+    real_collect = _nodecheck.collect_async  # type: ignore[attr-defined]  # the seam we wrap
 
     async def collect_async(kc: KubeClient, run_id: str, **kw: Any) -> Any:
         clients.add(id(kc))
