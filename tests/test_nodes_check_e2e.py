@@ -15,16 +15,23 @@ so the healthy check asserts verdicts and exit code only.
 
 Labels and taints are written by the same code path the CLI uses, checked here without a whole
 check: on given verdicts, touching only the key this tool owns.
+
+Issue 19, acceptance 4: the tests of a round run at once as tasks of one event loop over one
+client; no thread is started for them (nor for anything else of the check).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import signal
+import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import pytest
@@ -33,7 +40,9 @@ from tests.conftest import Api
 from tests.e2e_helpers import cli, cli_process, labelled, wait_for
 
 from nccl_k8s.k8s import ClientSettings
+from nccl_k8s.k8s.api._client import KubeClient
 from nccl_k8s.k8s.api._sync import run_sync
+from nccl_k8s.k8s.nodes import _nodecheck
 from nccl_k8s.k8s.nodes._badnodes import Findings, NodeVerdict
 from nccl_k8s.k8s.nodes._nodecheck import _write_verdicts
 from nccl_k8s.results.schema import load
@@ -197,3 +206,78 @@ def test_sigterm_ends_a_check_and_removes_its_test_runs(cluster: Cluster, namesp
     assert proc.returncode == 143, err
     assert err.strip().splitlines()[-1] == "error: interrupted by SIGTERM"
     wait_for("every test run removed", lambda: labelled(cluster, namespace) == [], 30)
+
+
+def _started_by_nccl_k8s() -> bool:
+    """Whether the thread being started is started by our code (a frame of nccl_k8s on the
+    stack), not by the test cluster's own threads (which serve our requests over HTTP)."""
+    frame: FrameType | None = sys._getframe(2)
+    while frame is not None:
+        if str(frame.f_globals.get("__name__", "")).startswith("nccl_k8s."):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def test_pair_tests_run_on_one_loop_and_one_client_without_threads(
+    cluster: Cluster, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    parallel = 3  # 6 nodes: each round-robin round is 3 pairs, all of them at once
+    connects: list[ClientSettings] = []
+    real_connect = KubeClient.connect.__func__  # type: ignore[attr-defined]
+
+    def connect(cls: type[KubeClient], settings: ClientSettings) -> KubeClient:
+        connects.append(settings)
+        return real_connect(cls, settings)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(KubeClient, "connect", classmethod(connect))
+    ours: list[threading.Thread] = []
+    cluster_threads: list[threading.Thread] = []
+    real_start = threading.Thread.start
+
+    def start(self: threading.Thread) -> None:
+        (ours if _started_by_nccl_k8s() else cluster_threads).append(self)
+        real_start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    # Each test of the first round waits at its collect until all of them are there: the
+    # moment the whole round is in flight, when the threads are counted.
+    clients: set[int] = set()
+    in_flight: list[dict[str, Any]] = []
+    arrived: list[str] = []
+    all_there: list[asyncio.Event] = []
+    real_collect = _nodecheck.collect_async  # type: ignore[attr-defined]  # the seam we wrap
+
+    async def collect_async(kc: KubeClient, run_id: str, **kw: Any) -> Any:
+        clients.add(id(kc))
+        if not all_there:
+            all_there.append(asyncio.Event())
+        arrived.append(run_id)
+        if len(arrived) == parallel:
+            extra = [
+                t for t in threading.enumerate() if t not in before and t not in cluster_threads
+            ]
+            jobs = [o for o in labelled(cluster, namespace) if o.startswith("jobs/")]
+            in_flight.append({"tests": list(arrived), "jobs": jobs, "extra_threads": extra})
+            all_there[0].set()
+        await asyncio.wait_for(all_there[0].wait(), CHECK_S)
+        return await real_collect(kc, run_id, **kw)
+
+    monkeypatch.setattr(_nodecheck, "collect_async", collect_async)
+    before = set(threading.enumerate())
+    res = cli(
+        cluster, "nodes", "check", "-n", namespace, "--gpus-per-node", "1", "--threshold", "0.05",
+        "--parallel", str(parallel), "-o", "json", *ENGINE,
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output[res.output.index("{") :])
+    assert len(doc["tests"]) == 6 and all(t["busbw"] for t in doc["tests"]), doc["tests"]
+    # The whole first round was in flight at once (its 3 runs there), on no thread of ours.
+    assert len(in_flight) == 1, in_flight
+    assert len(in_flight[0]["jobs"]) == parallel, in_flight
+    assert in_flight[0]["extra_threads"] == [], in_flight
+    assert [t.name for t in ours] == []  # none started, at any time of the check
+    # One client for the node listing, every test's deploy, collect and cleanup.
+    assert len(connects) == 1, connects
+    assert len(clients) == 1
+    assert labelled(cluster, namespace) == []

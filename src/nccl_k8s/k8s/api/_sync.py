@@ -1,5 +1,7 @@
 """The sync entry points' one bridge to the async client: one event loop and one client per
-call. Every function the facade exports as sync (deploy, status, doctor...) runs through it."""
+call. Every function the facade exports as sync (deploy, status, doctor...) runs through it,
+over its async core (deploy_async, collect_async...); code that composes several of them (the
+bad-node finder) composes the cores inside one call instead, on that call's loop and client."""
 
 from __future__ import annotations
 

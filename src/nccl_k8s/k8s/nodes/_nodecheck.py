@@ -1,5 +1,5 @@
 """`nodes check`: find the bad nodes by 2-node tests. The plan and the verdicts are
-k8s._badnodes' (pure); this module runs the tests and writes the verdicts to the nodes.
+nodes._badnodes' (pure); this module runs the tests and writes the verdicts to the nodes.
 
 Each test is a real run of the deploy flags given, with 2 pods pinned to its two nodes (node
 affinity on metadata.name, RunSpec.node_names): `deploy` follows it to its end (a failed run is
@@ -9,9 +9,12 @@ collective: the plateau of the large sizes, and robust to noise, which only ever
 measurement. A test whose pods could not be scheduled is inconclusive, not a failure of either
 node. The tests of a round run at once, at most `parallel` at a time (different nodes do not
 share what they measure; a test box whose "nodes" share CPUs does, hence --parallel).
+The whole check is one event loop over one client: every test is a task composing the async
+cores of deploy, collect and cleanup (no thread per test), and at most MAX_PARALLEL run at once,
+what the client's one connection pool of 100 carries (a test holds up to STREAMS_PER_TEST).
 
 Candidates: the nodes (of `selector`, or the --node list) where a pod of the run would fit
-(k8s._nodefit: GPUs, RDMA resources, --node-selector, taints, cpu and memory).
+(preflight._nodefit: GPUs, RDMA resources, --node-selector, taints, cpu and memory).
 
 `--label` writes `nccl-k8s/node-check=good|bad` on the nodes with a verdict; `--taint` puts
 `nccl-k8s/bad-node=true:NoSchedule` on bad nodes and takes it off nodes found good. Nothing else
@@ -21,10 +24,11 @@ by the node's resourceVersion); `dry_run` only says what would be done.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
-import queue
+import functools
 import re
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -51,9 +55,10 @@ from nccl_k8s.k8s.nodes._badnodes import (
     verdicts,
 )
 from nccl_k8s.k8s.preflight._nodefit import place
-from nccl_k8s.k8s.run._cleanup import cleanup
-from nccl_k8s.k8s.run._collect import collect
-from nccl_k8s.k8s.run._deploy import deploy
+from nccl_k8s.k8s.run._cleanup import cleanup_async
+from nccl_k8s.k8s.run._collect import collect_async
+from nccl_k8s.k8s.run._deploy import deploy_async
+from nccl_k8s.k8s.run._plumbing import bounded
 from nccl_k8s.k8s.run._settings import WaitSettings
 from nccl_k8s.spec import RUN_ID_MAX_LEN, RunSpec, master_port_for
 
@@ -64,6 +69,14 @@ TAINT: Obj = {"key": TAINT_KEY, "value": "true", "effect": "NoSchedule"}
 CHECK_LABEL = "nccl-k8s/nodes-check"
 
 ProgressFn = Callable[[str], None]
+
+#: Connections one 2-node test holds at most: its deploy follows the run with four watches (the
+#: pods, Job, StatefulSet, events), plus a request (or one of collect's two log fetches, or
+#: cleanup's watch of the pods) beside them.
+STREAMS_PER_TEST = 6
+#: Tests at once over the check's one client, whose pool has httpx's 100 connections; more
+#: would wait for a connection (and time out) rather than run.
+MAX_PARALLEL = 100 // STREAMS_PER_TEST
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,28 +141,28 @@ class _Cancelled(Exception):
 
 
 class _Runner:
-    """Runs 2-node tests (each a deploy, collect, cleanup), at most `parallel` at once, each on
-    a daemon thread: an interrupted check removes its runs and exits without waiting for the
-    threads still following them."""
+    """Runs 2-node tests (each a deploy, collect, cleanup), at most `parallel` at once, each an
+    asyncio task over the check's one client: an interrupted check cancels them, lets those
+    creating their objects finish that, and removes every run it started."""
 
     def __init__(
         self,
+        kc: KubeClient,
         spec: RunSpec,
-        client: ClientSettings,
         settings: WaitSettings,
         runs_dir: Path | None,
         progress: ProgressFn,
     ) -> None:
-        self.spec, self.client, self.settings = spec, client, settings
+        self.kc, self.spec, self.settings = kc, spec, settings
         self.runs_dir, self.progress = runs_dir, progress
         base = spec.run_id[: RUN_ID_MAX_LEN - 6].rstrip("-")
         self.base = base
         self.count = 0
         self.started: list[str] = []
-        self.cancelled = threading.Event()
+        self.cancelled = False
         self._creating: set[str] = set()
         """Runs whose objects are being created: abandon() waits for them, then removes all."""
-        self._cond = threading.Condition()
+        self._tasks: dict[asyncio.Task[PairTest], str] = {}
 
     def _spec(self, a: str, b: str) -> RunSpec:
         self.count += 1
@@ -164,49 +177,42 @@ class _Runner:
             labels=labels,
         )
 
-    def _created(self, rid: str) -> None:
-        with self._cond:
-            self._creating.discard(rid)
-            self._cond.notify_all()
-
-    def _deploy(self, spec: RunSpec) -> None:
+    async def _deploy(self, spec: RunSpec) -> None:
         """deploy --wait, unless the check was interrupted (then _Cancelled, nothing left)."""
         rid = spec.run_id
-        with self._cond:
-            if self.cancelled.is_set():
-                raise _Cancelled(rid)
-            self._creating.add(rid)
+        if self.cancelled:
+            raise _Cancelled(rid)
+        self._creating.add(rid)
 
         def deployed(_: Any) -> None:
-            self._created(rid)
-            if self.cancelled.is_set():
+            self._creating.discard(rid)
+            if self.cancelled:
                 raise _Cancelled(rid)  # stop following: abandon() removes the run
 
         try:
-            deploy(
-                spec, client=self.client, wait=True, wait_settings=self.settings,
-                on_deployed=deployed,
-            )  # fmt: skip
+            await deploy_async(
+                self.kc, spec, wait=True, wait_settings=self.settings, on_deployed=deployed
+            )
         finally:
-            self._created(rid)
+            self._creating.discard(rid)
 
-    def one(self, spec: RunSpec, pass_no: int) -> PairTest:
+    async def one(self, spec: RunSpec, pass_no: int) -> PairTest:
         a, b = spec.node_names
         start = time.monotonic()
         try:
-            self._deploy(spec)
+            await self._deploy(spec)
         except RunFailed as e:
             first = str(e).splitlines()[0].split(" (deleted what this deploy created")[0]
-            # Our own monitor's words (k8s._verdicts) for pods that were never placed.
+            # Our own monitor's words (run._verdicts) for pods that were never placed.
             never_ran = e.node is None and (
                 "cannot be scheduled" in first or "no scheduler has picked up" in first
             )
-            self._remove(spec)  # a test given up on (--test-timeout) is still there
+            await self._remove(spec)  # a test given up on (--test-timeout) is still there
             result = PairResult(a, b, None, error=first, pass_no=pass_no, inconclusive=never_ran)
             return PairTest(result, spec.run_id, time.monotonic() - start, e.node)
         try:
-            got = collect(
-                spec.run_id, client=self.client, namespace=spec.namespace, runs_dir=self.runs_dir
+            got = await collect_async(
+                self.kc, spec.run_id, namespace=spec.namespace, runs_dir=self.runs_dir
             )
             wrong = sum(r.wrong or 0 for r in got.run.rows)
             score = _score(got.run)
@@ -220,54 +226,67 @@ class _Runner:
         except ResultsError as e:
             score, error = None, str(e)
         finally:
-            self._remove(spec)
+            await self._remove(spec)
         result = PairResult(a, b, score if error is None else None, error=error, pass_no=pass_no)
         return PairTest(result, spec.run_id, time.monotonic() - start)
 
-    def _remove(self, spec: RunSpec) -> None:
+    async def _remove(self, spec: RunSpec) -> None:
         try:
-            cleanup(spec.run_id, client=self.client, namespace=spec.namespace, timeout_s=60)
+            await cleanup_async(self.kc, spec.run_id, namespace=spec.namespace, timeout_s=60)
         except NotFound:
             pass  # a failed test's deploy has removed it already
         except ClusterError as e:
             self.progress(f"could not remove test run {spec.run_id}: {e}")
 
-    def run(self, pairs: list[tuple[str, str]], pass_no: int, parallel: int) -> list[PairTest]:
+    async def run(
+        self, pairs: list[tuple[str, str]], pass_no: int, parallel: int
+    ) -> list[PairTest]:
+        """The round's tests, as tasks at most `parallel` at a time; each said as it ends.
+        An error other than a test's own (a failed run is a result) ends the round with it."""
         specs = [self._spec(a, b) for a, b in pairs]
-        slots = threading.Semaphore(max(1, parallel))
-        done: queue.Queue[tuple[int, PairTest | None, BaseException | None]] = queue.Queue()
+        slots = asyncio.Semaphore(max(1, parallel))
 
-        def work(i: int, spec: RunSpec) -> None:
-            try:
-                with slots:
-                    done.put((i, self.one(spec, pass_no), None))
-            except BaseException as e:  # handed to the main thread, which raises it
-                done.put((i, None, e))
+        async def guarded(spec: RunSpec) -> PairTest:
+            async with slots:
+                return await self.one(spec, pass_no)
 
+        order: dict[asyncio.Task[PairTest], int] = {}
         for i, spec in enumerate(specs):
-            name = f"nccl-k8s-test-{spec.run_id}"
-            threading.Thread(target=work, args=(i, spec), name=name, daemon=True).start()
+            task = asyncio.create_task(guarded(spec), name=f"nccl-k8s-test-{spec.run_id}")
+            order[task] = i
+            self._tasks[task] = spec.run_id
         out: list[PairTest | None] = [None] * len(specs)
-        for _ in specs:
-            i, test, error = done.get()
-            if error is not None:
-                raise error
-            assert test is not None
-            self.progress(_said(test))
-            out[i] = test
+        pending = set(order)
+        while pending:
+            # asyncio.wait, not gather: an interrupt cancels this wait, never the tests
+            # themselves, which abandon() ends (letting runs being created finish that).
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for task in sorted(done, key=order.__getitem__):
+                test = task.result()
+                self.progress(_said(test))
+                out[order[task]] = test
         return [t for t in out if t is not None]
 
-    def abandon(self) -> None:
+    async def abandon(self) -> None:
         """Interrupted: stop every test, wait (briefly) for those creating their objects, then
         remove every test run this check started (best effort)."""
-        self.cancelled.set()
-        with self._cond:
-            self._cond.wait_for(lambda: not self._creating, timeout=30)
-        for rid in self.started:
-            try:
-                cleanup(rid, client=self.client, namespace=self.spec.namespace, timeout_s=30)
-            except (ClusterError, UsageError):
-                continue
+        self.cancelled = True
+        live = [t for t in self._tasks if not t.done()]
+        creating = [t for t in live if self._tasks[t] in self._creating]
+        for task in live:
+            if task not in creating:
+                task.cancel()
+        if creating:
+            await asyncio.wait(creating, timeout=30)  # they end with _Cancelled once created
+        for task in creating:
+            task.cancel()
+        await asyncio.gather(*live, return_exceptions=True)
+
+        async def remove(rid: str) -> None:
+            with contextlib.suppress(ClusterError, UsageError):
+                await cleanup_async(self.kc, rid, namespace=self.spec.namespace, timeout_s=30)
+
+        await bounded(MAX_PARALLEL, [functools.partial(remove, rid) for rid in self.started])
 
 
 def _said(t: PairTest) -> str:
@@ -293,10 +312,44 @@ def nodes_check(
     runs_dir: Path | None = None,
     progress: ProgressFn | None = None,
 ) -> NodesChecked:
+    """`nodes_check_async` over a client of its own, on one event loop."""
+    return run_sync(
+        lambda kc: nodes_check_async(
+            kc,
+            spec,
+            selector=selector,
+            parallel=parallel,
+            threshold=threshold,
+            label=label,
+            taint=taint,
+            dry_run=dry_run,
+            wait_settings=wait_settings,
+            runs_dir=runs_dir,
+            progress=progress,
+        ),
+        client,
+    )
+
+
+async def nodes_check_async(
+    kc: KubeClient,
+    spec: RunSpec,
+    *,
+    selector: str | None = None,
+    parallel: int = 4,
+    threshold: float = 0.9,
+    label: bool = False,
+    taint: bool = False,
+    dry_run: bool = False,
+    wait_settings: WaitSettings | None = None,
+    runs_dir: Path | None = None,
+    progress: ProgressFn | None = None,
+) -> NodesChecked:
     """Test the candidate nodes in pairs (two round-robin rounds, then each suspect with a
-    known-good node), give every node a verdict, and with `label`/`taint` write them."""
+    known-good node), give every node a verdict, and with `label`/`taint` write them. Every
+    request goes through `kc`; interrupted (cancelled), it removes the test runs it started."""
     say = progress or (lambda text: None)
-    nodes = run_sync(lambda kc: kc.list("Node", label_selector=selector), client)[0]
+    nodes = (await kc.list("Node", label_selector=selector))[0]
     placement = place(spec, nodes)
     candidates = sorted((v.name for v in placement.eligible), key=_natural)
     left_out = {name: why for name, (_, why) in sorted(placement.dropped.items())}
@@ -308,33 +361,45 @@ def nodes_check(
             f"{spec.gpu_resource} fits; {len(candidates)} of the nodes{where} do ({out})",
             key="--selector",
         )
-    runner = _Runner(spec, client, wait_settings or WaitSettings(), runs_dir, say)
+    if parallel > MAX_PARALLEL:
+        say(
+            f"--parallel {parallel}: {MAX_PARALLEL} tests at once at most (they share one "
+            f"connection pool of 100, up to {STREAMS_PER_TEST} connections a test)"
+        )
+        parallel = MAX_PARALLEL
+    runner = _Runner(kc, spec, wait_settings or WaitSettings(), runs_dir, say)
     try:
-        tests: list[PairTest] = []
-        for i, pairs in enumerate(first_pass(candidates), start=1):
-            say(f"pass 1, round {i}: {', '.join(f'{a} + {b}' for a, b in pairs)}")
-            tests += runner.run(pairs, 1, parallel)
-        results = [t.result for t in tests]
-        sus, good = suspects(candidates, results, threshold)
-        pairs2 = second_pass(sus, good, results)
-        if pairs2:
-            say(f"pass 2: {', '.join(f'{a} + {b}' for a, b in pairs2)}")
-            tests += runner.run(pairs2, 2, parallel)
-        pairs3 = confirm_pass(candidates, [t.result for t in tests], threshold)
-        if pairs3:
-            say(f"pass 3 (slow retests, once more): {', '.join(f'{a} + {b}' for a, b in pairs3)}")
-            tests += runner.run(pairs3, 3, parallel)
+        tests = await _passes(runner, candidates, threshold, parallel, say)
     except BaseException:
-        runner.abandon()
+        await runner.abandon()
         raise
     findings = verdicts(candidates, [t.result for t in tests], threshold)
     actions: list[str] = []
     if label or taint:
-        actions = run_sync(
-            lambda kc: _write_verdicts(kc, findings, label=label, taint=taint, dry_run=dry_run),
-            client,
-        )
+        actions = await _write_verdicts(kc, findings, label=label, taint=taint, dry_run=dry_run)
     return NodesChecked(candidates, left_out, tests, findings, actions, dry_run)
+
+
+async def _passes(
+    runner: _Runner, candidates: list[str], threshold: float, parallel: int, say: ProgressFn
+) -> list[PairTest]:
+    """Pass 1's round-robin rounds, pass 2 (each suspect with a good node), pass 3 (slow
+    retests once more): every test run."""
+    tests: list[PairTest] = []
+    for i, pairs in enumerate(first_pass(candidates), start=1):
+        say(f"pass 1, round {i}: {', '.join(f'{a} + {b}' for a, b in pairs)}")
+        tests += await runner.run(pairs, 1, parallel)
+    results = [t.result for t in tests]
+    sus, good = suspects(candidates, results, threshold)
+    pairs2 = second_pass(sus, good, results)
+    if pairs2:
+        say(f"pass 2: {', '.join(f'{a} + {b}' for a, b in pairs2)}")
+        tests += await runner.run(pairs2, 2, parallel)
+    pairs3 = confirm_pass(candidates, [t.result for t in tests], threshold)
+    if pairs3:
+        say(f"pass 3 (slow retests, once more): {', '.join(f'{a} + {b}' for a, b in pairs3)}")
+        tests += await runner.run(pairs3, 3, parallel)
+    return tests
 
 
 async def _write_verdicts(
@@ -391,9 +456,11 @@ async def _set_taint(kc: KubeClient, node: str, on: bool, *, dry_run: bool) -> s
 __all__ = [
     "CHECK_LABEL",
     "LABEL_KEY",
+    "MAX_PARALLEL",
     "TAINT",
     "TAINT_KEY",
     "NodesChecked",
     "PairTest",
     "nodes_check",
+    "nodes_check_async",
 ]

@@ -47,70 +47,89 @@ def cleanup(
     timeout_s: float = 120.0,
     watch: WatchSettings | None = None,
 ) -> Cleaned:
-    """Delete what nccl-k8s created for run `run_id` (every run's with `all_runs`), workload
-    first, then wait by watch until those pods are gone. Objects that only carry the labels are
-    skipped and listed in `Cleaned.skipped`."""
+    """`cleanup_async` over a client of its own."""
+    _check_which(run_id, all_runs)
+    return run_sync(
+        lambda kc: cleanup_async(
+            kc, run_id, namespace=namespace, all_runs=all_runs, timeout_s=timeout_s, watch=watch
+        ),
+        client,
+    )
+
+
+def _check_which(run_id: str | None, all_runs: bool) -> None:
     if (run_id is None) == (not all_runs):
         raise UsageError("cleanup: expected a run id or all_runs (not both)", key="--run")
 
-    async def main(kc: KubeClient) -> Cleaned:
-        start = time.monotonic()
-        ns = await namespace_of(kc, namespace)
-        labels = run_labels(run_id)
-        found = await _labelled(kc, ns, labels)
-        rids = sorted(found) if all_runs else [str(run_id)]
-        if not all_runs and run_id not in found:
-            raise no_run(kc, ns, str(run_id))
-        deleted: list[str] = []
-        skipped: list[str] = []
-        touched: list[str] = []
-        uids: set[str] = set()
-        for rid in rids:
-            before = len(deleted)
-            objs = found.get(rid, {})
-            workloads = [o for kind in WORKLOADS for o in objs.get(kind, []) if written_by_us(o)]
-            run_uids = {str(w["metadata"]["uid"]) for w in workloads}
-            uids |= run_uids
-            for kind in (*RUN_KINDS, "Pod"):
-                for obj in objs.get(kind, []):
-                    name = str(obj["metadata"]["name"])
-                    if not ours(obj, run_uids):
-                        skipped.append(f"{kind}/{name}: {_why_not(obj)}")
-                        continue
-                    if kind == "Pod":
-                        continue  # its workload's deletion takes it (garbage collection)
-                    try:
-                        # False: already gone with the workload (ownerReferences cascade).
-                        await kc.delete(
-                            kind,
-                            name,
-                            namespace=ns,
-                            propagation="Background",
-                            uid=str(obj["metadata"]["uid"]),
-                        )
-                    except Conflict:
-                        skipped.append(f"{kind}/{name}: replaced by another object meanwhile")
-                        continue
-                    deleted.append(f"{kind}/{name}")
-            if len(deleted) > before:
-                touched.append(rid)
-        left = await wait_pods_gone(
-            kc,
-            ns,
-            set(rids),
-            timeout_s=timeout_s,
-            watch=watch,
-            which=lambda pod: ours(pod, uids),
-        )
-        if left:
-            raise RunFailed(
-                f"{len(left)} pod(s) of {', '.join(rids)} are still terminating after "
-                f"{timeout_s:g}s ({', '.join(left[:4])}{', ...' if len(left) > 4 else ''}; a "
-                "node may be unreachable); their workload is deleted"
-            )
-        return Cleaned(ns, touched, deleted, time.monotonic() - start, skipped)
 
-    return run_sync(main, client)
+async def cleanup_async(
+    kc: KubeClient,
+    run_id: str | None = None,
+    *,
+    namespace: str | None = None,
+    all_runs: bool = False,
+    timeout_s: float = 120.0,
+    watch: WatchSettings | None = None,
+) -> Cleaned:
+    """Delete what nccl-k8s created for run `run_id` (every run's with `all_runs`), workload
+    first, then wait by watch until those pods are gone. Objects that only carry the labels are
+    skipped and listed in `Cleaned.skipped`."""
+    _check_which(run_id, all_runs)
+    start = time.monotonic()
+    ns = await namespace_of(kc, namespace)
+    labels = run_labels(run_id)
+    found = await _labelled(kc, ns, labels)
+    rids = sorted(found) if all_runs else [str(run_id)]
+    if not all_runs and run_id not in found:
+        raise no_run(kc, ns, str(run_id))
+    deleted: list[str] = []
+    skipped: list[str] = []
+    touched: list[str] = []
+    uids: set[str] = set()
+    for rid in rids:
+        before = len(deleted)
+        objs = found.get(rid, {})
+        workloads = [o for kind in WORKLOADS for o in objs.get(kind, []) if written_by_us(o)]
+        run_uids = {str(w["metadata"]["uid"]) for w in workloads}
+        uids |= run_uids
+        for kind in (*RUN_KINDS, "Pod"):
+            for obj in objs.get(kind, []):
+                name = str(obj["metadata"]["name"])
+                if not ours(obj, run_uids):
+                    skipped.append(f"{kind}/{name}: {_why_not(obj)}")
+                    continue
+                if kind == "Pod":
+                    continue  # its workload's deletion takes it (garbage collection)
+                try:
+                    # False: already gone with the workload (ownerReferences cascade).
+                    await kc.delete(
+                        kind,
+                        name,
+                        namespace=ns,
+                        propagation="Background",
+                        uid=str(obj["metadata"]["uid"]),
+                    )
+                except Conflict:
+                    skipped.append(f"{kind}/{name}: replaced by another object meanwhile")
+                    continue
+                deleted.append(f"{kind}/{name}")
+        if len(deleted) > before:
+            touched.append(rid)
+    left = await wait_pods_gone(
+        kc,
+        ns,
+        set(rids),
+        timeout_s=timeout_s,
+        watch=watch,
+        which=lambda pod: ours(pod, uids),
+    )
+    if left:
+        raise RunFailed(
+            f"{len(left)} pod(s) of {', '.join(rids)} are still terminating after "
+            f"{timeout_s:g}s ({', '.join(left[:4])}{', ...' if len(left) > 4 else ''}; a "
+            "node may be unreachable); their workload is deleted"
+        )
+    return Cleaned(ns, touched, deleted, time.monotonic() - start, skipped)
 
 
 def _why_not(obj: Obj) -> str:

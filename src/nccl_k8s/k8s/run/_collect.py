@@ -16,7 +16,6 @@ collect, which is an error (exit 1), never an empty results file.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import functools
@@ -66,6 +65,31 @@ def collect(
     sweep: int | None = None,
     all_sweeps: bool = False,
 ) -> Collected:
+    """`collect_async` over a client of its own."""
+    return run_sync(
+        lambda kc: collect_async(
+            kc,
+            run_id,
+            namespace=namespace,
+            runs_dir=runs_dir,
+            concurrency=concurrency,
+            sweep=sweep,
+            all_sweeps=all_sweeps,
+        ),
+        client,
+    )
+
+
+async def collect_async(
+    kc: KubeClient,
+    run_id: str | None = None,
+    *,
+    namespace: str | None = None,
+    runs_dir: Path | None = None,
+    concurrency: int = 32,
+    sweep: int | None = None,
+    all_sweeps: bool = False,
+) -> Collected:
     """Fetch every pod's log concurrently (at most `concurrency` at once) into
     `<runs_dir>/<run-id>/logs/`, merge the engine's result lines into `results.json` there, and
     diagnose the NCCL lines. A whole log is in memory only while it is in flight (at most
@@ -75,19 +99,10 @@ def collect(
     instead (to `sweep-<N>.json`), `all_sweeps` writes every complete sweep to `sweep-<N>.json`
     and the latest to results.json too. RunFailed (exit 1) when no sweep has ended yet;
     ResultsError when sweep N is not in the log."""
-    # The modules, not the results facade: that one also offers the report (matplotlib).
-    from nccl_k8s.results.diagnose import diagnose_text
-    from nccl_k8s.results.lines import RESULT_PREFIX, blocks, last_block, parse_result_lines
-    from nccl_k8s.results.schema import dump
+    # results' modules, not its facade: that one also offers the report (matplotlib).
     from nccl_k8s.results.store import runs_dir as default_runs_dir
 
-    result_line = re.compile(f"^.*{re.escape(RESULT_PREFIX)}.*$", re.MULTILINE)
-
-    async def main(kc: KubeClient) -> Collected:
-        with span("collect", run_id=run_id, namespace=namespace) as s:
-            return await _collect(kc, s)
-
-    async def _collect(kc: KubeClient, trace: Any) -> Collected:
+    with span("collect", run_id=run_id, namespace=namespace) as trace:
         start = time.monotonic()
         ns = await namespace_of(kc, namespace)
         rid = await resolve_run(kc, ns, run_id)
@@ -100,78 +115,17 @@ def collect(
         base = (runs_dir if runs_dir is not None else default_runs_dir()) / rid
         log_dir = base / "logs"
         log_dir.mkdir(parents=True, exist_ok=True)
-
-        async def one(p: PodInfo) -> tuple[list[list[str]], list[str]]:
-            try:
-                text = await kc.logs(p.name, namespace=ns, container=CONTAINER_NAME)
-            except ClusterError as e:
-                if e.status == 400:  # never started: no log to collect
-                    return [], []
-                raise
-            name = f"rank-{rank_text(p)}-{p.name}.log"
-            await asyncio.to_thread((log_dir / name).write_text, text)
-            # Whole-text regexes (C speed) rather than a Python loop over every line.
-            results = blocks(text, "results") if BLOCK_END in text else []
-            if not results and not continuous and RESULT_PREFIX in text:
-                # An older image, or a run that failed before its block: the scattered lines.
-                scattered = result_line.findall(text)
-                results = [scattered] if scattered else []
-            nccl = last_block(text, "nccl") if BLOCK_END in text else None
-            if nccl is None:
-                nccl = _NCCL_LINE.findall(text) if "NCCL " in text else []
-            return results, nccl
-
-        parts = await bounded(concurrency, [functools.partial(one, p) for p in pods])
+        read = [functools.partial(_read_log, kc, ns, p, log_dir, continuous) for p in pods]
+        parts = await bounded(concurrency, read)
         found = [block for r, _ in parts for block in r]
         if not found:
-            phase = run_phase(workload, pods)
-            if continuous:
-                raise RunFailed(
-                    f"run {rid} ({phase}): no sweep has ended yet, so there are no results to "
-                    f"collect (raw logs in {log_dir}); each sweep's results are printed when it "
-                    f"ends: `nccl-k8s logs --run {rid} --rank 0 -f` shows the current one"
-                )
-            raise ResultsError(
-                f"run {rid} ({phase}): no result lines in the logs of its {len(pods)} pod(s) "
-                f"(raw logs in {log_dir}); rank 0 prints them when its sweep ends",
-                path=str(log_dir),
-            )
-        origin = f"run {rid}"
-        sweeps: list[CollectedSweep] = []
-        for i, lines in enumerate(found):
-            run = parse_result_lines("\n".join(lines), origin=f"{origin} (block {i + 1})")
-            run.meta.run_id = rid
-            name_nodes(run, pods)
-            sweeps.append(CollectedSweep(run.meta.sweep, run, None))
-        chosen = sweeps[-1]
-        if sweep is not None:
-            match = [s for s in sweeps if s.index == sweep]
-            if not match:
-                have = [s.index for s in sweeps if s.index is not None]
-                which = (
-                    f"sweeps {have[0]} to {have[-1]} are ({len(have)} complete)"
-                    if have
-                    else "it holds a run of one sweep"
-                )
-                raise ResultsError(
-                    f"--sweep {sweep}: run {rid} has no complete sweep {sweep} in its log: "
-                    f"{which} (older ones are gone with log rotation or a restarted pod)",
-                    path=str(log_dir),
-                )
-            chosen = match[-1]
-        written: list[CollectedSweep] = []
-        for s in sweeps:
-            if all_sweeps or (sweep is not None and s is chosen):
-                name = f"sweep-{s.index}.json" if s.index is not None else "results.json"
-                written.append(dataclasses.replace(s, path=dump(s.run, base / name)))
-        path = dump(chosen.run, base / "results.json") if sweep is None else None
+            raise _nothing_yet(rid, run_phase(workload, pods), len(pods), log_dir, continuous)
+        sweeps = _parse_sweeps(found, rid, pods)
+        chosen = _chosen(sweeps, sweep, rid, log_dir)
+        written = _write_sweeps(sweeps, chosen, base, sweep=sweep, all_sweeps=all_sweeps)
+        path = _dump(chosen.run, base / "results.json") if sweep is None else None
         if path is None:
             path = next(w.path for w in written if w.run is chosen.run and w.path is not None)
-        nccl_texts = ["\n".join(n) for _, n in parts if n]
-        diagnosis = None
-        if nccl_texts:
-            with contextlib.suppress(ResultsError):
-                diagnosis = diagnose_text(nccl_texts)
         return Collected(
             rid,
             ns,
@@ -179,9 +133,130 @@ def collect(
             path,
             log_dir,
             len(pods),
-            diagnosis,
+            _diagnose([nccl for _, nccl in parts]),
             time.monotonic() - start,
             sweeps=written if all_sweeps else [],
         )
 
-    return run_sync(main, client)
+
+@functools.cache
+def _result_line() -> re.Pattern[str]:
+    from nccl_k8s.results.lines import RESULT_PREFIX
+
+    return re.compile(f"^.*{re.escape(RESULT_PREFIX)}.*$", re.MULTILINE)
+
+
+async def _read_log(
+    kc: KubeClient, ns: str, p: PodInfo, log_dir: Path, continuous: bool
+) -> tuple[list[list[str]], list[str]]:
+    """Fetch one pod's log into `log_dir`; its result blocks (each a list of result lines)
+    and its NCCL lines."""
+    from nccl_k8s.results.lines import RESULT_PREFIX, blocks, last_block
+
+    try:
+        text = await kc.logs(p.name, namespace=ns, container=CONTAINER_NAME)
+    except ClusterError as e:
+        if e.status == 400:  # never started: no log to collect
+            return [], []
+        raise
+    # Written in the loop, not a worker thread: a page-cache write costs less than the regexes
+    # below that run here anyway, and `nodes check` composes collects without threads.
+    (log_dir / f"rank-{rank_text(p)}-{p.name}.log").write_text(text)
+    # Whole-text regexes (C speed) rather than a Python loop over every line.
+    results = blocks(text, "results") if BLOCK_END in text else []
+    if not results and not continuous and RESULT_PREFIX in text:
+        # An older image, or a run that failed before its block: the scattered lines.
+        scattered = _result_line().findall(text)
+        results = [scattered] if scattered else []
+    nccl = last_block(text, "nccl") if BLOCK_END in text else None
+    if nccl is None:
+        nccl = _NCCL_LINE.findall(text) if "NCCL " in text else []
+    return results, nccl
+
+
+def _nothing_yet(
+    rid: str, phase: str, pods: int, log_dir: Path, continuous: bool
+) -> RunFailed | ResultsError:
+    """No results block in any log: a continuous run's first sweep has not ended (RunFailed),
+    or a run printed no result lines (ResultsError)."""
+    if continuous:
+        return RunFailed(
+            f"run {rid} ({phase}): no sweep has ended yet, so there are no results to "
+            f"collect (raw logs in {log_dir}); each sweep's results are printed when it "
+            f"ends: `nccl-k8s logs --run {rid} --rank 0 -f` shows the current one"
+        )
+    return ResultsError(
+        f"run {rid} ({phase}): no result lines in the logs of its {pods} pod(s) "
+        f"(raw logs in {log_dir}); rank 0 prints them when its sweep ends",
+        path=str(log_dir),
+    )
+
+
+def _parse_sweeps(found: list[list[str]], rid: str, pods: list[PodInfo]) -> list[CollectedSweep]:
+    """Each results block as a run, its ranks' nodes named."""
+    from nccl_k8s.results.lines import parse_result_lines
+
+    sweeps: list[CollectedSweep] = []
+    for i, lines in enumerate(found):
+        run = parse_result_lines("\n".join(lines), origin=f"run {rid} (block {i + 1})")
+        run.meta.run_id = rid
+        name_nodes(run, pods)
+        sweeps.append(CollectedSweep(run.meta.sweep, run, None))
+    return sweeps
+
+
+def _chosen(
+    sweeps: list[CollectedSweep], sweep: int | None, rid: str, log_dir: Path
+) -> CollectedSweep:
+    """The latest sweep, or sweep number `sweep` (ResultsError when the log has not got it)."""
+    if sweep is None:
+        return sweeps[-1]
+    match = [s for s in sweeps if s.index == sweep]
+    if match:
+        return match[-1]
+    have = [s.index for s in sweeps if s.index is not None]
+    which = (
+        f"sweeps {have[0]} to {have[-1]} are ({len(have)} complete)"
+        if have
+        else "it holds a run of one sweep"
+    )
+    raise ResultsError(
+        f"--sweep {sweep}: run {rid} has no complete sweep {sweep} in its log: "
+        f"{which} (older ones are gone with log rotation or a restarted pod)",
+        path=str(log_dir),
+    )
+
+
+def _write_sweeps(
+    sweeps: list[CollectedSweep],
+    chosen: CollectedSweep,
+    base: Path,
+    *,
+    sweep: int | None,
+    all_sweeps: bool,
+) -> list[CollectedSweep]:
+    """Write sweep-<N>.json for every sweep (`all_sweeps`) or the one asked for (`sweep`)."""
+    written: list[CollectedSweep] = []
+    for s in sweeps:
+        if all_sweeps or (sweep is not None and s is chosen):
+            name = f"sweep-{s.index}.json" if s.index is not None else "results.json"
+            written.append(dataclasses.replace(s, path=_dump(s.run, base / name)))
+    return written
+
+
+def _dump(run: Any, path: Path) -> Path:
+    from nccl_k8s.results.schema import dump
+
+    return dump(run, path)
+
+
+def _diagnose(nccl_lines: list[list[str]]) -> Any:
+    """The diagnosis of the pods' NCCL lines; None without any (or when they say nothing)."""
+    from nccl_k8s.results.diagnose import diagnose_text
+
+    texts = ["\n".join(n) for n in nccl_lines if n]
+    if not texts:
+        return None
+    with contextlib.suppress(ResultsError):
+        return diagnose_text(texts)
+    return None

@@ -46,6 +46,36 @@ def deploy(
     progress: ProgressFn | None = None,
     on_deployed: Callable[[Deployed], None] | None = None,
 ) -> tuple[Deployed, WaitOutcome | None]:
+    """Create the run's objects; with `wait`, follow it until it ends (`deploy_async` over a
+    client of its own)."""
+    return run_sync(
+        lambda kc: deploy_async(
+            kc,
+            spec,
+            create_namespace=create_namespace,
+            wait=wait,
+            wait_settings=wait_settings,
+            keep_on_failure=keep_on_failure,
+            bundle_on_failure=bundle_on_failure,
+            progress=progress,
+            on_deployed=on_deployed,
+        ),
+        client,
+    )
+
+
+async def deploy_async(
+    kc: KubeClient,
+    spec: RunSpec,
+    *,
+    create_namespace: bool = False,
+    wait: bool = True,
+    wait_settings: WaitSettings | None = None,
+    keep_on_failure: bool = False,
+    bundle_on_failure: Path | None = None,
+    progress: ProgressFn | None = None,
+    on_deployed: Callable[[Deployed], None] | None = None,
+) -> tuple[Deployed, WaitOutcome | None]:
     """Create the run's objects; with `wait`, follow it until it ends.
 
     A run that fails while followed (a rank failed or was lost, pods unschedulable past the
@@ -53,20 +83,17 @@ def deploy(
     (and its pods waited for), or with `keep_on_failure` kept with its ranks stopped; RunFailed
     says which; with `bundle_on_failure`, the debug bundle is written there first, while the
     whole run is still there. When waiting itself fails (the API server goes away), the
-    ClusterError says the run keeps going and how to follow it again."""
-
-    async def main(kc: KubeClient) -> tuple[Deployed, WaitOutcome | None]:
-        ns = spec.namespace or kc.namespace
-        with span("deploy", run_id=spec.run_id, namespace=ns, **_span_attributes(spec)):
-            with span("apply", run_id=spec.run_id, namespace=ns):
-                deployed = await _deploy(kc, spec, create_namespace=create_namespace)
-            if on_deployed is not None:
-                on_deployed(deployed)
-            if not wait:
-                return deployed, None
-            return deployed, await _follow(kc, deployed)
-
-    async def _follow(kc: KubeClient, deployed: Deployed) -> WaitOutcome:
+    ClusterError says the run keeps going and how to follow it again. `on_deployed` hears of
+    the run once all its objects exist (an exception it raises ends the deploy there, the run
+    left as it is)."""
+    ns = spec.namespace or kc.namespace
+    with span("deploy", run_id=spec.run_id, namespace=ns, **_span_attributes(spec)):
+        with span("apply", run_id=spec.run_id, namespace=ns):
+            deployed = await _deploy(kc, spec, create_namespace=create_namespace)
+        if on_deployed is not None:
+            on_deployed(deployed)
+        if not wait:
+            return deployed, None
         before = None
         if bundle_on_failure is not None:
             before = functools.partial(
@@ -76,7 +103,7 @@ def deploy(
             stop=True, delete=None if keep_on_failure else deployed.created, before=before
         )
         try:
-            return await follow_run(
+            outcome = await follow_run(
                 kc,
                 deployed.namespace,
                 spec.run_id,
@@ -88,8 +115,7 @@ def deploy(
             )
         except ClusterError as e:
             raise _still_running(e, deployed) from e
-
-    return run_sync(main, client)
+        return deployed, outcome
 
 
 def _span_attributes(spec: RunSpec) -> dict[str, object]:

@@ -113,72 +113,101 @@ async def _follow_run(
     pods_now, _ = await kc.list("Pod", namespace=ns, labels=run_labels(rid))
     if not pods_now and await get_workload(kc, ns, rid) is None:
         raise no_run(kc, ns, rid)
-    queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
-    following: dict[str, asyncio.Task[None]] = {}
-    ended: set[str] = set()
-    told: dict[str, str] = {}
+    f = _LogFollower(kc, ns, rank, tail, on_line, on_wait)
 
     async def pump() -> None:
         source = ListWatch(kc, "Pod", ns, run_labels(rid))
         try:
             async with contextlib.aclosing(informer(source)) as updates:
                 async for update in updates:
-                    await queue.put(("pods", update.objects))
+                    await f.queue.put(("pods", update.objects))
         except Exception as e:
-            await queue.put(("error", e))
-
-    async def one(p: PodInfo) -> None:
-        try:
-            async for line in kc.follow_logs(
-                p.name, namespace=ns, container=CONTAINER_NAME, tail_lines=tail
-            ):
-                on_line(p.rank, line.rstrip("\n"))
-        except ClusterError as e:
-            if e.status != 400:
-                await queue.put(("error", e))
-                return
-            await queue.put(("retry", p.name))  # raced its start: follow on the next change
-            return
-        await queue.put(("ended", p.name))
+            await f.queue.put(("error", e))
 
     watcher = asyncio.create_task(pump())
     try:
         current: list[PodInfo] = []
         while True:
-            what, value = await queue.get()
+            what, value = await f.queue.get()
             if what == "error":
                 raise value
             if what == "ended":
-                ended.add(value)
+                f.ended.add(value)
             elif what == "retry":
-                following.pop(value, None)
+                f.following.pop(value, None)
             else:
-                objs: dict[str, Obj] = value
-                current = [
-                    p
-                    for p in latest_per_rank(pod_info(o) for o in objs.values())
-                    if rank is None or p.rank == rank
-                ]
-                if not current and not following and "" not in told:
-                    told[""] = "none"
-                    which = "pods" if rank is None else f"pod of rank {rank}"
-                    on_wait(rank, f"waiting: no {which} yet (the workload has not created it)")
-                for p in current:
-                    if p.name in following:
-                        continue
-                    if started(objs[p.name]):
-                        following[p.name] = asyncio.create_task(one(p))
-                    elif p.phase in ("Succeeded", "Failed"):  # ended without ever running
-                        following[p.name] = asyncio.create_task(asyncio.sleep(0))
-                        ended.add(p.name)
-                        on_wait(p.rank, f"no log: it ended without running ({waiting_words(p)})")
-                    elif told.get(p.name) != (why := waiting_words(p)):
-                        told[p.name] = why
-                        on_wait(p.rank, f"waiting: {why}")
+                current = f.take(value)
             # Done when every stream followed has ended and no rank's pod is still to start.
-            if following and set(following) <= ended and all(p.name in following for p in current):
+            following = f.following
+            if (
+                following
+                and set(following) <= f.ended
+                and all(p.name in following for p in current)
+            ):
                 return
     finally:
-        for task in [watcher, *following.values()]:
+        for task in [watcher, *f.following.values()]:
             task.cancel()
-        await asyncio.gather(watcher, *following.values(), return_exceptions=True)
+        await asyncio.gather(watcher, *f.following.values(), return_exceptions=True)
+
+
+class _LogFollower:
+    """`logs -f`'s state: the pods whose log is followed (a task each), those ended, what was
+    said of each pod still waiting to start."""
+
+    def __init__(
+        self,
+        kc: KubeClient,
+        ns: str,
+        rank: int | None,
+        tail: int | None,
+        on_line: LineFn,
+        on_wait: LineFn,
+    ) -> None:
+        self.kc, self.ns, self.rank, self.tail = kc, ns, rank, tail
+        self.on_line, self.on_wait = on_line, on_wait
+        self.queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        self.following: dict[str, asyncio.Task[None]] = {}
+        self.ended: set[str] = set()
+        self.told: dict[str, str] = {}
+
+    def take(self, objs: dict[str, Obj]) -> list[PodInfo]:
+        """A change of the run's pods: follow each rank's pod once it runs, say why the others
+        wait (once per change); the current pod of each rank."""
+        rank, on_wait = self.rank, self.on_wait
+        current = [
+            p
+            for p in latest_per_rank(pod_info(o) for o in objs.values())
+            if rank is None or p.rank == rank
+        ]
+        if not current and not self.following and "" not in self.told:
+            self.told[""] = "none"
+            which = "pods" if rank is None else f"pod of rank {rank}"
+            on_wait(rank, f"waiting: no {which} yet (the workload has not created it)")
+        for p in current:
+            if p.name in self.following:
+                continue
+            if started(objs[p.name]):
+                self.following[p.name] = asyncio.create_task(self._one(p))
+            elif p.phase in ("Succeeded", "Failed"):  # ended without ever running
+                self.following[p.name] = asyncio.create_task(asyncio.sleep(0))
+                self.ended.add(p.name)
+                on_wait(p.rank, f"no log: it ended without running ({waiting_words(p)})")
+            elif self.told.get(p.name) != (why := waiting_words(p)):
+                self.told[p.name] = why
+                on_wait(p.rank, f"waiting: {why}")
+        return current
+
+    async def _one(self, p: PodInfo) -> None:
+        try:
+            async for line in self.kc.follow_logs(
+                p.name, namespace=self.ns, container=CONTAINER_NAME, tail_lines=self.tail
+            ):
+                self.on_line(p.rank, line.rstrip("\n"))
+        except ClusterError as e:
+            if e.status != 400:
+                await self.queue.put(("error", e))
+                return
+            await self.queue.put(("retry", p.name))  # raced its start: follow on the next change
+            return
+        await self.queue.put(("ended", p.name))

@@ -152,124 +152,169 @@ async def follow_run(
     """Follow the run until it succeeds (the outcome), fails (RunFailed naming the culprit,
     after `ending`), or `settings.timeout_s` passes (RunFailed: it keeps running). `security`
     is the run's --security profile, named when Pod Security admission refuses its pods."""
-    ending = ending or Ending()
+    f = _Follower(kc, namespace, run_id, expected, settings, progress, ending or Ending())
+    f.security = security
     labels = run_labels(run_id)
-    queue: asyncio.Queue[Any] = asyncio.Queue()
     sources: list[tuple[str, ListWatch, bool]] = [
         (kind, ListWatch(kc, kind, namespace, labels), False)
         for kind in ("Pod", "Job", "StatefulSet")
     ]
-    sources.append(
-        (
-            "Event",
-            ListWatch(kc, "Event", namespace, {}, fields={"involvedObject.name": run_id}),
-            True,
-        )
-    )
-    tasks = [
-        asyncio.create_task(_pump(name, informer(src, settings.watch), queue, optional=opt))
+    events = ListWatch(kc, "Event", namespace, {}, fields={"involvedObject.name": run_id})
+    sources.append(("Event", events, True))
+    f.tasks = [
+        asyncio.create_task(_pump(name, informer(src, settings.watch), f.queue, optional=opt))
         for name, src, opt in sources
     ]
-    start = time.monotonic()
-    run = RunState(run_id)
-    scheduler_checked = False
-    failing_since: float | None = None
-    end = _Ender(kc, namespace, run_id, ending, settings)
-    # Rank 0's log, followed once its container runs (only when someone looks: the live summary
-    # or a trace): what it measures, and when the ranks met (the rendezvous phase ends there).
-    rank0 = RankZeroLog()
-    want_log = progress is not None or tracing_enabled()
-    following = False
-    phases = Phases(run_id=run_id, namespace=namespace)
-    phases.enter("schedule")
+    f.phases.enter("schedule")
     try:
         while True:
             try:
-                source, update = await within(queue.get(), settings.tick_s)
+                source, update = await within(f.queue.get(), settings.tick_s)
             except asyncio.TimeoutError:
                 source, update = "tick", None
             if source == "error":
                 raise update
             if update is not None:
-                run.take(source, update)
-            now = time.monotonic()
-            elapsed = now - start
-            infos = [pod_info(p) for p in run.pods.values()]
-            current = latest_per_rank(infos)
-            workload = run.workload()
-            counts = phase_counts(current)
-            first = next((p for p in current if p.rank == 0), None)
-            if want_log and not following and first is not None:
-                pod = run.pods.get(first.name)
-                if pod is not None and started(pod):
-                    following = True
-                    tasks.append(
-                        asyncio.create_task(_follow_rank0(kc, namespace, first.name, rank0, queue))
-                    )
-            phases.enter(phase_of(current, expected, joined=rank0.joined))
-            if progress is not None:
-                progress(
-                    Progress(
-                        run_id, namespace, elapsed, counts, expected, _note(workload),
-                        stages=stages(current), rank0=rank0.text(),
-                    )
-                )  # fmt: skip
-
-            gone = run.vanished()
-            if gone is not None:
-                raise RunFailed(gone)
-            event = run.failed_create()
-            if event is not None and workload is not None and len(current) < expected:
-                raise await end(
-                    failed_create(run_id, namespace, workload, event, security), workload, []
-                )
-
-            is_job = workload is not None and workload.get("kind") == "Job"
-            failed = [p for p in current if _fatal(p, workload)]
-            lost_members = [
-                n for n, p in run.seen.items() if is_job and started(p) and lost(p) is not None
-            ]
-            job_failed = workload is not None and condition(workload, "Failed") is not None
-            if failed or job_failed or lost_members:
-                if failing_since is None:
-                    failing_since = now
-                if now - failing_since >= settings.failure_settle_s or job_failed:
-                    headline, tail, fields = await failure(kc, namespace, run, settings)
-                    raise await end(RunFailed(headline, **fields), workload, tail)
-                continue
-
-            phase = run_phase(workload, infos) if workload else "Pending"
-            if phase == "Succeeded" or (
-                workload is not None
-                and workload.get("kind") == "StatefulSet"
-                and phase == "Running"
-            ):
-                return WaitOutcome(run_id, namespace, phase, _took(workload, elapsed), current)
-
-            waited = await out_of_patience(kc, namespace, run, current, now, settings)
-            if waited is not None:
-                raise await end(waited, workload, [])
-            if settings.timeout_s is not None and elapsed >= settings.timeout_s:
-                raise RunFailed(
-                    f"run {run_id} has not finished after {settings.timeout_s:g}s ("
-                    + ", ".join(f"{v} {k}" for k, v in counts.items() if v)
-                    + f"); it keeps running: `nccl-k8s wait --run {run_id}` follows it again, "
-                    f"`nccl-k8s status --run {run_id}`, `nccl-k8s cleanup --run {run_id}`"
-                )
-            check_at = min(settings.scheduler_check_s, settings.schedule_timeout_s)
-            if not scheduler_checked and elapsed >= check_at:
-                scheduler_checked = True
-                absent = await check_scheduled(kc, namespace, run_id, workload, current, elapsed)
-                if absent is not None:
-                    raise await end(absent, workload, [])
+                f.run.take(source, update)
+            outcome = await f.step()
+            if outcome is not None:
+                return outcome
     except BaseException as e:
-        phases.close(e)
+        f.phases.close(e)
         raise
     finally:
-        phases.close()
-        for task in tasks:
+        f.phases.close()
+        for task in f.tasks:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*f.tasks, return_exceptions=True)
+
+
+class _Follower:
+    """follow_run's state between updates, and what it decides on each (`step`)."""
+
+    def __init__(
+        self,
+        kc: KubeClient,
+        namespace: str,
+        run_id: str,
+        expected: int,
+        settings: WaitSettings,
+        progress: ProgressFn | None,
+        ending: Ending,
+    ) -> None:
+        self.kc, self.namespace, self.run_id = kc, namespace, run_id
+        self.expected, self.settings, self.progress = expected, settings, progress
+        self.security: str | None = None
+        self.queue: asyncio.Queue[Any] = asyncio.Queue()
+        self.tasks: list[asyncio.Task[None]] = []
+        self.start = time.monotonic()
+        self.run = RunState(run_id)
+        self.scheduler_checked = False
+        self.failing_since: float | None = None
+        self.end = _Ender(kc, namespace, run_id, ending, settings)
+        # Rank 0's log, followed once its container runs (only when someone looks: the live
+        # summary or a trace): what it measures, and when the ranks met (the rendezvous phase
+        # ends there).
+        self.rank0 = RankZeroLog()
+        self.want_log = progress is not None or tracing_enabled()
+        self.following = False
+        self.phases = Phases(run_id=run_id, namespace=namespace)
+
+    async def step(self) -> WaitOutcome | None:
+        """Look at the run as it is now: the outcome when it succeeded, None to go on
+        waiting; RunFailed (the run ended as `Ending` says) when it failed or patience ran
+        out."""
+        now = time.monotonic()
+        elapsed = now - self.start
+        infos = [pod_info(p) for p in self.run.pods.values()]
+        current = latest_per_rank(infos)
+        workload = self.run.workload()
+        counts = phase_counts(current)
+        self._observe(current, workload, counts, elapsed)
+        if await self._failing(current, workload, now):
+            return None  # it is ended once the failure has settled
+        phase = run_phase(workload, infos) if workload else "Pending"
+        if phase == "Succeeded" or (
+            workload is not None and workload.get("kind") == "StatefulSet" and phase == "Running"
+        ):
+            return WaitOutcome(
+                self.run_id, self.namespace, phase, _took(workload, elapsed), current
+            )
+        await self._check_patience(current, workload, counts, now, elapsed)
+        return None
+
+    def _observe(
+        self, current: list[PodInfo], workload: Obj | None, counts: dict[str, int], elapsed: float
+    ) -> None:
+        """Follow rank 0's log once it runs, enter the trace's phase, tell the live summary."""
+        first = next((p for p in current if p.rank == 0), None)
+        if self.want_log and not self.following and first is not None:
+            pod = self.run.pods.get(first.name)
+            if pod is not None and started(pod):
+                self.following = True
+                follow = _follow_rank0(self.kc, self.namespace, first.name, self.rank0, self.queue)
+                self.tasks.append(asyncio.create_task(follow))
+        self.phases.enter(phase_of(current, self.expected, joined=self.rank0.joined))
+        if self.progress is not None:
+            self.progress(
+                Progress(
+                    self.run_id, self.namespace, elapsed, counts, self.expected, _note(workload),
+                    stages=stages(current), rank0=self.rank0.text(),
+                )
+            )  # fmt: skip
+
+    async def _failing(self, current: list[PodInfo], workload: Obj | None, now: float) -> bool:
+        """Raise when the run is gone or has failed (a failed rank, a lost member, the Job's
+        Failed condition) for `failure_settle_s` (counted from the first failure seen);
+        whether it is failing now."""
+        gone = self.run.vanished()
+        if gone is not None:
+            raise RunFailed(gone)
+        event = self.run.failed_create()
+        if event is not None and workload is not None and len(current) < self.expected:
+            refused = failed_create(self.run_id, self.namespace, workload, event, self.security)
+            raise await self.end(refused, workload, [])
+        is_job = workload is not None and workload.get("kind") == "Job"
+        failed = [p for p in current if _fatal(p, workload)]
+        lost_members = [
+            n for n, p in self.run.seen.items() if is_job and started(p) and lost(p) is not None
+        ]
+        job_failed = workload is not None and condition(workload, "Failed") is not None
+        if not (failed or job_failed or lost_members):
+            return False
+        if self.failing_since is None:
+            self.failing_since = now
+        if now - self.failing_since >= self.settings.failure_settle_s or job_failed:
+            headline, tail, fields = await failure(self.kc, self.namespace, self.run, self.settings)
+            raise await self.end(RunFailed(headline, **fields), workload, tail)
+        return True
+
+    async def _check_patience(
+        self,
+        current: list[PodInfo],
+        workload: Obj | None,
+        counts: dict[str, int],
+        now: float,
+        elapsed: float,
+    ) -> None:
+        """Raise when a patience ran out: a pod's, --timeout's, or no scheduler at all."""
+        rid, settings = self.run_id, self.settings
+        waited = await out_of_patience(self.kc, self.namespace, self.run, current, now, settings)
+        if waited is not None:
+            raise await self.end(waited, workload, [])
+        if settings.timeout_s is not None and elapsed >= settings.timeout_s:
+            raise RunFailed(
+                f"run {rid} has not finished after {settings.timeout_s:g}s ("
+                + ", ".join(f"{v} {k}" for k, v in counts.items() if v)
+                + f"); it keeps running: `nccl-k8s wait --run {rid}` follows it again, "
+                f"`nccl-k8s status --run {rid}`, `nccl-k8s cleanup --run {rid}`"
+            )
+        check_at = min(settings.scheduler_check_s, settings.schedule_timeout_s)
+        if not self.scheduler_checked and elapsed >= check_at:
+            self.scheduler_checked = True
+            absent = await check_scheduled(self.kc, self.namespace, rid, workload, current, elapsed)
+            if absent is not None:
+                raise await self.end(absent, workload, [])
 
 
 async def _follow_rank0(
