@@ -255,20 +255,10 @@ def _print_sweeps(got: Collected, fmt: str) -> None:
     """--all-sweeps: one line per sweep (time, verdict, each op's average busbw)."""
     import json
 
-    series = []
-    for s in got.sweeps:
-        meta = s.run.meta
-        series.append(
-            {
-                "sweep": meta.sweep,
-                "time": meta.time,
-                "ok": s.ok,
-                "avg_busbw": {x.op: x.avg_busbw for x in s.run.summaries},
-                "path": str(s.path),
-            }
-        )
+    doc = got.sweeps_to_dict()
+    series = doc["sweeps"]
     if fmt == "json":
-        typer.echo(json.dumps({"run_id": got.run_id, "sweeps": series}, indent=1))
+        typer.echo(json.dumps(doc, indent=1))
         return
     ops = list(dict.fromkeys(op for x in series for op in x["avg_busbw"]))
     rows: list[tuple[str, ...]] = [("SWEEP", "TIME", "RESULT", *(f"{op} GB/s" for op in ops))]

@@ -127,6 +127,17 @@ class CollectedSweep:
         """Whether the sweep passed: no op's footer said its check FAILED."""
         return all(s.ok is not False for s in self.run.summaries)
 
+    def to_dict(self) -> dict[str, Any]:
+        """One sweep as `results --all-sweeps -o json` shows it."""
+        meta = self.run.meta
+        return {
+            "sweep": meta.sweep,
+            "time": meta.time,
+            "ok": self.ok,
+            "avg_busbw": {x.op: x.avg_busbw for x in self.run.summaries},
+            "path": str(self.path),
+        }
+
 
 @dataclasses.dataclass(frozen=True)
 class Collected:
@@ -142,6 +153,10 @@ class Collected:
     elapsed_s: float
     sweeps: list[CollectedSweep] = dataclasses.field(default_factory=list)
     """With all_sweeps: every complete sweep in the log, oldest first."""
+
+    def sweeps_to_dict(self) -> dict[str, Any]:
+        """`results --all-sweeps -o json`: the run id and each sweep's verdict and averages."""
+        return {"run_id": self.run_id, "sweeps": [s.to_dict() for s in self.sweeps]}
 
 
 @dataclasses.dataclass(frozen=True)
