@@ -35,7 +35,8 @@ for i in $(seq "$runs"); do
   (cd "$clone" && make test) >"$out/run-$i.log" 2>&1
   rc=$?
   wall=$(($(date +%s) - start))
-  closing=$(grep -E '^=+ .*(passed|failed).* =+$' "$out/run-$i.log" | tail -n 1 | tr -d '=' | sed 's/^ *//; s/ *$//')
+  # pytest -q's closing line ("1 failed, 1118 passed in 738.87s (0:12:18)"), with or without ='s
+  closing=$(grep -E '(passed|failed).* in [0-9.]+s' "$out/run-$i.log" | tail -n 1 | tr -d '=' | sed 's/^ *//; s/ *$//')
   printf '%s\t%s\t%s\t%s\n' "$i" "$rc" "$wall" "$closing" >>"$out/runs.tsv"
   [ "$rc" -eq 0 ] || failed=1
 done
