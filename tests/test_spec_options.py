@@ -15,7 +15,7 @@ from nccl_k8s.errors import UsageError
 from nccl_k8s.spec import OPTION_BY_NAME, OPTIONS, RunSpec, build_run_spec
 
 #: Fields no option sets: build_run_spec derives them (from the run id, from the engine flags).
-DERIVED = {"master_port", "engine_args"}
+DERIVED = {"master_port", "engine_args", "given"}
 
 #: Every option given (values the parsers accept), but --interval: this is a job, and the
 #: statefulset case below gives it.
@@ -31,7 +31,7 @@ EVERY_OPTION: dict[str, object] = {
     "security": "host", "queue": "gpu-queue", "gang": "volcano", "priority_class": "high",
     "runtime_class": "nvidia",
     "active_deadline": "2h", "ttl": "10m", "rendezvous_timeout": "5m", "metrics_port": "9400",
-    "pod_monitor": True,
+    "pod_monitor": True, "platform": "generic", "instance_type": "p5.48xlarge",
 }  # fmt: skip
 
 
@@ -60,6 +60,8 @@ def _conforms(value: object, hint: Any) -> bool:
         return value in args
     if origin in (Union, types.UnionType):
         return any(_conforms(value, a) for a in args)
+    if origin is frozenset:
+        return isinstance(value, frozenset) and all(_conforms(v, args[0]) for v in value)
     if origin is tuple:
         if not isinstance(value, tuple):
             return False

@@ -12,7 +12,7 @@ generated run id, both overridable for tests.
 
 from __future__ import annotations
 
-from nccl_k8s.spec._build import build_run_spec
+from nccl_k8s.spec._build import build_run_spec, missing_devices, with_platform
 from nccl_k8s.spec._gangs import GANGS, Gang, GangScheduler
 from nccl_k8s.spec._model import (
     CPU_PER_GPU,
@@ -104,8 +104,10 @@ __all__ = [
     "build_run_spec",
     "generate_run_id",
     "master_port_for",
+    "missing_devices",
     "parse_duration",
     "parse_toleration",
     "quantity_value",
     "timeout",
+    "with_platform",
 ]

@@ -9,6 +9,7 @@ security, image, CPU and memory), options that apply to one workload only (the e
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from collections.abc import Sequence
 from fractions import Fraction
@@ -35,6 +36,7 @@ from nccl_k8s.spec._values import (
     quantity_value,
     quote,
 )
+from nccl_k8s.spec.platforms import PLATFORMS, Platform
 
 #: What build_run_spec works on: RunSpec field -> value so far.
 Fields = dict[str, Any]
@@ -46,7 +48,7 @@ def _parse(values: dict[str, object]) -> tuple[Fields, set[str]]:
     unknown = sorted(set(values) - set(OPTION_BY_NAME))
     if unknown:
         raise TypeError(f"build_run_spec: unknown option(s) {', '.join(unknown)}")
-    given = {k: v for k, v in values.items() if v is not None}
+    given = {k: v for k, v in values.items() if v is not None and v is not False}
     return {o.field: _parse_one(o, given.get(o.name, o.default)) for o in OPTIONS}, set(given)
 
 
@@ -154,18 +156,100 @@ def _only_with(f: Fields, given: set[str]) -> None:
             f[opt.field] = None
 
 
-def _security(f: Fields) -> None:
-    """The privilege profile: given, else the least the fabric needs; RDMA needs its devices."""
-    given = f["security"] is not None
-    if not given:
+def _platform(f: Fields, given: set[str] | frozenset[str], devices: int | None = None) -> None:
+    """The platform's defaults, each only where the user gave none: its network preset, its
+    privilege profile, its image, and its fabric devices per pod (from `devices`, read off the
+    nodes, else the machine type's table; a --rdma-resource of the same name wins)."""
+    platform = PLATFORMS.get(f["platform"])
+    if platform is None:  # auto, not resolved yet: generic until then
+        return
+    if "network" not in given and platform.network != "auto":
+        f["network"] = platform.network
+    if "security" not in given and platform.security is not None:
+        f["security"] = platform.security
+    if "image" not in given and platform.image is not None:
+        f["image"] = platform.image
+    if platform.resource is None or any(k == platform.resource for k, _ in f["rdma_resources"]):
+        return
+    count = devices if devices is not None else _instance_devices(platform, f)
+    if count:
+        f["rdma_resources"] = (*f["rdma_resources"], (platform.resource, count))
+
+
+def _instance_devices(platform: Platform, f: Fields) -> int | None:
+    """The fabric devices a pod requests on --instance-type's machines, None when not given."""
+    name = f["instance_type"]
+    if name is None:
+        return None
+    instance = platform.instance(name)
+    if instance is None:
+        known = ", ".join(i.name for i in platform.instances) or "none"
+        raise UsageError(
+            f"--instance-type {quote(name)} --platform {platform.name}: not a machine type "
+            f"{platform.name} knows (known: {known}); expected one of them, or --rdma-resource "
+            f"{platform.resource}=COUNT",
+            key="--instance-type",
+        )
+    if not platform.per_gpu_devices:
+        return instance.devices
+    gpus: int = f["gpus_per_node"]
+    return max(1, instance.devices * gpus // instance.gpus)
+
+
+def _security(f: Fields, given: set[str] | frozenset[str]) -> None:
+    """The privilege profile: given, else the least the fabric needs; RDMA needs its devices
+    (a platform's come with its entry once their count is known: see `missing_devices`)."""
+    if f["security"] is None:
         f["security"] = "rdma" if f["network"] in ("ib", "roce") else "socket"
+    platform = PLATFORMS.get(f["platform"])
+    if platform is not None and platform.resource is not None:
+        return
     if f["security"] == "rdma" and not f["rdma_resources"]:
-        why = "--security rdma" if given else f"--network {f['network']} uses --security rdma"
+        why = (
+            "--security rdma"
+            if "security" in given
+            else f"--network {f['network']} uses --security rdma"
+        )
         raise UsageError(
             f"{why}: expected --rdma-resource NAME=COUNT (e.g. rdma/ib=1) for the RDMA devices, "
             "or --security host|privileged where devices are reached otherwise",
             key="--rdma-resource",
         )
+
+
+def missing_devices(spec: RunSpec) -> str | None:
+    """What a spec for a platform cannot know without the nodes: the count of its fabric
+    devices, when neither --instance-type nor --rdma-resource gave it; None when known."""
+    platform = PLATFORMS.get(spec.platform)
+    if platform is None or platform.resource is None:
+        return None
+    if any(k == platform.resource for k, _ in spec.rdma_resources):
+        return None
+    known = ", ".join(i.name for i in platform.instances)
+    types = f"--instance-type TYPE ({known})" if known else "--instance-type TYPE"
+    return (
+        f"--platform {platform.name}: how many {platform.resource} devices a pod requests "
+        f"depends on the machine; expected {types} or --rdma-resource {platform.resource}=COUNT"
+    )
+
+
+def with_platform(
+    spec: RunSpec, platform: str, *, devices: int | None = None, instance_type: str | None = None
+) -> RunSpec:
+    """`spec` for `platform` (what --platform auto chose, or the nodes' device count for a named
+    one): the defaults that follow the platform derived again, every option the user gave kept."""
+    f: Fields = {fld.name: getattr(spec, fld.name) for fld in dataclasses.fields(spec)}
+    for name in ("network", "security", "image"):
+        if name not in spec.given:
+            opt = OPTION_BY_NAME[name]
+            f[opt.field] = _parse_one(opt, opt.default)
+    f["platform"] = platform
+    if instance_type is not None and "instance_type" not in spec.given:
+        f["instance_type"] = instance_type
+    _platform(f, spec.given, devices)
+    _security(f, spec.given)
+    _image(f)
+    return RunSpec(**f)
 
 
 def _image(f: Fields) -> None:
@@ -283,10 +367,16 @@ def build_run_spec(
     if f["run_id"] is None:
         f["run_id"] = generate_run_id(now)
     _only_with(f, given)
-    _security(f)
+    _platform(f, given)
+    _security(f, given)
     _image(f)
     _placement(f)
     _resources(f)
     checked_args = _engine_args(engine_args, world_size=f["world_size"])
     _monitoring(f, engine_args)
-    return RunSpec(**f, master_port=master_port_for(f["run_id"]), engine_args=checked_args)
+    return RunSpec(
+        **f,
+        master_port=master_port_for(f["run_id"]),
+        engine_args=checked_args,
+        given=frozenset(given),
+    )

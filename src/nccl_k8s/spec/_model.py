@@ -45,8 +45,10 @@ from nccl_k8s.spec._values import (
     toleration_list,
     whole,
 )
+from nccl_k8s.spec.platforms import NetworkPreset, platform_choices
 
-Network = Literal["auto", "ib", "roce", "socket"]
+#: The --network presets (the platform table names one per platform: the same type).
+Network = NetworkPreset
 Security = Literal["socket", "rdma", "host", "privileged"]
 Workload = Literal["job", "statefulset"]
 EngineMode = Literal["zipapp", "image"]
@@ -114,6 +116,15 @@ def _image(flag: str, value: str) -> str:
     if not value or any(c.isspace() for c in value):
         raise UsageError(
             f"{flag} {quote(value)}: expected an image reference such as {DEFAULT_IMAGE}", key=flag
+        )
+    return value
+
+
+def _instance_type(flag: str, value: str) -> str:
+    """A machine type as node.kubernetes.io/instance-type spells it (a label value)."""
+    if not value or len(value) > 63 or any(not (c.isalnum() or c in "-_.") for c in value):
+        raise UsageError(
+            f"{flag} {quote(value)}: expected a machine type such as p5.48xlarge", key=flag
         )
     return value
 
@@ -292,6 +303,22 @@ class RunSpec:
     )
     """Fabric preset: auto sets nothing and lets NCCL choose; ib/roce/socket set only the NCCL
     variables that select that fabric."""
+    platform: str = option(
+        "--platform", parse=one_of(platform_choices()), metavar="|".join(platform_choices()),
+        panel=NETWORK, default="auto",
+        help="The fabric platform whose pieces the pods carry (docs/platforms.md); auto reads "
+        "the nodes (render, which reads none, takes auto as generic).",
+    )
+    """A key of spec.platforms.PLATFORMS, or auto: deploy, doctor and nodes check read the nodes
+    the run may use and choose (spec.platforms.detect), render takes generic. The platform's
+    entry adds its resources, annotations, sidecars, volumes, environment and image."""
+    instance_type: str | None = option(
+        "--instance-type", parse=_instance_type, metavar="TYPE", panel=NETWORK,
+        help="The nodes' machine type (e.g. p5.48xlarge), for how many fabric devices a pod "
+        "requests where render cannot read the nodes.",
+    )
+    """The machine type of the run's nodes, one the platform's table knows; it gives the count
+    of the platform's fabric devices a pod requests."""
     rdma_resources: tuple[tuple[str, int], ...] = repeated(
         "--rdma-resource", parse=rdma_counts, metavar="NAME=COUNT", panel=NETWORK,
         help="RDMA device resource per pod, e.g. rdma/ib=1 (repeatable).",
@@ -377,6 +404,10 @@ class RunSpec:
     master_port: int
     """torchrun's rendezvous port, derived from the run id (see master_port_for) so that two
     host-network runs on the same nodes do not collide, and the same run renders the same port."""
+    given: frozenset[str] = frozenset()
+    """The options the user gave (Option.name): the defaults derived from others (network,
+    security, image, fabric devices) are derived again when --platform auto is resolved
+    (spec.with_platform), and only those."""
     engine_args: tuple[str, ...]
     """Engine flags, passed verbatim to `python -m nccl_k8s.bench` (already validated by the
     engine's own parser)."""

@@ -56,6 +56,7 @@ from nccl_k8s.k8s.rendering._names import (
     RESULTS_MOUNT,
     WORKER,
 )
+from nccl_k8s.k8s.rendering._platform import apply_platform, check_platform
 from nccl_k8s.k8s.rendering._presets import (
     MESH_OPT_OUT_ANNOTATIONS,
     MESH_OPT_OUT_LABELS,
@@ -409,8 +410,11 @@ def _pod_metadata(spec: RunSpec) -> Obj:
 
 
 def pod_template(spec: RunSpec) -> Obj:
-    """The pod every rank group runs in: one per node, G GPUs, torchrun inside."""
-    return {"metadata": _pod_metadata(spec), "spec": _pod_spec(spec)}
+    """The pod every rank group runs in: one per node, G GPUs, torchrun inside, with the
+    pieces of its platform (spec.platforms) for NCCL to reach the fabric."""
+    template = {"metadata": _pod_metadata(spec), "spec": _pod_spec(spec)}
+    apply_platform(spec, template)
+    return template
 
 
 def _workload_metadata(spec: RunSpec) -> Obj:
@@ -505,6 +509,7 @@ def pod_monitor(spec: RunSpec) -> Obj:
 
 def render(spec: RunSpec) -> list[Obj]:
     """The run's objects in apply order; the same spec always gives the same objects."""
+    check_platform(spec)
     objs: list[Obj] = []
     if spec.engine == "zipapp":
         if spec.metrics_port and not carries_prometheus_client(engine_zipapp()):

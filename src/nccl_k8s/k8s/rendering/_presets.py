@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Literal
 
+from nccl_k8s.k8s.rendering._platform import platform_of, platform_privileged
 from nccl_k8s.spec import Network, RunSpec, Security
 
 #: A Pod Security Standards level (https://kubernetes.io/docs/concepts/security/pod-security-standards/),
@@ -89,25 +90,32 @@ def network_env(network: Network, *, host_network: bool = False) -> dict[str, st
 
 
 def pod_env(spec: RunSpec) -> list[tuple[str, str]]:
-    """Base + fabric + profile presets, then the user's --env; a user value replaces a preset
-    in place."""
+    """Base + fabric + platform + profile presets, then the user's --env; a user value
+    replaces a preset in place."""
     merged: dict[str, str] = dict(_BASE_ENV)
     profile = security_profile(spec.security)
     merged.update(network_env(spec.network, host_network=uses_host_network(spec)))
+    merged.update(platform_of(spec).env)
     merged.update(profile.env)
     merged.update(spec.env)
     return list(merged.items())
 
 
 def uses_host_network(spec: RunSpec) -> bool:
-    """Whether the pods share the node's network namespace (--host-network or the profile)."""
-    return spec.host_network or security_profile(spec.security).host_network
+    """Whether the pods share the node's network namespace (--host-network, the profile or
+    the platform)."""
+    return (
+        spec.host_network
+        or security_profile(spec.security).host_network
+        or platform_of(spec).host_network
+    )
 
 
 def pod_security_level(spec: RunSpec) -> PsaLevel:
     """The strictest Pod Security Admission level the run's pods pass: the profile's, unless
-    host networking (forbidden from baseline on, as is the hostPort that comes with it)."""
-    if uses_host_network(spec):
+    host networking (forbidden from baseline on, as is the hostPort that comes with it) or a
+    platform whose pieces need it (host paths, privileged sidecars)."""
+    if uses_host_network(spec) or platform_privileged(spec):
         return "privileged"
     return security_profile(spec.security).pod_security
 

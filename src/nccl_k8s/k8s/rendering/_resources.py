@@ -10,6 +10,7 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import NamedTuple
 
+from nccl_k8s.k8s.rendering._platform import platform_of
 from nccl_k8s.spec import RunSpec, quantity_value
 
 
@@ -31,9 +32,12 @@ def pod_resources(spec: RunSpec) -> PodResources:
     """Devices are requested = limited (extended resources must be); memory too, so the pod is
     not OOM-killed for using what it was granted (/dev/shm included: the spec makes memory
     exceed it); CPU only requested unless --qos guaranteed (limits throttle NCCL's proxy
-    threads and skew small-message latency, unless the static CPU manager gives whole cores)."""
+    threads and skew small-message latency, unless the static CPU manager gives whole cores).
+    The platform's fabric devices come in as --rdma-resource entries (spec.with_platform)."""
     limits: dict[str, str] = {spec.gpu_resource: str(spec.gpus_per_node)}
     limits.update({name: str(count) for name, count in spec.rdma_resources})
+    # The platform's other resources (hugepages ...), requested = limited like devices.
+    limits.update(platform_of(spec).extra_resources)
     requests = {**limits, "cpu": spec.cpu, "memory": spec.memory}
     limits["memory"] = spec.memory
     if spec.qos == "guaranteed":

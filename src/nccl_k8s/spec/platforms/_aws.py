@@ -1,0 +1,13 @@
+"""Amazon Web Services: EKS with EFA.
+
+Each entry follows the vendor's reference manifests; the version followed is cited on the entry
+(`sources`) and in docs/platforms.md.
+"""
+
+from __future__ import annotations
+
+from nccl_k8s.spec.platforms._model import Platform
+
+PLATFORMS: tuple[Platform, ...] = ()
+
+__all__ = ["PLATFORMS"]

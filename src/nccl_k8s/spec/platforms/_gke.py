@@ -1,0 +1,13 @@
+"""Google Cloud: GKE with GPUDirect-TCPX, GPUDirect-TCPXO and RDMA (gIB).
+
+Each entry follows the vendor's reference manifests; the version followed is cited on the entry
+(`sources`) and in docs/platforms.md.
+"""
+
+from __future__ import annotations
+
+from nccl_k8s.spec.platforms._model import Platform
+
+PLATFORMS: tuple[Platform, ...] = ()
+
+__all__ = ["PLATFORMS"]

@@ -1,0 +1,150 @@
+"""What a platform entry is: the pieces a pod needs for NCCL to reach one platform's fabric.
+
+A platform (EKS with EFA, GKE with GPUDirect-TCPXO, an InfiniBand cloud ...) is one `Platform`
+value. It states, as the vendor's reference manifests do, what a pod of a run carries there:
+extended resources and their counts per machine type, annotations, init containers and sidecars,
+volumes, privileges, NCCL environment (or a vendor script to source), a default image, the node
+labels, resources and DRA drivers that identify the platform's nodes, the prerequisites doctor
+checks, and the fabric its NCCL logs must show. Every reader takes its facts from the entry:
+the renderer (k8s.rendering._platform), `--platform auto` (`detect`), doctor's prerequisite checks
+and diagnose's fabric gate. Facts only (strings, dicts as the API spells them); no I/O.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, Literal
+
+#: A Kubernetes object or fragment as the API spells it (camelCase keys).
+Obj = dict[str, Any]
+
+#: The NCCL fabric preset a platform implies (RunSpec.network's values).
+NetworkPreset = Literal["auto", "ib", "roce", "socket"]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Instance:
+    """A machine type the platform knows: what a node of it has, so `render` (which reads no
+    cluster) can count the fabric devices a pod requests."""
+
+    name: str
+    """The node's `node.kubernetes.io/instance-type` label (p5.48xlarge, a3-megagpu-8g ...)."""
+    gpus: int
+    """GPUs per node."""
+    devices: int
+    """Fabric devices per node: the count of the platform's `resource` a whole-node pod
+    requests (EFA interfaces, HCAs, GPU NICs)."""
+    note: str = ""
+    """Where the figure comes from (the vendor's table)."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Detect:
+    """What marks a node as the platform's. A node matches when any one of these holds."""
+
+    labels: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    """Label key -> the values that mark it (an empty tuple: any value)."""
+    resources: tuple[str, ...] = ()
+    """Extended resources whose non-zero allocatable marks it (vpc.amazonaws.com/efa)."""
+    drivers: tuple[str, ...] = ()
+    """DRA drivers whose ResourceSlices on the node mark it."""
+
+
+PrerequisiteKind = Literal["daemonset", "crd", "resource", "driver", "object"]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Prerequisite:
+    """One thing a run on the platform needs from the cluster that the API shows; doctor checks
+    each and prints `hint` when it is missing."""
+
+    kind: PrerequisiteKind
+    """daemonset: a DaemonSet `name` (any namespace unless `namespace`) with ready pods;
+    crd: the CustomResourceDefinition `name`; resource: nodes with allocatable `name`;
+    driver: ResourceSlices of the DRA driver `name`; object: an object `name` of `api` (for
+    cluster-scoped kinds such as GKE's Network objects)."""
+    name: str
+    what: str
+    """How doctor names it ("the EFA device plugin")."""
+    hint: str
+    """What to do when it is missing (a command, a doc link)."""
+    namespace: str | None = None
+    api: str | None = None
+    """For kind object: `group/version/plural` of the object."""
+    severity: Literal["fail", "warn"] = "fail"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Platform:
+    """One platform: what its pods carry and how its nodes are recognised (see the module)."""
+
+    name: str
+    """The --platform value."""
+    title: str
+    """How messages name it ("Amazon EKS with EFA")."""
+    fabric: str
+    """What its NCCL logs must show the run used (results.fabrics' names: efa, tcpx, tcpxo,
+    gib, ib, roce); empty: no expectation (generic)."""
+    network: NetworkPreset = "auto"
+    """The --network preset the platform implies when the user gives none."""
+    security: Literal["socket", "rdma", "host", "privileged"] | None = None
+    """The --security profile the platform implies when the user gives none (None: the one the
+    network preset implies)."""
+    resource: str | None = None
+    """The extended resource of the fabric devices, requested = limited per pod; its count comes
+    from --rdma-resource, the instance type, or (--platform auto) the node's allocatable."""
+    per_gpu_devices: bool = False
+    """Whether a pod with fewer GPUs than the node requests devices in proportion (True) or
+    always the node's count (False)."""
+    instances: tuple[Instance, ...] = ()
+    """The machine types whose device count render knows."""
+    detect: Detect = Detect()
+    extra_resources: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Other resources per pod, requested = limited (hugepages-2Mi ...)."""
+    annotations: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Pod annotations (GKE's networking.gke.io/interfaces ...)."""
+    env: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """NCCL and provider environment; the user's --env wins."""
+    source: str | None = None
+    """A vendor script the container sources before the engine starts (it exports the NCCL
+    environment the vendor tunes per machine), or None."""
+    volumes: tuple[Obj, ...] = ()
+    """Pod volumes the platform needs (host paths of its NCCL plugin, shared sockets ...)."""
+    mounts: tuple[Obj, ...] = ()
+    """The benchmark container's mounts of those volumes."""
+    init_containers: tuple[Obj, ...] = ()
+    """Init containers, run before the benchmark (a native sidecar has restartPolicy Always)."""
+    sidecars: tuple[Obj, ...] = ()
+    """Containers beside the benchmark (GKE's RxDM daemon). A Job's pod ends when its
+    benchmark ends only if each sidecar is told to stop: prefer native sidecars in
+    `init_containers`."""
+    capabilities: tuple[str, ...] = ()
+    """Linux capabilities the benchmark container adds (IPC_LOCK for RDMA memory pinning)."""
+    privileged: bool = False
+    """The benchmark container runs privileged (a vendor reference that requires it)."""
+    host_network: bool = False
+    """The pods share the node's network namespace (GKE TCPX)."""
+    node_selector: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    tolerations: tuple[Obj, ...] = ()
+    image: str | None = None
+    """The default image where the stock one cannot reach the fabric (None: the stock one)."""
+    image_note: str = ""
+    """Why that image (what it carries that the stock image lacks)."""
+    prerequisites: tuple[Prerequisite, ...] = ()
+    sources: tuple[str, ...] = ()
+    """The vendor references the entry follows, each `repo@version path` or a URL with its date."""
+
+    def instance(self, name: str) -> Instance | None:
+        return next((i for i in self.instances if i.name == name), None)
+
+
+__all__ = [
+    "Detect",
+    "Instance",
+    "NetworkPreset",
+    "Obj",
+    "Platform",
+    "Prerequisite",
+    "PrerequisiteKind",
+]

@@ -1,0 +1,116 @@
+"""The platform table's machinery: detection from node facts, the defaults a platform sets, and
+where its pieces land in the pod. Each real platform's entry has its own tests (what its vendor's
+reference manifest requires, item by item); these use one made-up entry to prove the placement."""
+
+from __future__ import annotations
+
+import pytest
+
+from nccl_k8s.errors import UsageError
+from nccl_k8s.k8s import render
+from nccl_k8s.spec import build_run_spec, with_platform
+from nccl_k8s.spec.platforms import PLATFORMS, Detect, Instance, NodeFacts, Platform, detect
+
+FAKE = Platform(
+    name="fake-rdma",
+    title="a made-up RDMA cloud",
+    fabric="ib",
+    network="ib",
+    resource="example.com/hca",
+    instances=(Instance(name="big.8gpu", gpus=8, devices=4),),
+    detect=Detect(labels={"example.com/fabric": ("ib",)}, resources=("example.com/hca",)),
+    extra_resources={"hugepages-2Mi": "1Gi"},
+    annotations={"example.com/nics": "eth1,eth2"},
+    env={"NCCL_IB_EXAMPLE": "1"},
+    source="/opt/vendor/nccl-env.sh",
+    volumes=({"name": "plugin", "hostPath": {"path": "/opt/vendor/lib"}},),
+    mounts=({"name": "plugin", "mountPath": "/usr/local/vendor", "readOnly": True},),
+    sidecars=({"name": "helper", "image": "example.com/helper:1"},),
+    capabilities=("IPC_LOCK", "SYS_RESOURCE"),
+    image="example.com/nccl:1",
+)
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> Platform:
+    monkeypatch.setitem(PLATFORMS, FAKE.name, FAKE)
+    return FAKE
+
+
+def _node(name: str, gpus: int = 8, **facts: object) -> NodeFacts:
+    allocatable = {"nvidia.com/gpu": str(gpus), **facts.pop("allocatable", {})}  # type: ignore[dict-item]
+    return NodeFacts(name=name, allocatable=allocatable, **facts)  # type: ignore[arg-type]
+
+
+def test_detect_names_the_platform_and_its_evidence(fake: Platform) -> None:
+    nodes = [
+        _node("n1", allocatable={"example.com/hca": "4"}, labels={"node.kubernetes.io/instance-type": "big.8gpu"}),
+        _node("n2", allocatable={"example.com/hca": "2"}, labels={"node.kubernetes.io/instance-type": "big.8gpu"}),
+        _node("cpu-0", gpus=0),
+    ]  # fmt: skip
+    choice = detect(nodes, PLATFORMS)
+    assert choice.platform == "fake-rdma"
+    assert choice.reason.startswith("fake-rdma: node n1 has example.com/hca: 4")
+    assert "instance type big.8gpu" in choice.reason and "1 more node" in choice.reason
+    assert (choice.devices, choice.instance_type) == (2, "big.8gpu")  # the fewest any node has
+
+
+def test_detect_gives_generic_with_its_reason(fake: Platform) -> None:
+    cpu = detect([_node("cpu-0", gpus=0)], PLATFORMS)
+    assert cpu.platform == "generic" and "nvidia.com/gpu allocatable" in cpu.reason
+    plain = detect([_node("g1"), _node("g2")], PLATFORMS)
+    assert plain.platform == "generic" and "g1, g2" in plain.reason
+    mixed = detect([_node("g1"), _node("ib1", labels={"example.com/fabric": "ib"})], PLATFORMS)
+    assert mixed.platform == "generic"
+    assert "ib1 look like fake-rdma" in mixed.reason and "g1 like no known platform" in mixed.reason
+    wrong_value = detect([_node("g1", labels={"example.com/fabric": "tcp"})], PLATFORMS)
+    assert wrong_value.platform == "generic"
+
+
+def test_a_platform_sets_only_the_defaults_the_user_left(fake: Platform) -> None:
+    auto = build_run_spec(world_size=16)
+    spec = with_platform(auto, "fake-rdma", devices=4)
+    assert (spec.network, spec.security, spec.image) == ("ib", "rdma", "example.com/nccl:1")
+    assert spec.rdma_resources == (("example.com/hca", 4),)
+    mine = build_run_spec(world_size=16, network="socket", image="me/img:2")
+    spec = with_platform(mine, "fake-rdma", instance_type="big.8gpu")
+    assert (spec.network, spec.image) == ("socket", "me/img:2")
+    assert spec.rdma_resources == (("example.com/hca", 4),)  # from the machine type's table
+    given = build_run_spec(world_size=16, rdma_resource=["example.com/hca=1"])
+    assert with_platform(given, "fake-rdma", devices=4).rdma_resources == (("example.com/hca", 1),)
+
+
+def test_render_refuses_an_unknown_device_count_and_places_every_piece(fake: Platform) -> None:
+    unknown = with_platform(build_run_spec(world_size=16, run_id="r"), "fake-rdma")
+    with pytest.raises(
+        UsageError,
+        match=r"--instance-type TYPE \(big.8gpu\) or --rdma-resource example.com/hca=COUNT",
+    ):
+        render(unknown)
+    spec = with_platform(build_run_spec(world_size=16, run_id="r"), "fake-rdma", devices=4)
+    job = render(spec)[-1]
+    template = job["spec"]["template"]
+    pod, bench = template["spec"], template["spec"]["containers"][0]
+    assert template["metadata"]["annotations"]["example.com/nics"] == "eth1,eth2"
+    assert bench["resources"]["limits"]["example.com/hca"] == "4"
+    assert bench["resources"]["limits"]["hugepages-2Mi"] == "1Gi"
+    assert bench["resources"]["requests"]["hugepages-2Mi"] == "1Gi"
+    assert {"name": "NCCL_IB_EXAMPLE", "value": "1"} in bench["env"]
+    assert (
+        bench["command"][:2] == ["/bin/sh", "-c"]
+        and ". /opt/vendor/nccl-env.sh" in bench["command"][2]
+    )
+    assert bench["args"][1:3] == ["python3", "-c"] and "torchrun" in bench["args"]
+    assert {"name": "plugin", "mountPath": "/usr/local/vendor", "readOnly": True} in bench[
+        "volumeMounts"
+    ]
+    assert {"name": "plugin", "hostPath": {"path": "/opt/vendor/lib"}} in pod["volumes"]
+    assert [c["name"] for c in pod["containers"]][1:] == ["helper"]
+    assert set(bench["securityContext"]["capabilities"]["add"]) == {"IPC_LOCK", "SYS_RESOURCE"}
+    assert job["metadata"]["annotations"]["nccl-k8s/pod-security"] == "privileged"
+
+
+def test_auto_renders_as_generic() -> None:
+    spec = build_run_spec(world_size=16, run_id="r")
+    generic = with_platform(spec, "generic")
+    assert render(spec) == render(generic)
