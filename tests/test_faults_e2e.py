@@ -24,8 +24,10 @@ from typing import Any
 import pytest
 from tests.cluster.cluster import Cluster
 from tests.e2e_helpers import cli, cli_process, labelled, wait_for
+from typer.testing import CliRunner
 
 from nccl_k8s import k8s
+from nccl_k8s.cli.main import app
 from nccl_k8s.errors import Conflict, RunFailed
 from nccl_k8s.spec import build_run_spec
 
@@ -412,7 +414,7 @@ def test_cleanup_deletes_only_what_nccl_k8s_created_and_says_what_it_skipped(
     assert res.exit_code == 0, res.output
     why = (
         "carries the run's labels but nccl-k8s did not create it (no nccl-k8s field manager, "
-        "no owner reference to the run's workload)"
+        "no render mark, no owner reference to the run's workload)"
     )
     assert f"skipped ConfigMap/users-notes: {why}" in res.output
     assert f"skipped Pod/users-pod: {why}" in res.output
@@ -424,6 +426,35 @@ def test_cleanup_deletes_only_what_nccl_k8s_created_and_says_what_it_skipped(
     # Only foreign objects left: --all deletes nothing and says so.
     res = cli(cluster, "cleanup", "-n", namespace, "--all")
     assert res.exit_code == 0 and f"nothing deleted in {namespace}" in res.output
+    # The run asked for by name, with only foreign objects left: nothing deleted is a failure.
+    res = cli(cluster, "cleanup", "-n", namespace, "--run", rid)
+    assert res.exit_code == 1, res.output
+    assert (
+        f"error: cleanup --run {rid}: nothing deleted in {namespace}: the 2 object(s) with its "
+        "labels were not created by nccl-k8s"
+    ) in res.output
+    assert labelled(cluster, namespace) == ["configmaps/users-notes", "pods/users-pod"]
+
+
+def test_a_run_applied_from_render_with_kubectl_is_cleaned_up(
+    cluster: Cluster, namespace: str, kubectl: Callable[..., Any]
+) -> None:
+    """GitOps: `render | kubectl apply -f -` makes objects with kubectl's field manager, not
+    ours; the render mark on each makes them the run's, so cleanup deletes exactly them."""
+    rid = run_id()
+    args = ["--run-id", rid, "--scheduler", "nobody", "--nodes", "2", "--gpus-per-node", "1"]
+    other = run_id()  # a second applied run that must survive
+    for run_args in (args, ["--run-id", other, *args[2:]]):
+        rendered = CliRunner().invoke(app, ["render", "-n", namespace, *run_args])
+        assert rendered.exit_code == 0, rendered.output
+        kubectl("apply", "--validate=false", "-n", namespace, "-f", "-", input=rendered.stdout)
+    ours = [o for o in labelled(cluster, namespace, f"app.kubernetes.io/instance={rid}")]
+    assert {o.split("/")[0] for o in ours} >= {"configmaps", "services", "jobs"}
+    res = cli(cluster, "cleanup", "-n", namespace, "--run", rid)
+    assert res.exit_code == 0, res.output
+    assert f"deleted {rid} in {namespace}" in res.output and "skipped" not in res.output
+    assert labelled(cluster, namespace, f"app.kubernetes.io/instance={rid}") == []
+    assert labelled(cluster, namespace, f"app.kubernetes.io/instance={other}") != []
 
 
 def test_cleanup_needs_run_or_all_and_asks_on_a_terminal(

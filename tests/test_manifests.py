@@ -478,6 +478,7 @@ def test_everything_option_lands_where_it_belongs() -> None:
     assert job["metadata"]["labels"]["team"] == "infra"
     assert job["metadata"]["annotations"] == {
         "owner": "someone@example.com",
+        "nccl-k8s/rendered-for": "nccl-everything",
         "nccl-k8s/pod-security": "privileged",
     }
     # --pod-annotation and --network-attachment land on the pods only, beside --annotation and
@@ -486,6 +487,7 @@ def test_everything_option_lands_where_it_belongs() -> None:
         "sidecar.istio.io/inject": "false",
         "linkerd.io/inject": "enabled",
         "scheduling.k8s.io/group-name": "nccl-everything",
+        "nccl-k8s/rendered-for": "nccl-everything",
         "k8s.v1.cni.cncf.io/networks": "sriov-a,sriov-b",
         "prometheus.io/scrape": "true",
         "prometheus.io/port": "9400",
@@ -499,7 +501,10 @@ def test_everything_option_lands_where_it_belongs() -> None:
         "podMetricsEndpoints": [{"port": "metrics", "path": "/metrics"}],
     }
     for kind in ("ConfigMap", "Service", "PodGroup", "PodMonitor"):
-        assert by_kind(objs)[kind]["metadata"]["annotations"] == {"owner": "someone@example.com"}
+        assert by_kind(objs)[kind]["metadata"]["annotations"] == {
+            "owner": "someone@example.com",
+            "nccl-k8s/rendered-for": "nccl-everything",
+        }
     assert (job["spec"]["activeDeadlineSeconds"], job["spec"]["ttlSecondsAfterFinished"]) == (
         7200,
         600,
@@ -764,7 +769,8 @@ def test_render_names_the_pod_security_level_the_pods_need() -> None:
     ib = dump(render(_SPECS["job-2x8-ib"]))
     assert ib.startswith(head + '"privileged"\n# level (only: host namespaces, a hostPort')
     assert by_kind(render(_SPECS["job-2x8-ib"]))["Job"]["metadata"]["annotations"] == {
-        "nccl-k8s/pod-security": "privileged"
+        "nccl-k8s/rendered-for": "nccl-golden-2x8-ib",
+        "nccl-k8s/pod-security": "privileged",
     }
 
 

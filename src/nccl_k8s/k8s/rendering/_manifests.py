@@ -53,6 +53,7 @@ from nccl_k8s.k8s.rendering._names import (
     METRICS_PORT_NAME,
     PODMONITOR_API_VERSION,
     PSA_ANNOTATION,
+    RENDERED_ANNOTATION,
     RESULTS_MOUNT,
     WORKER,
 )
@@ -105,8 +106,7 @@ def _metadata(spec: RunSpec, name: str, **extra_labels: str) -> Obj:
     if spec.namespace is not None:
         meta["namespace"] = spec.namespace
     meta["labels"] = {**common_labels(spec), **extra_labels}
-    if spec.annotations:
-        meta["annotations"] = dict(spec.annotations)
+    meta["annotations"] = {**dict(spec.annotations), RENDERED_ANNOTATION: spec.run_id}
     return meta
 
 
@@ -390,7 +390,11 @@ def _pod_metadata(spec: RunSpec) -> Obj:
     gang_labels, gang_annotations = gang_binding(spec)
     labels = {**dict(MESH_OPT_OUT_LABELS), **common_labels(spec), **selector_labels(spec)}
     labels.update(gang_labels)
-    annotations = {**dict(MESH_OPT_OUT_ANNOTATIONS), **gang_annotations}
+    annotations = {
+        **dict(MESH_OPT_OUT_ANNOTATIONS),
+        **gang_annotations,
+        RENDERED_ANNOTATION: spec.run_id,
+    }
     if spec.network_attachments:
         annotations[NETWORKS_ANNOTATION] = ",".join(spec.network_attachments)
     if spec.metrics_port:

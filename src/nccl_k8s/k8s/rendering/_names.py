@@ -19,6 +19,12 @@ CONTAINER_NAME = "bench"
 #: `pod-security.kubernetes.io/enforce` label can be checked against it before pods are refused.
 PSA_ANNOTATION = "nccl-k8s/pod-security"
 
+#: On every object `render` prints and its pods: the run it was rendered for. Objects a user
+#: applied from `render` (`render | kubectl apply -f -`, a GitOps repository) have no nccl-k8s
+#: field manager; this mark, equal to the object's run label, is how cleanup knows that our
+#: renderer made them (a user's object that merely copies our labels does not carry it).
+RENDERED_ANNOTATION = "nccl-k8s/rendered-for"
+
 #: The annotation a stopped Job carries: why nccl-k8s stopped it (its Failed condition then says
 #: DeadlineExceeded, which is how it was stopped, not why).
 STOPPED_ANNOTATION = "nccl-k8s/stopped-because"
@@ -43,6 +49,7 @@ __all__ = [
     "METRICS_PORT_NAME",
     "PODMONITOR_API_VERSION",
     "PSA_ANNOTATION",
+    "RENDERED_ANNOTATION",
     "RESULTS_MOUNT",
     "STOPPED_ANNOTATION",
     "WORKER",

@@ -4,7 +4,8 @@ pods are gone.
 Labels find a run's objects; they do not make them ours (a user's ConfigMap may carry the same
 three labels). An object is deleted only when the API server's own records say this tool made
 it: a managedFields entry of the field manager `nccl-k8s` (the deployer creates every object
-with it), or an ownerReference to a workload of the run that nccl-k8s created (the Job's pods).
+with it), the render mark (`nccl-k8s/rendered-for: <run id>`, on every object `render` prints, so
+a run applied with `render | kubectl apply -f -` is cleaned up the same way), or an ownerReference to a workload of the run that nccl-k8s created (the Job's pods).
 Everything else is skipped, and the result says what and why. Each delete carries the object's
 uid as a precondition, so an object replaced meanwhile under the same name is not touched.
 """
@@ -22,19 +23,19 @@ from nccl_k8s.k8s.run._outcomes import Cleaned
 from nccl_k8s.k8s.run._plumbing import (
     RUN_KINDS,
     WORKLOADS,
+    made_by_us,
     namespace_of,
     no_run,
     ours,
     run_labels,
     wait_pods_gone,
-    written_by_us,
 )
 from nccl_k8s.k8s.run._watch import WatchSettings
 from nccl_k8s.spec import LABEL_INSTANCE
 
 _NOT_OURS = (
     "carries the run's labels but nccl-k8s did not create it (no nccl-k8s field manager, no "
-    "owner reference to the run's workload)"
+    "render mark, no owner reference to the run's workload)"
 )
 
 
@@ -89,7 +90,7 @@ async def cleanup_async(
     for rid in rids:
         before = len(deleted)
         objs = found.get(rid, {})
-        workloads = [o for kind in WORKLOADS for o in objs.get(kind, []) if written_by_us(o)]
+        workloads = [o for kind in WORKLOADS for o in objs.get(kind, []) if made_by_us(o)]
         run_uids = {str(w["metadata"]["uid"]) for w in workloads}
         uids |= run_uids
         for kind in (*RUN_KINDS, "Pod"):
@@ -129,7 +130,8 @@ async def cleanup_async(
             f"{timeout_s:g}s ({', '.join(left[:4])}{', ...' if len(left) > 4 else ''}; a "
             "node may be unreachable); their workload is deleted"
         )
-    return Cleaned(ns, touched, deleted, time.monotonic() - start, skipped)
+    asked = None if all_runs else str(run_id)
+    return Cleaned(ns, touched, deleted, time.monotonic() - start, skipped, asked=asked)
 
 
 def _why_not(obj: Obj) -> str:

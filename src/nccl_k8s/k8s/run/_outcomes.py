@@ -168,7 +168,21 @@ class Cleaned:
     elapsed_s: float
     skipped: list[str] = dataclasses.field(default_factory=list)
     """`Kind/name: why` of every object that carries a run's labels but that nccl-k8s did not
-    create (no nccl-k8s field manager, no owner reference to the run's workload): untouched."""
+    create (no nccl-k8s field manager, no render mark, no owner reference to the run's
+    workload): untouched."""
+    asked: str | None = None
+    """The run id cleanup was asked for (None: --all)."""
+
+    def failure(self) -> str | None:
+        """Why a cleanup of one named run failed: it deleted nothing (every object with the run's
+        labels was someone else's); None when it deleted something, or for --all."""
+        if self.asked is None or self.run_ids:
+            return None
+        return (
+            f"cleanup --run {self.asked}: nothing deleted in {self.namespace}: the "
+            f"{len(self.skipped)} object(s) with its labels were not created by nccl-k8s "
+            "(listed above); delete them yourself if they are yours to delete"
+        )
 
 
 ProgressFn = Callable[[Progress], None]

@@ -17,7 +17,7 @@ from typing import TypeVar
 from nccl_k8s.errors import ClusterError, NotFound
 from nccl_k8s.k8s.api._client import FIELD_MANAGER, KubeClient
 from nccl_k8s.k8s.api._types import Kind, Obj
-from nccl_k8s.k8s.rendering._names import APP_NAME
+from nccl_k8s.k8s.rendering._names import APP_NAME, RENDERED_ANNOTATION
 from nccl_k8s.k8s.run._outcomes import Created
 from nccl_k8s.k8s.run._pods import PodInfo, pod_info, rank_key
 from nccl_k8s.k8s.run._watch import WatchSettings, informer, within
@@ -144,15 +144,29 @@ def written_by_us(obj: Obj) -> bool:
     )
 
 
+def rendered_by_us(obj: Obj) -> bool:
+    """The object came from `render` for the run its labels name (applied by kubectl or a
+    GitOps tool, so no nccl-k8s field manager): it carries our render mark with that run id."""
+    meta = obj["metadata"]
+    run = (meta.get("labels") or {}).get(LABEL_INSTANCE)
+    return run is not None and (meta.get("annotations") or {}).get(RENDERED_ANNOTATION) == run
+
+
+def made_by_us(obj: Obj) -> bool:
+    """Written by nccl-k8s (its field manager) or applied from its `render` (its mark)."""
+    return written_by_us(obj) or rendered_by_us(obj)
+
+
 def owned_by(obj: Obj, uids: Collection[str]) -> bool:
     """An ownerReference to one of these objects (by uid, which no one else can forge)."""
     return any(r.get("uid") in uids for r in obj["metadata"].get("ownerReferences") or [])
 
 
 def ours(obj: Obj, workload_uids: Collection[str]) -> bool:
-    """Whether nccl-k8s created `obj`: written by its field manager, or owned by one of the
-    run workloads it created (the Job's pods; the ConfigMap and Service)."""
-    return written_by_us(obj) or owned_by(obj, workload_uids)
+    """Whether nccl-k8s created `obj`: written by its field manager, applied from its render
+    (the mark), or owned by one of the run workloads it created (the Job's pods; the ConfigMap
+    and Service)."""
+    return made_by_us(obj) or owned_by(obj, workload_uids)
 
 
 async def wait_pods_gone(
