@@ -76,10 +76,10 @@ def _nodes(
         # nccl-tests' complete device list: every rank with its host (one process may drive
         # several GPUs: -g N lists them with one pid).
         on = {d.host for d in listed}
-        procs = len({(d.host, d.pid) for d in listed})
+        nproc = len({(d.host, d.pid) for d in listed})
         return len(on), (
-            f"nccl-tests' device list: {len(listed)} ranks in {procs} "
-            f"process{'es' if procs > 1 else ''} on {len(on)} host{'s' if len(on) > 1 else ''}"
+            f"nccl-tests' device list: {len(listed)} ranks in {nproc} "
+            f"process{'es' if nproc > 1 else ''} on {len(on)} host{'s' if len(on) > 1 else ''}"
         )
     if len(hosts) > 1:
         return len(hosts), f"{len(hosts)} hosts"

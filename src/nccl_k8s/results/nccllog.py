@@ -43,11 +43,8 @@ Parsing follows the strings NCCL itself prints (quoted from NCCL's source, 2.4 t
   unless NCCL then says it gave up on an optional plugin and carried on (`Failed to initialize
   any GIN plugin`, 2.29): a failure it handled;
   PyTorch's watchdog timeouts and DistBackendError.
-- prefixes as pasted: an empty host (`>> :168:1228 [2] NCCL INFO`), a stripped host that keeps
-  the device and a WARN's location (`[5] misc/ibvwrap.cc:173 NCCL WARN ...`);
-- nccl-tests' device list above the log (`#  Rank 1 Group 0 Pid 4766 on GENOA-06 device 1`):
-  which ranks exist and which host and process drives each (one process may drive several GPUs,
-  `-g N`), kept as `ParsedLog.listed` for the node count.
+- an empty host (`:168:1228 [2] NCCL INFO`); a stripped host keeping a WARN's location; nccl-tests'
+  device list above the log (`ParsedLog.listed`: one process may drive several GPUs, `-g N`).
 
 A log excerpt rarely holds every line; every field is Optional.
 """
@@ -58,7 +55,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from nccl_k8s.results.pastes import OMPI_TAG, TIMESTAMP, failure_in, strip_prefixes
+from nccl_k8s.results.pastes import OMPI_TAG, TIMESTAMP, ListedRank, failure_in, listed_rank
 
 # host:pid:tid [dev] (file:line )?NCCL LEVEL message. Anything may precede it (timestamps, pod names).
 # The source location of a WARN may be a C++ signature with spaces (aws-ofi-nccl prints
@@ -76,15 +73,7 @@ _BARE = re.compile(
     r"^\s*(?:\[(?P<dev>\d+)\]\s+|\S+\s+)?(?:[\w./+-]+:\d+(?: \([^()]*\))?\s+)?"
     r"NCCL (?P<level>INFO|WARN)\s(?P<msg>.*)$"
 )
-# nccl-tests' device list (`#  Rank %2d Group %2d Pid %6d on %10s device %2d [%s] %s`; older
-# without Group or Pid), printed above an NCCL log by nccl-tests runs.
-_TESTS_RANK = re.compile(
-    r"^#\s+Rank\s+(?P<rank>\d+)\s+(?:Group\s+\d+\s+)?(?:Pid\s+(?P<pid>\d+)\s+)?on\s+(?P<host>\S+)"
-    r"\s+device\s+(?P<dev>\d+)"
-)
-# NCCL says it gave up on an optional plugin and carries on: the WARN and error trace before it in
-# the process were a failure NCCL handled (`Failed to initialize any GIN plugin`, 2.29), not the
-# run's end. (`Failed to initialize any NET plugin` is fatal: no network at all.)
+# NCCL gave up on an optional plugin and carries on (2.29): the WARN and trace before were handled.
 _FELL_BACK = re.compile(r"^Failed to initialize (?!any NET plugin)(?:any \S+|\S+ plugin)")
 # A paste that repeats the line after ` | ` (CloudWatch's message column): cut the repeat.
 _REPEAT = re.compile(r"\s\|\s+(?=\S+:\d+:\d+ \[\d+\])")
@@ -294,17 +283,6 @@ def _add(xs: list[Any], x: Any) -> None:
 _MENTIONS = re.compile(r"nccl|unhandled cuda error", re.IGNORECASE)
 
 
-@dataclass(frozen=True)
-class ListedRank:
-    """A rank of nccl-tests' device list (`#  Rank 1 Group 0 Pid 4766 on GENOA-06 device 1`)."""
-
-    rank: int
-    host: str
-    #: None in lists older than nccl-tests 2.x's `Pid` column.
-    pid: int | None
-    device: int
-
-
 @dataclass
 class ParsedLog:
     """What the reader took from one communicator's logs: the facts the diagnosis rules read."""
@@ -337,9 +315,7 @@ class _Log:
     pending: list[tuple[str, str | None]] = field(default_factory=list)
     fed: list[RankReport] = field(default_factory=list)
     #: Per process: the WARNs the error trace now printing made fatal (`_FELL_BACK` undoes it).
-    chain: dict[tuple[str | None, int | None], list[tuple[RankReport, str]]] = field(
-        default_factory=dict
-    )
+    chain: dict[tuple[str | None, int | None], list[Any]] = field(default_factory=dict)
 
 
 class LogParser:
@@ -408,12 +384,8 @@ class LogParser:
             return rep, m.group("level"), _REPEAT.split(m.group("msg"))[0].strip()
         if log.failure is None:
             log.failure = failure_in(line)
-        if "Rank" in line and (t := _TESTS_RANK.match(strip_prefixes(line).strip())):
-            rank, pid = int(t.group("rank")), t.group("pid")
-            self.listed.setdefault(
-                rank,
-                ListedRank(rank, t.group("host"), None if pid is None else int(pid), int(t["dev"])),
-            )
+        if "Rank" in line and (listed := listed_rank(line)) is not None:
+            self.listed.setdefault(listed.rank, listed)
             return None
         if self.torch_line(line):
             return None
