@@ -8,6 +8,7 @@ import pytest
 from nccl_k8s.k8s.nodes._badnodes import (
     PairResult,
     confirm_pass,
+    confirmation,
     first_pass,
     second_pass,
     suspects,
@@ -27,10 +28,12 @@ def run_finder(
     jitter: float = 0.0,
     threshold: float = 0.9,
     slow_once: dict[frozenset[str], float] | None = None,
+    crash_pairs: set[frozenset[str]] | None = None,
 ):
     """Every pass over the model; returns the findings and the pairs passes 2 and 3 tested.
     `slow_once`: a pair whose first measurement (only) is that much slower, as a test can be
-    when something else loads the hosts or the fabric at that moment."""
+    when something else loads the hosts or the fabric at that moment; `crash_pairs`: pairs whose
+    test fails though neither node does on its own."""
     speed = speed or {}
     link = link or {}
     calls = {"n": 0}
@@ -41,6 +44,8 @@ def run_finder(
             return PairResult(
                 a, b, None, error=f"rank on {a if a in crashing else b} exited 1", pass_no=pass_no
             )
+        if frozenset((a, b)) in (crash_pairs or set()):
+            return PairResult(a, b, None, error="rank 0 exited 1", pass_no=pass_no)
         bw = BASE * min(speed.get(a, 1.0), speed.get(b, 1.0)) * link.get(frozenset((a, b)), 1.0)
         bw *= 1.0 + (jitter if calls["n"] % 2 else -jitter)
         once = (slow_once or {}).pop(frozenset((a, b)), None)
@@ -50,8 +55,10 @@ def run_finder(
     results = [test(a, b, 1) for pairs in rounds for a, b in pairs]
     sus, good = suspects(nodes, results, threshold)
     pairs2 = second_pass(sus, good, results)
+    pairs2 += confirmation(nodes, results, threshold, {n for p in pairs2 for n in p})
     results += [test(a, b, 2) for a, b in pairs2]
     pairs3 = confirm_pass(nodes, results, threshold)
+    pairs3 += confirmation(nodes, results, threshold, {n for p in pairs3 for n in p})
     results += [test(a, b, 3) for a, b in pairs3]
     return verdicts(nodes, results, threshold), rounds, pairs2 + pairs3
 
@@ -171,3 +178,68 @@ def test_a_slow_node_is_slow_in_both_retests_and_flagged_naming_both() -> None:
 def test_a_crash_in_the_first_retest_needs_no_second() -> None:
     _, _, retests = run_finder(NODES, crashing=frozenset({"node-4"}))
     assert [a for a, _ in retests] == ["node-4"]
+
+
+# Issue 21, acceptance 6: a slow node that was in every test that measured must never set the
+# reference and then pass for a known-good partner.
+FOUR = [f"node-{i}" for i in range(4)]
+
+
+def test_every_measured_pair_containing_the_slow_node_never_calls_it_good() -> None:
+    # The matrix of the report: node-3 crashes, so pass 1's surviving tests are node-1 + node-2
+    # and node-0 + node-2, both at node-2's quarter speed.
+    results = [
+        PairResult("node-0", "node-3", None, error="rank on node-3 exited 1"),
+        PairResult("node-1", "node-2", 25.0),
+        PairResult("node-0", "node-2", 25.0),
+        PairResult("node-3", "node-1", None, error="rank on node-3 exited 1"),
+    ]
+    f = verdicts(FOUR, results, 0.9)
+    assert f.reference is None
+    assert {v.node: v.verdict for v in f.nodes} == {
+        "node-0": "unknown",
+        "node-1": "unknown",
+        "node-2": "unknown",
+        "node-3": "bad",
+    }
+    assert f.inconclusive is not None
+    assert "every test at the best level measured (25 GB/s) included node-2" in f.inconclusive
+    assert "a test of node-0 + node-1 would settle it" in f.inconclusive
+    # The planner asks for exactly that test beside node-3's retest.
+    sus, good = suspects(FOUR, results, 0.9)
+    assert (sus, good) == (["node-3"], ["node-0", "node-1", "node-2"])
+    assert confirmation(FOUR, results, 0.9, {"node-3", "node-2"}) == [("node-0", "node-1")]
+
+
+def test_four_nodes_with_a_slow_and_a_crashing_one_flag_the_slow_one_or_say_inconclusive() -> None:
+    f, rounds, retests = run_finder(FOUR, speed={"node-2": 0.25}, crashing=frozenset({"node-3"}))
+    ok_pass1 = [
+        (a, b) for pairs in rounds for a, b in pairs if "node-3" not in (a, b)
+    ]  # every pass-1 test that measured has node-2 in it
+    assert ok_pass1 and all("node-2" in p for p in ok_pass1)
+    assert ("node-0", "node-1") in retests  # asked for, to confirm the level
+    verdict = {v.node: v.verdict for v in f.nodes}
+    assert verdict["node-2"] == "bad" and verdict["node-3"] == "bad"
+    slow = next(v for v in f.nodes if v.node == "node-2")
+    assert slow.why.startswith("25 GB/s with node node-1, then 25 GB/s with node node-0, "), (
+        slow.why
+    )
+    assert "below 0.9 x the best level measured, 100 GB/s" in slow.why
+    # node-0 and node-1 reached 100 GB/s only with each other: one slow node could explain it.
+    assert verdict["node-0"] == verdict["node-1"] == "unknown"
+    assert f.inconclusive is not None and "node-0 + node-1" in f.inconclusive
+
+
+def test_when_the_only_healthy_pair_crashed_the_slow_node_is_inconclusive() -> None:
+    f, _, retests = run_finder(
+        FOUR,
+        speed={"node-2": 0.25},
+        crashing=frozenset({"node-3"}),
+        crash_pairs={frozenset(("node-0", "node-1"))},
+    )
+    assert ("node-0", "node-1") in retests
+    verdict = {v.node: v.verdict for v in f.nodes}
+    assert verdict["node-2"] == "unknown" and "good" not in verdict.values()
+    assert f.reference is None and f.inconclusive is not None
+    assert "included node-2" in f.inconclusive
+    assert "no two of node-0, node-1 ran together without failing" in f.inconclusive

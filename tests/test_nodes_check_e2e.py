@@ -16,6 +16,11 @@ so the healthy check asserts verdicts and exit code only.
 Labels and taints are written by the same code path the CLI uses, checked here without a whole
 check: on given verdicts, touching only the key this tool owns.
 
+Issue 21, acceptance 6: on 4 of the nodes, node-2 slowed 4x and node-3 crashing, every pass-1
+test that measured anything holds node-2; the check never calls it good (it asks for the test of
+the two others, which shows node-2 slow), and when that one test of two healthy nodes crashes
+too, it says inconclusive.
+
 Issue 19, acceptance 4: the tests of a round run at once as tasks of one event loop over one
 client; no thread is started for them (nor for anything else of the check).
 """
@@ -136,6 +141,92 @@ def test_the_slow_and_the_crashing_node_are_flagged_and_only_they(
         node = cluster.store.get("nodes", None, name)
         assert "nccl-k8s/node-check" not in node["metadata"]["labels"]
         assert not [t for t in node["spec"].get("taints") or [] if t["key"] == "nccl-k8s/bad-node"]
+    assert labelled(cluster, namespace) == []
+
+
+FOUR = NODES[:4]
+
+
+def _table(output: str) -> dict[str, tuple[str, str]]:
+    return {
+        m.group(1): (m.group(2), m.group(3))
+        for m in re.finditer(r"^(node-\d)\s+(good|bad|unknown)\s+\S+\s+(.*)$", output, re.M)
+    }
+
+
+@pytest.mark.timeout(CHECK_S + 120)
+def test_four_nodes_whose_measured_pairs_all_hold_the_slow_one_never_call_it_good(
+    cluster: Cluster, namespace: str
+) -> None:
+    # Issue 21, acceptance 6: node-2 slowed 4x and node-3 crashing among 4 nodes, so every pass-1
+    # test that measured anything had node-2 in it. The check asks for node-0 + node-1 too,
+    # which then shows node-2 slow; node-0 and node-1 met no third fast node: inconclusive.
+    api = Api(cluster.url)
+    assert api.post("/_test/faults/node-slow", {"node": "node-2", "factor": 4})[0] == 200
+    assert api.post("/_test/faults/node-crash", {"node": "node-3"})[0] == 200
+    try:
+        args = [a for n in FOUR for a in ("--node", n)]
+        res = timed_check(cluster, namespace, *args)
+    finally:
+        api.post("/_test/faults/node-slow", {"node": "node-2", "factor": None})
+        api.post("/_test/faults/node-crash", {"node": "node-3", "crash": False})
+    assert res.exit_code == 1, res.output
+    table = _table(res.output)
+    assert {n: v for n, (v, _) in table.items()} == {
+        "node-0": "unknown",
+        "node-1": "unknown",
+        "node-2": "bad",
+        "node-3": "bad",
+    }, res.output
+    assert re.match(
+        r"[\d.]+ GB/s with node node-[01], then [\d.]+ GB/s with node node-[01], "
+        r"below 0\.4 x the best level measured, [\d.]+ GB/s$",
+        table["node-2"][1],
+    ), table["node-2"]
+    assert "inconclusive: no known-good node: the only test at the best level" in res.output
+    assert re.search(r"^pass 2 .*: node-3 \+ node-2, node-0 \+ node-1$", res.output, re.M)
+    assert labelled(cluster, namespace) == []
+
+
+@pytest.mark.timeout(CHECK_S + 120)
+def test_when_the_only_healthy_pair_crashes_the_slow_node_is_inconclusive(
+    cluster: Cluster, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The same 4 nodes, and the one test of two healthy nodes (node-0 + node-1) crashes: node-0
+    # crashes its containers while that test runs (--parallel 1: no other test is on it then).
+    real_deploy = _nodecheck.deploy_async  # type: ignore[attr-defined]  # the seam we wrap
+    crashed: list[str] = []
+
+    async def deploy_async(kc: KubeClient, spec: Any, **kw: Any) -> Any:
+        healthy_pair = set(spec.node_names) == {"node-0", "node-1"}
+        if healthy_pair:
+            cluster.faults.node_crash("node-0", True)
+            crashed.append(spec.run_id)
+        try:
+            return await real_deploy(kc, spec, **kw)
+        finally:
+            if healthy_pair:
+                cluster.faults.node_crash("node-0", False)
+
+    monkeypatch.setattr(_nodecheck, "deploy_async", deploy_async)
+    api = Api(cluster.url)
+    assert api.post("/_test/faults/node-slow", {"node": "node-2", "factor": 4})[0] == 200
+    assert api.post("/_test/faults/node-crash", {"node": "node-3"})[0] == 200
+    try:
+        args = [a for n in FOUR for a in ("--node", n)]
+        res = timed_check(cluster, namespace, "-o", "json", *args)
+    finally:
+        api.post("/_test/faults/node-slow", {"node": "node-2", "factor": None})
+        api.post("/_test/faults/node-crash", {"node": "node-3", "crash": False})
+    assert res.exit_code == 1, res.output
+    assert len(crashed) == 1, crashed  # the healthy pair was tested, and crashed
+    doc = json.loads(res.output[res.output.index("{") :])
+    verdict = {v["node"]: v["verdict"] for v in doc["nodes"]}
+    assert verdict["node-2"] == "unknown", doc["nodes"]
+    assert "good" not in verdict.values(), doc["nodes"]
+    assert doc["reference_busbw"] is None
+    assert "included node-2" in doc["inconclusive"], doc["inconclusive"]
+    assert "node-0, node-1" in doc["inconclusive"], doc["inconclusive"]
     assert labelled(cluster, namespace) == []
 
 

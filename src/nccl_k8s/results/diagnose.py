@@ -8,8 +8,9 @@ only); this module adds what the facts imply and runs the rules of the registry
 
 - which fabric carried each rank's inter-node traffic (`fabrics`), per rank, so that one rank on
   Socket among ranks on IB is seen and named with its host;
-- how many nodes the ranks span: nNodes when NCCL prints it, the number of hosts, or one node when
-  one host's GPUs hold every rank the log mentions and no connection leaves it;
+- how many nodes the ranks span: nNodes when NCCL prints it, the hosts of nccl-tests' complete
+  device list (one process driving several GPUs is one host), the number of hosts, or one node
+  when one host's GPUs hold every rank the log mentions and no connection leaves it;
 - whether GPUDirect RDMA is on for RDMA connections (never asked of TCP);
 - then each rule's findings: socket fallback, GPUDirect RDMA, SHM instead of P2P, NVLS, CollNet,
   fatal errors naming the culprit peer and the rank that saw it, PyTorch's watchdog timeouts,
@@ -27,7 +28,7 @@ from typing import Any
 from nccl_k8s.errors import ResultsError, UsageError
 from nccl_k8s.results.fabrics import FABRICS, Fabric, link_layers, rank_fabric
 from nccl_k8s.results.findings import SEVERITIES, Facts, Finding
-from nccl_k8s.results.nccllog import LogParser, ParsedLog, RankReport
+from nccl_k8s.results.nccllog import ListedRank, LogParser, ParsedLog, RankReport
 from nccl_k8s.results.rules import RULES
 
 
@@ -65,10 +66,21 @@ class Diagnosis:
         return d
 
 
-def _nodes(reports: list[RankReport], hosts: set[str]) -> tuple[int | None, str]:
+def _nodes(
+    reports: list[RankReport], hosts: set[str], listed: list[ListedRank]
+) -> tuple[int | None, str]:
     nnodes = [r.nnodes for r in reports if r.nnodes is not None]
     if nnodes:
         return max(nnodes), "nNodes"
+    if listed and [d.rank for d in listed] == list(range(len(listed))):
+        # nccl-tests' complete device list: every rank with its host (one process may drive
+        # several GPUs: -g N lists them with one pid).
+        on = {d.host for d in listed}
+        nproc = len({(d.host, d.pid) for d in listed})
+        return len(on), (
+            f"nccl-tests' device list: {len(listed)} ranks in {nproc} "
+            f"process{'es' if nproc > 1 else ''} on {len(on)} host{'s' if len(on) > 1 else ''}"
+        )
     if len(hosts) > 1:
         return len(hosts), f"{len(hosts)} hosts"
     if len(hosts) != 1 or any(t.startswith("NET/") for r in reports for t in r.transports):
@@ -90,7 +102,7 @@ def facts_of(log: ParsedLog, expect_fabric: Fabric | None = None) -> Facts:
     GPUDirect RDMA on RDMA connections: what every rule reads besides the log."""
     reports = log.reports
     net_ranks = [r for r in reports if any(t.startswith("NET/") for t in r.transports)]
-    nodes, evidence = _nodes(reports, log.hosts)
+    nodes, evidence = _nodes(reports, log.hosts, log.listed)
     network_needed = None if nodes is None else nodes > 1
     if net_ranks:
         network_needed = True

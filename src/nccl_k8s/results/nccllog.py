@@ -38,9 +38,13 @@ Parsing follows the strings NCCL itself prints (quoted from NCCL's source, 2.4 t
 - NCCL 2.3: no `NCCL` tag, `NET/IB: [%d] %s:%d/%s`, `Using internal Network %s`, `rank %d nranks %d`.
 - aws-ofi-nccl: `NET/OFI Selected Provider is %s (found %d nics)`.
 - `GPU Direct RDMA Disabled for GPU ... / HCA %d (distance %d >= %d)` (net.cc / topo.cc).
-- the error trace NCCLCHECK prints as a failure travels up, `file:line -> code` (2.29:
-  `file:line (function) -> code`), which marks the WARN before it in the same process as fatal;
+- the error trace NCCLCHECK prints as a failure travels up, `file:line -> code` (2.30:
+  `file:line (function) -> code`), which marks the WARN before it in the same process as fatal,
+  unless NCCL then says it gave up on an optional plugin and carried on (`Failed to initialize
+  any GIN plugin`, 2.29): a failure it handled;
   PyTorch's watchdog timeouts and DistBackendError.
+- an empty host (`:168:1228 [2] NCCL INFO`); a stripped host keeping a WARN's location; nccl-tests'
+  device list above the log (`ParsedLog.listed`: one process may drive several GPUs, `-g N`).
 
 A log excerpt rarely holds every line; every field is Optional.
 """
@@ -51,7 +55,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from nccl_k8s.results.pastes import OMPI_TAG, TIMESTAMP, failure_in
+from nccl_k8s.results.pastes import OMPI_TAG, TIMESTAMP, ListedRank, failure_in, listed_rank
 
 # host:pid:tid [dev] (file:line )?NCCL LEVEL message. Anything may precede it (timestamps, pod names).
 # The source location of a WARN may be a C++ signature with spaces (aws-ofi-nccl prints
@@ -59,12 +63,18 @@ from nccl_k8s.results.pastes import OMPI_TAG, TIMESTAMP, failure_in
 # (`host:pid:tid [0] INFO Using internal Network Socket`). NCCL 2.29 prints the function after the
 # location (`gin_host_gdaki.cc:431 (gdakiConnectQp) NCCL WARN ...`).
 _PREFIX = re.compile(
-    r"(?P<host>[^\s:\[\]]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\]"
+    r"(?P<host>[^\s:\[\]]*):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\]"
     r"(?: [^\[\]]*?:\d+(?: \([^()]*\))?)? (?:NCCL )?(?P<level>INFO|WARN|ABORT|TRACE)\s?(?P<msg>.*)$"
 )
 # Lines printed without the host prefix (some launchers strip it): "NCCL INFO ..." at the start,
-# after at most one token (a timestamp); `[dev] NCCL INFO` when only host:pid:tid was stripped.
-_BARE = re.compile(r"^\s*(?:\[(?P<dev>\d+)\]\s+|\S+\s+)?NCCL (?P<level>INFO|WARN)\s(?P<msg>.*)$")
+# after at most one token (a timestamp); `[dev] NCCL INFO` when only host:pid:tid was stripped; a
+# WARN keeps its source location (`[5] misc/ibvwrap.cc:173 NCCL WARN ...`, 2.29).
+_BARE = re.compile(
+    r"^\s*(?:\[(?P<dev>\d+)\]\s+|\S+\s+)?(?:[\w./+-]+:\d+(?: \([^()]*\))?\s+)?"
+    r"NCCL (?P<level>INFO|WARN)\s(?P<msg>.*)$"
+)
+# NCCL gave up on an optional plugin and carries on (2.29): the WARN and trace before were handled.
+_FELL_BACK = re.compile(r"^Failed to initialize (?!any NET plugin)(?:any \S+|\S+ plugin)")
 # A paste that repeats the line after ` | ` (CloudWatch's message column): cut the repeat.
 _REPEAT = re.compile(r"\s\|\s+(?=\S+:\d+:\d+ \[\d+\])")
 # `NCCL version 2.7.8+cuda10.2` printed alone (NCCL's VERSION level has no prefix).
@@ -214,6 +224,9 @@ class RankReport:
     fatal_warnings: list[str] = field(default_factory=list)
     #: Those error traces (`file:line -> code`, codes 1-6), in the order printed.
     error_traces: list[str] = field(default_factory=list)
+    #: WARNs whose error trace ended in NCCL giving up on an optional plugin and carrying on
+    #: (`Failed to initialize any GIN plugin`): a failure NCCL handled, not fatal.
+    handled_warnings: list[str] = field(default_factory=list)
     #: The launcher's rank for the process (Open MPI `[1,R]<stdout>:`), which need not be
     #: NCCL's rank in a communicator.
     launcher_rank: int | None = None
@@ -283,6 +296,8 @@ class ParsedLog:
     torch_events: list[TorchEvent]
     #: Every line that mentions NCCL, in order, with the process it was placed on.
     lines: list[NcclLine]
+    #: nccl-tests' device list above the log, when the log holds one (first entry per rank).
+    listed: list[ListedRank] = field(default_factory=list)
 
 
 @dataclass
@@ -299,6 +314,8 @@ class _Log:
     #: Bare versions before any process line.
     pending: list[tuple[str, str | None]] = field(default_factory=list)
     fed: list[RankReport] = field(default_factory=list)
+    #: Per process: the WARNs the error trace now printing made fatal (`_FELL_BACK` undoes it).
+    chain: dict[tuple[str | None, int | None], list[Any]] = field(default_factory=dict)
 
 
 class LogParser:
@@ -312,10 +329,13 @@ class LogParser:
         self.failures: list[str] = []
         self.torch_events: list[TorchEvent] = []
         self.lines: list[NcclLine] = []
+        self.listed: dict[int, ListedRank] = {}
 
     def report(self, host: str | None, pid: int | None, dev: int | None) -> RankReport:
         if host is not None:
             key = f"{host}:{pid} [{dev}]"
+        elif pid is not None:  # an empty host name (`>> :168:1228 [2] NCCL INFO`)
+            key = f"(no host):{pid} [{dev}]"
         else:  # a stripped prefix: `[dev] NCCL INFO` still tells processes of one host apart
             key = "(no prefix)" if dev is None else f"(no host) [{dev}]"
         rep = self.reports.get(key)
@@ -358,12 +378,15 @@ class LogParser:
         """The process-device of a line NCCL printed, its level and message; None for any other
         line (a run's failure line, PyTorch's, a bare version line are kept on the way)."""
         if m := _PREFIX.search(line):
-            rep = self.report(m.group("host"), int(m.group("pid")), int(m.group("dev")))
+            rep = self.report(m.group("host") or None, int(m.group("pid")), int(m.group("dev")))
             if t := OMPI_TAG.match(line):
                 rep.launcher_rank = int(t.group("rank"))
             return rep, m.group("level"), _REPEAT.split(m.group("msg"))[0].strip()
         if log.failure is None:
             log.failure = failure_in(line)
+        if "Rank" in line and (listed := listed_rank(line)) is not None:
+            self.listed.setdefault(listed.rank, listed)
+            return None
         if self.torch_line(line):
             return None
         if b := _BARE.search(line):
@@ -395,6 +418,14 @@ class LogParser:
             if proc in log.last_warn:
                 wrep, wmsg = log.last_warn.pop(proc)
                 _add(wrep.fatal_warnings, wmsg)
+                log.chain.setdefault(proc, []).append((wrep, wmsg))
+        elif _FELL_BACK.match(msg):
+            for wrep, wmsg in log.chain.pop(proc, []):
+                if wmsg in wrep.fatal_warnings:
+                    wrep.fatal_warnings.remove(wmsg)
+                _add(wrep.handled_warnings, wmsg)
+        else:
+            log.chain.pop(proc, None)
         self.info(rep, msg)
 
     def torch_line(self, line: str) -> bool:
@@ -463,7 +494,8 @@ class LogParser:
             self.reports.values(),
             key=lambda r: (r.rank is None, r.rank if r.rank is not None else 0, r.key),
         )
-        return ParsedLog(reports, self.hosts, self.failures, self.torch_events, self.lines)
+        listed = [self.listed[r] for r in sorted(self.listed)]
+        return ParsedLog(reports, self.hosts, self.failures, self.torch_events, self.lines, listed)
 
 
 def _via(rep: RankReport, via: str) -> None:
@@ -583,6 +615,7 @@ def _implied_network(rep: RankReport, ib_listed: bool) -> str | None:
 
 
 __all__ = [
+    "ListedRank",
     "LogParser",
     "NcclLine",
     "ParsedLog",

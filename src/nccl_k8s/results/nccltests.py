@@ -38,12 +38,15 @@ from pathlib import Path
 
 from nccl_k8s.errors import ResultsError
 from nccl_k8s.results.collectives import (
+    DTYPE_BYTES,
+    FACTS,
     Collective,
     identify_op,
     op_in_command,
     op_in_file_name,
     ops_in_words,
 )
+from nccl_k8s.results.layouts import Layout, layout_from_header, layout_from_row
 from nccl_k8s.results.nccltests_json import (
     fill_world,
     nccl_version_from_code,
@@ -70,7 +73,7 @@ _OUR_VERSION = re.compile(
     r"^#\s*nccl-k8s version (?P<v>\S+)(?:.*?\btorch=(?P<torch>\S+))?(?:.*?\bbackend=(?P<b>\w+))?"
 )
 _STARTING = re.compile(r"^#\s*Collective test starting:\s*(?P<name>\S+)")
-_CONCLUDED = re.compile(r"^#\s*Collective test concluded:")
+_CONCLUDED = re.compile(r"^#\s*Collective test concluded:\s*(?P<name>\S*)")
 _DEVICE = re.compile(
     r"^#\s+Rank\s+(?P<rank>\d+)\s+(?:Group\s+\d+\s+)?(?:Pid\s+(?P<pid>\d+)\s+)?on\s+(?P<host>\S+)"
     r"\s+device\s+(?P<dev>\d+)\s+\[(?P<bus>[^\]]*)\]\s+(?P<name>.*?)\s*$"
@@ -89,10 +92,6 @@ _CFG_INT = {
 
 #: The per-placement column groups nccl-tests prints, in order.
 _PLACEMENTS: tuple[Placement, ...] = ("out", "in")
-_GROUP = ("time", "algbw", "busbw")
-_CHECK_COLUMNS = {"#wrong", "error", "res"}
-# NCCL 1's column names, as the later ones.
-_LEAD_ALIASES = {"bytes": "size", "N": "count", "op": "redop"}
 
 
 def op_from_name(name: str) -> str | None:
@@ -100,21 +99,8 @@ def op_from_name(name: str) -> str | None:
 
 
 @dataclass
-class _Layout:
-    """The column layout read from a header line."""
-
-    lead: list[str]  # e.g. ["size", "count", "type", "redop", "root"]
-    check: str  # "#wrong", "error" or "res"
-    groups: int
-
-    @property
-    def width(self) -> int:
-        return len(self.lead) + 4 * self.groups
-
-
-@dataclass
 class _Table:
-    layout: _Layout
+    layout: Layout
     op: str | None
     by: IdentifiedBy
     detail: str
@@ -127,23 +113,31 @@ class _Table:
     summary: Summary | None = None
 
 
-def _layout_from_header(line: str) -> _Layout | None:
-    toks = line.lstrip("#").split()
-    if len(toks) < 6 or toks[0] not in ("size", "bytes") or "time" not in toks:
+_THREADS_GPUS = re.compile(r"\bnThread\s+(?P<t>\d+)\s+nGpus\s+(?P<g>\d+)")
+_GPUS_FLAG = re.compile(r"(?:^|\s)(?:-g\s*|--ngpus[=\s])(?P<n>\d+)\b")
+_THREADS_FLAG = re.compile(r"(?:^|\s)(?:-t\s*|--nthreads[=\s])(?P<n>\d+)\b")
+
+
+def _per_process(command: str) -> int | None:
+    """Ranks per process a command line asks nccl-tests for: `-t` threads x `-g` GPUs."""
+    g, t = _GPUS_FLAG.search(command), _THREADS_FLAG.search(command)
+    if g is None and t is None:
         return None
-    first = toks.index("time")
-    lead, rest = [_LEAD_ALIASES.get(t, t) for t in toks[:first]], toks[first:]
-    if len(rest) % 4 or not rest:
+    return (int(g.group("n")) if g else 1) * (int(t.group("n")) if t else 1)
+
+
+def _count_world(rows: list[Row]) -> int | None:
+    """The ranks a per-rank count implies (size / element size / count), when every row with a
+    count agrees on one integer above 1."""
+    ks = {
+        r.size_bytes / (DTYPE_BYTES[r.dtype] * r.count)
+        for r in rows
+        if r.dtype in DTYPE_BYTES and r.count and r.size_bytes > 0
+    }
+    if len(ks) != 1:
         return None
-    kinds = set()
-    for g in range(len(rest) // 4):
-        grp = rest[4 * g : 4 * g + 4]
-        if tuple(grp[:3]) != _GROUP:
-            return None
-        kinds.add(grp[3])
-    if len(kinds) != 1 or not kinds <= _CHECK_COLUMNS:
-        return None
-    return _Layout(lead, kinds.pop(), len(rest) // 4)
+    k = ks.pop()
+    return int(k) if k == int(k) and k > 1 else None
 
 
 def _num(tok: str, what: str, where: str) -> float:
@@ -160,7 +154,7 @@ def _looks_numeric(toks: list[str]) -> bool:
     return sum(1 for t in toks if _CELL.fullmatch(t)) >= len(toks) - 3
 
 
-def _redop_left_blank(layout: _Layout, toks: list[str]) -> bool:
+def _redop_left_blank(layout: Layout, toks: list[str]) -> bool:
     """Whether a row one column short of a header that names a redop column is a row whose redop
     was printed empty: nccl-tests before 2.11 passed "" as the redop name of the collectives that
     reduce nothing (alltoall, all_gather, ...), so the row lacks that one word. Only when nothing
@@ -190,6 +184,9 @@ class _TextParser:
         #: The tables read so far, with rows.
         self.tables: list[_Table] = []
         self.cfg = self.run.meta.config
+        #: Ranks one process drives: nThread x nGpus of the config line, or `-t`/`-g` of a
+        #: command line naming the test.
+        self.per_process: int | None = None
 
     def feed(self, text: str) -> Run:
         for lineno, raw in enumerate(text.splitlines(), start=1):
@@ -212,7 +209,13 @@ class _TextParser:
         if failure is not None:
             self.run.meta.failure = self.run.meta.failure or failure
             return
-        if self.table is not None and self._maybe_row(self.table, s.split(), where):
+        toks = s.split()
+        if self.table is not None and self._maybe_row(self.table, toks, where):
+            return
+        if self.table is None and (layout := layout_from_row(toks)) is not None:
+            # Rows without a header (the tail of an output): the columns the row implies.
+            self._open(layout, where)
+            self._maybe_row(self._current(), toks, where)
             return
         if s.startswith("nThread "):  # the first nccl-tests printed its config line without '#'
             self._config(s)
@@ -226,6 +229,8 @@ class _TextParser:
             op = op_in_command(s)
             if op is not None:
                 self.mention = (op, s)
+                if self.per_process is None:
+                    self.per_process = _per_process(s)
             named = ops_in_words(s)
             if len(named) == 1:
                 self.words.append((named[0], s, len(self.tables)))
@@ -262,8 +267,9 @@ class _TextParser:
         elif m := _STARTING.match(s):
             self._close()
             self.starting_op = op_in_command(m.group("name"))
-        elif _CONCLUDED.match(s):
+        elif m := _CONCLUDED.match(s):
             self._close()
+            self._concluded(m.group("name"))
         elif s.startswith("# nThread"):
             self._config(s)
         elif m := _DEVICE.match(s):
@@ -284,11 +290,11 @@ class _TextParser:
             self._close()
             with contextlib.suppress(ValueError):
                 self._summary().avg_busbw = float(m.group("bw"))
-        elif (layout := _layout_from_header(s)) is not None:
+        elif (layout := layout_from_header(s)) is not None:
             self._open(layout, where)
         # other comment lines (units, "out-of-place", "Using devices") carry nothing we need
 
-    def _open(self, layout: _Layout, where: str) -> None:
+    def _open(self, layout: Layout, where: str) -> None:
         """A column header: a new table, whose collective the nearest announcement names."""
         self._close()
         self.headers += 1
@@ -304,6 +310,26 @@ class _TextParser:
             op, by, detail = None, "table", ""
         self.table = _Table(layout, op, by, detail, where)
         self.starting_op = self.mention = None
+
+    def _current(self) -> _Table:
+        if self.table is None:  # _open has just set it
+            raise AssertionError("no open table")
+        return self.table
+
+    def _concluded(self, name: str) -> None:
+        """`# Collective test concluded: <op>_perf` (2.14+): nccl-tests' own word for the table
+        just closed, which a paste cut above its header (a tail) names nowhere else."""
+        op = op_in_command(name)
+        if op is None or not self.tables or self.tables[-1].by in ("header", "command"):
+            return
+        table = self.tables[-1]
+        table.op, table.by, table.also = op, "header", []
+        table.detail = f"# Collective test concluded: {name}"
+        for row in table.rows:
+            row.op = op
+        if table.summary is not None:
+            table.summary.op = op
+        self.last_op = op
 
     def _close(self) -> None:
         """End the current table: decide its collective if nothing named it, label its rows."""
@@ -328,6 +354,8 @@ class _TextParser:
             if found.world_from_count and self.world_from_count is None:
                 self.world_from_count = found.world_from_count
         table.op, table.by, table.detail = op, by, detail
+        if self.world_from_count is None and op in FACTS and FACTS[op].per_rank_count:
+            self.world_from_count = _count_world(table.rows)
         for row in table.rows:
             row.op = op
         self._no_repeat(table)
@@ -365,6 +393,8 @@ class _TextParser:
 
     def _config(self, s: str) -> None:
         toks = s.lstrip("#").split()
+        if (m := _THREADS_GPUS.search(s)) is not None:
+            self.per_process = int(m.group("t")) * int(m.group("g"))
         for i, tok in enumerate(toks[:-1]):
             key = _CFG_INT.get(tok)
             if key and toks[i + 1].lstrip("-").isdigit():
@@ -383,6 +413,30 @@ class _TextParser:
                         self.cfg.stepbytes = int(m.group(1))
             if tok == "warmupIters:" and toks[i + 1].isdigit():
                 self.cfg.warmup = int(toks[i + 1])
+
+    def _world(self) -> None:
+        """World size, nodes and GPUs per node: the device list, else the tables' counts, the
+        ranks per process (`nThread` x `nGpus`, `-g N`) where the tables agree."""
+        meta = self.run.meta
+        fill_world(meta, list(self.devices.values()))
+        if self.devices and self._known_world() is None:
+            # Device lines from the middle of the list (a paste cut above them): the world is at
+            # least the highest rank + 1, and that exactly when an all_reduce table's
+            # busbw/algbw (2(n-1)/n) says so; hosts and GPUs per node are unknown.
+            meta.world_size = meta.nodes = meta.gpus_per_node = None
+            least = max(self.devices) + 1
+            if self._all_reduce_ranks(least):
+                meta.world_size = least
+        if meta.world_size is None and self.world_from_count is not None:
+            meta.world_size = self.world_from_count
+        n = self.per_process
+        if self.devices or n is None:
+            return
+        if meta.world_size is None and self._all_reduce_ranks(n):
+            meta.world_size = n
+        if meta.world_size == n:
+            # As many ranks as one process drives: one process, so one node.
+            meta.nodes, meta.gpus_per_node = 1, n
 
     def _all_reduce_ranks(self, n: int) -> bool:
         """Whether the all_reduce rows' busbw/algbw (2(n-1)/n) says `n` ranks: every row where
@@ -412,7 +466,7 @@ class _TextParser:
             self.tables[-1].summary = s
         return s
 
-    def _row(self, layout: _Layout, toks: list[str], where: str) -> list[Row]:
+    def _row(self, layout: Layout, toks: list[str], where: str) -> list[Row]:
         lead = dict(zip(layout.lead, toks, strict=False))
         size = int(lead["size"])
         count = int(lead["count"]) if lead.get("count", "").isdigit() else None
@@ -459,7 +513,13 @@ class _TextParser:
                 if table.summary is not None:
                     table.summary.op = op
             self.run.rows.extend(table.rows)
-            meta.op_identified.append(OpIdentification(str(table.op), table.by, table.detail))
+            detail = table.detail
+            if table.layout.from_row:
+                detail += (
+                    f"{'; ' if detail else ''}no column header: the columns read from the rows "
+                    f"({table.layout.describe()})"
+                )
+            meta.op_identified.append(OpIdentification(str(table.op), table.by, detail))
         if not self.run.rows:
             if meta.failure:
                 raise ResultsError(
@@ -477,17 +537,7 @@ class _TextParser:
                 "header followed by rows)",
                 path=self.origin,
             )
-        fill_world(meta, list(self.devices.values()))
-        if self.devices and self._known_world() is None:
-            # Device lines from the middle of the list (a paste cut above them): the world is at
-            # least the highest rank + 1, and that exactly when an all_reduce table's
-            # busbw/algbw (2(n-1)/n) says so; hosts and GPUs per node are unknown.
-            meta.world_size = meta.nodes = meta.gpus_per_node = None
-            least = max(self.devices) + 1
-            if self._all_reduce_ranks(least):
-                meta.world_size = least
-        if meta.world_size is None and self.world_from_count is not None:
-            meta.world_size = self.world_from_count
+        self._world()
         meta.config.ops = self.run.ops()
         first = self.run.rows[0]
         self.cfg.dtype = first.dtype

@@ -11,6 +11,7 @@ log reader alike.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 # nccl-tests' own failure report: "host: Test NCCL failure common.cu:392 'unhandled ...'",
 # "Test CUDA failure ...", NCCL 1's "NCCL failure all_reduce.cu:95 '...'". It may follow a row
@@ -45,6 +46,36 @@ _BARE = re.compile(
     r"|Avg bus bandwidth\s*:|Rank\s+\d+\s+(?:Group\s+\d+\s+)?(?:Pid\s+\d+\s+)?on\s+\S+\s+device\s"
     r"|(?:size|bytes)\s+(?:count|N)\s+type\s)"
 )
+
+
+# nccl-tests' device list: `#  Rank %2d Group %2d Pid %6d on %10s device %2d [%s] %s` (older ones
+# without Group, or without Pid).
+_LISTED = re.compile(
+    r"^#\s+Rank\s+(?P<rank>\d+)\s+(?:Group\s+\d+\s+)?(?:Pid\s+(?P<pid>\d+)\s+)?on\s+"
+    r"(?P<host>\S+)\s+device\s+(?P<dev>\d+)"
+)
+
+
+@dataclass(frozen=True)
+class ListedRank:
+    """A rank of nccl-tests' device list (`#  Rank 1 Group 0 Pid 4766 on GENOA-06 device 1`)."""
+
+    rank: int
+    host: str
+    #: None in lists older than the `Pid` column.
+    pid: int | None
+    device: int
+
+
+def listed_rank(line: str) -> ListedRank | None:
+    """The rank a line of nccl-tests' device list names (behind any launcher prefix)."""
+    m = _LISTED.match(strip_prefixes(line).strip())
+    if m is None:
+        return None
+    pid = m.group("pid")
+    return ListedRank(
+        int(m.group("rank")), m.group("host"), None if pid is None else int(pid), int(m["dev"])
+    )
 
 
 def strip_prefixes(line: str) -> str:
@@ -93,4 +124,13 @@ def pipe_row(s: str) -> str:
     return s
 
 
-__all__ = ["OMPI_TAG", "TIMESTAMP", "failure_in", "pipe_row", "strip_prefixes", "with_hash"]
+__all__ = [
+    "OMPI_TAG",
+    "TIMESTAMP",
+    "ListedRank",
+    "failure_in",
+    "listed_rank",
+    "pipe_row",
+    "strip_prefixes",
+    "with_hash",
+]

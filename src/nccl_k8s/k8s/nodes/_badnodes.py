@@ -1,21 +1,30 @@
 """The bad-node finder's plan and verdicts, pure: which node pairs to test, and what their
 bandwidths say about each node.
 
-A 2-node test cannot tell which end is slow, and one slow node taints every pair it is in. So
+A 2-node test cannot tell which end is slow, and one slow node taints every pair it is in; but
+a slow node only ever lowers a test, so a test that measures well proves both of its nodes. So
 pass 1 pairs the candidates round-robin (the circle method) for two rounds: every node meets two
-different partners, and a healthy node almost always has one healthy partner. A node's pass-1
-score is its best pair; the cluster reference is the median of those scores, robust to a third of
-the nodes being slow. A node whose best pass-1 pair is below `threshold` x the reference, or whose
-every pass-1 test failed, is a suspect. Pass 2 tests each suspect with a known-good node it has
-not met yet. A suspect is bad when that test fails, and cleared when it is fine. One slow
-retest is not enough: a measurement can be slow for reasons of its moment (other jobs on the
-fabric or the hosts, a noisy neighbour), so a suspect whose retest was slow is tested once more
-(pass 3) with another known-good node, and is bad only when that test is slow or fails too; a
-node that is really slow is slow every time. A pass-1 pair that was slow (or failed) while both of its nodes end up good is a slow link between
-two good nodes: reported, neither node flagged. "Slow" in passes 2 and 3 (and for links) is
-measured against what one test between two known-good nodes typically gives (the median of the
-pass-1 tests whose nodes are both known good), not the all-node median (on a small cluster the
-partners of bad nodes pull that one down) and not a best of two (a retest is a single test).
+different partners, and a healthy node almost always has one healthy partner.
+
+The level: the highest bus bandwidth that a set of tests agrees on, the highest fixed point of
+"the median of the tests at or above `threshold` x it" (a lone fast outlier does not set it;
+noise, which only ever lowers a measurement, does not pull it down). The tests at or above that
+floor are fine, and their nodes are cleared. The level is the cluster's reference only when no
+single node could explain it: its fine tests must not all share one node (two of them without a
+node in common, or three in a triangle). When every fine test included node X, X may be slow and
+that level its own, with no two healthy nodes ever measured together: no node is called good
+(they are `unknown`, the check inconclusive, naming the tests that would settle it), and the
+planner asks for such a test in the next pass.
+
+A node that is not cleared is a suspect. Pass 2 tests each suspect with a cleared node it has
+not met yet. A suspect whose test with a cleared node failed is bad. One slow retest is not
+enough: a measurement can be slow for reasons of its moment (other jobs on the fabric or the
+hosts), so a suspect whose only retest was slow is tested once more (pass 3) with another cleared
+node, and is bad when that is slow or fails too (a node that is really slow is slow every time);
+fine there, it is cleared. Slow and failed verdicts hold even when the level is not confirmed:
+a cleared node reached that level, so a test of it below the floor is the other node's doing,
+whatever the true healthy level is. A test that was slow (or failed) while both of its nodes end
+up good is a slow link between two good nodes: reported, neither node flagged.
 
 A node's reported score is the median bus bandwidth of the tests it took part in.
 
@@ -28,7 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Literal
 
 Verdict = Literal["good", "bad", "unknown"]
@@ -53,6 +62,9 @@ class PairResult:
     def ok(self) -> bool:
         return self.error is None and self.busbw is not None and not self.inconclusive
 
+    def other(self, node: str) -> str:
+        return self.b if node == self.a else self.a
+
 
 @dataclasses.dataclass(frozen=True)
 class NodeVerdict:
@@ -74,15 +86,37 @@ class SlowLink:
 @dataclasses.dataclass(frozen=True)
 class Findings:
     reference: float | None
-    """The cluster's reference busbw (GB/s): the median pass-1 test between two known-good
-    nodes (the median best pair of every node, when none is known good)."""
+    """The cluster's reference busbw (GB/s): the level of the fine tests, when no single node
+    could explain it; None when the check is inconclusive."""
     threshold: float
     nodes: list[NodeVerdict]
     links: list[SlowLink]
+    inconclusive: str | None = None
+    """Why no node could be called good, and which test would settle it; None otherwise."""
 
     @property
     def flagged(self) -> list[NodeVerdict]:
         return [n for n in self.nodes if n.verdict != "good"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Level:
+    """What the tests so far say the cluster reaches (see the module docstring)."""
+
+    busbw: float | None
+    """The highest level a set of tests agrees on (GB/s); None without a measured test."""
+    fine: list[PairResult]
+    """The tests at or above threshold x busbw: their nodes are cleared."""
+    shared: frozenset[str]
+    """The nodes every fine test includes: empty when the level is confirmed."""
+
+    @property
+    def confirmed(self) -> bool:
+        return bool(self.fine) and not self.shared
+
+    @property
+    def cleared(self) -> set[str]:
+        return {n for r in self.fine for n in (r.a, r.b)}
 
 
 def first_pass(nodes: Sequence[str], rounds: int = ROUNDS) -> list[list[tuple[str, str]]]:
@@ -104,155 +138,211 @@ def first_pass(nodes: Sequence[str], rounds: int = ROUNDS) -> list[list[tuple[st
     return out
 
 
-def _best(node: str, results: Sequence[PairResult]) -> float | None:
-    values = [r.busbw for r in results if r.ok and node in (r.a, r.b) and r.busbw is not None]
-    return max(values) if values else None
-
-
-def _typical(good: Sequence[str], pass1: Sequence[PairResult]) -> float | None:
-    """What one test between two known-good nodes measures: the median of such pass-1 tests
-    (a retest is one test, so it is held to one test's typical figure, not to the best of
-    two); the good nodes' best pairs where no two good nodes met."""
-    among = [r.busbw for r in pass1 if r.ok and r.a in good and r.b in good and r.busbw]
-    return statistics.median(among) if among else reference(good, pass1)
-
-
-def reference(nodes: Sequence[str], results: Sequence[PairResult]) -> float | None:
-    """The median over nodes of their best pass-1 busbw."""
-    best = [b for n in nodes if (b := _best(n, [r for r in results if r.pass_no == 1])) is not None]
-    return statistics.median(best) if best else None
+def level(results: Sequence[PairResult], threshold: float) -> Level:
+    """The level the tests agree on, its fine tests, and the nodes they all share."""
+    values = sorted(r.busbw for r in results if r.ok and r.busbw is not None)
+    if not values:
+        return Level(None, [], frozenset())
+    ref, count = values[-1], 0
+    while True:
+        above = [v for v in values if v >= threshold * ref]
+        if len(above) == count:
+            break  # the same set as last time: its median is the fixed point
+        count, ref = len(above), statistics.median(above)
+    fine = [r for r in results if r.ok and (r.busbw or 0.0) >= threshold * ref]
+    shared = {fine[0].a, fine[0].b}
+    for r in fine[1:]:
+        shared &= {r.a, r.b}
+    return Level(ref, fine, frozenset(shared))
 
 
 def suspects(
     nodes: Sequence[str], results: Sequence[PairResult], threshold: float
 ) -> tuple[list[str], list[str]]:
-    """(suspects, known good) after pass 1."""
-    pass1 = [r for r in results if r.pass_no == 1]
-    ref = reference(nodes, pass1)
-    sus = []
-    for node in nodes:
-        best = _best(node, pass1)
-        if best is None or ref is None or best < threshold * ref:
-            sus.append(node)
-    return sus, [n for n in nodes if n not in sus]
+    """(suspects, cleared): the nodes of no fine test, and those of one."""
+    cleared = level(results, threshold).cleared
+    return [n for n in nodes if n not in cleared], [n for n in nodes if n in cleared]
 
 
 def second_pass(
     suspect_nodes: Sequence[str], good: Sequence[str], met: Sequence[PairResult] = ()
 ) -> list[tuple[str, str]]:
-    """Each suspect with a known-good node, preferring one it has not met; none without any."""
+    """Each suspect with a cleared node, preferring one it has not met; none without any."""
     if not good:
         return []
     pairs = []
     for i, s in enumerate(suspect_nodes):
-        seen = {r.a if r.b == s else r.b for r in met if s in (r.a, r.b)}
+        seen = {r.other(s) for r in met if s in (r.a, r.b)}
         fresh = [g for g in good if g not in seen] or list(good)
         pairs.append((s, fresh[i % len(fresh)]))
     return pairs
 
 
-def _after_pass1(
-    nodes: Sequence[str], results: Sequence[PairResult], threshold: float
-) -> tuple[list[str], float | None]:
-    """The known-good nodes after pass 1, and the reference later tests are held to."""
-    pass1 = [r for r in results if r.pass_no == 1]
-    _, good = suspects(nodes, pass1, threshold)
-    return good, _typical(good, pass1) if good else reference(nodes, pass1)
+def confirmation(
+    nodes: Sequence[str],
+    results: Sequence[PairResult],
+    threshold: float,
+    busy: Collection[str] = (),
+) -> list[tuple[str, str]]:
+    """While the level is not confirmed, the test that could confirm it: two cleared nodes
+    outside the shared ones that have not been measured together, neither `busy`."""
+    lv = level(results, threshold)
+    if lv.confirmed or not lv.fine:
+        return []
+    met = {frozenset((r.a, r.b)) for r in results if not r.inconclusive}
+    free = [n for n in nodes if n in lv.cleared and n not in lv.shared and n not in busy]
+    for i, a in enumerate(free):
+        for b in free[i + 1 :]:
+            if frozenset((a, b)) not in met:
+                return [(a, b)]
+    return []
 
 
 def confirm_pass(
     nodes: Sequence[str], results: Sequence[PairResult], threshold: float
 ) -> list[tuple[str, str]]:
-    """Pass 3: each suspect whose pass-2 test ran but was slow, with another known-good node
-    (one it has not met, where there is one)."""
-    good, ref = _after_pass1(nodes, results, threshold)
-    if ref is None or not good:
+    """Pass 3: each suspect whose only retest ran but was slow, with another cleared node (one
+    it has not met, where there is one)."""
+    lv = level(results, threshold)
+    if lv.busbw is None:
         return []
-    floor = threshold * ref
+    floor, cleared = threshold * lv.busbw, lv.cleared
+    good = [n for n in nodes if n in cleared]
     pairs: list[tuple[str, str]] = []
-    for r in results:
-        if r.pass_no != 2 or not r.ok or (r.busbw or 0.0) >= floor:
+    for node in nodes:
+        if node in cleared:
             continue
-        seen = {x.a if x.b == r.a else x.b for x in results if r.a in (x.a, x.b)}
+        retests = [r for r in results if r.pass_no >= 2 and r.a == node and not r.inconclusive]
+        if len(retests) != 1 or not retests[0].ok or (retests[0].busbw or 0.0) >= floor:
+            continue
+        seen = {r.other(node) for r in results if node in (r.a, r.b)}
         fresh = [g for g in good if g not in seen]
         if fresh:
-            pairs.append((r.a, fresh[len(pairs) % len(fresh)]))
+            pairs.append((node, fresh[len(pairs) % len(fresh)]))
     return pairs
 
 
 def verdicts(nodes: Sequence[str], results: Sequence[PairResult], threshold: float) -> Findings:
-    """Every node's verdict from both passes' results."""
-    pass1 = [r for r in results if r.pass_no == 1]
-    pass2 = [r for r in results if r.pass_no == 2]
-    good, ref = _after_pass1(nodes, results, threshold)
-    floor = None if ref is None else threshold * ref
+    """Every node's verdict from all passes' results."""
+    lv = level(results, threshold)
+    cleared = lv.cleared
+    why_not = None if lv.confirmed else _why_inconclusive(nodes, results, lv)
     out: list[NodeVerdict] = []
     for node in nodes:
-        mine = [r.busbw for r in results if r.ok and node in (r.a, r.b) and r.busbw is not None]
-        score = statistics.median(mine) if mine else None
-        if node in good:
-            out.append(NodeVerdict(node, "good", score, "a pass-1 pair at or above the floor"))
+        mine = [r for r in results if node in (r.a, r.b)]
+        got = [r.busbw for r in mine if r.ok and r.busbw is not None]
+        score = statistics.median(got) if got else None
+        if node in cleared:
+            if why_not is None:
+                out.append(NodeVerdict(node, "good", score, _cleared_why(node, mine, lv)))
+            else:
+                out.append(NodeVerdict(node, "unknown", score, f"inconclusive: {why_not}"))
             continue
-        checks = [r for r in pass2 if r.a == node]
-        if not checks:
-            why = "no known-good node to test it against" if not good else "it was not retested"
-            out.append(NodeVerdict(node, "unknown", score, why))
-            continue
-        r = checks[0]
-        if r.inconclusive:
-            out.append(
-                NodeVerdict(
-                    node,
-                    "unknown",
-                    score,
-                    f"its test with good node {r.b} could not run: {r.error}",
-                )
-            )
-        elif not r.ok:
-            out.append(
-                NodeVerdict(node, "bad", score, f"its test with good node {r.b} failed: {r.error}")
-            )
-        elif floor is not None and (r.busbw or 0.0) < floor:
-            slow = f"{r.busbw:.3g} GB/s with good node {r.b}"
-            again = next((x for x in results if x.pass_no == 3 and x.a == node), None)
-            if again is not None and again.ok and (again.busbw or 0.0) >= floor:
-                out.append(
-                    NodeVerdict(
-                        node,
-                        "good",
-                        score,
-                        f"it tested fine with good node {again.b} ({again.busbw:.3g} GB/s; "
-                        f"a first retest measured {slow})",
-                    )
-                )
-                continue
-            if again is not None and not again.inconclusive:
-                got = (
-                    f"{again.busbw:.3g} GB/s with good node {again.b}"
-                    if again.ok
-                    else f"its test with good node {again.b} failed: {again.error}"
-                )
-                slow = f"{slow}, then {got}"
-            out.append(
-                NodeVerdict(
-                    node,
-                    "bad",
-                    score,
-                    f"{slow}, below {threshold:g} x the cluster's {ref:.3g} GB/s",
-                )
-            )
-        else:
-            out.append(NodeVerdict(node, "good", score, f"it tested fine with good node {r.b}"))
+        out.append(_suspect_verdict(node, mine, lv, threshold, score, why_not))
     good_after = {v.node for v in out if v.verdict == "good"}
+    floor = None if lv.busbw is None else threshold * lv.busbw
     links = [
-        SlowLink(r.a, r.b, r.busbw, _link_why(r, threshold, ref))
-        for r in pass1
+        SlowLink(r.a, r.b, r.busbw, _link_why(r, threshold, lv.busbw))
+        for r in results
         if not r.inconclusive
         and (not r.ok or (floor is not None and (r.busbw or 0.0) < floor))
         and r.a in good_after
         and r.b in good_after
     ]
-    return Findings(ref, threshold, out, links)
+    return Findings(lv.busbw if lv.confirmed else None, threshold, out, links, why_not)
+
+
+def _cleared_why(node: str, mine: Sequence[PairResult], lv: Level) -> str:
+    floor_tests = [r for r in lv.fine if node in (r.a, r.b)]
+    retests = [r for r in mine if r.pass_no >= 2 and r.a == node and not r.inconclusive]
+    fine_retest = next((r for r in retests if r in floor_tests), None)
+    if fine_retest is None:
+        best = max(floor_tests, key=lambda r: r.busbw or 0.0)
+        return f"{best.busbw:.3g} GB/s with node {best.other(node)}, at or above the floor"
+    why = f"it tested fine with good node {fine_retest.b}"
+    before = retests[: retests.index(fine_retest)]
+    if before and before[0].ok:
+        why += (
+            f" ({fine_retest.busbw:.3g} GB/s; a first retest measured {before[0].busbw:.3g} "
+            f"GB/s with good node {before[0].b})"
+        )
+    return why
+
+
+def _suspect_verdict(
+    node: str,
+    mine: Sequence[PairResult],
+    lv: Level,
+    threshold: float,
+    score: float | None,
+    why_not: str | None,
+) -> NodeVerdict:
+    """A node of no fine test: bad on a slow or failed test with a cleared node (its retests
+    first), unknown without one."""
+    cleared = lv.cleared
+    with_good = [r for r in mine if not r.inconclusive and r.other(node) in cleared]
+    retests = [r for r in with_good if r.pass_no >= 2 and r.a == node]
+    evidence = retests or with_good
+    if not evidence:
+        if why_not is not None:
+            return NodeVerdict(node, "unknown", score, f"inconclusive: {why_not}")
+        tried = next((r for r in mine if r.inconclusive and r.a == node and r.pass_no >= 2), None)
+        if tried is not None:
+            why = f"its test with good node {tried.b} could not run: {tried.error}"
+        elif cleared:
+            why = "it was not retested"
+        else:
+            why = "no known-good node to test it against"
+        return NodeVerdict(node, "unknown", score, why)
+    # "good node" only where the level is confirmed; otherwise the partner reached the level.
+    partner = "good node" if why_not is None else "node"
+    first = evidence[0]
+    if not first.ok:
+        why = f"its test with {partner} {first.other(node)} failed: {first.error}"
+        return NodeVerdict(node, "bad", score, why)
+    parts = [
+        f"{r.busbw:.3g} GB/s with {partner} {r.other(node)}"
+        if r.ok
+        else f"its test with {partner} {r.other(node)} failed: {r.error}"
+        for r in evidence
+    ]
+    of = "the cluster's" if why_not is None else "the best level measured,"
+    why = f"{', then '.join(parts)}, below {threshold:g} x {of} {lv.busbw or 0.0:.3g} GB/s"
+    return NodeVerdict(node, "bad", score, why)
+
+
+def _why_inconclusive(nodes: Sequence[str], results: Sequence[PairResult], lv: Level) -> str:
+    """Why no node can be called good, naming the test (or the nodes) that would settle it."""
+    if lv.busbw is None:
+        return "no known-good node: no test measured a bus bandwidth (rerun once the nodes run)"
+    at = f"{lv.busbw:.3g} GB/s"
+    shared = sorted(lv.shared, key=list(nodes).index)
+    if len(shared) == 2:
+        a, b = shared
+        return (
+            f"no known-good node: the only test at the best level measured ({at}) was {a} + "
+            f"{b}, and one slow node could explain it; a third node that tests as fast with one "
+            "of them would settle it (rerun with more nodes)"
+        )
+    hub = shared[0]
+    met = {frozenset((r.a, r.b)) for r in results if not r.inconclusive}
+    others = [n for n in nodes if n in lv.cleared and n != hub]
+    untried = [
+        f"{a} + {b}"
+        for i, a in enumerate(others)
+        for b in others[i + 1 :]
+        if frozenset((a, b)) not in met
+    ]
+    rerun = (
+        f"a test of {' or '.join(untried[:3])} would settle it"
+        if untried
+        else f"no two of {', '.join(others)} ran together without failing: rerun the check"
+    )
+    return (
+        f"no known-good node: every test at the best level measured ({at}) included {hub}, "
+        f"so that level may be {hub}'s own, and no two other nodes were measured together at "
+        f"it; {rerun}"
+    )
 
 
 def _link_why(r: PairResult, threshold: float, ref: float | None) -> str:
@@ -267,13 +357,15 @@ def _link_why(r: PairResult, threshold: float, ref: float | None) -> str:
 __all__ = [
     "ROUNDS",
     "Findings",
+    "Level",
     "NodeVerdict",
     "PairResult",
     "SlowLink",
     "Verdict",
     "confirm_pass",
+    "confirmation",
     "first_pass",
-    "reference",
+    "level",
     "second_pass",
     "suspects",
     "verdicts",

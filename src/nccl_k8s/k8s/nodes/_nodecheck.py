@@ -49,6 +49,7 @@ from nccl_k8s.k8s.nodes._badnodes import (
     Findings,
     PairResult,
     confirm_pass,
+    confirmation,
     first_pass,
     second_pass,
     suspects,
@@ -108,6 +109,7 @@ class NodesChecked:
         return {
             "threshold": f.threshold,
             "reference_busbw": f.reference,
+            "inconclusive": f.inconclusive,
             "nodes": [dataclasses.asdict(v) for v in f.nodes],
             "slow_links": [dataclasses.asdict(link) for link in f.links],
             "tests": [
@@ -383,22 +385,29 @@ async def nodes_check_async(
 async def _passes(
     runner: _Runner, candidates: list[str], threshold: float, parallel: int, say: ProgressFn
 ) -> list[PairTest]:
-    """Pass 1's round-robin rounds, pass 2 (each suspect with a good node), pass 3 (slow
-    retests once more): every test run."""
+    """Pass 1's round-robin rounds, pass 2 (each suspect with a cleared node), pass 3 (slow
+    retests once more), each with the test that would confirm the level while no two nodes
+    have cleared each other: every test run."""
     tests: list[PairTest] = []
     for i, pairs in enumerate(first_pass(candidates), start=1):
         say(f"pass 1, round {i}: {', '.join(f'{a} + {b}' for a, b in pairs)}")
         tests += await runner.run(pairs, 1, parallel)
-    results = [t.result for t in tests]
-    sus, good = suspects(candidates, results, threshold)
-    pairs2 = second_pass(sus, good, results)
-    if pairs2:
-        say(f"pass 2: {', '.join(f'{a} + {b}' for a, b in pairs2)}")
-        tests += await runner.run(pairs2, 2, parallel)
-    pairs3 = confirm_pass(candidates, [t.result for t in tests], threshold)
-    if pairs3:
-        say(f"pass 3 (slow retests, once more): {', '.join(f'{a} + {b}' for a, b in pairs3)}")
-        tests += await runner.run(pairs3, 3, parallel)
+    for pass_no in (2, 3):
+        results = [t.result for t in tests]
+        if pass_no == 2:
+            sus, good = suspects(candidates, results, threshold)
+            pairs = second_pass(sus, good, results)
+            what = "pass 2"
+        else:
+            pairs = confirm_pass(candidates, results, threshold)
+            what = "pass 3 (slow retests, once more)"
+        busy = {n for p in pairs for n in p}
+        extra = confirmation(candidates, results, threshold, busy)
+        if extra:
+            what += f" (and {extra[0][0]} + {extra[0][1]}: no two nodes cleared each other yet)"
+        if pairs or extra:
+            say(f"{what}: {', '.join(f'{a} + {b}' for a, b in pairs + extra)}")
+            tests += await runner.run(pairs + extra, pass_no, parallel)
     return tests
 
 

@@ -8,7 +8,8 @@ warned (`NCCL WARN`), or that an NCCL error happened (`NCCL error`, an ncclResul
 `unhandled cuda error`, a framework's exception about NCCL, an error trace `file:line ... -> code`
 with codes 1-6), and that no finding of the rules before it stands for, is a finding: an
 unexplained WARN a warning, an unexplained error an error (a WARN followed in its process by an
-unexplained error trace is that error's cause). It names the line, and the host and rank where the
+unexplained error trace is that error's cause, unless the reader saw NCCL handle that failure:
+`Failed to initialize any GIN plugin` after the trace). It names the line, and the host and rank where the
 line says them. NCCL lines the reader could not place on a process are counted.
 """
 
@@ -90,6 +91,8 @@ class _Warn:
     message: str
     #: Whether a finding of severity error stands for it already (its failure is reported).
     reported: bool
+    #: Whether NCCL handled its failure (gave up on an optional plugin and carried on).
+    handled: bool = False
 
 
 def _scan(facts: Facts) -> list[_Unexplained]:
@@ -108,14 +111,16 @@ def _scan(facts: Facts) -> list[_Unexplained]:
         proc, who = _who(line, reports)
         if warn:
             reported = any(e in line.text for e in errors)
-            last_warn[proc] = _Warn(_message(line), reported)
+            rep = reports.get(line.key) if line.key is not None else None
+            handled = rep is not None and any(h in line.text for h in rep.handled_warnings)
+            last_warn[proc] = _Warn(_message(line), reported, handled)
         if any(e in line.text for e in evidence):
             continue
         if trace is not None:
             # A trace alone is a failure NCCL handled (a plugin it probed, a disabled network);
             # after a WARN it is the WARN's failure travelling up: the run's end.
             cause = last_warn.pop(proc, None)
-            if cause is None or cause.reported:
+            if cause is None or cause.reported or cause.handled:
                 continue
             causes.add(cause.message)
             name = _RESULTS[int(trace.group("code"))]

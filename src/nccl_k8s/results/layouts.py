@@ -1,0 +1,94 @@
+"""The column layout of an nccl-tests table: read from its `#  size  count  type ...` header, or,
+when a paste has no header (`tail -n 20` of an output: rows and the footer), from a row itself.
+
+The columns changed over nccl-tests' history (see `nccltests`), but a row still says which it
+has: size and count are integers, the type is a type name, a redop is a word, a root an integer,
+then per placement `time algbw busbw` and a check column: `#wrong` (an integer or `N/A`) or the
+older `error` (`%5.0le`: `0e+00`, `1e-07*`). What a row cannot say: whether a redop column was
+printed empty (nccl-tests 2.8-2.10 left it blank for the collectives that reduce nothing); such
+a row reads as one without a redop column, and its rows are the same (no redop).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from nccl_k8s.results.collectives import DTYPE_BYTES
+
+#: The per-placement column groups nccl-tests prints, in order.
+GROUP = ("time", "algbw", "busbw")
+CHECK_COLUMNS = {"#wrong", "error", "res"}
+# NCCL 1's column names, as the later ones.
+_LEAD_ALIASES = {"bytes": "size", "N": "count", "op": "redop"}
+_FLOAT = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?")
+_ERROR = re.compile(r"\d(?:\.\d+)?e[-+]\d+\*?")
+_WRONG = re.compile(r"\d+|N/A")
+
+
+@dataclass
+class Layout:
+    """The column layout of a table."""
+
+    lead: list[str]  # e.g. ["size", "count", "type", "redop", "root"]
+    check: str  # "#wrong", "error" or "res"
+    groups: int
+    #: Read from a row, not from a header: the columns are what the row's values imply.
+    from_row: bool = False
+
+    @property
+    def width(self) -> int:
+        return len(self.lead) + 4 * self.groups
+
+    def describe(self) -> str:
+        per = " ".join([*GROUP, self.check])
+        return f"{' '.join(self.lead)}, then {per} x{self.groups}"
+
+
+def layout_from_header(line: str) -> Layout | None:
+    toks = line.lstrip("#").split()
+    if len(toks) < 6 or toks[0] not in ("size", "bytes") or "time" not in toks:
+        return None
+    first = toks.index("time")
+    lead, rest = [_LEAD_ALIASES.get(t, t) for t in toks[:first]], toks[first:]
+    if len(rest) % 4 or not rest:
+        return None
+    kinds = set()
+    for g in range(len(rest) // 4):
+        grp = rest[4 * g : 4 * g + 4]
+        if tuple(grp[:3]) != GROUP:
+            return None
+        kinds.add(grp[3])
+    if len(kinds) != 1 or not kinds <= CHECK_COLUMNS:
+        return None
+    return Layout(lead, kinds.pop(), len(rest) // 4)
+
+
+def layout_from_row(toks: list[str]) -> Layout | None:
+    """The layout a complete nccl-tests row implies, or None when the tokens are not one."""
+    if len(toks) < 7 or not (toks[0].isdigit() and toks[1].isdigit()):
+        return None
+    if toks[2] not in DTYPE_BYTES:
+        return None
+    lead, rest = ["size", "count", "type"], toks[3:]
+    if rest[0].isalpha():
+        lead.append("redop")
+        rest = rest[1:]
+    if len(rest) % 4 == 1 and rest[0].lstrip("-").isdigit():
+        lead.append("root")
+        rest = rest[1:]
+    groups = len(rest) // 4
+    if len(rest) % 4 or groups not in (1, 2):
+        return None
+    cells = [rest[4 * g : 4 * g + 4] for g in range(groups)]
+    if not all(_FLOAT.fullmatch(t) for c in cells for t in c[:3]):
+        return None
+    checks = [c[3] for c in cells]
+    if all(_WRONG.fullmatch(t) for t in checks):
+        return Layout(lead, "#wrong", groups, from_row=True)
+    if all(_ERROR.fullmatch(t) or t == "N/A" for t in checks):
+        return Layout(lead, "error", groups, from_row=True)
+    return None
+
+
+__all__ = ["CHECK_COLUMNS", "GROUP", "Layout", "layout_from_header", "layout_from_row"]
