@@ -139,18 +139,25 @@ class Watchdog:
         )
 
     def _main_busy(self) -> bool:
-        """Whether the main thread used most of a CPU since the last beat (Linux: its utime and
-        stime in /proc). A rank blocked in a CPU collective waiting for its peers uses almost
-        none; one spinning in its own code uses all of one."""
+        """Whether the main thread is running its own code rather than waiting (Linux: its
+        state, utime and stime in /proc). A rank blocked in a CPU collective waiting for its
+        peers sleeps (state S) and uses almost no CPU; one spinning in its own code uses all of
+        one CPU, or on a machine busy with other work whatever share it gets, and is runnable
+        (state R) whenever it is looked at. Either sign counts: more than half a CPU since the
+        last beat, or runnable now and more than a twentieth of a CPU since then."""
         try:
             with open(f"/proc/self/task/{self._main_tid}/stat", "rb") as f:
                 fields = f.read().rsplit(b")", 1)[1].split()
+            state = fields[0]
             cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
         except (OSError, ValueError, IndexError):
             return False
         now = time.monotonic()
         last, self._cpu = self._cpu, (now, cpu)
-        return last is not None and now > last[0] and (cpu - last[1]) / (now - last[0]) > 0.5
+        if last is None or now <= last[0]:
+            return False
+        share = (cpu - last[1]) / (now - last[0])
+        return share > 0.5 or (state == b"R" and share > 0.05)
 
     def _main_at(self) -> str:
         """The main thread's innermost Python frame (file:line), via sys._current_frames."""
