@@ -171,7 +171,10 @@ def _platform(f: Fields, given: set[str] | frozenset[str], devices: int | None =
         f["image"] = platform.image
     if platform.resource is None or any(k == platform.resource for k, _ in f["rdma_resources"]):
         return
-    count = devices if devices is not None else _instance_devices(platform, f)
+    if platform.devices_per_pod is not None:
+        count: int | None = platform.devices_per_pod
+    else:
+        count = devices if devices is not None else _instance_devices(platform, f)
     if count:
         f["rdma_resources"] = (*f["rdma_resources"], (platform.resource, count))
 
@@ -221,7 +224,7 @@ def missing_devices(spec: RunSpec) -> str | None:
     """What a spec for a platform cannot know without the nodes: the count of its fabric
     devices, when neither --instance-type nor --rdma-resource gave it; None when known."""
     platform = PLATFORMS.get(spec.platform)
-    if platform is None or platform.resource is None:
+    if platform is None or platform.resource is None or platform.devices_per_pod is not None:
         return None
     if any(k == platform.resource for k, _ in spec.rdma_resources):
         return None
