@@ -191,6 +191,12 @@ def test_oke_nccl_env_follows_the_shape() -> None:
     env = _env(a100)
     assert env["NCCL_IB_QPS_PER_CONNECTION"] == "4" and "NCCL_CUMEM_ENABLE" not in env
     assert env["NCCL_IB_HCA"].startswith("=mlx5_0,mlx5_2,mlx5_6,")
+    with pytest.raises(
+        UsageError,
+        match=r'^--instance-type "BM.GPU.GB200.4" --platform oke-roce: not a machine type '
+        r"oke-roce knows \(known: BM.GPU4.8, .*\); expected one of them$",
+    ):
+        _job("oke-roce", instance_type="BM.GPU.GB200.4")  # not guessed: its env is another
     _, unknown = _pod(_job("oke-roce"))  # no shape: every ConnectX port, and the common env
     assert _env(unknown)["NCCL_IB_HCA"] == "mlx5"
     assert _env(unknown)["NCCL_IB_GID_INDEX"] == "3"
