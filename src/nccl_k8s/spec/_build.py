@@ -36,7 +36,7 @@ from nccl_k8s.spec._values import (
     quantity_value,
     quote,
 )
-from nccl_k8s.spec.platforms import PLATFORMS, Platform
+from nccl_k8s.spec.platforms import PLATFORMS, Instance, Platform
 
 #: What build_run_spec works on: RunSpec field -> value so far.
 Fields = dict[str, Any]
@@ -169,9 +169,14 @@ def _platform(f: Fields, given: set[str] | frozenset[str], devices: int | None =
         f["security"] = platform.security
     if "image" not in given and platform.image is not None:
         f["image"] = platform.image
+    if platform.resource is None and f["instance_type"] is not None and platform.instances:
+        _known_instance(platform, f["instance_type"])  # its table sets the shape's NCCL env
     if platform.resource is None or any(k == platform.resource for k, _ in f["rdma_resources"]):
         return
-    count = devices if devices is not None else _instance_devices(platform, f)
+    if platform.devices_per_pod is not None:
+        count: int | None = platform.devices_per_pod
+    else:
+        count = devices if devices is not None else _instance_devices(platform, f)
     if count:
         f["rdma_resources"] = (*f["rdma_resources"], (platform.resource, count))
 
@@ -181,19 +186,25 @@ def _instance_devices(platform: Platform, f: Fields) -> int | None:
     name = f["instance_type"]
     if name is None:
         return None
-    instance = platform.instance(name)
-    if instance is None:
-        known = ", ".join(i.name for i in platform.instances) or "none"
-        raise UsageError(
-            f"--instance-type {quote(name)} --platform {platform.name}: not a machine type "
-            f"{platform.name} knows (known: {known}); expected one of them, or --rdma-resource "
-            f"{platform.resource}=COUNT",
-            key="--instance-type",
-        )
+    instance = _known_instance(platform, name)
     if not platform.per_gpu_devices:
         return instance.devices
     gpus: int = f["gpus_per_node"]
     return max(1, instance.devices * gpus // instance.gpus)
+
+
+def _known_instance(platform: Platform, name: str) -> Instance:
+    """The platform's machine type `name`, or UsageError naming the ones it knows."""
+    instance = platform.instance(name)
+    if instance is None:
+        known = ", ".join(i.name for i in platform.instances) or "none"
+        other = f", or --rdma-resource {platform.resource}=COUNT" if platform.resource else ""
+        raise UsageError(
+            f"--instance-type {quote(name)} --platform {platform.name}: not a machine type "
+            f"{platform.name} knows (known: {known}); expected one of them{other}",
+            key="--instance-type",
+        )
+    return instance
 
 
 def _security(f: Fields, given: set[str] | frozenset[str]) -> None:
@@ -221,7 +232,7 @@ def missing_devices(spec: RunSpec) -> str | None:
     """What a spec for a platform cannot know without the nodes: the count of its fabric
     devices, when neither --instance-type nor --rdma-resource gave it; None when known."""
     platform = PLATFORMS.get(spec.platform)
-    if platform is None or platform.resource is None:
+    if platform is None or platform.resource is None or platform.devices_per_pod is not None:
         return None
     if any(k == platform.resource for k, _ in spec.rdma_resources):
         return None

@@ -23,6 +23,17 @@ def platform_of(spec: RunSpec) -> Platform:
     return PLATFORMS.get(spec.platform, GENERIC)
 
 
+def platform_env(spec: RunSpec) -> dict[str, str]:
+    """The platform's NCCL environment, with its machine type's own (`Instance.env`) on top
+    when the spec names a type the platform knows (--instance-type, or the nodes' type)."""
+    platform = platform_of(spec)
+    env = dict(platform.env)
+    instance = platform.instance(spec.instance_type) if spec.instance_type else None
+    if instance is not None:
+        env.update(instance.env)
+    return env
+
+
 def check_platform(spec: RunSpec) -> None:
     """Refuse to render pods whose fabric device count is unknown (UsageError, exit 2): they
     would carry no devices and NCCL would measure TCP."""
@@ -107,4 +118,10 @@ def platform_privileged(spec: RunSpec) -> bool:
     )
 
 
-__all__ = ["apply_platform", "check_platform", "platform_of", "platform_privileged"]
+__all__ = [
+    "apply_platform",
+    "check_platform",
+    "platform_env",
+    "platform_of",
+    "platform_privileged",
+]

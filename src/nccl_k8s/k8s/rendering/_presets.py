@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Literal
 
-from nccl_k8s.k8s.rendering._platform import platform_of, platform_privileged
+from nccl_k8s.k8s.rendering._platform import platform_env, platform_of, platform_privileged
 from nccl_k8s.spec import Network, RunSpec, Security
 
 #: A Pod Security Standards level (https://kubernetes.io/docs/concepts/security/pod-security-standards/),
@@ -95,7 +95,7 @@ def pod_env(spec: RunSpec) -> list[tuple[str, str]]:
     merged: dict[str, str] = dict(_BASE_ENV)
     profile = security_profile(spec.security)
     merged.update(network_env(spec.network, host_network=uses_host_network(spec)))
-    merged.update(platform_of(spec).env)
+    merged.update(platform_env(spec))
     merged.update(profile.env)
     merged.update(spec.env)
     return list(merged.items())

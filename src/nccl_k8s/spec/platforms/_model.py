@@ -37,6 +37,9 @@ class Instance:
     requests (EFA interfaces, HCAs, GPU NICs)."""
     note: str = ""
     """Where the figure comes from (the vendor's table)."""
+    env: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """NCCL environment the vendor sets for this machine type only (the HCA list of its
+    fabric ports, which differs per shape), over the platform's `env`; the user's --env wins."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -94,6 +97,10 @@ class Platform:
     resource: str | None = None
     """The extended resource of the fabric devices, requested = limited per pod; its count comes
     from --rdma-resource, the instance type, or (--platform auto) the node's allocatable."""
+    devices_per_pod: int | None = None
+    """A count every pod requests whatever the machine and the node's allocatable, where the
+    resource marks a node's fabric rather than counting its HCAs (CoreWeave's `rdma/ib: 1`
+    "is used as a boolean"); None: the count follows the machine (see `resource`)."""
     per_gpu_devices: bool = False
     """Whether a pod with fewer GPUs than the node requests devices in proportion (True) or
     always the node's count (False)."""
