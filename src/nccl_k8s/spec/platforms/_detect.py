@@ -132,7 +132,7 @@ def detect(
         counts = [n.count(platform.resource) for n, _ in members]
         devices = min(counts) if all(counts) else None
     reason = f"{name}: node {node.name} {evidence}"
-    if instance_type and f"instance type {instance_type}" not in reason:
+    if instance_type and f"{INSTANCE_TYPE_LABEL}={instance_type}" not in reason:
         reason += f", instance type {instance_type}"
     if len(members) > 1:
         reason += f" (and {len(members) - 1} more node(s) alike)"
