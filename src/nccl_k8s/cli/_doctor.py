@@ -84,14 +84,7 @@ def doctor_command(
             if c.hint:
                 rows.append(("", "", f"hint: {c.hint}"))
         out.file.write(columns(rows))
-        counts = {s: sum(1 for c in report.checks if c.status == s) for s in ("fail", "warn")}
-        err.print(
-            f"doctor: {counts['fail']} fail, {counts['warn']} warn, "
-            f"{len(report.checks) - sum(counts.values())} pass ({report.server}, namespace "
-            f"{report.namespace})",
-            markup=False,
-            highlight=False,
-        )
+        err.print(report.summary(), markup=False, highlight=False)
     if not report.ok:
         raise typer.Exit(1)
 

@@ -56,6 +56,15 @@ class Doctored:
     def ok(self) -> bool:
         return not any(c.status == "fail" for c in self.checks)
 
+    def summary(self) -> str:
+        """The closing line: how many checks failed, warned and passed, and where."""
+        fail = sum(1 for c in self.checks if c.status == "fail")
+        warn = sum(1 for c in self.checks if c.status == "warn")
+        return (
+            f"doctor: {fail} fail, {warn} warn, {len(self.checks) - fail - warn} pass "
+            f"({self.server}, namespace {self.namespace})"
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "server": self.server,
