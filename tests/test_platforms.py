@@ -114,3 +114,35 @@ def test_auto_renders_as_generic() -> None:
     spec = build_run_spec(world_size=16, run_id="r")
     generic = with_platform(spec, "generic")
     assert render(spec) == render(generic)
+
+
+MULTI_NIC = Platform(
+    name="fake-nics",
+    title="a made-up cloud whose pods name one network interface per GPU NIC",
+    fabric="roce",
+    instances=(
+        Instance(name="four.nic", gpus=4, devices=4, annotations={"example.com/nics": "4"}),
+        Instance(name="eight.nic", gpus=8, devices=8, annotations={"example.com/nics": "8"}),
+    ),
+    annotations={"example.com/nics": "none", "example.com/default": "eth0"},
+)
+
+
+def test_annotations_that_depend_on_the_machine_need_its_type(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Model extension (issue 20, GKE): an annotation per machine type, e.g. GKE's
+    networking.gke.io/interfaces listing 4 or 8 GPU NICs."""
+    monkeypatch.setitem(PLATFORMS, MULTI_NIC.name, MULTI_NIC)
+    spec = build_run_spec(world_size=16, run_id="r")
+    with pytest.raises(UsageError, match=r"expected --instance-type TYPE \(four.nic, eight.nic\)"):
+        render(with_platform(spec, "fake-nics"))
+    with pytest.raises(UsageError, match=r"not a machine type fake-nics knows \(known: four"):
+        with_platform(spec, "fake-nics", instance_type="huge.nic")
+    job = render(with_platform(spec, "fake-nics", instance_type="eight.nic"))[-1]
+    annotations = job["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["example.com/nics"] == "8"  # the machine's replaces the platform's
+    assert annotations["example.com/default"] == "eth0"
+    mine = build_run_spec(world_size=16, run_id="r", pod_annotation=["example.com/nics=mine"])
+    job = render(with_platform(mine, "fake-nics", instance_type="four.nic"))[-1]
+    assert job["spec"]["template"]["metadata"]["annotations"]["example.com/nics"] == "mine"

@@ -36,7 +36,7 @@ from nccl_k8s.spec._values import (
     quantity_value,
     quote,
 )
-from nccl_k8s.spec.platforms import PLATFORMS, Platform
+from nccl_k8s.spec.platforms import PLATFORMS, Instance, Platform
 
 #: What build_run_spec works on: RunSpec field -> value so far.
 Fields = dict[str, Any]
@@ -169,27 +169,40 @@ def _platform(f: Fields, given: set[str] | frozenset[str], devices: int | None =
         f["security"] = platform.security
     if "image" not in given and platform.image is not None:
         f["image"] = platform.image
-    if platform.resource is None or any(k == platform.resource for k, _ in f["rdma_resources"]):
+    given_count = any(k == platform.resource for k, _ in f["rdma_resources"])
+    needs_count = platform.resource is not None and not given_count
+    if not (needs_count or platform.per_instance_annotations):
         return
-    count = devices if devices is not None else _instance_devices(platform, f)
+    instance = _instance(platform, f)
+    if not needs_count:
+        return
+    count = devices if devices is not None else _instance_devices(platform, instance, f)
     if count:
         f["rdma_resources"] = (*f["rdma_resources"], (platform.resource, count))
 
 
-def _instance_devices(platform: Platform, f: Fields) -> int | None:
-    """The fabric devices a pod requests on --instance-type's machines, None when not given."""
+def _instance(platform: Platform, f: Fields) -> Instance | None:
+    """--instance-type's machine in the platform's table (None when not given); one the table
+    lacks is refused where the platform's pieces depend on the machine."""
     name = f["instance_type"]
     if name is None:
         return None
     instance = platform.instance(name)
     if instance is None:
         known = ", ".join(i.name for i in platform.instances) or "none"
+        other = f", or --rdma-resource {platform.resource}=COUNT" if platform.resource else ""
         raise UsageError(
             f"--instance-type {quote(name)} --platform {platform.name}: not a machine type "
-            f"{platform.name} knows (known: {known}); expected one of them, or --rdma-resource "
-            f"{platform.resource}=COUNT",
+            f"{platform.name} knows (known: {known}); expected one of them{other}",
             key="--instance-type",
         )
+    return instance
+
+
+def _instance_devices(platform: Platform, instance: Instance | None, f: Fields) -> int | None:
+    """The fabric devices a pod requests on --instance-type's machines, None when not given."""
+    if instance is None:
+        return None
     if not platform.per_gpu_devices:
         return instance.devices
     gpus: int = f["gpus_per_node"]
@@ -218,14 +231,20 @@ def _security(f: Fields, given: set[str] | frozenset[str]) -> None:
 
 
 def missing_devices(spec: RunSpec) -> str | None:
-    """What a spec for a platform cannot know without the nodes: the count of its fabric
-    devices, when neither --instance-type nor --rdma-resource gave it; None when known."""
+    """What a spec for a platform cannot know without the nodes: the machine type, where the
+    pods' annotations depend on it, and the count of its fabric devices, when neither
+    --instance-type nor --rdma-resource gave it; None when known."""
     platform = PLATFORMS.get(spec.platform)
-    if platform is None or platform.resource is None:
-        return None
-    if any(k == platform.resource for k, _ in spec.rdma_resources):
+    if platform is None:
         return None
     known = ", ".join(i.name for i in platform.instances)
+    if platform.per_instance_annotations and platform.instance(spec.instance_type or "") is None:
+        return (
+            f"--platform {platform.name}: the pods' annotations (the network interfaces of "
+            f"its GPU NICs) depend on the machine; expected --instance-type TYPE ({known})"
+        )
+    if platform.resource is None or any(k == platform.resource for k, _ in spec.rdma_resources):
+        return None
     types = f"--instance-type TYPE ({known})" if known else "--instance-type TYPE"
     return (
         f"--platform {platform.name}: how many {platform.resource} devices a pod requests "

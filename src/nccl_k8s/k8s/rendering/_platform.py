@@ -75,7 +75,7 @@ def apply_platform(spec: RunSpec, template: Obj) -> None:
         return
     metadata, pod = template["metadata"], template["spec"]
     annotations = metadata.setdefault("annotations", {})
-    for key, value in platform.annotations.items():
+    for key, value in platform.pod_annotations(spec.instance_type).items():
         annotations.setdefault(key, value)  # the user's --pod-annotation wins
     _merge_named(pod.setdefault("volumes", []), platform.volumes, "volume")
     if platform.init_containers:

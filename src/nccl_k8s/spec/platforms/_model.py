@@ -37,6 +37,10 @@ class Instance:
     requests (EFA interfaces, HCAs, GPU NICs)."""
     note: str = ""
     """Where the figure comes from (the vendor's table)."""
+    annotations: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Pod annotations that depend on the machine (GKE's networking.gke.io/interfaces names
+    one interface per GPU NIC); they replace the platform's of the same key. A platform
+    whose machines differ here needs the machine type (--instance-type, or the nodes')."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -137,6 +141,17 @@ class Platform:
 
     def instance(self, name: str) -> Instance | None:
         return next((i for i in self.instances if i.name == name), None)
+
+    @property
+    def per_instance_annotations(self) -> bool:
+        """Whether the pods' annotations depend on the machine type."""
+        return any(i.annotations for i in self.instances)
+
+    def pod_annotations(self, instance_type: str | None) -> dict[str, str]:
+        """The pod annotations on `instance_type`'s machines: the platform's, the machine's over
+        them."""
+        instance = self.instance(instance_type) if instance_type else None
+        return {**self.annotations, **(instance.annotations if instance else {})}
 
 
 __all__ = [
