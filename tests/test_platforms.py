@@ -121,10 +121,17 @@ MULTI_NIC = Platform(
     title="a made-up cloud whose pods name one network interface per GPU NIC",
     fabric="roce",
     instances=(
-        Instance(name="four.nic", gpus=4, devices=4, annotations={"example.com/nics": "4"}),
+        Instance(
+            name="four.nic",
+            gpus=4,
+            devices=4,
+            annotations={"example.com/nics": "4"},
+            node_selector={"kubernetes.io/arch": "arm64"},
+        ),
         Instance(name="eight.nic", gpus=8, devices=8, annotations={"example.com/nics": "8"}),
     ),
     annotations={"example.com/nics": "none", "example.com/default": "eth0"},
+    security="rdma",  # root: its devices come with its networks, not with a resource
 )
 
 
@@ -146,3 +153,17 @@ def test_annotations_that_depend_on_the_machine_need_its_type(
     mine = build_run_spec(world_size=16, run_id="r", pod_annotation=["example.com/nics=mine"])
     job = render(with_platform(mine, "fake-nics", instance_type="four.nic"))[-1]
     assert job["spec"]["template"]["metadata"]["annotations"]["example.com/nics"] == "mine"
+
+
+def test_placement_per_machine_and_rdma_without_a_resource(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A machine's node selector joins the platform's (GKE A4X selects arm64 nodes); a platform
+    whose devices come with its networks runs the rdma profile without --rdma-resource."""
+    monkeypatch.setitem(PLATFORMS, MULTI_NIC.name, MULTI_NIC)
+    spec = build_run_spec(world_size=8, gpus_per_node=4, run_id="r")
+    four = with_platform(spec, "fake-nics", instance_type="four.nic")
+    assert (four.security, four.rdma_resources) == ("rdma", ())
+    pod = render(four)[-1]["spec"]["template"]["spec"]
+    assert pod["nodeSelector"]["kubernetes.io/arch"] == "arm64"
+    assert pod["containers"][0]["securityContext"]["capabilities"]["add"] == ["IPC_LOCK"]
+    eight = render(with_platform(spec, "fake-nics", instance_type="eight.nic"))[-1]
+    assert "kubernetes.io/arch" not in eight["spec"]["template"]["spec"].get("nodeSelector", {})

@@ -215,8 +215,8 @@ def _security(f: Fields, given: set[str] | frozenset[str]) -> None:
     if f["security"] is None:
         f["security"] = "rdma" if f["network"] in ("ib", "roce") else "socket"
     platform = PLATFORMS.get(f["platform"])
-    if platform is not None and platform.resource is not None:
-        return
+    if platform is not None and (platform.resource is not None or platform.fabric):
+        return  # a platform's devices come with its entry (a resource, or GKE's networks)
     if f["security"] == "rdma" and not f["rdma_resources"]:
         why = (
             "--security rdma"

@@ -85,9 +85,10 @@ def apply_platform(spec: RunSpec, template: Obj) -> None:
     if platform.host_network:
         pod["hostNetwork"] = True
         pod["dnsPolicy"] = "ClusterFirstWithHostNet"
-    if platform.node_selector:
+    node_selector = platform.pod_node_selector(spec.instance_type)
+    if node_selector:
         selector = pod.setdefault("nodeSelector", {})
-        for key, value in platform.node_selector.items():
+        for key, value in node_selector.items():
             selector.setdefault(key, value)
     if platform.tolerations:
         pod.setdefault("tolerations", []).extend(copy.deepcopy(platform.tolerations))

@@ -41,6 +41,9 @@ class Instance:
     """Pod annotations that depend on the machine (GKE's networking.gke.io/interfaces names
     one interface per GPU NIC); they replace the platform's of the same key. A platform
     whose machines differ here needs the machine type (--instance-type, or the nodes')."""
+    node_selector: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Placement on the machine's nodes beyond the platform's (GKE A4X: kubernetes.io/arch
+    arm64, whose taint GKE tolerates only for pods that select it)."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -152,6 +155,11 @@ class Platform:
         them."""
         instance = self.instance(instance_type) if instance_type else None
         return {**self.annotations, **(instance.annotations if instance else {})}
+
+    def pod_node_selector(self, instance_type: str | None) -> dict[str, str]:
+        """The node selector on `instance_type`'s machines: the platform's and the machine's."""
+        instance = self.instance(instance_type) if instance_type else None
+        return {**self.node_selector, **(instance.node_selector if instance else {})}
 
 
 __all__ = [
