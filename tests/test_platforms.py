@@ -4,6 +4,10 @@ reference manifest requires, item by item); these use one made-up entry to prove
 
 from __future__ import annotations
 
+import dataclasses
+import subprocess
+from pathlib import Path
+
 import pytest
 
 from nccl_k8s.errors import UsageError
@@ -167,3 +171,24 @@ def test_placement_per_machine_and_rdma_without_a_resource(monkeypatch: pytest.M
     assert pod["containers"][0]["securityContext"]["capabilities"]["add"] == ["IPC_LOCK"]
     eight = render(with_platform(spec, "fake-nics", instance_type="eight.nic"))[-1]
     assert "kubernetes.io/arch" not in eight["spec"]["template"]["spec"].get("nodeSelector", {})
+
+
+def test_a_sourced_script_cannot_change_the_runs_settings(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The vendor script runs in the container's shell, then the run's settings are exported
+    again: NCCL_DEBUG=INFO (the fabric proof) and the user's --env win over what it exports
+    (GKE's TCPXO profile sets NCCL_DEBUG=WARN); the platform's own variables it may refine."""
+    script = tmp_path / "vendor-env.sh"
+    script.write_text("export NCCL_DEBUG=WARN NCCL_IB_EXAMPLE=9 NCCL_VENDOR=1 NCCL_MINE=vendor\n")
+    monkeypatch.setitem(PLATFORMS, FAKE.name, dataclasses.replace(FAKE, source=str(script)))
+    spec = build_run_spec(world_size=16, run_id="r", env=["NCCL_MINE=user value"])
+    bench = render(with_platform(spec, "fake-rdma", devices=4))[-1]["spec"]["template"]["spec"][
+        "containers"
+    ][0]
+    env = {e["name"]: e["value"] for e in bench["env"] if "value" in e}
+    shell = [*bench["command"][:3], "nccl-k8s", "env"]  # the command, running `env` instead
+    out = subprocess.run(shell, env=env, capture_output=True, text=True, check=True).stdout
+    seen = dict(line.split("=", 1) for line in out.splitlines() if line.startswith("NCCL_"))
+    assert seen["NCCL_DEBUG"] == "INFO" and seen["NCCL_MINE"] == "user value"
+    assert seen["NCCL_IB_EXAMPLE"] == "9" and seen["NCCL_VENDOR"] == "1"

@@ -45,14 +45,31 @@ def _merge_named(into: list[Obj], extra: tuple[Obj, ...], what: str) -> None:
         into.append(copy.deepcopy(item))
 
 
-def _source(container: Obj, script: str) -> None:
-    """Run the container's command after sourcing the vendor's script in the same shell."""
+def _source(container: Obj, script: str, keep: list[tuple[str, str]]) -> None:
+    """Run the container's command after sourcing the vendor's script in the same shell, then
+    export `keep` again: a vendor script exports its own choices (the NCCL configs of GKE's
+    TCPXO profile include NCCL_DEBUG=WARN), and the run's settings must win over them."""
     command = [*container["command"], *container.get("args", [])]
-    container["command"] = ["/bin/sh", "-c", f'. {shlex.quote(script)} && exec "$@"']
+    again = " ".join(f"{k}={shlex.quote(v)}" for k, v in keep)
+    restore = f" && export {again}" if again else ""
+    container["command"] = ["/bin/sh", "-c", f'. {shlex.quote(script)}{restore} && exec "$@"']
     container["args"] = ["nccl-k8s", *command]
 
 
-def _container(platform: Platform, container: Obj) -> None:
+def _kept(spec: RunSpec, platform: Platform, container: Obj) -> list[tuple[str, str]]:
+    """The container's literal environment a sourced script must not change: all of it but
+    the platform's own variables (the script refines those), and the user's --env always."""
+    mine = dict(spec.env)
+    return [
+        (e["name"], e["value"])
+        for e in container.get("env", [])
+        if "value" in e
+        and "$(" not in e["value"]  # kubelet expands those: the shell copy is already right
+        and (e["name"] not in platform.env or e["name"] in mine)
+    ]
+
+
+def _container(spec: RunSpec, platform: Platform, container: Obj) -> None:
     _merge_named(container.setdefault("volumeMounts", []), platform.mounts, "mount")
     context = container.setdefault("securityContext", {})
     if platform.privileged:
@@ -65,7 +82,7 @@ def _container(platform: Platform, container: Obj) -> None:
     if not context:
         del container["securityContext"]
     if platform.source is not None:
-        _source(container, platform.source)
+        _source(container, platform.source, _kept(spec, platform, container))
 
 
 def apply_platform(spec: RunSpec, template: Obj) -> None:
@@ -81,7 +98,7 @@ def apply_platform(spec: RunSpec, template: Obj) -> None:
     if platform.init_containers:
         pod.setdefault("initContainers", []).extend(copy.deepcopy(platform.init_containers))
     pod["containers"].extend(copy.deepcopy(platform.sidecars))
-    _container(platform, pod["containers"][0])
+    _container(spec, platform, pod["containers"][0])
     if platform.host_network:
         pod["hostNetwork"] = True
         pod["dnsPolicy"] = "ClusterFirstWithHostNet"
