@@ -161,7 +161,8 @@ def test_bad_input(tmp_path: Path) -> None:
     code, _, stderr = _diagnose(str(LOGS / "ib_gdr_a100.log"), "--expect-fabric", "infiniband")
     assert code == 2
     assert stderr.strip() == (
-        "error: --expect-fabric 'infiniband': expected one of ib, roce, efa, socket, nvlink"
+        "error: --expect-fabric 'infiniband': expected one of ib, roce, efa, socket, nvlink, "
+        "tcpx, tcpxo, gib"
     )
 
 
@@ -192,6 +193,9 @@ EXPECTED = {
     "aws-ofi-nccl-889_cloudwatch_dup_bootstrap.log": (None, None, None, None),
     "aws-ofi-nccl-889_cloudwatch_dup_efa_init_fail.log": (None, None, None, None),
     "gke-a3ultra-ray_gib_gdrdma_benchmarkworker.log": (None, True, "roce", True),
+    # Issue 20: GKE's TCPX and TCPXO plugins (README.md, "Public logs added for the GKE fabrics").
+    "gke-a3mega-tcpxo_fastrak_using_network_16ranks.log": (2, True, "tcpxo", None),
+    "gke-a3high-tcpx_gpudirecttcpx_v7_init_excerpt.log": (None, None, "tcpx", None),
     "horovod-666_nccl23_socket_no_NCCL_tag.log": (None, None, "socket", None),
     "nccl-1053_socket_lo_ib_disabled.log": (None, None, "socket", None),
     "nccl-1176_srun_l_prefix_efa_bootstrap_truncated.log": (2, True, "efa", True),
