@@ -4,6 +4,10 @@ reference manifest requires, item by item); these use one made-up entry to prove
 
 from __future__ import annotations
 
+import dataclasses
+import subprocess
+from pathlib import Path
+
 import pytest
 
 from nccl_k8s.errors import UsageError
@@ -114,3 +118,77 @@ def test_auto_renders_as_generic() -> None:
     spec = build_run_spec(world_size=16, run_id="r")
     generic = with_platform(spec, "generic")
     assert render(spec) == render(generic)
+
+
+MULTI_NIC = Platform(
+    name="fake-nics",
+    title="a made-up cloud whose pods name one network interface per GPU NIC",
+    fabric="roce",
+    instances=(
+        Instance(
+            name="four.nic",
+            gpus=4,
+            devices=4,
+            annotations={"example.com/nics": "4"},
+            node_selector={"kubernetes.io/arch": "arm64"},
+        ),
+        Instance(name="eight.nic", gpus=8, devices=8, annotations={"example.com/nics": "8"}),
+    ),
+    annotations={"example.com/nics": "none", "example.com/default": "eth0"},
+    security="rdma",  # root: its devices come with its networks, not with a resource
+)
+
+
+def test_annotations_that_depend_on_the_machine_need_its_type(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Model extension (issue 20, GKE): an annotation per machine type, e.g. GKE's
+    networking.gke.io/interfaces listing 4 or 8 GPU NICs."""
+    monkeypatch.setitem(PLATFORMS, MULTI_NIC.name, MULTI_NIC)
+    spec = build_run_spec(world_size=16, run_id="r")
+    with pytest.raises(UsageError, match=r"expected --instance-type TYPE \(four.nic, eight.nic\)"):
+        render(with_platform(spec, "fake-nics"))
+    with pytest.raises(UsageError, match=r"not a machine type fake-nics knows \(known: four"):
+        with_platform(spec, "fake-nics", instance_type="huge.nic")
+    job = render(with_platform(spec, "fake-nics", instance_type="eight.nic"))[-1]
+    annotations = job["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["example.com/nics"] == "8"  # the machine's replaces the platform's
+    assert annotations["example.com/default"] == "eth0"
+    mine = build_run_spec(world_size=16, run_id="r", pod_annotation=["example.com/nics=mine"])
+    job = render(with_platform(mine, "fake-nics", instance_type="four.nic"))[-1]
+    assert job["spec"]["template"]["metadata"]["annotations"]["example.com/nics"] == "mine"
+
+
+def test_placement_per_machine_and_rdma_without_a_resource(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A machine's node selector joins the platform's (GKE A4X selects arm64 nodes); a platform
+    whose devices come with its networks runs the rdma profile without --rdma-resource."""
+    monkeypatch.setitem(PLATFORMS, MULTI_NIC.name, MULTI_NIC)
+    spec = build_run_spec(world_size=8, gpus_per_node=4, run_id="r")
+    four = with_platform(spec, "fake-nics", instance_type="four.nic")
+    assert (four.security, four.rdma_resources) == ("rdma", ())
+    pod = render(four)[-1]["spec"]["template"]["spec"]
+    assert pod["nodeSelector"]["kubernetes.io/arch"] == "arm64"
+    assert pod["containers"][0]["securityContext"]["capabilities"]["add"] == ["IPC_LOCK"]
+    eight = render(with_platform(spec, "fake-nics", instance_type="eight.nic"))[-1]
+    assert "kubernetes.io/arch" not in eight["spec"]["template"]["spec"].get("nodeSelector", {})
+
+
+def test_a_sourced_script_cannot_change_the_runs_settings(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The vendor script runs in the container's shell, then the run's settings are exported
+    again: NCCL_DEBUG=INFO (the fabric proof) and the user's --env win over what it exports
+    (GKE's TCPXO profile sets NCCL_DEBUG=WARN); the platform's own variables it may refine."""
+    script = tmp_path / "vendor-env.sh"
+    script.write_text("export NCCL_DEBUG=WARN NCCL_IB_EXAMPLE=9 NCCL_VENDOR=1 NCCL_MINE=vendor\n")
+    monkeypatch.setitem(PLATFORMS, FAKE.name, dataclasses.replace(FAKE, source=str(script)))
+    spec = build_run_spec(world_size=16, run_id="r", env=["NCCL_MINE=user value"])
+    bench = render(with_platform(spec, "fake-rdma", devices=4))[-1]["spec"]["template"]["spec"][
+        "containers"
+    ][0]
+    env = {e["name"]: e["value"] for e in bench["env"] if "value" in e}
+    shell = [*bench["command"][:3], "nccl-k8s", "env"]  # the command, running `env` instead
+    out = subprocess.run(shell, env=env, capture_output=True, text=True, check=True).stdout
+    seen = dict(line.split("=", 1) for line in out.splitlines() if line.startswith("NCCL_"))
+    assert seen["NCCL_DEBUG"] == "INFO" and seen["NCCL_MINE"] == "user value"
+    assert seen["NCCL_IB_EXAMPLE"] == "9" and seen["NCCL_VENDOR"] == "1"

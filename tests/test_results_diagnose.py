@@ -161,7 +161,8 @@ def test_bad_input(tmp_path: Path) -> None:
     code, _, stderr = _diagnose(str(LOGS / "ib_gdr_a100.log"), "--expect-fabric", "infiniband")
     assert code == 2
     assert stderr.strip() == (
-        "error: --expect-fabric 'infiniband': expected one of ib, roce, efa, socket, nvlink"
+        "error: --expect-fabric 'infiniband': expected one of ib, roce, efa, socket, nvlink, "
+        "tcpx, tcpxo, gib"
     )
 
 
@@ -192,6 +193,9 @@ EXPECTED = {
     "aws-ofi-nccl-889_cloudwatch_dup_bootstrap.log": (None, None, None, None),
     "aws-ofi-nccl-889_cloudwatch_dup_efa_init_fail.log": (None, None, None, None),
     "gke-a3ultra-ray_gib_gdrdma_benchmarkworker.log": (None, True, "roce", True),
+    # Issue 20: GKE's TCPX and TCPXO plugins (README.md, "Public logs added for the GKE fabrics").
+    "gke-a3mega-tcpxo_fastrak_using_network_16ranks.log": (2, True, "tcpxo", None),
+    "gke-a3high-tcpx_gpudirecttcpx_v7_init_excerpt.log": (None, None, "tcpx", None),
     "horovod-666_nccl23_socket_no_NCCL_tag.log": (None, None, "socket", None),
     "nccl-1053_socket_lo_ib_disabled.log": (None, None, "socket", None),
     "nccl-1176_srun_l_prefix_efa_bootstrap_truncated.log": (2, True, "efa", True),
@@ -211,6 +215,10 @@ EXPECTED = {
     "polaris-cxi_aws-ofi-nccl_16ranks_4nodes_working.log": (4, True, "cxi", None),
     "polaris-cxi_aws-ofi-nccl_init_failure.log": (None, None, None, None),
     "sglang-3836_ibext_v8_commsplit_watchdog_timeout.log": (None, True, "ib", True),
+    # Issue 20: AKS's own MPIJob (README.md, "Public logs added for issue 20"): two pods
+    # (nccl-tests-worker-0 and -1), 8 ranks each, NET/IB between them, GDRDMA on the connections.
+    "aks-rdma-infiniband-30_mpijob_ib_gdrdma_connections.log": (2, True, "ib", True),
+    "aks-rdma-infiniband-30_mpijob_ib_init.log": (2, True, "ib", None),
 }
 
 

@@ -14,8 +14,9 @@ only); this module adds what the facts imply and runs the rules of the registry
 - whether GPUDirect RDMA is on for RDMA connections (never asked of TCP);
 - then each rule's findings: socket fallback, GPUDirect RDMA, SHM instead of P2P, NVLS, CollNet,
   fatal errors naming the culprit peer and the rank that saw it, PyTorch's watchdog timeouts,
-  NCCL warnings, the run's own failure line, and `--expect-fabric` (ib, roce, efa, socket or
-  nvlink: any rank on another fabric fails it, and so does a log that cannot confirm it).
+  NCCL warnings, the run's own failure line, and `--expect-fabric` (ib, roce, efa, socket,
+  nvlink, or GKE's tcpx, tcpxo and gib: any rank on another fabric fails it, and so does a log
+  that cannot confirm it).
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ class Diagnosis:
     nodes: int | None
     #: Whether any byte had to cross a network: False for one node, None when the log cannot tell.
     network_needed: bool | None
-    #: "ib", "roce", "efa", "socket", another plugin's name, "mixed" (ranks disagree), or None:
+    #: "ib", "roce", "efa", "socket", "tcpx", "tcpxo", another plugin's name, "mixed" (ranks
+    #: disagree), or None:
     #: what inter-node traffic used.
     inter_node: str | None
     #: GPUDirect RDMA on RDMA connections: True, False, or None when no such connection was seen.

@@ -11,8 +11,10 @@ from typing import Literal, get_args
 
 from nccl_k8s.results.nccllog import RankReport
 
-#: What `--expect-fabric` may ask for.
-Fabric = Literal["ib", "roce", "efa", "socket", "nvlink"]
+#: What `--expect-fabric` may ask for. tcpx and tcpxo are Google's GPUDirect-TCPX (A3 High) and
+#: GPUDirect-TCPXO (A3 Mega) plugins; gib is Google's gIB plugin (A3 Ultra, A4, A4X), RDMA over
+#: RoCE: its ranks are `roce` to every other reader, and `gib` only to a gate that asks for it.
+Fabric = Literal["ib", "roce", "efa", "socket", "nvlink", "tcpx", "tcpxo", "gib"]
 FABRICS: tuple[Fabric, ...] = get_args(Fabric)
 
 
@@ -25,7 +27,15 @@ def link_layers(rep: RankReport) -> set[str]:
 _OFI_FABRICS = {"efa": "efa", "cxi": "cxi", "tcp": "socket", "sockets": "socket", "udp": "socket"}
 
 #: Fabrics named for a reader, where the identifier alone says little.
-FABRIC_NAMES = {"cxi": "cxi (HPE Slingshot)"}
+FABRIC_NAMES = {
+    "cxi": "cxi (HPE Slingshot)",
+    "tcpx": "tcpx (GPUDirect-TCPX)",
+    "tcpxo": "tcpxo (GPUDirect-TCPXO)",
+}
+
+#: Fabrics named for the NCCL network plugin that carries them rather than for the link: a rank
+#: is on one when its network is that plugin (lower-cased, as NCCL prints it: `NET/gIB`).
+PLUGIN_FABRICS: dict[str, str] = {"gib": "gib"}
 
 
 def fabric_of(network: str, links: set[str], provider: str | None = None) -> str:
@@ -43,6 +53,12 @@ def fabric_of(network: str, links: set[str], provider: str | None = None) -> str
         return "roce" if links == {"RoCE"} else "ib"
     if name == "gib":
         return "ib" if links == {"IB"} else "roce"
+    # Google's plugins: NCCL prints the plugin's name, "GPUDirectTCPX_v7" (nccl-plugin-
+    # gpudirecttcpx src/nccl_plugin.cc) and "FasTrak" (GPUDirect-TCPXO).
+    if name.startswith("gpudirecttcpx"):
+        return "tcpx"
+    if name == "fastrak":
+        return "tcpxo"
     if "libfabric" in name or name.startswith("ofi") or name == "efa":
         if provider is None:
             return "efa"
@@ -68,4 +84,32 @@ def rank_fabric(rep: RankReport, links: set[str], provider: str | None = None) -
     return None
 
 
-__all__ = ["FABRICS", "FABRIC_NAMES", "Fabric", "fabric_of", "link_layers", "rank_fabric"]
+def rank_network(rep: RankReport) -> str | None:
+    """The network plugin of the rank's NET connections, else the one NCCL selected, lower-cased
+    ("gib", "ib", "socket"); "mixed" when its connections use several, None when unknown."""
+    nets = {t[4:].lower() for t in rep.transports if t.startswith("NET/")}
+    if nets:
+        return nets.pop() if len(nets) == 1 else "mixed"
+    return rep.network.strip().lower() if rep.network else None
+
+
+def on_fabric(want: str, rep: RankReport, fabric: str | None) -> bool:
+    """Whether a rank whose inter-node traffic `fabric` carried is on the fabric `want`: by its
+    plugin for a plugin's fabric (gib), else by the fabric."""
+    plugin = PLUGIN_FABRICS.get(want)
+    if plugin is None:
+        return fabric == want
+    return fabric is not None and rank_network(rep) == plugin
+
+
+__all__ = [
+    "FABRICS",
+    "FABRIC_NAMES",
+    "PLUGIN_FABRICS",
+    "Fabric",
+    "fabric_of",
+    "link_layers",
+    "on_fabric",
+    "rank_fabric",
+    "rank_network",
+]

@@ -169,24 +169,32 @@ def _platform(f: Fields, given: set[str] | frozenset[str], devices: int | None =
         f["security"] = platform.security
     if "image" not in given and platform.image is not None:
         f["image"] = platform.image
-    if platform.resource is None and f["instance_type"] is not None and platform.instances:
-        _known_instance(platform, f["instance_type"])  # its table sets the shape's NCCL env
+    # An unknown machine type is refused wherever the platform's table matters: its devices,
+    # its per-machine annotations or NCCL environment.
+    instance = _instance(platform, f) if platform.instances else None
     if platform.resource is None or any(k == platform.resource for k, _ in f["rdma_resources"]):
         return
     if platform.devices_per_pod is not None:
         count: int | None = platform.devices_per_pod
     else:
-        count = devices if devices is not None else _instance_devices(platform, f)
+        count = devices if devices is not None else _instance_devices(platform, instance, f)
     if count:
         f["rdma_resources"] = (*f["rdma_resources"], (platform.resource, count))
 
 
-def _instance_devices(platform: Platform, f: Fields) -> int | None:
-    """The fabric devices a pod requests on --instance-type's machines, None when not given."""
+def _instance(platform: Platform, f: Fields) -> Instance | None:
+    """--instance-type's machine in the platform's table (None when not given); one the table
+    lacks is refused where the platform's pieces depend on the machine."""
     name = f["instance_type"]
     if name is None:
         return None
-    instance = _known_instance(platform, name)
+    return _known_instance(platform, name)
+
+
+def _instance_devices(platform: Platform, instance: Instance | None, f: Fields) -> int | None:
+    """The fabric devices a pod requests on --instance-type's machines, None when not given."""
+    if instance is None:
+        return None
     if not platform.per_gpu_devices:
         return instance.devices
     gpus: int = f["gpus_per_node"]
@@ -213,8 +221,8 @@ def _security(f: Fields, given: set[str] | frozenset[str]) -> None:
     if f["security"] is None:
         f["security"] = "rdma" if f["network"] in ("ib", "roce") else "socket"
     platform = PLATFORMS.get(f["platform"])
-    if platform is not None and platform.resource is not None:
-        return
+    if platform is not None and platform.brings_devices:
+        return  # a platform's devices come with its entry (a resource, or GKE's networks)
     if f["security"] == "rdma" and not f["rdma_resources"]:
         why = (
             "--security rdma"
@@ -229,14 +237,22 @@ def _security(f: Fields, given: set[str] | frozenset[str]) -> None:
 
 
 def missing_devices(spec: RunSpec) -> str | None:
-    """What a spec for a platform cannot know without the nodes: the count of its fabric
-    devices, when neither --instance-type nor --rdma-resource gave it; None when known."""
+    """What a spec for a platform cannot know without the nodes: the machine type, where the
+    pods' annotations depend on it, and the count of its fabric devices, when neither
+    --instance-type nor --rdma-resource gave it; None when known."""
     platform = PLATFORMS.get(spec.platform)
-    if platform is None or platform.resource is None or platform.devices_per_pod is not None:
+    if platform is None:
+        return None
+    known = ", ".join(i.name for i in platform.instances)
+    if platform.per_instance_annotations and platform.instance(spec.instance_type or "") is None:
+        return (
+            f"--platform {platform.name}: the pods' annotations (the network interfaces of "
+            f"its GPU NICs) depend on the machine; expected --instance-type TYPE ({known})"
+        )
+    if platform.resource is None or platform.devices_per_pod is not None:
         return None
     if any(k == platform.resource for k, _ in spec.rdma_resources):
         return None
-    known = ", ".join(i.name for i in platform.instances)
     types = f"--instance-type TYPE ({known})" if known else "--instance-type TYPE"
     return (
         f"--platform {platform.name}: how many {platform.resource} devices a pod requests "

@@ -314,11 +314,12 @@ class RunSpec:
     entry adds its resources, annotations, sidecars, volumes, environment and image."""
     instance_type: str | None = option(
         "--instance-type", parse=_instance_type, metavar="TYPE", panel=NETWORK,
-        help="The nodes' machine type (e.g. p5.48xlarge), for how many fabric devices a pod "
-        "requests where render cannot read the nodes.",
+        help="The nodes' machine type (e.g. p5.48xlarge, a4-highgpu-8g), for how many fabric "
+        "devices or GPU NIC interfaces a pod gets where render cannot read the nodes.",
     )
     """The machine type of the run's nodes, one the platform's table knows; it gives the count
-    of the platform's fabric devices a pod requests."""
+    of the platform's fabric devices a pod requests, and the annotations and placement that
+    depend on the machine (GKE's GPU NIC interfaces)."""
     rdma_resources: tuple[tuple[str, int], ...] = repeated(
         "--rdma-resource", parse=rdma_counts, metavar="NAME=COUNT", panel=NETWORK,
         help="RDMA device resource per pod, e.g. rdma/ib=1 (repeatable).",

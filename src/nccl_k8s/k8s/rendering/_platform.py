@@ -56,14 +56,31 @@ def _merge_named(into: list[Obj], extra: tuple[Obj, ...], what: str) -> None:
         into.append(copy.deepcopy(item))
 
 
-def _source(container: Obj, script: str) -> None:
-    """Run the container's command after sourcing the vendor's script in the same shell."""
+def _source(container: Obj, script: str, keep: list[tuple[str, str]]) -> None:
+    """Run the container's command after sourcing the vendor's script in the same shell, then
+    export `keep` again: a vendor script exports its own choices (the NCCL configs of GKE's
+    TCPXO profile include NCCL_DEBUG=WARN), and the run's settings must win over them."""
     command = [*container["command"], *container.get("args", [])]
-    container["command"] = ["/bin/sh", "-c", f'. {shlex.quote(script)} && exec "$@"']
+    again = " ".join(f"{k}={shlex.quote(v)}" for k, v in keep)
+    restore = f" && export {again}" if again else ""
+    container["command"] = ["/bin/sh", "-c", f'. {shlex.quote(script)}{restore} && exec "$@"']
     container["args"] = ["nccl-k8s", *command]
 
 
-def _container(platform: Platform, container: Obj) -> None:
+def _kept(spec: RunSpec, platform: Platform, container: Obj) -> list[tuple[str, str]]:
+    """The container's literal environment a sourced script must not change: all of it but
+    the platform's own variables (the script refines those), and the user's --env always."""
+    mine = dict(spec.env)
+    return [
+        (e["name"], e["value"])
+        for e in container.get("env", [])
+        if "value" in e
+        and "$(" not in e["value"]  # kubelet expands those: the shell copy is already right
+        and (e["name"] not in platform.env or e["name"] in mine)
+    ]
+
+
+def _container(spec: RunSpec, platform: Platform, container: Obj) -> None:
     _merge_named(container.setdefault("volumeMounts", []), platform.mounts, "mount")
     context = container.setdefault("securityContext", {})
     if platform.privileged:
@@ -76,7 +93,7 @@ def _container(platform: Platform, container: Obj) -> None:
     if not context:
         del container["securityContext"]
     if platform.source is not None:
-        _source(container, platform.source)
+        _source(container, platform.source, _kept(spec, platform, container))
 
 
 def apply_platform(spec: RunSpec, template: Obj) -> None:
@@ -86,19 +103,20 @@ def apply_platform(spec: RunSpec, template: Obj) -> None:
         return
     metadata, pod = template["metadata"], template["spec"]
     annotations = metadata.setdefault("annotations", {})
-    for key, value in platform.annotations.items():
+    for key, value in platform.pod_annotations(spec.instance_type).items():
         annotations.setdefault(key, value)  # the user's --pod-annotation wins
     _merge_named(pod.setdefault("volumes", []), platform.volumes, "volume")
     if platform.init_containers:
         pod.setdefault("initContainers", []).extend(copy.deepcopy(platform.init_containers))
     pod["containers"].extend(copy.deepcopy(platform.sidecars))
-    _container(platform, pod["containers"][0])
+    _container(spec, platform, pod["containers"][0])
     if platform.host_network:
         pod["hostNetwork"] = True
         pod["dnsPolicy"] = "ClusterFirstWithHostNet"
-    if platform.node_selector:
+    node_selector = platform.pod_node_selector(spec.instance_type)
+    if node_selector:
         selector = pod.setdefault("nodeSelector", {})
-        for key, value in platform.node_selector.items():
+        for key, value in node_selector.items():
             selector.setdefault(key, value)
     if platform.tolerations:
         pod.setdefault("tolerations", []).extend(copy.deepcopy(platform.tolerations))

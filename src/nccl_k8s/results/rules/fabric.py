@@ -16,7 +16,10 @@ from nccl_k8s.results.findings import (
 )
 from nccl_k8s.results.nccllog import RankReport
 
-_RDMA: tuple[str, ...] = ("ib", "roce", "efa")
+#: The fabrics a fall back to NCCL's Socket transport betrays (an error when expected): the RDMA
+#: ones, and Google's GPUDirect plugins (TCPX and TCPXO move TCP through their own plugin and
+#: GPU NICs, not through NCCL's sockets on eth0).
+_RDMA: tuple[str, ...] = ("ib", "roce", "efa", "tcpx", "tcpxo", "gib")
 
 _SOCKET_HINT = (
     "NCCL found no usable RDMA device, so inter-node traffic runs over TCP at a fraction of the "
@@ -230,8 +233,8 @@ SOCKET = Rule(
             "inter-node traffic goes (or, nodes unknown, would go) over TCP sockets; when only "
             "some ranks are on TCP, it names them and their hosts; the hint says when "
             "`NCCL_IB_DISABLE=1` turned IB off",
-            "warning; **error** with `--expect-fabric ib`/`roce`/`efa`/`nvlink`; none with "
-            "`socket`",
+            "warning; **error** with `--expect-fabric ib`/`roce`/`efa`/`tcpx`/`tcpxo`/`gib`/"
+            "`nvlink`; none with `socket`",
         ),
         Code("single-node-socket", ("info",), "one node, `Using network Socket`"),
     ),

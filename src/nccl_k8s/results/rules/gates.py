@@ -4,7 +4,7 @@ cannot confirm fails (a passing gate must mean the fabric was seen).
 
 from __future__ import annotations
 
-from nccl_k8s.results.fabrics import FABRIC_NAMES, FABRICS, Fabric
+from nccl_k8s.results.fabrics import FABRIC_NAMES, FABRICS, Fabric, on_fabric
 from nccl_k8s.results.findings import Code, Facts, Finding, Rule, ranks_of, where_of
 from nccl_k8s.results.nccllog import RankReport
 
@@ -122,7 +122,7 @@ def expectation(
                 reports,
             )
         ]
-    wrong = [r for r in known if fabrics[r.key] != want]
+    wrong = [r for r in known if not on_fabric(want, r, fabrics[r.key])]
     if not wrong:
         return [Finding("info", f"expect-{want}", f"inter-node traffic uses {want}, as expected")]
     used = ", ".join(sorted({_fabric_name(fabrics[r.key]) for r in wrong}))

@@ -40,6 +40,13 @@ class Instance:
     env: Mapping[str, str] = dataclasses.field(default_factory=dict)
     """NCCL environment the vendor sets for this machine type only (the HCA list of its
     fabric ports, which differs per shape), over the platform's `env`; the user's --env wins."""
+    annotations: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Pod annotations that depend on the machine (GKE's networking.gke.io/interfaces names
+    one interface per GPU NIC); they replace the platform's of the same key. A platform
+    whose machines differ here needs the machine type (--instance-type, or the nodes')."""
+    node_selector: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Placement on the machine's nodes beyond the platform's (GKE A4X: kubernetes.io/arch
+    arm64, whose taint GKE tolerates only for pods that select it)."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -144,6 +151,28 @@ class Platform:
 
     def instance(self, name: str) -> Instance | None:
         return next((i for i in self.instances if i.name == name), None)
+
+    @property
+    def per_instance_annotations(self) -> bool:
+        """Whether the pods' annotations depend on the machine type."""
+        return any(i.annotations for i in self.instances)
+
+    @property
+    def brings_devices(self) -> bool:
+        """Whether the entry itself gives the pods their fabric devices: an extended resource,
+        or the platform's network annotations (GKE's GPU NICs come with multi-networking)."""
+        return self.resource is not None or bool(self.annotations) or self.per_instance_annotations
+
+    def pod_annotations(self, instance_type: str | None) -> dict[str, str]:
+        """The pod annotations on `instance_type`'s machines: the platform's, the machine's over
+        them."""
+        instance = self.instance(instance_type) if instance_type else None
+        return {**self.annotations, **(instance.annotations if instance else {})}
+
+    def pod_node_selector(self, instance_type: str | None) -> dict[str, str]:
+        """The node selector on `instance_type`'s machines: the platform's and the machine's."""
+        instance = self.instance(instance_type) if instance_type else None
+        return {**self.node_selector, **(instance.node_selector if instance else {})}
 
 
 __all__ = [
