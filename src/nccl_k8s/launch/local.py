@@ -111,7 +111,10 @@ def prepare(argv: Sequence[str]) -> LocalRun:
     backend = config.backend if config.backend != "auto" else ("nccl" if ngpu else "gloo")
     if backend == "nccl" and not ngpu:
         raise UsageError("--backend nccl: no CUDA device is visible here; use --backend gloo")
-    nproc = _nproc(ns.nproc, default=ngpu if backend == "nccl" else DEFAULT_CPU_RANKS)
+    # nccl-tests' -g GPUs per process times -t threads: that many ranks here, one GPU each.
+    per_process = config.ngpus * config.nthreads
+    default = ngpu if backend == "nccl" else DEFAULT_CPU_RANKS
+    nproc = _nproc(ns.nproc, default=per_process if per_process > 1 else default)
     if backend == "nccl" and nproc > ngpu:
         raise UsageError(
             f"--nproc {nproc}: only {ngpu} GPU(s) visible; NCCL needs one GPU per rank"
