@@ -53,6 +53,9 @@ METRICS_ADDR_ENV = "NCCL_K8S_METRICS_ADDR"
 #: The pod's Kubernetes node, when the deployer puts it in the environment (the `node` of the
 #: metrics and of the culprit lines; else the host name).
 NODE_NAME_ENV = "NCCL_K8S_NODE_NAME"
+#: Where rank 0 writes every result line as soon as it is known (set by `nccl-k8s run`): what a
+#: run stopped half-way leaves for its stored results.
+JOURNAL_ENV = "NCCL_K8S_JOURNAL"
 
 _T = TypeVar("_T", bound=str)
 
@@ -536,6 +539,7 @@ __all__ = [
     "BLOCKING_MODES",
     "DRIVERS",
     "DTYPES",
+    "JOURNAL_ENV",
     "METRICS_ADDR_ENV",
     "NOT_HONOURED",
     "POD_TIMEOUT_S",

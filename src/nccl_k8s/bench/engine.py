@@ -373,8 +373,8 @@ class Engine:
                     out=cells[0], inp=cells[1],
                 )  # fmt: skip
                 summary.rows.append(row)
+                self.p.measured(row)  # journaled first: a row printed is a row a stop keeps
                 self.p.line(report.row_line(row))
-                self.p.measured(row)
         return local_errors
 
     def _cell(

@@ -16,7 +16,13 @@ from typing import TextIO
 
 from nccl_k8s import __version__
 from nccl_k8s.bench import report
-from nccl_k8s.bench.config import Backend, BenchConfig, check_backend, timeout_for
+from nccl_k8s.bench.config import (
+    JOURNAL_ENV,
+    Backend,
+    BenchConfig,
+    check_backend,
+    timeout_for,
+)
 from nccl_k8s.bench.engine import PEER_ERRORS, Engine, Printer, RunOutcome
 from nccl_k8s.bench.metrics import NULL as NULL_METRICS
 from nccl_k8s.bench.metrics import Metrics, serve
@@ -72,10 +78,6 @@ def write_json(path: str, engine: Engine, argv: Sequence[str], started: str, *, 
         json.dump(doc, f, indent=1)
         f.write("\n")
     os.replace(tmp, path)
-
-
-#: Where rank 0 writes every result line as soon as it is known (set by `nccl-k8s run`).
-JOURNAL_ENV = "NCCL_K8S_JOURNAL"
 
 
 def _nccl_variable(name: str) -> bool:
@@ -195,4 +197,4 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else ""
 
 
-__all__ = ["JOURNAL_ENV", "run_rank", "write_json"]
+__all__ = ["run_rank", "write_json"]
