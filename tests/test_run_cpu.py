@@ -21,7 +21,7 @@ def test_cpu_run_without_sizes_sweeps_8_bytes_to_1_mib() -> None:
     assert run.backend == "gloo"
     c = run.config
     assert (c.minbytes, c.maxbytes, c.stepfactor) == (8, 1 << 20, 4)
-    assert ("-b", "8", "-e", "1M", "-f", "4") == local.CPU_SIZES
+    assert local.CPU_SIZES == ("-b", "8", "-e", "1M", "-f", "4")
     assert " ".join(local.CPU_SIZES) in " ".join(run.rank_argv)
 
 
