@@ -7,6 +7,7 @@ In process, one gloo rank, on the test's clock: each op takes 0.5 s and a check 
 from __future__ import annotations
 
 import io
+import itertools
 import re
 import socket
 import time
@@ -85,7 +86,7 @@ def test_a_cheap_check_every_interval_and_the_duration_kept(
     assert 60 <= end <= 70
     assert reports[0] == OP_S  # the first batch is checked at once
     assert reports[-1] >= 60
-    gaps = [b - a for a, b in zip(reports, reports[1:])]
+    gaps = [b - a for a, b in itertools.pairwise(reports)]
     assert all(10 <= g <= 10 + OP_S + 0.01 for g in gaps[:-1]), reports
 
 
