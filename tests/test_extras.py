@@ -5,10 +5,10 @@ the module it is about, and pyproject.toml's extra must bring that module's dist
 from __future__ import annotations
 
 import re
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 import typer
 
 from nccl_k8s.cli import _common
