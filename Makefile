@@ -36,7 +36,7 @@ lint: $(STAMP_TEST)
 typecheck: $(STAMP_TEST)
 	$(VENV)/bin/mypy
 
-# The layer contracts of DESIGN.md (import-linter; see [tool.importlinter] in pyproject.toml).
+# The layer contracts of docs/architecture.md (import-linter; see [tool.importlinter] in pyproject.toml).
 contracts: $(STAMP_TEST)
 	$(VENV)/bin/lint-imports
 

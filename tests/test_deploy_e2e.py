@@ -117,7 +117,10 @@ def test_two_runs_at_once_then_results_status_logs_cleanup(
         assert rc == 0, stderr
         assert stdout.strip() == rid
         assert f"deployed run {rid} in namespace {ns}" in stderr
-        assert " pods (" not in stderr  # not a terminal: no live summary (issue 13)
+        # Not a terminal: no live line drawn (issue 13), but one plain line per change (issue 24)
+        assert "\x1b[" not in stderr
+        assert re.search(rf"^run {rid}: .*\b2 running of 2 pods \(\d+s\)", stderr, re.M), stderr
+        assert re.search(rf"^run {rid}: 2 succeeded of 2 pods \(\d+s\)", stderr, re.M), stderr
         assert f"run {rid} succeeded" in stderr
 
     # results: both pods' logs collected concurrently, merged into one results file.

@@ -1,5 +1,6 @@
 """Issue 13: the live summary's pure parts (pods per stage, what rank 0's log says it measures,
-the line itself, the deploy phase) and that it stays quiet when stderr is not a terminal."""
+the line itself, the deploy phase); where stderr is not a terminal, one plain line per change
+(issue 24), with why Pending pods wait, also end to end against the test cluster."""
 
 from __future__ import annotations
 
@@ -115,7 +116,7 @@ def test_phases_of_a_run() -> None:
 
 
 @pytest.mark.parametrize("terminal", [False, True])
-def test_live_summary_is_drawn_on_a_terminal_only(
+def test_live_summary_is_drawn_on_a_terminal_and_plain_lines_elsewhere(
     terminal: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     buf = io.StringIO()
@@ -123,9 +124,78 @@ def test_live_summary_is_drawn_on_a_terminal_only(
     live = cli_deploy._LiveSummary()
     p = Progress("r1", "ns", 1.0, {}, 2, stages={"unscheduled": 2}, rank0=None)
     live(p)
+    live(Progress("r1", "ns", 1.5, {}, 2, stages={"unscheduled": 2}, rank0=None))  # no change
     live(Progress("r1", "ns", 2.0, {}, 2, stages={"running": 2}, rank0="all_reduce"))
     live.close()
     if terminal:
         assert "run r1: 2 running of 2 pods (2s); rank 0: all_reduce" in buf.getvalue()
-    else:
-        assert buf.getvalue() == ""
+    else:  # one plain line per change, none because time passed
+        assert buf.getvalue().splitlines() == [
+            "run r1: 2 unscheduled of 2 pods (1s)",
+            "run r1: 2 running of 2 pods (2s); rank 0: all_reduce",
+        ]
+
+
+def test_plain_lines_say_why_pending_pods_wait() -> None:
+    from nccl_k8s.k8s.run._progress import PlainProgress, pending_reasons
+
+    pods = [pod("a", "Pending", rank=0), pod("b", "Pending", rank=1), pod("c", "Pending", "n1", 2)]
+    reasons = pending_reasons(pods)
+    assert reasons == (
+        "2 Unschedulable: 0/4 nodes are available: 4 Insufficient nvidia.com/gpu.",
+        "1 ContainerCreating",
+    )
+    plain = PlainProgress()
+    p = Progress("r1", "ns", 3.0, {}, 3, stages=stages(pods), pending=reasons)
+    assert plain(p) == (
+        "run r1: 2 unscheduled, 1 pulling/creating of 3 pods (3s); pending: 2 Unschedulable: "
+        "0/4 nodes are available: 4 Insufficient nvidia.com/gpu.; 1 ContainerCreating"
+    )
+    assert plain(p) is None
+
+
+@pytest.mark.slow
+def test_deploy_with_stderr_to_a_file_logs_each_change_and_the_pending_reason(
+    cluster: Any, namespace: str, tmp_path: Path
+) -> None:
+    """Acceptance 3 of issue 24: `deploy ... 2>log` on the test cluster. Pods asking for more
+    GPUs than a node holds stay Unschedulable; the log says so, with the scheduler's message,
+    within 5 s of the pods being created (the run waits --schedule-timeout 8s, then fails)."""
+    import subprocess
+    import sys
+    import time
+
+    log = tmp_path / "log"
+    rid = "prog-" + tmp_path.name[-6:].lower().replace("_", "-")
+    with log.open("w") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "nccl_k8s.cli.main", "deploy", "-n", namespace,
+             "--kubeconfig", str(cluster.kubeconfig), "--run-id", rid, "--world-size", "32",
+             "--gpus-per-node", "16", "--schedule-timeout", "8s", "--", "--backend", "gloo"],
+            stdout=subprocess.DEVNULL, stderr=stderr, text=True,
+        )  # fmt: skip
+        try:
+            created = None
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and proc.poll() is None:
+                pods, _ = cluster.store.list("pods", namespace)
+                if created is None and pods:
+                    created = time.monotonic()
+                if created is not None and "pending: 2 Unschedulable" in log.read_text():
+                    break
+                time.sleep(0.05)
+            seen = time.monotonic()
+            proc.wait(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    text = log.read_text()
+    assert created is not None, text
+    assert seen - created <= 5, text
+    assert proc.returncode == 1, text
+    lines = text.splitlines()
+    pending = [line for line in lines if line.startswith(f"run {rid}: 2 unscheduled of 2 pods")]
+    assert pending and "; pending: 2 Unschedulable: 0/4 nodes are available" in pending[0], text
+    assert len(pending) == 1  # one line per change, not one per second of waiting
+    assert "\x1b[" not in text

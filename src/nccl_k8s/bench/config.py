@@ -17,6 +17,13 @@ from typing import Literal, NoReturn, TypeVar, get_args
 
 # The collectives and element types are registries of their own; the flags name their entries.
 from nccl_k8s.bench.collectives import ALL_OPS, REDUCING_OPS, ROOTED_OPS, Op, refused
+from nccl_k8s.bench.compat import (
+    NOT_HONOURED,
+    ConfigError,
+    add_compat_flags,
+    refuse_not_honoured,
+    skipped,
+)
 from nccl_k8s.bench.dtypes import DTYPE_ALIASES, DTYPES, Dtype
 
 #: nccl-tests' reduction names (its `-o` values).
@@ -46,6 +53,9 @@ METRICS_ADDR_ENV = "NCCL_K8S_METRICS_ADDR"
 #: The pod's Kubernetes node, when the deployer puts it in the environment (the `node` of the
 #: metrics and of the culprit lines; else the host name).
 NODE_NAME_ENV = "NCCL_K8S_NODE_NAME"
+#: Where rank 0 writes every result line as soon as it is known (set by `nccl-k8s run`): what a
+#: run stopped half-way leaves for its stored results.
+JOURNAL_ENV = "NCCL_K8S_JOURNAL"
 
 _T = TypeVar("_T", bound=str)
 
@@ -60,10 +70,6 @@ def _member(value: str, choices: tuple[_T, ...]) -> _T | None:
 
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kKmMgG]?)[bB]?\s*$")
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
-
-
-class ConfigError(ValueError):
-    """An engine flag has a value the engine cannot use. The message is one line."""
 
 
 def parse_size(text: str, *, flag: str = "size") -> int:
@@ -95,9 +101,32 @@ class BenchConfig:
     check: int = 1
     """-c: checked operations per size after timing; 0 turns checking off."""
     dtype: Dtype = "float"
-    """-d: element type, nccl-tests' name."""
+    """-d: element type, nccl-tests' name (the first of `dtypes`; the engine sets it to the
+    type being measured)."""
     redop: RedOp = "sum"
-    """-o: reduction for the reducing collectives."""
+    """-o: reduction for the reducing collectives (the first of `redops`, as `dtype`)."""
+    dtypes: tuple[Dtype, ...] = ("float",)
+    """-d: every type to measure, in order (`-d all`: every type, as nccl-tests)."""
+    redops: tuple[RedOp, ...] = ("sum",)
+    """-o: every reduction to measure with the reducing collectives (`-o all`: every one)."""
+    agg_iters: int = 1
+    """-m: ops per timed iteration, issued in one NCCL group with the direct driver (nccl-tests'
+    aggregated iterations); the time is divided by -n x -m."""
+    cputime: bool = False
+    """-C 1: report the host time to issue the ops (without the final wait), as nccl-tests."""
+    unalign: int = 0
+    """-u: offset of the first element of the send and receive buffers, in elements."""
+    register: int = 0
+    """-R: register the buffers with NCCL: 1 ncclCommRegister, 2 a symmetric window (direct
+    driver only)."""
+    parallel_init: int = 0
+    """-p: accepted for nccl-tests' command lines: ranks here are processes, which always
+    initialise in parallel."""
+    ngpus: int = 1
+    """-g: GPUs per process in nccl-tests; here each rank drives one GPU (`nccl-k8s run` turns
+    -g x -t into its rank count; the engine itself refuses more than 1)."""
+    nthreads: int = 1
+    """-t: threads per process in nccl-tests; as -g."""
     root: int = 0
     """-r: root rank for rooted collectives; -1 sweeps every root."""
     blocking: int = 0
@@ -161,6 +190,16 @@ class BenchConfig:
             size = size * 2 if size else 1
         return sizes
 
+    @property
+    def dtype_label(self) -> str:
+        """What -d asked for, as nccl-tests names it: one type, or `all`."""
+        return self.dtypes[0] if len(self.dtypes) == 1 else "all"
+
+    @property
+    def redop_label(self) -> str:
+        """What -o asked for: one reduction, or `all`."""
+        return self.redops[0] if len(self.redops) == 1 else "all"
+
 
 class _Parser(argparse.ArgumentParser):
     """argparse that fails with one line and exit code 2, the way our CLI fails."""
@@ -208,6 +247,7 @@ def build_parser(prog: str = "python -m nccl_k8s.bench") -> argparse.ArgumentPar
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_nccl_tests_flags(p)
+    add_compat_flags(p, _int)
     _add_own_flags(p)
     return p
 
@@ -222,8 +262,8 @@ def _add_nccl_tests_flags(p: argparse.ArgumentParser) -> None:
     add("-n", "--iters", type=_int("-n", minimum=1), default=20, help="timed ops per size")
     add("-w", "--warmup_iters", type=_int("-w", minimum=0), default=1, help="warm-up ops")
     add("-c", "--check", type=_int("-c", minimum=0), default=1, help="checked ops per size")
-    add("-d", "--datatype", default="float", metavar="TYPE", help=", ".join(DTYPES))
-    add("-o", "--op", default="sum", metavar="REDOP", help=", ".join(REDOPS))
+    add("-d", "--datatype", default="float", metavar="TYPE", help=", ".join(DTYPES) + " or all")
+    add("-o", "--op", default="sum", metavar="REDOP", help=", ".join(REDOPS) + " or all")
     add("-r", "--root", type=_int("-r", minimum=-1), default=0, help="root rank, -1 = all")
     add(
         "-z",
@@ -258,7 +298,15 @@ def _add_own_flags(p: argparse.ArgumentParser) -> None:
         default="direct",
         help="NCCL only: direct (libnccl, as nccl-tests) or torch (torch.distributed)",
     )
-    add("--json", dest="json_path", default=None, metavar="PATH", help="nccl-tests -J style JSON")
+    add(
+        "-J",
+        "--json",
+        "--output_file",
+        dest="json_path",
+        default=None,
+        metavar="PATH",
+        help="nccl-tests -J style JSON",
+    )
     add(
         "--min-busbw",
         type=_float("--min-busbw"),
@@ -281,11 +329,14 @@ def _add_own_flags(p: argparse.ArgumentParser) -> None:
         help="soak mode: seconds between busbw reports",
     )
     add(
+        "-N",
         "--sweeps",
+        "--run_cycles",
+        dest="sweeps",
         type=_int("--sweeps", minimum=0),
         default=1,
         metavar="N",
-        help="run the whole sweep N times, 0: until stopped (continuous mode)",
+        help="run the whole sweep N times, 0: until stopped (continuous mode; nccl-tests' -N)",
     )
     add(
         "--sweep-interval",
@@ -325,12 +376,12 @@ def config_from_namespace(ns: argparse.Namespace) -> BenchConfig:
     if ns.stepfactor > 1 and minbytes == 0:
         raise ConfigError("-b 0 with -f > 1: a factor never grows 0, expected -b >= 1")
 
-    dtype = DTYPE_ALIASES.get(ns.datatype) or _member(ns.datatype, tuple(DTYPES))
-    if dtype is None:
-        raise ConfigError(f"-d {ns.datatype!r}: expected one of {', '.join(DTYPES)}")
-    redop = _member(ns.op, REDOPS)
-    if redop is None:
-        raise ConfigError(f"-o {ns.op!r}: expected one of {', '.join(REDOPS)}")
+    dtypes, redops = _dtypes(ns.datatype), _redops(ns.op)
+    refuse_not_honoured(ns)
+    if ns.local_register not in (0, 1, 2):
+        raise ConfigError(f"-R {ns.local_register}: expected 0 (off), 1 (local) or 2 (symmetric)")
+    if ns.report_cputime not in (0, 1):
+        raise ConfigError(f"-C {ns.report_cputime}: expected 0 or 1")
     if ns.average not in AVERAGE_MODES:
         raise ConfigError(f"-a {ns.average}: expected 0 (rank 0), 1 (avg), 2 (min) or 3 (max)")
     if ns.blocking not in BLOCKING_MODES:
@@ -359,8 +410,17 @@ def config_from_namespace(ns: argparse.Namespace) -> BenchConfig:
         iters=ns.iters,
         warmup=ns.warmup_iters,
         check=ns.check,
-        dtype=dtype,
-        redop=redop,
+        dtype=dtypes[0],
+        redop=redops[0],
+        dtypes=dtypes,
+        redops=redops,
+        agg_iters=ns.agg_iters,
+        cputime=bool(ns.report_cputime),
+        unalign=ns.unalign,
+        register=ns.local_register,
+        parallel_init=ns.parallel_init,
+        ngpus=ns.ngpus,
+        nthreads=ns.nthreads,
         root=ns.root,
         blocking=ns.blocking,
         average=ns.average,
@@ -379,6 +439,24 @@ def config_from_namespace(ns: argparse.Namespace) -> BenchConfig:
         metrics_port=ns.metrics_port,
         metrics_addr=ns.metrics_addr,
     )
+
+
+def _dtypes(text: str) -> tuple[Dtype, ...]:
+    if text == "all":
+        return tuple(DTYPES)
+    dtype = DTYPE_ALIASES.get(text) or _member(text, tuple(DTYPES))
+    if dtype is None:
+        raise ConfigError(f"-d {text!r}: expected one of {', '.join(DTYPES)}, or all")
+    return (dtype,)
+
+
+def _redops(text: str) -> tuple[RedOp, ...]:
+    if text == "all":
+        return REDOPS
+    redop = _member(text, REDOPS)
+    if redop is None:
+        raise ConfigError(f"-o {text!r}: expected one of {', '.join(REDOPS)}, or all")
+    return (redop,)
 
 
 def _parse_ops(text: str) -> tuple[Op, ...]:
@@ -415,11 +493,26 @@ def timeout_for(config: BenchConfig, environ: Mapping[str, str] | None = None) -
 
 def check_backend(config: BenchConfig, backend: str, *, world_size: int) -> None:
     """Refuse what the resolved backend cannot do, before any rank starts."""
+    n = config.ngpus * config.nthreads
+    if (
+        n > 1 and n != world_size
+    ):  # -g x -t ranks is how `nccl-k8s run` reads them (the header says)
+        raise ConfigError(
+            f"-g {config.ngpus} -t {config.nthreads}: each rank here is one process driving one "
+            f"GPU, and this run has {world_size}; for {n} ranks: nccl-k8s run -g {n} (or --nproc "
+            f"{n}), torchrun --nproc-per-node {n}, or deploy --gpus-per-node {n}"
+        )
+    if config.register and (backend != "nccl" or config.driver != "direct"):
+        raise ConfigError(
+            f"-R {config.register}: buffer registration is NCCL's, through the direct driver; "
+            f"this run uses {backend}"
+            + (f" with --driver {config.driver}" if backend == "nccl" else "")
+        )
     if config.graph and backend != "nccl":
         raise ConfigError(
             f"-G {config.graph}: CUDA graphs need the NCCL backend, this run uses {backend}"
         )
-    if backend == "gloo":
+    if backend == "gloo" and len(config.dtypes) == 1 and len(config.redops) == 1:
         if config.dtype.startswith("f8"):
             raise ConfigError(
                 f"-d {config.dtype!r}: gloo has no 8-bit floats; use the NCCL backend"
@@ -446,7 +539,9 @@ __all__ = [
     "BLOCKING_MODES",
     "DRIVERS",
     "DTYPES",
+    "JOURNAL_ENV",
     "METRICS_ADDR_ENV",
+    "NOT_HONOURED",
     "POD_TIMEOUT_S",
     "REDOPS",
     "REDUCING_OPS",
@@ -463,5 +558,6 @@ __all__ = [
     "config_from_namespace",
     "parse_args",
     "parse_size",
+    "skipped",
     "timeout_for",
 ]

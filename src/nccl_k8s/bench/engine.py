@@ -11,99 +11,34 @@ graph and the graph is launched G times.
 from __future__ import annotations
 
 import dataclasses
-import datetime
-import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, TextIO
+from typing import Any
 
 from nccl_k8s import __version__
 from nccl_k8s.bench import report
 from nccl_k8s.bench.collectives import COLLECTIVES
-from nccl_k8s.bench.config import DTYPES, BenchConfig, Op
+from nccl_k8s.bench.config import DTYPES, BenchConfig, Dtype, Op, RedOp, skipped
 from nccl_k8s.bench.counts import memory_limit, rotation_shifts
 from nccl_k8s.bench.metrics import NULL as NULL_METRICS
 from nccl_k8s.bench.metrics import Metrics
 from nccl_k8s.bench.native import native_loop
 from nccl_k8s.bench.ops import Bound, Collectives
+from nccl_k8s.bench.outcome import (
+    OpSummary,
+    Printer,
+    RunOutcome,
+    iso,
+    run_info,
+    run_meta,
+    wrong_ranks,
+)
 from nccl_k8s.bench.rank import Rank, device_info, versions
 from nccl_k8s.bench.watch import Watchdog
 
 #: Exceptions a collective raises when a peer went away or timed out (gloo: RuntimeError).
 PEER_ERRORS: tuple[type[BaseException], ...] = (RuntimeError, OSError, TimeoutError)
-
-
-@dataclasses.dataclass
-class OpSummary:
-    op: Op
-    out_of_bounds: int
-    avg_busbw: float
-    rows: list[report.TableRow]
-    error: str | None = None
-    """Why the op stopped before its table was complete (world size 1 carries on)."""
-
-    @property
-    def ok(self) -> bool:
-        return self.out_of_bounds == 0 and self.error is None
-
-
-@dataclasses.dataclass
-class RunOutcome:
-    summaries: list[OpSummary]
-    min_busbw: float | None
-    maxbytes: int
-    failed_in_earlier_sweeps: list[str] = dataclasses.field(default_factory=list)
-    """Ops that failed in an earlier sweep of the run and passed in this, the last one."""
-
-    @property
-    def failed_ops(self) -> list[str]:
-        bad: list[str] = []
-        for s in self.summaries:
-            if not s.ok or (self.min_busbw is not None and s.avg_busbw < self.min_busbw):
-                bad.append(s.op)
-        return bad
-
-    @property
-    def exit_code(self) -> int:
-        return 1 if self.failed_ops or self.failed_in_earlier_sweeps else 0
-
-
-class Printer:
-    """Rank 0's output: the nccl-tests table, and result lines (with several sweeps, kept back
-    and printed as one block when the sweep ends: `end_block`)."""
-
-    def __init__(self, enabled: bool, stream: TextIO, result_lines: bool) -> None:
-        self.enabled = enabled
-        self.stream = stream
-        self.result_lines = result_lines
-        self.block: list[str] | None = None
-
-    def begin_block(self) -> None:
-        self.block = []
-
-    def end_block(self) -> None:
-        lines, self.block = self.block, None
-        if lines:
-            self.lines(report.block_lines(report.RESULTS_BLOCK, lines))
-
-    def line(self, text: str = "") -> None:
-        if self.enabled:
-            self.stream.write(text + "\n")
-            self.stream.flush()
-
-    def lines(self, texts: Sequence[str]) -> None:
-        for t in texts:
-            self.line(t)
-
-    def result(self, kind: str, payload: dict[str, Any]) -> None:
-        if not self.result_lines:
-            return
-        if self.block is not None:
-            if self.enabled:
-                self.block.append(report.result_line(kind, payload))
-            return
-        self.line(report.result_line(kind, payload))
 
 
 _BLOCKING_NOTES = {
@@ -123,6 +58,9 @@ class Engine:
         metrics: Metrics = NULL_METRICS,
     ) -> None:
         self.cfg = config
+        """The flags, with `dtype` and `redop` those being measured (-d all/-o all: each in turn)."""
+        self.base = config
+        """The flags as given."""
         self.r = rank
         self.p = printer
         self.wd = watchdog
@@ -139,6 +77,9 @@ class Engine:
         self.blocking = 0 if (config.blocking == 3 and config.graph) else config.blocking
         self._rep = 0
         self.coll: Collectives | None = None
+        self._colls: dict[tuple[Dtype, RedOp], Collectives] = {}
+        self._buffers: tuple[Any, Any] | None = None
+        self._skip_noted: set[str] = set()
         self.native = False
         """The direct driver's timed loop runs in C (bench.native)."""
 
@@ -157,9 +98,21 @@ class Engine:
         config_line = (
             f"# nThread 1 nGpus 1 minBytes {c.minbytes} maxBytes {c.maxbytes} step: {step}"
             f"({'factor' if c.stepfactor > 1 else 'bytes'}) warmup iters: {c.warmup} iters: {c.iters}"
-            f" agg iters: 1 validation: {c.check} graph: {c.graph} unalign: 0"
+            f" agg iters: {c.agg_iters} validation: {c.check} graph: {c.graph} unalign: {c.unalign}"
         )
         notes = [_BLOCKING_NOTES[self.blocking]] if self.blocking else []
+        if c.cputime:
+            notes.append("# -C 1: time is the host time to issue the ops, without the final wait")
+        if c.ngpus * c.nthreads > 1:
+            notes.append(
+                f"# -g {c.ngpus} -t {c.nthreads}: {self.r.world} ranks, one process and one GPU "
+                "each (nccl-tests drives them from the threads of one process)"
+            )
+        if c.parallel_init:
+            notes.append("# -p: ranks are processes here; they always initialise in parallel")
+        if c.register:
+            kind = "ncclCommRegister" if c.register == 1 else "symmetric window"
+            notes.append(f"# -R {c.register}: buffers registered with NCCL ({kind})")
         if self.r.backend == "gloo" and self.r.world == 1 and "sendrecv" in c.ops:
             notes.append("# gloo has no pair to the same rank: sendrecv at world size 1 is a copy")
         device_lines = [
@@ -199,45 +152,40 @@ class Engine:
                 call()
         return graph
 
+    def _sequence(self, b: Bound) -> list[Callable[[], None]]:
+        """The timed iterations: -n of them, each -m ops (one NCCL group with the direct driver,
+        as nccl-tests aggregates them; on gloo and torch.distributed, one after the other)."""
+        m, calls = self.cfg.agg_iters, b.calls
+        flat = [calls[i % len(calls)] for i in range(self.cfg.iters * m)]
+        if m == 1:
+            return flat
+        comm = self.r.comm
+        return [
+            comm.group(flat[i : i + m]) if comm is not None else _chain(flat[i : i + m])
+            for i in range(0, len(flat), m)
+        ]
+
     def _timed(self, b: Bound) -> float:
-        """Seconds per op on this rank."""
+        """Seconds per op on this rank (-C: the seconds to issue it)."""
         cfg, r, z = self.cfg, self.r, self.blocking
         b.first()
         r.complete()
         r.barrier()
-        sequence = [b.calls[i % len(b.calls)] for i in range(cfg.iters)]
+        sequence = self._sequence(b)
+        n_ops = cfg.iters * cfg.agg_iters
         if cfg.graph:
-            graph = self._graph(sequence)
-            launcher = self.coll.graph_program(graph) if self.coll is not None else None
-            r.barrier()
-            with self.wd.timed():
-                if launcher is not None:  # G launches and the wait, timed in C (bench.native)
-                    elapsed = launcher.timed(cfg.graph)
-                else:  # replay on the capture stream, as nccl-tests launches on its stream
-                    stream = r.capture_stream() if r.stream is not None else None
-                    t0 = time.perf_counter()
-                    if stream is not None:
-                        import torch
-
-                        with torch.cuda.stream(stream):
-                            for _ in range(cfg.graph):
-                                graph.replay()
-                    else:
-                        for _ in range(cfg.graph):
-                            graph.replay()
-                    r.complete()
-                    elapsed = time.perf_counter() - t0
-            del graph
-            return elapsed / (cfg.iters * cfg.graph)
+            return self._timed_graph(sequence) / (n_ops * cfg.graph)
         with self.wd.timed():
-            if z == 0 and b.native is not None:  # the same ops, issued and timed in C
-                return b.native.timed(cfg.iters) / cfg.iters
+            if z == 0 and b.native is not None and n_ops == cfg.iters and not cfg.cputime:
+                return b.native.timed(cfg.iters) / cfg.iters  # the same ops, issued and timed in C
             if z == 0:
                 t0 = time.perf_counter()
                 for call in sequence:
                     call()
+                issued = time.perf_counter() - t0
                 r.finish()
-                return (time.perf_counter() - t0) / cfg.iters
+                elapsed = time.perf_counter() - t0
+                return (issued if cfg.cputime else elapsed) / n_ops
             coll_only = 0.0
             t0 = time.perf_counter()
             for call in sequence:
@@ -249,7 +197,34 @@ class Engine:
                 if z != 2:
                     r.barrier()
             elapsed = coll_only if z == 3 else time.perf_counter() - t0
-        return elapsed / cfg.iters
+        return elapsed / n_ops
+
+    def _timed_graph(self, sequence: Sequence[Callable[[], None]]) -> float:
+        """Seconds for -G launches of a graph capturing `sequence` (-C: to launch them)."""
+        cfg, r = self.cfg, self.r
+        graph = self._graph(sequence)
+        launcher = self.coll.graph_program(graph) if self.coll is not None else None
+        r.barrier()
+        with self.wd.timed():
+            if launcher is not None and not cfg.cputime:  # G launches and the wait, timed in C
+                elapsed = launcher.timed(cfg.graph)
+            else:  # replay on the capture stream, as nccl-tests launches on its stream
+                stream = r.capture_stream() if r.stream is not None else None
+                t0 = time.perf_counter()
+                if stream is not None:
+                    import torch
+
+                    with torch.cuda.stream(stream):
+                        for _ in range(cfg.graph):
+                            graph.replay()
+                else:
+                    for _ in range(cfg.graph):
+                        graph.replay()
+                issued = time.perf_counter() - t0
+                r.complete()
+                elapsed = issued if cfg.cputime else time.perf_counter() - t0
+        del graph
+        return elapsed
 
     def checked_op(self, coll: Collectives, b: Bound, root: int, rep: int) -> int:
         """Fill, run once, check: this rank's wrong elements."""
@@ -300,76 +275,67 @@ class Engine:
             r.complete()
 
     # -- the sweep -----------------------------------------------------------------------
-    def run_op(self, op: Op, coll: Collectives, first: bool) -> OpSummary:
-        cfg, r = self.cfg, self.r
-        shape = COLLECTIVES[op]
-        elt = coll.elt
+    def combos(self, op: Op) -> list[tuple[Dtype, RedOp]]:
+        """The types and reductions `op` is measured with, in nccl-tests' order (each -d type,
+        then each -o reduction where the op reduces); what the backend cannot run is skipped
+        with a line, once per run (a type or reduction named alone was refused before)."""
+        reduces = COLLECTIVES[op].reduces
+        redops = self.base.redops if reduces else self.base.redops[:1]
+        out: list[tuple[Dtype, RedOp]] = []
+        for dtype in self.base.dtypes:
+            for redop in redops:
+                why = skipped(self.r.backend, dtype, redop if reduces else None)
+                if why is None:
+                    out.append((dtype, redop))
+                    continue
+                what = f"-d {dtype}" + (f" -o {redop}" if "averages" in why else "")
+                if what not in self._skip_noted:
+                    self._skip_noted.add(what)
+                    self.p.line(f"# {what} skipped: {why}")
+        return out
+
+    def use(self, dtype: Dtype, redop: RedOp) -> Collectives:
+        """Measure `dtype` and `redop` from now on: the flags and collectives say so."""
+        self.cfg = dataclasses.replace(self.base, dtype=dtype, redop=redop)
+        coll = self._colls.get((dtype, redop))
+        if coll is None:
+            assert self._buffers is not None, "setup() first"
+            pad = self.base.unalign * DTYPES[dtype]  # -u: nccl-tests offsets both buffers
+            sendbuf, recvbuf = self._buffers
+            r = self.r
+            coll = Collectives(
+                rank=r.rank, nranks=r.world, dtype=dtype, redop=redop,
+                sendbuf=sendbuf[pad:], recvbuf=recvbuf[pad:],
+                group=r.data_group, comm=r.comm, stream=r.stream,
+            )  # fmt: skip
+            if not self.native:
+                coll.native = None  # without cudaStreamQuery the C loop cannot time: Python does
+            self._colls[(dtype, redop)] = coll
+        self.coll = coll
+        return coll
+
+    def run_op(self, op: Op, first: bool) -> OpSummary:
+        """One op's table: every type and reduction (-d, -o), root and size."""
         program = f"{op}_perf"
         if not first:
             self.p.line(f"# Collective test starting: {program}")
         self.p.lines(report.table_header())
-        rooted = shape.rooted
-        roots = list(range(r.world)) if rooted and cfg.root == -1 else [cfg.root if rooted else -1]
-        sizes = [s for s in cfg.sizes() if s <= self.maxbytes] or [self.maxbytes]
         summary = OpSummary(op, 0, 0.0, [])
         self.summaries.append(summary)
         busbws: list[float] = []
         local_errors = 0
-        for root in roots:
-            data_root = max(root, 0)
-            self._warm_up(op, coll, data_root)
-            for size in sizes:
-                counts = shape.counts(size, elt, r.world)
-                shifts = rotation_shifts(counts, elt, self.maxbytes, cfg.iters)
-                cells: list[report.Cell] = []
-                for in_place in (False, True):
-                    where = f"{op} {size} B {'in-place' if in_place else 'out-of-place'}"
-                    self.wd.progress(f"{where} timing")
-                    b = coll.bind(op, counts, shifts, data_root, in_place)
-                    if cfg.check:
-                        coll.init(b, data_root, self.next_rep())
-                        r.complete()
-                    local_t = self._timed(b)
-                    self.wd.progress(f"{where} checking")
-                    wrong = self._checked(coll, b, data_root) if cfg.check else 0
-                    gathered = r.gather_floats([local_t, float(wrong)])
-                    times = [g[0] for g in gathered]
-                    wrongs = [int(g[1]) for g in gathered]
-                    t = self._combine(times)
-                    algbw, busbw = shape.bandwidth(counts, elt, r.world, t)
-                    checked = bool(cfg.check) and (shape.inplace_checked or not in_place)
-                    if checked and wrong:
-                        local_errors += 1
-                    if checked:
-                        self._count_wrong(wrongs)
-                    if self.metrics.enabled:
-                        self.metrics.cell(
-                            self._labels(op, shape.prints_redop, counts.size_bytes(elt), in_place),
-                            time_s=t, algbw=algbw, busbw=busbw, rank_times=times,
-                            rank_busbw=[shape.bandwidth(counts, elt, r.world, x)[1] for x in times],
-                            rank_wrong=wrongs if checked else None,
-                        )  # fmt: skip
-                    cells.append(
-                        report.Cell(
-                            time_us=t * 1e6, algbw=algbw, busbw=busbw,
-                            wrong=sum(wrongs) if checked else None,
-                            time_us_min=min(times) * 1e6, time_us_max=max(times) * 1e6,
-                        )
-                    )  # fmt: skip
-                    busbws.append(busbw)
-                row = report.TableRow(
-                    op=op, size=counts.size_bytes(elt), count=counts.param, dtype=cfg.dtype,
-                    redop=cfg.redop if shape.prints_redop else "none", root=root,
-                    out=cells[0], inp=cells[1],
-                )  # fmt: skip
-                summary.rows.append(row)
-                self.p.line(report.row_line(row))
-        summary.out_of_bounds = int(sum(v[0] for v in r.gather_floats([float(local_errors)])))
+        try:
+            for dtype, redop in self.combos(op):
+                local_errors += self._measure(op, self.use(dtype, redop), summary, busbws)
+        finally:
+            self.cfg = self.base
+        gathered = self.r.gather_floats([float(local_errors)])
+        summary.out_of_bounds = int(sum(v[0] for v in gathered))
         summary.avg_busbw = sum(busbws) / len(busbws) if busbws else 0.0
         self.p.lines(
             report.footer_lines(
                 out_of_bounds=summary.out_of_bounds, avg_busbw=summary.avg_busbw,
-                min_busbw=cfg.min_busbw, program=program,
+                min_busbw=self.base.min_busbw, program=program,
             )
         )  # fmt: skip
         for row in summary.rows:
@@ -377,6 +343,75 @@ class Engine:
                 self.p.result("row", payload)
         self._summary_line(summary)
         return summary
+
+    def _measure(self, op: Op, coll: Collectives, summary: OpSummary, busbws: list[float]) -> int:
+        """Every root and size of `op` with the current type and reduction: rows printed and
+        added to `summary` (and the journal) as they are measured; returns this rank's count
+        of placements with wrong elements."""
+        cfg, r = self.cfg, self.r
+        shape = COLLECTIVES[op]
+        elt = coll.elt
+        rooted = shape.rooted
+        roots = list(range(r.world)) if rooted and cfg.root == -1 else [cfg.root if rooted else -1]
+        sizes = [s for s in cfg.sizes() if s <= self.maxbytes] or [self.maxbytes]
+        local_errors = 0
+        for root in roots:
+            data_root = max(root, 0)
+            self._warm_up(op, coll, data_root)
+            for size in sizes:
+                counts = shape.counts(size, elt, r.world)
+                shifts = rotation_shifts(counts, elt, self.maxbytes, cfg.iters * cfg.agg_iters)
+                cells: list[report.Cell] = []
+                for in_place in (False, True):
+                    cell, erred = self._cell(op, coll, counts, shifts, data_root, in_place)
+                    local_errors += erred
+                    cells.append(cell)
+                    busbws.append(cell.busbw)
+                row = report.TableRow(
+                    op=op, size=counts.size_bytes(elt), count=counts.param, dtype=cfg.dtype,
+                    redop=cfg.redop if shape.prints_redop else "none", root=root,
+                    out=cells[0], inp=cells[1],
+                )  # fmt: skip
+                summary.rows.append(row)
+                self.p.measured(row)  # journaled first: a row printed is a row a stop keeps
+                self.p.line(report.row_line(row))
+        return local_errors
+
+    def _cell(
+        self, op: Op, coll: Collectives, counts: Any, shifts: list[int], root: int, in_place: bool
+    ) -> tuple[report.Cell, int]:
+        """One placement of one size: timed, checked, combined across ranks; the cell and
+        whether this rank found wrong elements (1) or not (0)."""
+        cfg, r, shape, elt = self.cfg, self.r, COLLECTIVES[op], coll.elt
+        where = f"{op} {counts.size_bytes(elt)} B {'in-place' if in_place else 'out-of-place'}"
+        self.wd.progress(f"{where} timing")
+        b = coll.bind(op, counts, shifts, root, in_place)
+        if cfg.check:
+            coll.init(b, root, self.next_rep())
+            r.complete()
+        local_t = self._timed(b)
+        self.wd.progress(f"{where} checking")
+        wrong = self._checked(coll, b, root) if cfg.check else 0
+        gathered = r.gather_floats([local_t, float(wrong)])
+        times = [g[0] for g in gathered]
+        wrongs = [int(g[1]) for g in gathered]
+        t = self._combine(times)
+        algbw, busbw = shape.bandwidth(counts, elt, r.world, t)
+        checked = bool(cfg.check) and (shape.inplace_checked or not in_place)
+        if checked:
+            self._count_wrong(wrongs)
+        if self.metrics.enabled:
+            self.metrics.cell(
+                self._labels(op, shape.prints_redop, counts.size_bytes(elt), in_place),
+                time_s=t, algbw=algbw, busbw=busbw, rank_times=times,
+                rank_busbw=[shape.bandwidth(counts, elt, r.world, x)[1] for x in times],
+                rank_wrong=wrongs if checked else None,
+            )  # fmt: skip
+        cell = report.Cell(
+            time_us=t * 1e6, algbw=algbw, busbw=busbw, wrong=sum(wrongs) if checked else None,
+            time_us_min=min(times) * 1e6, time_us_max=max(times) * 1e6,
+        )  # fmt: skip
+        return cell, int(checked and wrong > 0)
 
     def _labels(self, op: Op, prints_redop: bool, size: int, in_place: bool | None) -> list[str]:
         """The metrics labels of a row (op, dtype, redop, size and, unless None, placement)."""
@@ -442,22 +477,22 @@ class Engine:
             )
         self.maxbytes = self.limit_maxbytes()
 
-        elt = DTYPES[cfg.dtype]
         send_bytes = recv_bytes = 16
-        for op in cfg.ops:
-            s, rv = COLLECTIVES[op].buffer_bytes(self.maxbytes, elt, r.world)
-            send_bytes, recv_bytes = max(send_bytes, s), max(recv_bytes, rv)
-        coll = Collectives(
-            rank=r.rank, nranks=r.world, dtype=cfg.dtype, redop=cfg.redop,
-            sendbuf=r.buffer(send_bytes), recvbuf=r.buffer(recv_bytes),
-            group=r.data_group, comm=r.comm, stream=r.stream,
-        )  # fmt: skip
-        self.coll = coll
-        if not self.native:
-            coll.native = None  # without cudaStreamQuery the C loop cannot time: Python does
+        for dtype in cfg.dtypes:
+            for op in cfg.ops:
+                s, rv = COLLECTIVES[op].buffer_bytes(self.maxbytes, DTYPES[dtype], r.world)
+                send_bytes, recv_bytes = max(send_bytes, s), max(recv_bytes, rv)
+        pad = 8 * cfg.unalign  # -u: room to offset by u elements of the widest type (nccl-tests)
+        sendbuf, recvbuf = r.buffer(send_bytes + pad), r.buffer(recv_bytes + pad)
+        if cfg.register and r.comm is not None:  # -R: NCCL registers what it will send from
+            for buf in (sendbuf, recvbuf):
+                r.comm.register(buf.data_ptr(), buf.numel(), symmetric=cfg.register == 2)
+        self._buffers = (sendbuf, recvbuf)
+        self.use(cfg.dtype, cfg.redop)
+        self.cfg = self.base
         if self.metrics.enabled:
             self.metrics.run_started(
-                info=self._info(),
+                info=run_info(self),
                 world=r.world,
                 hosts={int(d["rank"]): str(d["host"]) for d in self.devices},
                 nodes={int(d["rank"]): str(d.get("node") or d["host"]) for d in self.devices},
@@ -469,8 +504,8 @@ class Engine:
         its result lines then form one block, its own meta line first and a `sweep` line last."""
         from nccl_k8s.bench.soak import soak_op
 
-        cfg, r, coll = self.cfg, self.r, self.coll
-        assert coll is not None, "setup() first"
+        cfg, r = self.cfg, self.r
+        assert self._buffers is not None, "setup() first"
         self.sweep_index = index
         self.summaries = []
         self.wrong_by_rank = {}
@@ -479,7 +514,7 @@ class Engine:
             self.wd.progress(f"sweep {index}")
             self.p.line(f"# nccl-k8s sweep {index} starting")
             self.p.begin_block()
-        self.p.result("meta", self._meta())
+        self.p.result("meta", run_meta(self))
         for i, op in enumerate(cfg.ops):
             first = i == 0 and not index
             why = COLLECTIVES[op].refuses(r.world)
@@ -490,9 +525,13 @@ class Engine:
                 if cfg.duration_s > 0:
                     if not first:
                         self.p.line(f"# Collective test starting: {op}_perf")
-                    self.summaries.append(soak_op(self, op, coll))
+                    try:
+                        for dtype, redop in self.combos(op):
+                            self.summaries.append(soak_op(self, op, self.use(dtype, redop)))
+                    finally:
+                        self.cfg = self.base
                 else:
-                    self.run_op(op, coll, first=first)
+                    self.run_op(op, first=first)
             except Exception as exc:
                 if r.world > 1:  # the ranks may no longer agree on what comes next: stop here
                     raise
@@ -515,8 +554,8 @@ class Engine:
                 {
                     "sweep": index, "ok": not outcome.failed_ops, "failed_ops": outcome.failed_ops,
                     "duration_s": duration,
-                    "wrong_ranks": self._wrong_ranks(),
-                    "time": _iso(time.time()),
+                    "wrong_ranks": wrong_ranks(self),
+                    "time": iso(time.time()),
                 },
             )  # fmt: skip
             self.p.end_block()
@@ -526,62 +565,15 @@ class Engine:
     def outcome(self) -> RunOutcome:
         return RunOutcome(list(self.summaries), self.cfg.min_busbw, self.maxbytes)
 
-    def _wrong_ranks(self) -> list[dict[str, Any]]:
-        """The ranks whose checks found wrong elements this sweep, where they ran: what
-        `status` names without reading the meta line."""
-        where = {int(d["rank"]): d for d in self.devices}
-        return [
-            {
-                "rank": rank,
-                "host": where.get(rank, {}).get("host"),
-                "node": where.get(rank, {}).get("node"),
-                "wrong": n,
-            }
-            for rank, n in sorted(self.wrong_by_rank.items())
-        ]
 
-    def _info(self) -> dict[str, str]:
-        v, r = self.versions, self.r
-        return {
-            "run_id": os.environ.get("NCCL_K8S_RUN_ID") or "",
-            "nccl_k8s_version": str(v.get("nccl_k8s") or __version__),
-            "nccl_version": str(v.get("nccl") or ""),
-            "torch_version": str(v.get("torch") or ""),
-            "backend": r.backend,
-            "driver": r.driver or "torch",
-        }
+def _chain(calls: Sequence[Callable[[], None]]) -> Callable[[], None]:
+    """-m ops one after the other (no NCCL group on gloo or torch.distributed)."""
 
-    def _meta(self) -> dict[str, Any]:
-        cfg, r = self.cfg, self.r
-        hosts = sorted({d["host"] for d in self.devices})
-        return {
-            "time": _iso(time.time()),
-            **({"sweep": self.sweep_index} if self.sweep_index is not None else {}),
-            **self.versions,
-            "driver": r.driver or "torch",
-            "world_size": r.world,
-            "nodes": len(hosts),
-            "local_world_size": r.local_world,
-            "gpu_model": self.devices[0]["name"] if r.cuda else None,
-            "devices": [{k: d[k] for k in ("rank", "host", "pid", "device", "name")} for d in self.devices],
-            "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("NCCL_")},
-            "run_id": os.environ.get("NCCL_K8S_RUN_ID") or None,
-            "timeout_s": self.wd.timeout_s,
-            "buffers": r.allocator,
-            "native_loop": self.native,
-            "config": {
-                "minbytes": cfg.minbytes, "maxbytes": self.maxbytes, "stepbytes": cfg.stepbytes,
-                "stepfactor": cfg.stepfactor, "iters": cfg.iters, "warmup": cfg.warmup, "check": cfg.check,
-                "dtype": cfg.dtype, "redop": cfg.redop, "root": cfg.root, "blocking": self.blocking,
-                "average": cfg.average, "graph": cfg.graph, "ops": list(cfg.ops),
-                "duration_s": cfg.duration_s, "sweeps": cfg.sweeps,
-                "sweep_interval_s": cfg.sweep_interval_s,
-            },
-        }  # fmt: skip
+    def chained() -> None:
+        for call in calls:
+            call()
 
-
-def _iso(t: float) -> str:
-    return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).isoformat(timespec="seconds")
+    return chained
 
 
 __all__ = [

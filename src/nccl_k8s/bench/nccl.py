@@ -15,7 +15,7 @@ import ctypes
 import glob
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from nccl_k8s.bench.collectives import COLLECTIVES, NcclCall, Op, Spec
@@ -27,6 +27,8 @@ NCCL_DTYPES: dict[Dtype, int] = {name: facts.nccl for name, facts in DTYPE_FACTS
 #: ncclRedOp_t values.
 NCCL_OPS: dict[RedOp, int] = {"sum": 0, "prod": 1, "max": 2, "min": 3, "avg": 4}
 _UNIQUE_ID_BYTES = 128
+#: nccl.h (2.27+): a window every rank registers for symmetric-memory collectives.
+_NCCL_WIN_COLL_SYMMETRIC = 0x01
 
 
 class NcclError(RuntimeError):
@@ -196,6 +198,7 @@ class Communicator:
         )
         self.comm = comm
         self._allocs: list[ctypes.c_void_p] = []
+        self._registered: list[tuple[bool, ctypes.c_void_p]] = []
 
     def async_error(self) -> None:
         err = ctypes.c_int()
@@ -241,6 +244,7 @@ class Communicator:
 
     def destroy(self) -> None:
         if self.comm:
+            self._deregister()
             self.lib.lib.ncclCommDestroy(self.comm)
             self.comm = ctypes.c_void_p()
         self.free_all()
@@ -297,6 +301,53 @@ class Communicator:
                 group()
 
         return several
+
+    def group(self, calls: Sequence[Callable[[], None]]) -> Callable[[], None]:
+        """`calls` in one NCCL group (nccl-tests' -m aggregation; NCCL allows groups in groups)."""
+        start, end, check = (
+            self.lib.raw["ncclGroupStart"],
+            self.lib.raw["ncclGroupEnd"],
+            self.lib.check,
+        )
+
+        def aggregated() -> None:
+            check(start(), "ncclGroupStart")
+            try:
+                for call in calls:
+                    call()
+            finally:
+                check(end(), "ncclGroupEnd")
+
+        return aggregated
+
+    def register(self, ptr: int, nbytes: int, *, symmetric: bool) -> None:
+        """-R: register a buffer with the communicator, as nccl-tests does: ncclCommRegister
+        (NCCL 2.19+), or a symmetric window with ncclCommWindowRegister (2.27+, collective: every
+        rank registers the same buffers in the same order). Undone by destroy()."""
+        name = "ncclCommWindowRegister" if symmetric else "ncclCommRegister"
+        fn = getattr(self.lib.lib, name, None)
+        if fn is None:
+            need = "2.27" if symmetric else "2.19"
+            raise NcclError(f"-R {2 if symmetric else 1}: {name} needs NCCL {need} or later")
+        handle = ctypes.c_void_p()
+        p = ctypes.c_void_p
+        if symmetric:
+            fn.argtypes = [p, p, ctypes.c_size_t, ctypes.POINTER(p), ctypes.c_int]
+            rc = fn(self.comm, p(ptr), nbytes, ctypes.byref(handle), _NCCL_WIN_COLL_SYMMETRIC)
+        else:
+            fn.argtypes = [p, p, ctypes.c_size_t, ctypes.POINTER(p)]
+            rc = fn(self.comm, p(ptr), nbytes, ctypes.byref(handle))
+        fn.restype = ctypes.c_int
+        self.lib.check(rc, name)
+        self._registered.append((symmetric, handle))
+
+    def _deregister(self) -> None:
+        while self._registered:
+            symmetric, handle = self._registered.pop()
+            name = "ncclCommWindowDeregister" if symmetric else "ncclCommDeregister"
+            fn = getattr(self.lib.lib, name)
+            fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+            fn(self.comm, handle)
 
     def pointer(self, name: str) -> int:
         """The address of a libnccl function (for the native timed loop)."""

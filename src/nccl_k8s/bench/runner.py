@@ -16,7 +16,13 @@ from typing import TextIO
 
 from nccl_k8s import __version__
 from nccl_k8s.bench import report
-from nccl_k8s.bench.config import Backend, BenchConfig, check_backend, timeout_for
+from nccl_k8s.bench.config import (
+    JOURNAL_ENV,
+    Backend,
+    BenchConfig,
+    check_backend,
+    timeout_for,
+)
 from nccl_k8s.bench.engine import PEER_ERRORS, Engine, Printer, RunOutcome
 from nccl_k8s.bench.metrics import NULL as NULL_METRICS
 from nccl_k8s.bench.metrics import Metrics, serve
@@ -35,17 +41,17 @@ def write_json(path: str, engine: Engine, argv: Sequence[str], started: str, *, 
         "generator": f"nccl-k8s {__version__}",
         "start_time": started,
         "args": list(argv),
-        "env": [f"{k}={val}" for k, val in sorted(os.environ.items()) if k.startswith("NCCL_")],
+        "env": [f"{k}={val}" for k, val in sorted(os.environ.items()) if _nccl_variable(k)],
         "nccl_version": v.get("nccl_code", 0),
         "nccl_library": v.get("nccl_library"),
         **({"nccl_note": v["nccl_note"]} if v.get("nccl_note") else {}),
         "config": {
             "nthreads": 1, "ngpus": 1, "minimum_bytes": cfg.minbytes, "maximum_bytes": outcome.maxbytes,
             **({"step_factor": cfg.stepfactor} if cfg.stepfactor > 1 else {"step_bytes": cfg.stepbytes}),
-            "warmup_iters": cfg.warmup, "iterations": cfg.iters, "aggregated_iterations": 1,
+            "warmup_iters": cfg.warmup, "iterations": cfg.iters, "aggregated_iterations": cfg.agg_iters,
             "validation": cfg.check, "graph": cfg.graph,
             "blocking_collectives": "true" if engine.blocking else "false",
-            "datatype": cfg.dtype, "redop": cfg.redop, "backend": v.get("backend"),
+            "datatype": cfg.dtype_label, "redop": cfg.redop_label, "backend": v.get("backend"),
             "devices": [
                 {"rank": d["rank"], "group": 0, "pid": d["pid"], "hostname": d["host"], "device": d["device"],
                  "device_hex": d["pci"], "device_info": d["name"]}
@@ -74,6 +80,11 @@ def write_json(path: str, engine: Engine, argv: Sequence[str], started: str, *, 
     os.replace(tmp, path)
 
 
+def _nccl_variable(name: str) -> bool:
+    """NCCL's own variables; NCCL_K8S_* are ours (run id, heartbeat, journal), not NCCL's."""
+    return name.startswith("NCCL_") and not name.startswith("NCCL_K8S_")
+
+
 def run_rank(cfg: BenchConfig, argv: Sequence[str], *, stdout: TextIO = sys.stdout) -> int:
     """Everything one rank does; returns the exit code (0 ok, 1 wrong results or below --min-busbw).
 
@@ -86,6 +97,7 @@ def run_rank(cfg: BenchConfig, argv: Sequence[str], *, stdout: TextIO = sys.stdo
     default_env()
     engine: Engine | None = None
     rank: Rank | None = None
+    journal: TextIO | None = None
     # One metrics server per node, up before the rendezvous: a port that cannot be had is a
     # one-line error before any rank waits for this one, and the run's info is scraped as soon
     # as it is known.
@@ -118,7 +130,9 @@ def run_rank(cfg: BenchConfig, argv: Sequence[str], *, stdout: TextIO = sys.stdo
         check_backend(cfg, backend, world_size=rank.world)
         if not agent_store:
             wd.start()
-        engine = Engine(cfg, rank, Printer(rank.rank == 0, stdout, cfg.result_lines), wd, metrics)
+        journal = _open_journal() if rank.rank == 0 else None
+        printer = Printer(rank.rank == 0, stdout, cfg.result_lines, journal=journal)
+        engine = Engine(cfg, rank, printer, wd, metrics)
 
         def sweep_ended(_: RunOutcome) -> None:
             if rank is not None and rank.rank == 0 and cfg.json_path and engine is not None:
@@ -138,6 +152,8 @@ def run_rank(cfg: BenchConfig, argv: Sequence[str], *, stdout: TextIO = sys.stdo
     finally:
         metrics.close()
         wd.stop()
+        if journal is not None:
+            journal.close()
         # The watchdog's abort hook refers to the engine, which refers to the watchdog: break
         # the cycle, so that the engine's process groups go now, in close(), and not at
         # interpreter exit, where tearing down a gloo group aborts the process.
@@ -145,6 +161,16 @@ def run_rank(cfg: BenchConfig, argv: Sequence[str], *, stdout: TextIO = sys.stdo
         engine = None
         if rank is not None:
             rank.close()
+
+
+def _open_journal() -> TextIO | None:
+    path = os.environ.get(JOURNAL_ENV)
+    if not path:
+        return None
+    try:
+        return open(path, "a", encoding="utf-8")  # open for the whole run
+    except OSError:
+        return None  # the table is still printed; only a stopped run's rows would be lost
 
 
 def _join(cfg: BenchConfig, backend: Backend, timeout_s: int, wd: Watchdog) -> tuple[Rank, bool]:

@@ -64,55 +64,82 @@ class _Soak:
         self.samples: list[float] = []
         self.intervals: list[dict[str, float]] = []
         self.checks = self.wrong_total = self.total_iters = self.iv_iters = 0
-        self.start = self.iv_start = 0.0
+        self.start = self.iv_start = self.iv_ops_s = 0.0
+        self.ranks_wrong: list[int] = []
 
     def run(self) -> None:
-        """Batches of ops, each followed by rank 0's decision: report (and check), go on, stop."""
+        """Batches of ops, each followed by rank 0's decision: report (and check), go on, stop.
+
+        --duration holds within one report interval whatever a check costs (seconds for a
+        256 MB check on a CPU): the first batch is checked at once, which tells rank 0 what a
+        check costs; the interval's clock runs through the checks; and a report becomes the
+        last one when the check after it would leave no time for another before the duration
+        plus one interval (then the soak's wall time, checks included, stays within it)."""
         engine, cfg, r = self.engine, self.engine.cfg, self.engine.r
         engine.wd.progress(self.where)
         self.b.first()
         r.complete()
         r.barrier()
         batch = 1
-        self.start = self.iv_start = time.perf_counter()
+        check_s = 0.0
+        slack = cfg.duration_s + cfg.report_interval_s
+        self.start = self.iv_start = last_report = time.perf_counter()
         while True:
             engine.wd.progress(self.where)
+            t0 = time.perf_counter()
             per_op = _batch(engine, self.b, batch)
+            now = time.perf_counter()
             self.samples.extend(per_op)
             self.total_iters += batch
             self.iv_iters += batch
-            now = time.perf_counter()
+            self.iv_ops_s += now - t0
             # Rank 0's clock and timings decide; every rank follows the same decision.
-            stop_0 = now - self.start >= cfg.duration_s
-            report_0 = stop_0 or now - self.iv_start >= cfg.report_interval_s
+            elapsed = now - self.start
+            due = now - last_report >= cfg.report_interval_s or (cfg.check > 0 and self.checks == 0)
+            stop_0 = (
+                elapsed >= cfg.duration_s
+                or elapsed + check_s >= slack
+                or (due and elapsed + 2 * check_s > slack)
+            )
+            report_0 = stop_0 or due
             target = min(cfg.report_interval_s / 4, 0.5)
             next_0 = min(batch * 2, MAX_BATCH) if sum(per_op) < target / 2 else batch
             stop_f, report_f, next_f = r.decide([float(stop_0), float(report_0), float(next_0)])
             if report_f:
-                self.interval(now)
+                last_report = now
+                check_s = max(check_s, self.interval(now))
             if stop_f or self.wrong_total:  # a wrong element ends the soak of this op everywhere
                 break
             batch = int(next_f)
 
-    def interval(self, now: float) -> None:
-        """The end of a report interval: one checked op, busbw since the last report."""
-        engine, cfg, r, op = self.engine, self.engine.cfg, self.engine.r, self.op
+    def check(self) -> float:
+        """One checked op on every rank (fresh inputs, the op, the check, the sum of wrong
+        elements); returns the seconds it took here."""
+        engine, r = self.engine, self.engine.r
+        t0 = time.perf_counter()
         engine.wd.progress(f"{self.where} checking")
-        root = max(self.root, 0)
-        local = engine.checked_op(self.coll, self.b, root, engine.next_rep()) if cfg.check else 0
-        ranks_wrong = [int(v[0]) for v in r.gather_floats([float(local)])]
-        wrong = sum(ranks_wrong)
-        self.checks += 1 if cfg.check else 0
-        self.wrong_total += wrong
-        if cfg.check:
-            engine._count_wrong(ranks_wrong)
-        secs = now - self.iv_start
-        algbw, busbw = self.shape.bandwidth(self.counts, self.elt, r.world, secs / self.iv_iters)
+        local = engine.checked_op(self.coll, self.b, max(self.root, 0), engine.next_rep())
+        self.ranks_wrong = [int(v[0]) for v in r.gather_floats([float(local)])]
+        self.checks += 1
+        self.wrong_total += sum(self.ranks_wrong)
+        engine._count_wrong(self.ranks_wrong)
+        return time.perf_counter() - t0
+
+    def interval(self, now: float) -> float:
+        """The end of a report interval: busbw of its ops, one checked op; returns the check's
+        seconds (0 without checks)."""
+        engine, cfg, r, op = self.engine, self.engine.cfg, self.engine.r, self.op
+        wrong_before = self.wrong_total
+        check_s = self.check() if cfg.check else 0.0
+        wrong = self.wrong_total - wrong_before
+        algbw, busbw = self.shape.bandwidth(
+            self.counts, self.elt, r.world, self.iv_ops_s / self.iv_iters
+        )
         if engine.metrics.enabled:
             engine.metrics.soak_interval(
                 engine._labels(op, self.shape.prints_redop, self.nbytes, None),
                 iters=self.iv_iters, algbw=algbw, busbw=busbw,
-                rank_wrong=ranks_wrong if cfg.check else None,
+                rank_wrong=self.ranks_wrong if cfg.check else None,
             )  # fmt: skip
         t_s = now - self.start
         self.intervals.append(
@@ -123,7 +150,8 @@ class _Soak:
             f"# soak {op} {self.nbytes} B  t={t_s:7.1f}s  iters {self.iv_iters:8d}"
             f"  algbw {algbw:9.2f} GB/s  busbw {busbw:9.2f} GB/s{check_text}"
         )
-        self.iv_start, self.iv_iters = time.perf_counter(), 0
+        self.iv_start, self.iv_iters, self.iv_ops_s = time.perf_counter(), 0, 0.0
+        return check_s
 
     def finish(self) -> report.TableRow:
         """Op time percentiles and mean busbw of the size: metrics, lines, the table's row."""

@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
-from nccl_k8s.errors import Interrupted, NcclK8sError
+from nccl_k8s.errors import Interrupted, NcclK8sError, UsageError
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -78,6 +78,20 @@ def interrupt_signal() -> int:
     return _TERMINATED_BY[-1] if _TERMINATED_BY else int(signal.SIGINT)
 
 
+#: The extra (pyproject's optional-dependencies) that installs each optional module a command
+#: may import: a command run without it says which extra to install, not a traceback.
+EXTRAS = {
+    "lightkube": "k8s",
+    "httpx2": "k8s",
+    "msgspec": "k8s",
+    "torch": "engine",
+    "numpy": "engine",
+    "matplotlib": "report",
+    "prometheus_client": "metrics",
+    "opentelemetry": "tracing",
+}
+
+
 def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
     """Turn our errors into one line and an exit code; a traceback only with --debug."""
 
@@ -89,6 +103,13 @@ def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
             if debug_enabled():
                 raise
             raise fail(exc) from None
+        except ModuleNotFoundError as exc:
+            extra = EXTRAS.get((exc.name or "").split(".")[0])
+            if extra is None or debug_enabled():
+                raise
+            raise fail(
+                UsageError(f"{exc.name} is not installed: pip install 'nccl-k8s[{extra}]'")
+            ) from None
         except KeyboardInterrupt:
             signum = interrupt_signal()
             if signum == signal.SIGINT:

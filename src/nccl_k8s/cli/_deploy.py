@@ -57,14 +57,23 @@ def render_command(
 
 
 class _LiveSummary:
-    """deploy --wait's live summary on stderr (a rich Live line: where the pods are, what rank 0
-    measures), on a terminal only: piped or in CI, stderr keeps only the outcome lines."""
+    """deploy --wait's live summary on stderr: on a terminal a rich Live line (where the pods
+    are, what rank 0 measures); piped or in CI, one plain line each time that changes, with
+    why Pending pods wait."""
 
     def __init__(self) -> None:
         self._live: Any = None
+        self._plain: Any = None
 
     def __call__(self, p: Any) -> None:
         if not err.is_terminal:
+            if self._plain is None:
+                from nccl_k8s.k8s import PlainProgress
+
+                self._plain = PlainProgress()
+            line = self._plain(p)
+            if line is not None:
+                err.print(line, markup=False, highlight=False, soft_wrap=True)
             return
         from rich.live import Live
         from rich.text import Text

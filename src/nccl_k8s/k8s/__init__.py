@@ -46,7 +46,7 @@ if TYPE_CHECKING:
         WaitOutcome,
     )
     from nccl_k8s.k8s.run._pods import PodInfo, Problem
-    from nccl_k8s.k8s.run._progress import progress_line
+    from nccl_k8s.k8s.run._progress import PlainProgress, progress_line
     from nccl_k8s.k8s.run._settings import NODES_CHECK_ENGINE_ARGS, WaitSettings
     from nccl_k8s.k8s.run._status import list_runs, status
 
@@ -82,6 +82,7 @@ _WHERE = {
     "PodInfo": "run._pods",
     "Problem": "run._pods",
     "progress_line": "run._progress",
+    "PlainProgress": "run._progress",
     "list_runs": "run._status",
     "status": "run._status",
     "RunPhase": "api._types",
@@ -98,6 +99,7 @@ __all__ = [
     "Explained",
     "LineFn",
     "NodesChecked",
+    "PlainProgress",
     "PodInfo",
     "Problem",
     "Progress",

@@ -42,6 +42,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from nccl_k8s.bench.config import JOURNAL_ENV
 from nccl_k8s.bench.watch import FAULT_DIR_ENV  # where ranks write fault-<rank>.json
 from nccl_k8s.errors import Interrupted, UsageError
 from nccl_k8s.launch._culprit import RankFacts, attribute, read_faults
@@ -256,7 +257,15 @@ def rank_env(
     }
     if stored_as:
         env["NCCL_K8S_RUN_ID"] = stored_as
+        # Rank 0 writes each result line there as soon as it is known: what a run stopped
+        # half-way leaves for its results (nccl_k8s.local stores them, marked partial).
+        env[JOURNAL_ENV] = str(journal_path(fault_dir.parent))
     return env
+
+
+def journal_path(work: Path) -> Path:
+    """Where rank 0 of a run whose results are stored journals its result lines."""
+    return work / "journal"
 
 
 def run_ranks(nproc: int, argv: Sequence[str], *, work: Path, run_id: str | None = None) -> int:
@@ -389,6 +398,7 @@ __all__ = [
     "STOP_TIMEOUT_S",
     "WORKDIR_PREFIX",
     "interruptible",
+    "journal_path",
     "proc_state",
     "rank_env",
     "remove_stale_workdirs",

@@ -27,10 +27,13 @@ from nccl_k8s.bench.config import (
     config_from_namespace,
 )
 from nccl_k8s.errors import UsageError
-from nccl_k8s.launch._procs import interruptible, run_ranks, workdir
+from nccl_k8s.launch._procs import interruptible, journal_path, run_ranks, workdir
 
 #: CPU ranks when there is no GPU: two, so every collective really crosses ranks.
 DEFAULT_CPU_RANKS = 2
+#: The sizes of a CPU run that names none (-b, -e, -i, -f): 8 B to 1 MiB, x4.
+CPU_SIZES = ("-b", "8", "-e", "1M", "-f", "4")
+_SIZE_FLAGS = ("-b", "--minbytes", "-e", "--maxbytes", "-i", "--stepbytes", "-f", "--stepfactor")
 #: gloo ranks per CPU this process may use, at most: beyond that, ranks only time-share the
 #: CPUs (each is a process holding its own copy of torch) and the figures mean nothing.
 MAX_CPU_RANKS_PER_CPU = 4
@@ -111,7 +114,10 @@ def prepare(argv: Sequence[str]) -> LocalRun:
     backend = config.backend if config.backend != "auto" else ("nccl" if ngpu else "gloo")
     if backend == "nccl" and not ngpu:
         raise UsageError("--backend nccl: no CUDA device is visible here; use --backend gloo")
-    nproc = _nproc(ns.nproc, default=ngpu if backend == "nccl" else DEFAULT_CPU_RANKS)
+    # nccl-tests' -g GPUs per process times -t threads: that many ranks here, one GPU each.
+    per_process = config.ngpus * config.nthreads
+    default = ngpu if backend == "nccl" else DEFAULT_CPU_RANKS
+    nproc = _nproc(ns.nproc, default=per_process if per_process > 1 else default)
     if backend == "nccl" and nproc > ngpu:
         raise UsageError(
             f"--nproc {nproc}: only {ngpu} GPU(s) visible; NCCL needs one GPU per rank"
@@ -143,6 +149,11 @@ def prepare(argv: Sequence[str]) -> LocalRun:
             raise UsageError(str(exc)) from None
 
     rank_argv = _drop_value(list(argv), "--nproc")
+    if backend == "gloo" and not any(_names(a, _SIZE_FLAGS) for a in argv):
+        # nccl-tests' 32 MiB default takes about a minute of two CPU ranks: a sweep that ends in
+        # seconds instead (the table's header shows the sizes).
+        rank_argv += list(CPU_SIZES)
+        config = config_from_namespace(run_parser().parse_known_args([*argv, *CPU_SIZES])[0])
     rank_argv = _drop_value(rank_argv, "--run-id")
     rank_argv = [a for a in rank_argv if a not in ("--result-lines", "--no-save")]
     rank_argv += ["--backend", backend]
@@ -208,6 +219,16 @@ def _nproc(text: str | None, *, default: int) -> int:
     return value
 
 
+def _names(arg: str, flags: Sequence[str]) -> bool:
+    """`arg` is one of `flags`, alone, with `=VALUE`, or a short flag with its value attached."""
+    return any(
+        arg == f
+        or arg.startswith(f + "=")
+        or (len(f) == 2 and arg.startswith(f) and arg[2:3] != "-")
+        for f in flags
+    )
+
+
 def _drop_value(argv: list[str], flag: str) -> list[str]:
     out: list[str] = []
     skip = False
@@ -237,12 +258,14 @@ def launch(
 
 
 __all__ = [
+    "CPU_SIZES",
     "DEFAULT_CPU_RANKS",
     "MAX_CPU_RANKS_PER_CPU",
     "RUN_FLAGS",
     "LocalRun",
     "check_writable",
     "interruptible",
+    "journal_path",
     "launch",
     "prepare",
     "run_parser",

@@ -2,7 +2,8 @@
 the engine's output stored as runs/<run-id>/results.json.
 
 Every run that produced results (passed, or failed a check or a --min-busbw floor) is stored,
-the schema `compare` and `report` read (`--no-save` skips it). Rank 0 writes them in nccl-tests'
+the schema `compare` and `report` read (`--no-save` skips it); a run stopped half-way (Ctrl-C,
+a rank that failed) stores the rows it measured, marked partial, from rank 0's journal. Rank 0 writes them in nccl-tests'
 -J layout, to the user's --json file or to one in the run's private directory; `save_results`
 reads that file back through results.imports and completes the metadata the file cannot carry
 (torch and CUDA versions, dtype, redop, root, -a). Result lines would carry it all, but rank 0's
@@ -17,9 +18,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from nccl_k8s import launch as local
-from nccl_k8s.errors import ResultsError
+from nccl_k8s.errors import Interrupted, NcclK8sError, ResultsError, RunFailed
 from nccl_k8s.launch import LocalRun
 from nccl_k8s.results.imports import import_file
+from nccl_k8s.results.lines import parse_result_lines
 from nccl_k8s.results.schema import Run
 from nccl_k8s.results.store import (
     check_new_run_id,
@@ -70,7 +72,13 @@ def run_and_save(run_plan: Plan, work: Path) -> tuple[int, Path | None]:
     user_json = run.config.json_path
     json_path = Path(user_json) if user_json else work / "engine.json"
     extra = () if user_json else ("--json", str(json_path))
-    code = local.launch(run, work=work, extra_argv=extra, run_id=run_plan.run_id)
+    try:
+        code = local.launch(run, work=work, extra_argv=extra, run_id=run_plan.run_id)
+    except (RunFailed, Interrupted) as exc:
+        stored = save_partial(run_plan, work, reason=str(exc))
+        if stored is None:
+            raise
+        raise _saying_stored(exc, stored) from None
     # An old --json file from an earlier run is not this run's result.
     if not json_path.is_file() or json_path.stat().st_mtime < started - 1:
         return code, None
@@ -80,12 +88,55 @@ def run_and_save(run_plan: Plan, work: Path) -> tuple[int, Path | None]:
 def save_results(run_plan: Plan, json_path: Path, *, keep_input: bool = False) -> Path:
     """Store rank 0's -J style JSON as runs/<run-id>/results.json; returns the path."""
 
-    run = run_plan.run
-    stored = results_from_json(json_path, run)
-    stored.meta.torch = run.torch_version
-    stored.meta.cuda = run.cuda_version
+    stored = results_from_json(json_path, run_plan.run)
     if not keep_input:
         stored.meta.inputs = []  # a file in the run's private directory, gone after the run
+    return _store(stored, run_plan)
+
+
+def save_partial(run_plan: Plan, work: Path, *, reason: str) -> tuple[Path, int] | None:
+    """A run that stopped half-way (interrupted, a rank failed): store every row rank 0 had
+    measured, from its journal (bench.runner), marked partial with why it stopped. Returns the
+    path and how many table rows (sizes) it holds; None when no row was measured."""
+
+    journal = local.journal_path(work)
+    try:
+        text = journal.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    lines = text.splitlines()
+    starts = [i for i, line in enumerate(lines) if '"kind":"meta"' in line]
+    if not starts:
+        return None
+    try:  # a later sweep's lines only (each sweep starts with its own meta line)
+        stored = parse_result_lines("\n".join(lines[starts[-1] :]), origin=str(journal))
+    except ResultsError:
+        return None
+    if not stored.rows:
+        return None
+    _complete(stored, run_plan.run)
+    stored.meta.partial = True
+    stored.meta.failure = reason
+    sizes = {(r.op, r.dtype, r.redop, r.root, r.size_bytes) for r in stored.rows}
+    return _store(stored, run_plan), len(sizes)
+
+
+def _saying_stored(exc: RunFailed | Interrupted, stored: tuple[Path, int]) -> NcclK8sError:
+    """The same error, its message saying where the rows measured before it went."""
+    path, sizes = stored
+    note = (
+        f"the {sizes} size{'s' if sizes != 1 else ''} measured are stored, marked partial: {path}"
+    )
+    if isinstance(exc, Interrupted):
+        detail = str(exc).split(": ", 1)[1] if ": " in str(exc) else ""
+        return Interrupted(exc.signum, detail=f"{detail}; {note}" if detail else note)
+    return RunFailed(
+        f"{exc}; {note}", rank=exc.rank, pod=exc.pod, node=exc.node,
+        exit_status=exc.exit_status, global_rank=exc.global_rank,
+    )  # fmt: skip
+
+
+def _store(stored: Run, run_plan: Plan) -> Path:
     try:
         return store_run(stored, run_id=run_plan.run_id)
     except OSError as exc:
@@ -101,8 +152,18 @@ def results_from_json(json_path: Path, run: LocalRun) -> Run:
     """The engine's --json file as a results Run, with what the run asked for that the file's
     nccl-tests layout has no field for (-d, -o, -r, -a as given, the ops in order)."""
 
-    config = run.config
     stored = import_file(json_path)
+    _complete(stored, run)
+    return stored
+
+
+def _complete(stored: Run, run: LocalRun) -> None:
+    """What the engine's output cannot say about a local run: that we measured it, the
+    versions of this interpreter, the flags as given."""
+
+    config = run.config
+    stored.meta.torch = run.torch_version
+    stored.meta.cuda = run.cuda_version
     meta = stored.meta
     meta.source = "nccl-k8s"
     # The engine lists every NCCL_* variable; NCCL_K8S_* are ours (runs dir, run id), not NCCL's.
@@ -110,10 +171,9 @@ def results_from_json(json_path: Path, run: LocalRun) -> Run:
     if meta.backend == "gloo":
         meta.gpu_model = None  # gloo ranks' "device" is the CPU, as the result lines say
     cfg = meta.config
-    cfg.dtype, cfg.redop, cfg.root = config.dtype, config.redop, config.root
+    cfg.dtype, cfg.redop, cfg.root = config.dtype_label, config.redop_label, config.root
     cfg.average, cfg.blocking = config.average, bool(config.blocking)
     cfg.ops = list(config.ops)
-    return stored
 
 
 @dataclasses.dataclass(frozen=True)

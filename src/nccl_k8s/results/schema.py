@@ -127,6 +127,9 @@ class RunMeta:
     #: The run's own failure line when the output holds one ("Test NCCL failure common.cu:392
     #: 'unhandled cuda error ...'"): the rows before it are kept, but the run did not finish.
     failure: str | None = None
+    #: The run stopped before its sweep ended (interrupted, or a rank failed): the rows are
+    #: those measured until then, and `failure` says why it stopped. False for complete runs.
+    partial: bool = False
     #: Which sweep of a run of several (engine --sweeps, the StatefulSet's continuous mode) this
     #: is, counted from 0 by the engine process that measured it; None for a run of one sweep.
     sweep: int | None = None
@@ -403,6 +406,7 @@ def meta_from(r: _Reader) -> RunMeta:
             for i, d in enumerate(r.list_("op_identified"))
         ],
         failure=r.str_("failure"),
+        partial=bool(r.bool_("partial")),
         sweep=r.int_("sweep"),
     )
 

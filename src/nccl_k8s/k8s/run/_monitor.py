@@ -60,7 +60,7 @@ from nccl_k8s.k8s.run._pods import (
     pod_info,
     run_phase,
 )
-from nccl_k8s.k8s.run._progress import RankZeroLog, phase_of, stages
+from nccl_k8s.k8s.run._progress import RankZeroLog, pending_reasons, phase_of, stages
 from nccl_k8s.k8s.run._settings import WaitSettings
 from nccl_k8s.k8s.run._tracing import Phases, span
 from nccl_k8s.k8s.run._tracing import enabled as tracing_enabled
@@ -260,6 +260,7 @@ class _Follower:
                 Progress(
                     self.run_id, self.namespace, elapsed, counts, self.expected, _note(workload),
                     stages=stages(current), rank0=self.rank0.text(),
+                    pending=pending_reasons(current),
                 )
             )  # fmt: skip
 

@@ -74,6 +74,8 @@ class Progress:
     rank0: str | None = None
     """What rank 0's log says it measures (`all_reduce up to 64 KiB`); None before the ranks
     met, or when its log is not followed."""
+    pending: tuple[str, ...] = ()
+    """Why pods wait, one entry per reason: `2 Unschedulable: 0/4 nodes are available: ...`."""
 
 
 @dataclasses.dataclass(frozen=True)

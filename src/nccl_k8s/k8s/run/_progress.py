@@ -105,6 +105,41 @@ def progress_line(p: Progress) -> str:
     return line
 
 
+def pending_reasons(pods: Iterable[PodInfo]) -> tuple[str, ...]:
+    """Why Pending pods wait, one entry per reason and message, in the order first seen:
+    `2 Unschedulable: 0/4 nodes are available: 4 Insufficient nvidia.com/gpu`."""
+    counts: dict[tuple[str, str], int] = {}
+    for p in pods:
+        if p.phase == "Pending" and p.reason:
+            key = (p.reason, p.message or "")
+            counts[key] = counts.get(key, 0) + 1
+    return tuple(
+        f"{n} {reason}" + (f": {message}" if message else "")
+        for (reason, message), n in counts.items()
+    )
+
+
+class PlainProgress:
+    """The live summary where there is no terminal (a CI log, `2>file`): one plain line each
+    time what it says changes (pods by stage, why Pending ones wait, what rank 0 measures),
+    never a line only because time passed."""
+
+    def __init__(self) -> None:
+        self._last: tuple[object, ...] | None = None
+
+    def __call__(self, p: Progress) -> str | None:
+        """The line to print for `p`, or None when nothing changed since the last one."""
+        stage_counts = {k: v for k, v in (p.stages or p.counts).items() if v}
+        state = (tuple(stage_counts.items()), p.expected, p.rank0, p.note, p.pending)
+        if state == self._last:
+            return None
+        self._last = state
+        line = progress_line(p)
+        if p.pending:
+            line += "; pending: " + "; ".join(p.pending)
+        return line
+
+
 def _size(n: int) -> str:
     for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
         if n >= 1 << shift and n % (1 << shift) == 0:
@@ -112,4 +147,12 @@ def _size(n: int) -> str:
     return f"{n} B"
 
 
-__all__ = ["STAGES", "RankZeroLog", "phase_of", "progress_line", "stages"]
+__all__ = [
+    "STAGES",
+    "PlainProgress",
+    "RankZeroLog",
+    "pending_reasons",
+    "phase_of",
+    "progress_line",
+    "stages",
+]

@@ -1,0 +1,200 @@
+"""Every flag NVIDIA nccl-tests takes is accepted: the engine does those that mean something here
+(-m, -N, -C, -u, -R, -J, -p, -d all, -o all; -g/-t become the rank count of `nccl-k8s run`), and
+refuses a value it cannot honour in one line naming the flag and why.
+
+The flag letters are nccl-tests' own getopt string (src/common.cu at NCCL_TESTS_VERSION 2.19.6,
+github.com/NVIDIA/nccl-tests commit a0b82b2), copied verbatim.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from nccl_k8s.bench import engine as engine_module
+from nccl_k8s.bench.collectives import COLLECTIVES
+from nccl_k8s.bench.compat import NOT_HONOURED
+from nccl_k8s.bench.config import REDOPS, ConfigError, check_backend, parse_args
+from nccl_k8s.bench.counts import rotation_shifts
+from nccl_k8s.bench.dtypes import DTYPES
+from nccl_k8s.bench.engine import Engine, Printer
+from nccl_k8s.bench.ops import Bound, Collectives
+from nccl_k8s.bench.rank import Rank
+from nccl_k8s.bench.watch import Watchdog
+
+# nccl-tests 2.19.6, src/common.cu, getopt_long's optstring.
+NCCL_TESTS_GETOPT = "t:g:b:e:i:f:n:m:w:N:p:I:K:c:o:d:r:z:y:T:hG:C:a:R:x:D:V:J:S:M:u:"
+# nccl-tests' long names (the same file's longopts), for the letters above.
+NCCL_TESTS_LONG = {
+    "t": "nthreads", "g": "ngpus", "b": "minbytes", "e": "maxbytes", "i": "stepbytes",
+    "f": "stepfactor", "n": "iters", "m": "agg_iters", "w": "warmup_iters", "N": "run_cycles",
+    "p": "parallel_init", "c": "check", "o": "op", "d": "datatype", "r": "root", "z": "blocking",
+    "y": "stream_null", "T": "timeout", "G": "cudagraph", "C": "report_cputime",
+    "S": "report_timestamps", "J": "output_file", "a": "average", "R": "local_register",
+    "x": "cta_policy", "D": "device_implementation", "V": "device_cta_count", "M": "memory",
+    "u": "unalign", "I": "per_iter_timing", "K": "per_iter_skip",
+}  # fmt: skip
+# A value nccl-tests itself would take as its default (or a harmless one) for each letter.
+DEFAULTS = {
+    "t": "1", "g": "1", "b": "32M", "e": "32M", "i": "1M", "f": "1", "n": "20", "m": "1", "w": "1",
+    "N": "1", "p": "0", "c": "1", "o": "sum", "d": "float", "r": "0", "z": "0", "y": "0",
+    "T": "0", "G": "0", "C": "0", "S": "0", "J": "out.json", "a": "1", "R": "0", "D": "0",
+    "V": "16", "M": "0", "u": "0", "I": "0", "K": "0",
+}  # fmt: skip
+
+
+def _letters() -> list[str]:
+    return [c for c in NCCL_TESTS_GETOPT if c not in ":h"]
+
+
+def test_every_nccl_tests_letter_and_long_name_is_accepted() -> None:
+    assert set(_letters()) == set(NCCL_TESTS_LONG)
+    for letter in _letters():
+        if letter == "x":  # nccl-tests' default is "not set": any value is refused (below)
+            continue
+        parse_args([f"-{letter}", DEFAULTS[letter]])
+        parse_args([f"--{NCCL_TESTS_LONG[letter]}", DEFAULTS[letter]])
+
+
+@pytest.mark.parametrize(("short", "long", "default", "why"), NOT_HONOURED)
+def test_a_flag_not_honoured_says_which_and_why(
+    short: str, long: str, default: str | None, why: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_args([short, "3"])
+    message = str(info.value)
+    assert message == f"{short} 3 ({long}): not supported by nccl-k8s: {why}"
+    assert "\n" not in message
+
+
+def test_flags_that_work_map_to_the_engine() -> None:
+    c = parse_args(["-m", "4", "-N", "3", "-C", "1", "-u", "1", "-J", "x.json", "-p", "1"])
+    assert (c.agg_iters, c.sweeps, c.cputime, c.unalign, c.json_path) == (4, 3, True, 1, "x.json")
+    assert parse_args(["--run_cycles", "0"]).sweeps == 0  # 0: until stopped, as nccl-tests
+    assert parse_args(["--output_file", "y.json"]).json_path == "y.json"
+    c = parse_args(["-d", "all", "-o", "all"])
+    assert c.dtypes == tuple(DTYPES) and c.redops == REDOPS
+    with pytest.raises(ConfigError, match="-R 3: expected 0"):
+        parse_args(["-R", "3"])
+    with pytest.raises(ConfigError, match="-R 1: buffer registration is NCCL's"):
+        check_backend(parse_args(["-R", "1"]), "gloo", world_size=2)
+
+
+def test_g_and_t_are_ranks_or_refused_naming_the_equivalent() -> None:
+    check_backend(parse_args(["-g", "4"]), "gloo", world_size=4)  # 4 ranks: what -g 4 means
+    with pytest.raises(ConfigError) as info:
+        check_backend(parse_args(["-g", "8"]), "nccl", world_size=16)
+    assert "-g 8 -t 1: each rank here is one process driving one GPU" in str(info.value)
+    assert "deploy --gpus-per-node 8" in str(info.value)
+    assert "nccl-k8s run -g 8" in str(info.value)
+
+
+class _Clock:
+    """The engine's `time`: perf_counter reads `now`, which only the test's ops move."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(time, name)
+
+
+@pytest.fixture
+def world_of_one(monkeypatch: pytest.MonkeyPatch) -> Iterator[Rank]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for k, v in dict(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
+                     MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)).items():  # fmt: skip
+        monkeypatch.setenv(k, v)
+    rank = Rank("gloo", 0)
+    try:
+        yield rank
+    finally:
+        rank.close()
+
+
+@pytest.mark.parametrize("cputime", [0, 1])
+def test_m_aggregates_and_c_reports_the_issue_time(
+    world_of_one: Rank, monkeypatch: pytest.MonkeyPatch, cputime: int
+) -> None:
+    """-n 2 -m 4: 8 ops, each 1 s on the test clock, then a final wait of 10 s; the time per op
+    is 18/8 s, or with -C 1 the issue time alone, 8/8 s (nccl-tests' cputime)."""
+    clock = _Clock()
+    monkeypatch.setattr(engine_module, "time", clock)
+    rank = world_of_one
+    monkeypatch.setattr(rank, "finish", lambda: setattr(clock, "now", clock.now + 10))
+    cfg = parse_args(["-b", "1K", "-e", "1K", "-n", "2", "-m", "4", "-C", str(cputime)])
+    engine = Engine(cfg, rank, Printer(False, open(os.devnull, "w"), False),  # noqa: SIM115
+                    Watchdog(0, 1, host="h", timeout_s=0, interval_s=-1))  # fmt: skip
+    coll = Collectives(rank=0, nranks=1, dtype="float", redop="sum",
+                       sendbuf=rank.buffer(4096), recvbuf=rank.buffer(4096), group=rank.data_group)  # fmt: skip
+    counts = COLLECTIVES["all_reduce"].counts(1024, 4, 1)
+    b = coll.bind("all_reduce", counts, rotation_shifts(counts, 4, 4096, 8), 0, False)
+    issued: list[int] = []
+
+    def op() -> None:
+        issued.append(1)
+        clock.now += 1
+
+    timed = Bound(b.op, b.counts, b.in_place, [op], lambda: None, b.send0, b.recv0)
+    try:
+        per_op = engine._timed(timed)
+    finally:
+        engine.p.stream.close()
+    assert len(issued) == 8
+    assert per_op == (1.0 if cputime else 18 / 8)
+
+
+def _engine(*flags: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0",
+           "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "nccl_k8s.bench", "--backend", "gloo", *flags],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=240, check=False,
+    )  # fmt: skip
+
+
+@pytest.mark.slow
+def test_d_all_o_all_runs_every_type_and_reduction(tmp_path: Path) -> None:
+    """One gloo rank, 1 KB: every type with every reduction, less what gloo cannot do (8-bit
+    floats; avg of integers), each skip said in the table; -u 1 -N 2 -J as nccl-tests'."""
+    out = _engine("-b", "1K", "-e", "1K", "-n", "1", "-w", "0", "-d", "all", "-o", "all",
+                  "-u", "1", "-J", "r.json", tmp_path=tmp_path)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    rows = [
+        json.loads(line.split(" ", 1)[1])
+        for line in out.stdout.splitlines()
+        if line.startswith("NCCL_K8S_RESULT ") and '"kind":"row"' in line
+    ]
+    measured = {(r["dtype"], r["redop"]) for r in rows}
+    ints = {"int8", "uint8", "int32", "int64"}
+    expected = {
+        (d, o)
+        for d in DTYPES
+        for o in REDOPS
+        if not d.startswith("f8") and not (o == "avg" and d in ints)
+    }
+    assert measured == expected
+    assert all(r["wrong"] == 0 for r in rows)
+    assert "# -d f8e4m3 skipped: gloo has no 8-bit floats" in out.stdout
+    assert "# -d int8 -o avg skipped: gloo averages only floating types" in out.stdout
+    assert "unalign: 1" in out.stdout
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert (doc["config"]["datatype"], doc["config"]["redop"]) == ("all", "all")
+    assert len(doc["results"]) == len(expected)
+    assert {(r["type"], r["redop"]) for r in doc["results"]} == expected

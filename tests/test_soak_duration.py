@@ -1,0 +1,99 @@
+"""--duration holds within one report interval, however long a data check takes.
+
+In process, one gloo rank, on the test's clock: each op takes 0.5 s and a check 0.01 s or 25 s
+(what a 256 MB check costs on a CPU), so what the soak decides is exact on any machine.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import re
+import socket
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from nccl_k8s.bench import soak as soak_module
+from nccl_k8s.bench.config import parse_args
+from nccl_k8s.bench.engine import Engine, Printer
+from nccl_k8s.bench.ops import Collectives
+from nccl_k8s.bench.rank import Rank
+from nccl_k8s.bench.watch import Watchdog
+
+OP_S = 0.5
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(time, name)
+
+
+@pytest.fixture
+def world_of_one(monkeypatch: pytest.MonkeyPatch) -> Iterator[Rank]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for k, v in dict(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
+                     MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)).items():  # fmt: skip
+        monkeypatch.setenv(k, v)
+    rank = Rank("gloo", 0)
+    try:
+        yield rank
+    finally:
+        rank.close()
+
+
+def _soak(rank: Rank, monkeypatch: pytest.MonkeyPatch, check_s: float) -> tuple[float, list[float]]:
+    """Soak 60 s with reports every 10 s; the clock at the end and each report's t."""
+    clock = _Clock()
+    monkeypatch.setattr(soak_module, "time", clock)
+
+    def batch(engine: object, b: object, n: int) -> list[float]:
+        clock.now += n * OP_S
+        return [OP_S] * n
+
+    monkeypatch.setattr(soak_module, "_batch", batch)
+    cfg = parse_args(["-b", "1K", "-e", "1K", "--duration", "60", "--report-interval", "10"])
+    out = io.StringIO()
+    engine = Engine(cfg, rank, Printer(True, out, False), Watchdog(0, 1, host="h", timeout_s=0, interval_s=-1))  # fmt: skip
+
+    def checked_op(*args: object) -> int:
+        clock.now += check_s
+        return 0
+
+    monkeypatch.setattr(engine, "checked_op", checked_op)
+    coll = Collectives(rank=0, nranks=1, dtype="float", redop="sum",
+                       sendbuf=rank.buffer(4096), recvbuf=rank.buffer(4096), group=rank.data_group)  # fmt: skip
+    soak = soak_module._Soak(engine, "all_reduce", coll, 1024, -1)
+    soak.run()
+    reports = [float(t) for t in re.findall(r"t=\s*([\d.]+)s", out.getvalue())]
+    assert soak.checks == len(reports)
+    return clock.now, reports
+
+
+def test_a_cheap_check_every_interval_and_the_duration_kept(
+    world_of_one: Rank, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    end, reports = _soak(world_of_one, monkeypatch, check_s=0.01)
+    assert 60 <= end <= 70
+    assert reports[0] == OP_S  # the first batch is checked at once
+    assert reports[-1] >= 60
+    gaps = [b - a for a, b in itertools.pairwise(reports)]
+    assert all(10 <= g <= 10 + OP_S + 0.01 for g in gaps[:-1]), reports
+
+
+def test_a_check_longer_than_the_interval_still_ends_within_one_interval(
+    world_of_one: Rank, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: a 60 s soak whose checks took ~30 s ran 114 s (reports at 10, 52, 78 s)."""
+    end, reports = _soak(world_of_one, monkeypatch, check_s=25)
+    assert end <= 70, (end, reports)
+    assert len(reports) >= 2  # the first batch's check, and the last one's
