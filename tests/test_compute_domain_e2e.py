@@ -7,6 +7,7 @@ cleanup takes the domain with the run and nothing it did not create."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -246,3 +247,74 @@ def test_no_pod_lands_on_a_node_without_the_clique_label(nvl_cluster: Cluster, n
         )
     finally:
         cordon(False)
+
+
+# ---- doctor --compute-domain -------------------------------------------------------------------
+
+
+def _doctor(c: Cluster, ns: str, *args: str) -> dict[str, Obj]:
+    argv = ["doctor", "--kubeconfig", str(c.kubeconfig), "-n", ns, "-o", "json", *args]
+    res = CliRunner().invoke(app, argv)
+    return {x["name"]: x for x in json.loads(res.output)["checks"]}
+
+
+def test_doctor_fails_each_missing_piece_with_its_hint(cluster: Cluster, namespace: str) -> None:
+    """A plain cluster: no driver CRD, no ResourceSlice, no clique label."""
+    checks = _doctor(
+        cluster, namespace, "--world-size", "8", "--gpus-per-node", "4", "--compute-domain"
+    )
+    crd = checks["compute-domain-crd"]
+    assert crd["status"] == "fail"
+    assert "does not serve ComputeDomain resource.nvidia.com/v1beta1" in crd["message"]
+    assert "helm install nvidia-dra-driver-gpu nvidia/nvidia-dra-driver-gpu" in crd["hint"]
+    driver = checks["compute-domain-driver"]
+    assert driver["status"] == "fail"
+    assert "no ResourceSlice of the DRA driver compute-domain.nvidia.com" in driver["message"]
+    clique = checks["compute-domain-clique"]
+    assert clique["status"] == "fail"
+    assert "no node has the nvidia.com/gpu.clique label" in clique["message"]
+    # Without the switch none of them is asked.
+    plain = _doctor(cluster, namespace, "--world-size", "8", "--gpus-per-node", "4")
+    assert not [n for n in plain if n.startswith("compute-domain")]
+
+
+def test_doctor_passes_with_the_driver_and_names_a_clique_too_small(
+    nvl_cluster: Cluster, ns: str
+) -> None:
+    c = nvl_cluster
+    for node in ("node-0", "node-2"):
+        c.store.create(
+            "resourceslices",
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceSlice",
+                "metadata": {"name": f"{ns}-{node}-compute-domain.nvidia.com"},
+                "spec": {
+                    "driver": "compute-domain.nvidia.com",
+                    "nodeName": node,
+                    "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                    "devices": [{"name": "channel-0"}],
+                },
+            },
+        )
+    try:
+        checks = _doctor(c, ns, "--world-size", "3", "--gpus-per-node", "1", "--compute-domain")
+        assert checks["compute-domain-crd"]["status"] == "pass"
+        driver = checks["compute-domain-driver"]
+        assert (driver["status"], driver["message"]) == (
+            "pass",
+            "2 node(s) publish compute-domain.nvidia.com devices (node-0, node-2)",
+        )
+        assert checks["compute-domain-clique"]["status"] == "pass"
+        # 4 pods, but the largest clique (node-0, node-2, node-3) has 3 nodes.
+        four = _doctor(c, ns, "--world-size", "4", "--gpus-per-node", "1", "--compute-domain")
+        clique = four["compute-domain-clique"]
+        assert clique["status"] == "fail"
+        assert clique["message"] == (
+            "the run's 4 pods must share one NVLink clique, but the largest has 3 node(s) "
+            f"(nvidia.com/gpu.clique={CLIQUES['node-0']})"
+        )
+        assert clique["hint"].startswith("use at most 3 nodes (--world-size 3)")
+    finally:
+        for node in ("node-0", "node-2"):
+            c.store.delete("resourceslices", None, f"{ns}-{node}-compute-domain.nvidia.com")

@@ -20,6 +20,7 @@ from lightkube.resources.core_v1 import (
     ResourceQuota,
     Service,
 )
+from lightkube.resources.resource_v1 import ResourceSlice
 
 from nccl_k8s.errors import ClusterError
 from nccl_k8s.spec import GANGS
@@ -36,6 +37,8 @@ RESOURCES: dict[str, Any] = {
     "ResourceQuota": ResourceQuota,
     "LimitRange": LimitRange,
     "Lease": Lease,
+    # DRA drivers' devices per node (doctor --compute-domain: NVIDIA's compute-domain driver).
+    "ResourceSlice": ResourceSlice,
 }
 #: Custom resources we render or read, by apiVersion (several groups call theirs PodGroup).
 #: Made once with lightkube's public generic-resource API: the PodGroup of every scheduler of the
