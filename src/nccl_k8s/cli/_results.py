@@ -139,8 +139,9 @@ def diagnose_command(
         typer.Option(
             "--expect-fabric",
             metavar="FABRIC",
-            help="ib, roce, efa, socket or nvlink: fail (exit 1) when any rank used something "
-            "else, or when the log cannot confirm it (nvlink: one node and no SHM).",
+            help="ib, roce, efa, socket, nvlink or mnnvl: fail (exit 1) when any rank used "
+            "something else, or when the log cannot confirm it (nvlink: one node and no SHM; "
+            "mnnvl: every rank MNNVL 1, no network connection).",
         ),
     ] = None,
     output: Output = "text",
