@@ -184,13 +184,13 @@ def test_a_claim_allocated_to_one_node_keeps_its_pod_off_the_others(
 def test_the_dra_kinds_are_served_and_checked_against_the_1_34_schemas(
     cluster: Cluster, namespace: str, kubectl: Any
 ) -> None:
-    device_class = {
+    device_class: Obj = {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "DeviceClass",
         "metadata": {"name": f"{namespace}.example.com"},
         "spec": {"selectors": [{"cel": {"expression": "device.driver == 'example.com'"}}]},
     }
-    slice_ = {
+    slice_: Obj = {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",
         "metadata": {"name": f"{namespace}-node-0"},
@@ -211,5 +211,6 @@ def test_the_dra_kinds_are_served_and_checked_against_the_1_34_schemas(
     out = kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(bad), check=False)
     assert out.returncode != 0
     assert 'unknown field "spec.spec.devices.requests[0].exactly.deviceClass"' in out.stderr
-    for kind, name in (("deviceclass", device_class), ("resourceslice", slice_)):
-        kubectl("delete", kind, name["metadata"]["name"])
+    made: list[tuple[str, Obj]] = [("deviceclass", device_class), ("resourceslice", slice_)]
+    for kind, obj in made:
+        kubectl("delete", kind, obj["metadata"]["name"])

@@ -106,6 +106,16 @@ def _scheduled_message(pod: Obj) -> str:
     return next((c.get("message", "") for c in conds if c["type"] == "PodScheduled"), "")
 
 
+def _message_of(c: Cluster, ns: str, name: str, word: str = "") -> Callable[[], str]:
+    """The pod's PodScheduled message once it has `word` in it ("" until then)."""
+
+    def message() -> str:
+        text = _scheduled_message(c.store.get("pods", ns, name))
+        return text if word in text else ""
+
+    return message
+
+
 def _job_complete(c: Cluster, ns: str, rid: str) -> bool:
     conds = c.store.get("jobs", ns, rid).get("status", {}).get("conditions") or []
     return any(x["type"] == "Complete" and x["status"] == "True" for x in conds)
@@ -135,9 +145,7 @@ def test_deploy_with_a_compute_domain_runs_once_the_driver_allocates_the_channel
     pods = wait_for("2 pods", lambda: len(_pods(c, ns, rid)) == 2 and _pods(c, ns, rid))
     for pod in pods:
         name = pod["metadata"]["name"]
-        msg = wait_for(
-            f"{name} unschedulable", lambda n=name: _scheduled_message(c.store.get("pods", ns, n))
-        )
+        msg = wait_for(f"{name} unschedulable", _message_of(c, ns, name))
         assert msg == f'pod "{ns}/{name}": ResourceClaim not created yet'
 
     # The driver's controller makes the template: each pod gets its claim, still unallocated;
@@ -145,13 +153,10 @@ def test_deploy_with_a_compute_domain_runs_once_the_driver_allocates_the_channel
     c.store.create("resourceclaimtemplates", _channel_template(domain))
     for pod in pods:
         name = pod["metadata"]["name"]
-        wait_for(
-            f"{name} waits for allocation",
-            lambda n=name: (
-                _scheduled_message(c.store.get("pods", ns, n))
-                == "0/5 nodes are available: 1 node(s) didn't match pod affinity rules, "
-                "4 cannot allocate all claims."
-            ),
+        msg = wait_for(f"{name} waits for allocation", _message_of(c, ns, name, "allocate"))
+        assert msg == (
+            "0/5 nodes are available: 1 node(s) didn't match pod affinity rules, "
+            "4 cannot allocate all claims."
         )
     claims = c.store.list("resourceclaims", ns)[0]
     assert len(claims) == 2
@@ -209,10 +214,11 @@ def test_no_pod_lands_on_a_node_without_the_clique_label(nvl_cluster: Cluster, n
     c, rid = nvl_cluster, "cdnolabel"
 
     def cordon(on: bool) -> None:
+        def mark(obj: Obj) -> None:
+            obj["spec"]["unschedulable"] = on
+
         for node in CLIQUES:
-            c.store.mutate(
-                "nodes", None, node, lambda o, on=on: o["spec"].__setitem__("unschedulable", on)
-            )
+            c.store.mutate("nodes", None, node, mark)
 
     cordon(True)
     try:

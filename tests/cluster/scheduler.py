@@ -311,9 +311,9 @@ class Scheduler:
             )
             self._unschedulable_pod(pod, msg, scheduler)
             return
-        claims, why, prefilter = dra.pod_claims(self._store, pod)
-        if why is not None and nodes:
-            msg = f"0/{len(nodes)} nodes are available: {why}." if prefilter else why
+        claims, waiting, prefilter = dra.pod_claims(self._store, pod)
+        if waiting is not None and nodes:
+            msg = f"0/{len(nodes)} nodes are available: {waiting}." if prefilter else waiting
             self._unschedulable_pod(pod, msg, scheduler)
             return
         requests = pod_requests(pod)

@@ -134,25 +134,19 @@ async def preflight(kc: KubeClient, spec: RunSpec, *, create_namespace: bool = F
         slices = _read(kc.list("ResourceSlice"))
     else:
         domains, slices = _nothing(), _nothing()
-    (
-        ns,
-        nodes,
-        lease_read,
-        placed_read,
-        group_read,
-        admission,
-        cd_read,
-        slice_read,
-    ) = await asyncio.gather(
-        _read(kc.get("Namespace", namespace)),
-        _read(kc.list("Node")),
-        leases,
-        placed,
-        groups,
-        _admission_reads(kc, spec, namespace),
-        domains,
-        slices,
+    # Two gathers in one: typeshed types asyncio.gather's results up to six awaitables.
+    first, (cd_read, slice_read) = await asyncio.gather(
+        asyncio.gather(
+            _read(kc.get("Namespace", namespace)),
+            _read(kc.list("Node")),
+            leases,
+            placed,
+            groups,
+            _admission_reads(kc, spec, namespace),
+        ),
+        asyncio.gather(domains, slices),
     )
+    ns, nodes, lease_read, placed_read, group_read, admission = first
     now = datetime.datetime.now(datetime.timezone.utc)
     checks = [
         check_api(kc.server, version, None),
