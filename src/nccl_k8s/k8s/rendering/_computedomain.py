@@ -17,8 +17,9 @@ the driver injects /dev/nvidia-caps-imex-channels into its container. What a run
   `nvidia.com/gpu.clique`, the label GPU Feature Discovery puts on MNNVL nodes (value
   `<cluster UUID>.<clique id>`, docs/install.md): every pod lands in one NVLink partition, and
   nodes without the label are not eligible (kube-scheduler's InterPodAffinity needs the
-  topology key on the node). Oracle's GB200 guide (oracle-quickstart/oci-hpc-oke, branch gb200,
-  README.md, "Run a single rack nvbandwidth test") writes the same term; CoreWeave's IMEX DRA
+  topology key on the node). AWS's GB200 nccl-tests job (awslabs/awsome-distributed-ai,
+  micro-benchmarks/nccl-tests/kubernetes/nccl-tests-gb200.yaml) and Oracle's GB200 guide
+  (oracle-quickstart/oci-hpc-oke, branch gb200, README.md) write the same term; CoreWeave's IMEX DRA
   guide: a ComputeDomain "follows the workload", so "workloads should always include affinity
   rules to constrain Pods to Nodes within the same rack";
 - NCCL's MNNVL settings (`MNNVL_ENV`), before the user's --env, which wins.
@@ -53,8 +54,8 @@ CHANNEL_CLAIM = "compute-domain-channel"
 #: NCCL's multi-node NVLink settings (NCCL's env.rst, v2.30.7-1): NCCL_MNNVL_ENABLE=1 makes
 #: initialization fail when MNNVL cannot be enabled, rather than silently carrying inter-node
 #: traffic over the network (2, the default, falls back); MNNVL "also requires NCCL CUMEM
-#: support (NCCL_CUMEM_ENABLE) to be enabled", which is otherwise auto-detected. The same pair
-#: is what Oracle's and CoreWeave's GB200 nccl-tests jobs pass.
+#: support (NCCL_CUMEM_ENABLE) to be enabled", which is otherwise auto-detected. AWS's and
+#: Oracle's GB200 nccl-tests jobs pass NCCL_MNNVL_ENABLE=1, CoreWeave's both.
 MNNVL_ENV: tuple[tuple[str, str], ...] = (("NCCL_MNNVL_ENABLE", "1"), ("NCCL_CUMEM_ENABLE", "1"))
 
 
