@@ -162,7 +162,7 @@ def test_bad_input(tmp_path: Path) -> None:
     assert code == 2
     assert stderr.strip() == (
         "error: --expect-fabric 'infiniband': expected one of ib, roce, efa, socket, nvlink, "
-        "tcpx, tcpxo, gib"
+        "mnnvl, tcpx, tcpxo, gib"
     )
 
 
@@ -175,6 +175,7 @@ FAILED_5090 = PUBLIC / "nccl-tests-287_rtx5090x2_debug_failure.log"
 EXPECTED = {
     "h200x1_single_gpu_info.log": (1, False, None, None),
     "handmade_nvlink_only_4gpu.log": (1, False, None, None),
+    "handmade_mnnvl_2nodes_4gpu.log": (2, True, "mnnvl", None),
     "ib_gdr_a100.log": (None, True, "ib", True),
     "ib_no_gdr_module.log": (2, True, "ib", False),
     "ibext_v8_a100x8_4nodes_gdr.log": (4, True, "ib", True),

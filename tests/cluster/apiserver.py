@@ -42,8 +42,8 @@ Obj = dict[str, Any]
 
 KUBE_VERSION = {
     "major": "1",
-    "minor": "32",
-    "gitVersion": "v1.32.0-nccl-k8s-test",
+    "minor": "34",
+    "gitVersion": "v1.34.0-nccl-k8s-test",
     "gitCommit": "0000000000000000000000000000000000000000",
     "gitTreeState": "clean",
     "buildDate": "2026-01-01T00:00:00Z",

@@ -114,6 +114,7 @@ class Cluster:
         self.scheduler: Any = None
         self.job_controller: Any = None
         self.statefulset_controller: Any = None
+        self.resourceclaim_controller: Any = None
         self.kubelet: Any = None
         self._claim: socket.socket | None = None
         self._started = False
@@ -163,6 +164,7 @@ class Cluster:
         scheduler_cls = _optional("scheduler", "Scheduler")
         job_cls = _optional("controllers", "JobController")
         sts_cls = _optional("controllers", "StatefulSetController")
+        claims_cls = _optional("dra", "ResourceClaimController")
         kubelet_cls = _optional("kubelet", "Kubelet")
         if kubelet_cls is not None:
             self.kubelet = kubelet_cls(
@@ -178,6 +180,8 @@ class Cluster:
             self.job_controller = job_cls(self.store)
         if sts_cls is not None:
             self.statefulset_controller = sts_cls(self.store)
+        if claims_cls is not None:
+            self.resourceclaim_controller = claims_cls(self.store)
         self.faults.kubelet = self.kubelet
         self.faults.scheduler = self.scheduler
         # Kubelet first so a pod is never bound to a node nobody runs.
@@ -192,6 +196,7 @@ class Cluster:
                 self.scheduler,
                 self.job_controller,
                 self.statefulset_controller,
+                self.resourceclaim_controller,
             )
             if p is not None
         ]
@@ -291,7 +296,7 @@ class Cluster:
                     "systemUUID": f"{self.number:08x}-0000-0000-0000-{i:012x}",
                     "bootID": f"{self.number:08x}-{i:04x}-0000-0000-000000000000",
                     "kubeProxyVersion": "",
-                    "kubeletVersion": "v1.32.0-nccl-k8s-test",
+                    "kubeletVersion": "v1.34.0-nccl-k8s-test",
                     "containerRuntimeVersion": "process://local",
                     "operatingSystem": "linux",
                     "architecture": "amd64",

@@ -3,7 +3,8 @@
 Why a real filter chain rather than "first node": the deployer's `doctor` and our tests depend on
 *why* a pod stays Pending, so the filters, their order and their messages follow kube-scheduler's
 default profile (NodeUnschedulable, TaintToleration, NodeAffinity, NodeResourcesFit,
-InterPodAffinity), each node failing on its first rejecting plugin, and the FailedScheduling
+InterPodAffinity, DynamicResources: tests/cluster/dra.py), each node failing on its first
+rejecting plugin, and the FailedScheduling
 message is assembled as `FitError.Error()` does: "0/4 nodes are available: 2 Insufficient
 nvidia.com/gpu, 2 node(s) didn't match Pod's node affinity/selector." (reasons counted, sorted as
 strings, joined with ", "; the preemption postscript is left out, as nothing here preempts).
@@ -32,6 +33,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from tests.cluster import dra
 from tests.cluster.errors import ApiError
 from tests.cluster.node_common import (
     Obj,
@@ -188,7 +190,10 @@ class Scheduler:
                     self._nodes[name] = obj
                 self._retry_unschedulable()
             return
-        if resource == "persistentvolumeclaims" and etype == "ADDED":
+        if (resource == "persistentvolumeclaims" and etype == "ADDED") or (
+            resource == "resourceclaims" and etype != "DELETED"
+        ):
+            # A claim made or allocated (DynamicResources' queueing hint) may let pods go.
             with self._cond:
                 self._retry_unschedulable()
             return
@@ -230,7 +235,14 @@ class Scheduler:
                 or terminal
             ):
                 return
-            if uid in self._unschedulable:
+            if uid in self._unschedulable and _claim_statuses(self._unschedulable[uid]) != (
+                _claim_statuses(obj)
+            ):
+                # Its ResourceClaims were made: worth another go (the pod's own update).
+                del self._unschedulable[uid]
+                self._queue[uid] = _Queued(obj, time.monotonic())
+                self._cond.notify_all()
+            elif uid in self._unschedulable:
                 self._unschedulable[uid] = obj
             elif uid in self._queue:
                 self._queue[uid].pod = obj
@@ -299,6 +311,11 @@ class Scheduler:
             )
             self._unschedulable_pod(pod, msg, scheduler)
             return
+        claims, waiting, prefilter = dra.pod_claims(self._store, pod)
+        if waiting is not None and nodes:
+            msg = f"0/{len(nodes)} nodes are available: {waiting}." if prefilter else waiting
+            self._unschedulable_pod(pod, msg, scheduler)
+            return
         requests = pod_requests(pod)
         ports = _host_ports(pod.get("spec") or {})
         reasons: dict[str, list[str]] = {}
@@ -306,6 +323,9 @@ class Scheduler:
         for i, node in enumerate(nodes):
             name = node["metadata"]["name"]
             why = _filter(pod, requests, ports, node, usage.get(name, {}), snap)
+            if not why and claims:
+                rejected = dra.claims_reject(claims, node)
+                why = [rejected] if rejected else []
             if why:
                 reasons[name] = why
             else:
@@ -315,6 +335,7 @@ class Scheduler:
         if feasible:
             feasible.sort()
             target = feasible[0][2]
+            dra.reserve(self._store, claims, pod)  # PreBind
             placed = self._bind(pod, target, requests, scheduler)
             if placed is not None:
                 snap.add(placed)
@@ -493,6 +514,10 @@ def _filter(
         return reasons
     why = _inter_pod(pod, node["metadata"]["name"], labels, snap)
     return [why] if why else []
+
+
+def _claim_statuses(pod: Obj) -> list[Obj]:
+    return list((pod.get("status") or {}).get("resourceClaimStatuses") or [])
 
 
 def _host_ports(spec: Obj) -> list[tuple[str, str, int]]:

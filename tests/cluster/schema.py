@@ -16,7 +16,7 @@ from typing import Any
 
 from tests.cluster.errors import ApiError
 
-SCHEMA_VERSION = "1.32"
+SCHEMA_VERSION = "1.34"
 
 
 @functools.lru_cache(maxsize=64)

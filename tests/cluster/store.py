@@ -96,6 +96,15 @@ RESOURCES: dict[str, ResourceInfo] = {
         ResourceInfo("limitranges", "LimitRange", "", "v1", True, ("limits",)),
         ResourceInfo("leases", "Lease", "coordination.k8s.io", "v1", True),
         ResourceInfo("jobs", "Job", "batch", "v1", True, (), ("status",)),
+        # Dynamic Resource Allocation as Kubernetes 1.34 serves it (tests/cluster/dra.py).
+        ResourceInfo(
+            "resourceclaims", "ResourceClaim", "resource.k8s.io", "v1", True, (), ("status",)
+        ),
+        ResourceInfo(
+            "resourceclaimtemplates", "ResourceClaimTemplate", "resource.k8s.io", "v1", True
+        ),
+        ResourceInfo("deviceclasses", "DeviceClass", "resource.k8s.io", "v1", False),
+        ResourceInfo("resourceslices", "ResourceSlice", "resource.k8s.io", "v1", False),
         ResourceInfo(
             "statefulsets", "StatefulSet", "apps", "v1", True, ("sts",), ("status", "scale")
         ),

@@ -139,9 +139,10 @@ def diagnose_command(
         typer.Option(
             "--expect-fabric",
             metavar="FABRIC",
-            help="ib, roce, efa, socket, nvlink, tcpx, tcpxo or gib (GKE's GPUDirect plugins): "
-            "fail (exit 1) when any rank used something else, or when the log cannot confirm "
-            "it (nvlink: one node and no SHM).",
+            help="ib, roce, efa, socket, nvlink, mnnvl, tcpx, tcpxo or gib (GKE's GPUDirect "
+            "plugins): fail (exit 1) when any rank used something else, or when the log cannot "
+            "confirm it (nvlink: one node and no SHM; mnnvl: every rank MNNVL 1, no network "
+            "connection).",
         ),
     ] = None,
     output: Output = "text",

@@ -15,8 +15,8 @@ only); this module adds what the facts imply and runs the rules of the registry
 - then each rule's findings: socket fallback, GPUDirect RDMA, SHM instead of P2P, NVLS, CollNet,
   fatal errors naming the culprit peer and the rank that saw it, PyTorch's watchdog timeouts,
   NCCL warnings, the run's own failure line, and `--expect-fabric` (ib, roce, efa, socket,
-  nvlink, or GKE's tcpx, tcpxo and gib: any rank on another fabric fails it, and so does a log
-  that cannot confirm it).
+  nvlink, mnnvl, or GKE's tcpx, tcpxo and gib: any rank on another fabric fails it, and so does a
+  log that cannot confirm it).
 """
 
 from __future__ import annotations
@@ -71,6 +71,10 @@ class Diagnosis:
 def _nodes(
     reports: list[RankReport], hosts: set[str], listed: list[ListedRank]
 ) -> tuple[int | None, str]:
+    if len(hosts) > 1 and any(r.mnnvl for r in reports):
+        # nNodes counts the nodes of NCCL's topology graph (init.cc, by each rank's ring head),
+        # and with MNNVL that graph spans the clique's hosts (nNodes 1): the hosts are the nodes.
+        return len(hosts), f"{len(hosts)} hosts (MNNVL: nNodes counts NVLink domains)"
     nnodes = [r.nnodes for r in reports if r.nnodes is not None]
     if nnodes:
         return max(nnodes), "nNodes"

@@ -14,7 +14,8 @@ from nccl_k8s.results.nccllog import RankReport
 #: What `--expect-fabric` may ask for. tcpx and tcpxo are Google's GPUDirect-TCPX (A3 High) and
 #: GPUDirect-TCPXO (A3 Mega) plugins; gib is Google's gIB plugin (A3 Ultra, A4, A4X), RDMA over
 #: RoCE: its ranks are `roce` to every other reader, and `gib` only to a gate that asks for it.
-Fabric = Literal["ib", "roce", "efa", "socket", "nvlink", "tcpx", "tcpxo", "gib"]
+#: mnnvl: multi-node NVLink (GB200/GB300 NVL72 ComputeDomains).
+Fabric = Literal["ib", "roce", "efa", "socket", "nvlink", "mnnvl", "tcpx", "tcpxo", "gib"]
 FABRICS: tuple[Fabric, ...] = get_args(Fabric)
 
 
@@ -71,14 +72,19 @@ def fabric_of(network: str, links: set[str], provider: str | None = None) -> str
 
 def rank_fabric(rep: RankReport, links: set[str], provider: str | None = None) -> str | None:
     """What carried (or would carry) this rank's inter-node traffic: the network of its NET
-    connections, else the one NCCL selected; None when the log shows neither. `links` and
-    `provider` are the log's, used when the rank's own lines do not say."""
+    connections, else multi-node NVLink when NCCL enabled it (`comm ... MNNVL 1`, or P2P
+    connections `via P2P/MNNVL`: NCCL 2.30 transport/p2p.cc names them so only when comm->MNNVL),
+    else the network NCCL selected (printed even when MNNVL carries everything); None when the
+    log shows none of them. `links` and `provider` are the log's, used when the rank's own lines
+    do not say."""
     own = link_layers(rep) or links
     prov = rep.ofi_provider or provider
     nets = [t[4:] for t in rep.transports if t.startswith("NET/")]
     if nets:
         fabrics = {fabric_of(n, own, prov) for n in nets}
         return fabrics.pop() if len(fabrics) == 1 else "mixed"
+    if rep.mnnvl or "P2P/MNNVL" in rep.transports:
+        return "mnnvl"
     if rep.network:
         return fabric_of(rep.network, own, prov)
     return None

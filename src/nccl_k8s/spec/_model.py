@@ -338,6 +338,16 @@ class RunSpec:
         "hostPort).",
     )
     """Run pods in the node's network namespace (needed by some RoCE setups)."""
+    compute_domain: bool = switch(
+        "--compute-domain", panel=NETWORK,
+        help="GB200/GB300 NVL72 (NVIDIA DRA driver): create the run's own ComputeDomain; the "
+        "pods claim its IMEX channel, share one NVLink clique and run NCCL with MNNVL.",
+    )
+    """Multi-node NVLink through NVIDIA's DRA driver (k8s-dra-driver-gpu): render a ComputeDomain
+    owned by the run (one per run, as the driver's docs advise, deleted with it), the pods' claim
+    of its channel ResourceClaimTemplate, required pod affinity on the nvidia.com/gpu.clique node
+    label and NCCL's MNNVL settings (k8s.rendering._computedomain). A switch, not a name: a
+    ComputeDomain is the workload's, formed around its pods and torn down after them."""
     security: Security = option(
         "--security", parse=one_of(get_args(Security)), metavar="socket|rdma|host|privileged",
         panel=NETWORK, default_note="rdma for ib/roce, else socket",

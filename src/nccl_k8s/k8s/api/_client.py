@@ -263,7 +263,7 @@ class KubeClient:
         return f"user {user!r}" if user else "this user"
 
     def _ns(self, kind: str, namespace: str | None) -> str | None:
-        if kind in ("Namespace", "Node"):
+        if kind in ("Namespace", "Node", "ResourceSlice"):  # cluster-scoped
             return None
         return namespace or self.namespace
 
@@ -305,7 +305,7 @@ class KubeClient:
         `!b`), ANDed with `labels`. A custom kind the cluster does not serve is NotFound."""
         ns = (
             ALL_NS
-            if all_namespaces and kind not in ("Namespace", "Node")
+            if all_namespaces and kind not in ("Namespace", "Node", "ResourceSlice")
             else self._ns(kind, namespace)
         )
         ask = Ask("list", kind, None if ns == ALL_NS else ns)

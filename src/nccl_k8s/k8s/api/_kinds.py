@@ -20,6 +20,7 @@ from lightkube.resources.core_v1 import (
     ResourceQuota,
     Service,
 )
+from lightkube.resources.resource_v1 import ResourceSlice
 
 from nccl_k8s.errors import ClusterError
 from nccl_k8s.spec import GANGS
@@ -36,11 +37,14 @@ RESOURCES: dict[str, Any] = {
     "ResourceQuota": ResourceQuota,
     "LimitRange": LimitRange,
     "Lease": Lease,
+    # DRA drivers' devices per node (doctor --compute-domain: NVIDIA's compute-domain driver).
+    "ResourceSlice": ResourceSlice,
 }
 #: Custom resources we render or read, by apiVersion (several groups call theirs PodGroup).
 #: Made once with lightkube's public generic-resource API: the PodGroup of every scheduler of the
-#: gang table, the Prometheus Operator's PodMonitor (--pod-monitor), and Kueue's LocalQueue,
-#: which is only read (doctor checks that --queue names one).
+#: gang table, the Prometheus Operator's PodMonitor (--pod-monitor), Kueue's LocalQueue, which
+#: is only read (doctor checks that --queue names one), and NVIDIA's ComputeDomain
+#: (--compute-domain).
 CUSTOM: dict[tuple[str, str], Any] = {
     **{
         (g.api_version, g.kind): create_namespaced_resource(g.group, g.version, g.kind, g.plural)
@@ -52,9 +56,16 @@ CUSTOM: dict[tuple[str, str], Any] = {
     ("kueue.x-k8s.io/v1beta1", "LocalQueue"): create_namespaced_resource(
         "kueue.x-k8s.io", "v1beta1", "LocalQueue", "localqueues"
     ),
+    # --compute-domain: NVIDIA's DRA driver's ComputeDomain (its CRD, v1beta1).
+    ("resource.nvidia.com/v1beta1", "ComputeDomain"): create_namespaced_resource(
+        "resource.nvidia.com", "v1beta1", "ComputeDomain", "computedomains"
+    ),
 }
 #: The apiVersion a custom kind is read with when the caller names none.
-DEFAULT_VERSION = {"LocalQueue": "kueue.x-k8s.io/v1beta1"}
+DEFAULT_VERSION = {
+    "LocalQueue": "kueue.x-k8s.io/v1beta1",
+    "ComputeDomain": "resource.nvidia.com/v1beta1",
+}
 
 
 def resource(kind: str, api_version: str | None = None) -> Any:

@@ -35,6 +35,8 @@ Kind = Literal[
     "Lease",
     "LocalQueue",
     "PodMonitor",
+    "ComputeDomain",
+    "ResourceSlice",
 ]
 
 #: A pod's phase as Kubernetes reports it.

@@ -8,6 +8,7 @@ request each, at once) and hands it to the pure checks of preflight._preflight a
                   --gang only)
     gang / queue  LIST PodGroups / Kueue LocalQueues in the namespace (--gang / --queue only)
     admission     LIST ResourceQuotas and LimitRanges in the namespace
+    compute domain LIST ComputeDomains in the namespace and ResourceSlices (--compute-domain only)
 
 A read that RBAC denies makes its checks a warning, not an error: doctor says what it could not
 see. `deploy` runs the part that is cheap and decisive (`refusal`: Pod Security from the
@@ -26,6 +27,7 @@ from nccl_k8s.errors import ClusterError, Forbidden, NotFound
 from nccl_k8s.k8s.api._client import ClientSettings, KubeClient
 from nccl_k8s.k8s.api._sync import run_sync
 from nccl_k8s.k8s.api._types import Obj
+from nccl_k8s.k8s.preflight._computedomain import check_compute_domain
 from nccl_k8s.k8s.preflight._nodechecks import check_nodes
 from nccl_k8s.k8s.preflight._preflight import (
     Check,
@@ -41,6 +43,7 @@ from nccl_k8s.k8s.preflight._preflight import (
     check_scheduler,
     scheduler_name,
 )
+from nccl_k8s.k8s.rendering._computedomain import COMPUTE_DOMAIN_API_VERSION
 from nccl_k8s.spec import GANGS, RunSpec
 
 
@@ -133,14 +136,26 @@ async def preflight(kc: KubeClient, spec: RunSpec, *, create_namespace: bool = F
         if gang
         else _nothing()
     )
-    ns, nodes, lease_read, placed_read, group_read, admission = await asyncio.gather(
-        _read(kc.get("Namespace", namespace)),
-        _read(kc.list("Node")),
-        leases,
-        placed,
-        groups,
-        _admission_reads(kc, spec, namespace),
+    if spec.compute_domain:
+        domains = _read(
+            kc.list("ComputeDomain", namespace=namespace, api_version=COMPUTE_DOMAIN_API_VERSION)
+        )
+        slices = _read(kc.list("ResourceSlice"))
+    else:
+        domains, slices = _nothing(), _nothing()
+    # Two gathers in one: typeshed types asyncio.gather's results up to six awaitables.
+    first, (cd_read, slice_read) = await asyncio.gather(
+        asyncio.gather(
+            _read(kc.get("Namespace", namespace)),
+            _read(kc.list("Node")),
+            leases,
+            placed,
+            groups,
+            _admission_reads(kc, spec, namespace),
+        ),
+        asyncio.gather(domains, slices),
     )
+    ns, nodes, lease_read, placed_read, group_read, admission = first
     now = datetime.datetime.now(datetime.timezone.utc)
     checks = [
         check_api(kc.server, version, None),
@@ -152,6 +167,7 @@ async def preflight(kc: KubeClient, spec: RunSpec, *, create_namespace: bool = F
     group = check_gang(spec, group_read)
     if group is not None:
         checks.append(group)
+    checks += check_compute_domain(spec, cd_read, slice_read, nodes)
     return Doctored(kc.server, namespace, checks)
 
 

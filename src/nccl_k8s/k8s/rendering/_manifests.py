@@ -11,6 +11,8 @@ Objects of a run:
 - PodGroup `<run-id>` (`--gang`): the PodGroup of the scheduler's entry in the gang table
   (nccl_k8s.spec.GANGS; rendered by rendering._gangs), minMember = pods, so the run's pods are
   placed all together or not at all.
+- ComputeDomain `<run-id>` (`--compute-domain`): NVIDIA's DRA driver forms an IMEX domain
+  around the pods, which claim its channel (rendering._computedomain).
 - PodMonitor `<run-id>` (`--pod-monitor`): Prometheus Operator's, scraping the pods' `metrics`
   port (every pod serves it unless --metrics-port 0, annotated prometheus.io/scrape for plain
   Prometheus too).
@@ -44,6 +46,13 @@ import shlex
 from nccl_k8s.bench.config import METRICS_ADDR_ENV, NODE_NAME_ENV
 from nccl_k8s.errors import UsageError
 from nccl_k8s.k8s.api._types import Obj
+from nccl_k8s.k8s.rendering._computedomain import (
+    COMPUTE_DOMAIN_API_VERSION,
+    COMPUTE_DOMAIN_KIND,
+    apply_compute_domain,
+    compute_domain_name,
+    compute_domain_spec,
+)
 from nccl_k8s.k8s.rendering._gangs import gang_binding, pod_group_spec, scheduler_name
 from nccl_k8s.k8s.rendering._names import (
     APP_NAME,
@@ -418,6 +427,7 @@ def pod_template(spec: RunSpec) -> Obj:
     pieces of its platform (spec.platforms) for NCCL to reach the fabric."""
     template = {"metadata": _pod_metadata(spec), "spec": _pod_spec(spec)}
     apply_platform(spec, template)
+    apply_compute_domain(spec, template, selector_labels(spec))
     return template
 
 
@@ -497,6 +507,18 @@ def pod_group(spec: RunSpec) -> Obj:
     }
 
 
+def compute_domain(spec: RunSpec) -> Obj:
+    """The run's ComputeDomain (--compute-domain; rendering._computedomain)."""
+    return {
+        "apiVersion": COMPUTE_DOMAIN_API_VERSION,
+        "kind": COMPUTE_DOMAIN_KIND,
+        "metadata": _metadata(
+            spec, compute_domain_name(spec), **{LABEL_COMPONENT: "compute-domain"}
+        ),
+        "spec": compute_domain_spec(spec),
+    }
+
+
 def pod_monitor(spec: RunSpec) -> Obj:
     """A Prometheus Operator PodMonitor: the run's pods, their `metrics` port. In the run's
     namespace (the PodMonitor's default); a Prometheus selects it by its labels (--label)."""
@@ -529,12 +551,15 @@ def render(spec: RunSpec) -> list[Obj]:
         objs.append(pod_monitor(spec))
     if spec.gang is not None:
         objs.append(pod_group(spec))  # before the pods that name it
+    if spec.compute_domain:
+        objs.append(compute_domain(spec))  # its controller makes the template the pods claim
     objs.append(job(spec) if spec.workload == "job" else statefulset(spec))
     return objs
 
 
 __all__ = [
     "common_labels",
+    "compute_domain",
     "configmap",
     "job",
     "pod_group",

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Literal
 
+from nccl_k8s.k8s.rendering._computedomain import compute_domain_env
 from nccl_k8s.k8s.rendering._platform import platform_env, platform_of, platform_privileged
 from nccl_k8s.spec import Network, RunSpec, Security
 
@@ -90,12 +91,13 @@ def network_env(network: Network, *, host_network: bool = False) -> dict[str, st
 
 
 def pod_env(spec: RunSpec) -> list[tuple[str, str]]:
-    """Base + fabric + platform + profile presets, then the user's --env; a user value
-    replaces a preset in place."""
+    """Base + fabric + platform + compute-domain (MNNVL) + profile presets, then the user's
+    --env; a user value replaces a preset in place."""
     merged: dict[str, str] = dict(_BASE_ENV)
     profile = security_profile(spec.security)
     merged.update(network_env(spec.network, host_network=uses_host_network(spec)))
     merged.update(platform_env(spec))
+    merged.update(compute_domain_env(spec))
     merged.update(profile.env)
     merged.update(spec.env)
     return list(merged.items())

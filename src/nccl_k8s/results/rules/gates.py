@@ -89,6 +89,55 @@ def _expect_nvlink(
     return out
 
 
+_MNNVL_HINT = (
+    "NCCL turns MNNVL on only when every rank's GPU reports a completed NVLink fabric in one "
+    "clique and the IMEX channel is in the pod: deploy with --compute-domain (the ComputeDomain's "
+    "channel claim, nvidia.com/gpu.clique affinity, NCCL_MNNVL_ENABLE=1, which fails instead of "
+    "falling back), and check `nvidia-smi -q` (Fabric State Completed) and `nvidia-imex-ctl -N`."
+)
+
+
+def _expect_mnnvl(reports: list[RankReport], fabrics: dict[str, str | None]) -> list[Finding]:
+    """Multi-node NVLink: every rank's communicator has MNNVL on (`comm ... MNNVL 1`, or P2P
+    connections `via P2P/MNNVL`) and no connection goes through a network."""
+    off = [r for r in reports if r.mnnvl is False or fabrics[r.key] not in (None, "mnnvl")]
+    if off:
+        used = sorted({_fabric_name(fabrics[r.key]) for r in off if fabrics[r.key]})
+        return [
+            Finding(
+                "error",
+                "expect-mnnvl",
+                f"{where_of(off)} did not use multi-node NVLink"
+                + (" (MNNVL 0)" if any(r.mnnvl is False for r in off) else "")
+                + (f": they use {', '.join(used)}" if used else ""),
+                _MNNVL_HINT,
+                ranks_of(off),
+            )
+        ]
+    unknown = [r for r in reports if fabrics[r.key] is None]
+    if unknown:
+        return [
+            _cannot_confirm(
+                "mnnvl",
+                f"{where_of(unknown)} print no `comm ... MNNVL` line and no connection",
+                reports,
+            )
+        ]
+    return [
+        Finding(
+            "info",
+            "expect-mnnvl",
+            "every rank uses multi-node NVLink (MNNVL 1"
+            + (
+                ", P2P/MNNVL connections)"
+                if any("P2P/MNNVL" in r.transports for r in reports)
+                else ")"
+            ),
+            ranks=ranks_of(reports),
+        )
+    ]
+
+
 def _fabric_name(f: str | None) -> str:
     return FABRIC_NAMES.get(str(f), str(f))
 
@@ -103,6 +152,8 @@ def expectation(
 ) -> list[Finding]:
     if want == "nvlink":
         return _expect_nvlink(reports, network_needed, mnnvl, nodes)
+    if want == "mnnvl":
+        return _expect_mnnvl(reports, fabrics)
     if network_needed is False:
         return [
             Finding(
