@@ -35,6 +35,9 @@ Kind = Literal[
     "Lease",
     "LocalQueue",
     "PodMonitor",
+    "DaemonSet",
+    "CustomResourceDefinition",
+    "ResourceSlice",
 ]
 
 #: A pod's phase as Kubernetes reports it.
