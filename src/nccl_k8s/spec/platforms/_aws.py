@@ -93,6 +93,8 @@ EKS_EFA = Platform(
         "R580 or newer driver on the nodes (the pods' command replaces the image's entrypoint, "
         "which would otherwise add the CUDA forward-compatibility libraries)."
     ),
+    fallback="the image has no aws-ofi-nccl, or the pods got no EFA devices (check --image "
+    "and the vpc.amazonaws.com/efa the pods request)",
     prerequisites=(
         Prerequisite(
             kind="resource",
