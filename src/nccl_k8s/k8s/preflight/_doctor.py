@@ -164,7 +164,7 @@ async def _platform(kc: KubeClient, spec: RunSpec, nodes: Read) -> tuple[RunSpec
         checks.append(Check("platform", "pass", f"{platform.name} (named)"))
     if platform.prerequisites:
         reads = await _prereqs.read(kc, platform)
-        usable = Read(items=may_use(spec, nodes.items)) if nodes.ok else nodes
+        usable = Read(items=may_use(spec, nodes.items)) if nodes.items is not None else nodes
         checks += _prereqs.check(platform, spec, reads, usable)
     return spec, checks
 

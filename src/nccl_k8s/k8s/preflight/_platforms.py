@@ -125,9 +125,9 @@ def resolve(spec: RunSpec, nodes: Sequence[Obj], slices: Sequence[Obj]) -> Resol
         return Resolved(with_platform(spec, named.name, devices=devices), note)
     choice = detect(facts, PLATFORMS, gpu_resource=spec.gpu_resource)
     platform = PLATFORMS[choice.platform]
-    devices = None if choice.devices is None else per_pod(platform, spec, facts, choice.devices)
+    share = None if choice.devices is None else per_pod(platform, spec, facts, choice.devices)
     resolved = with_platform(
-        spec, choice.platform, devices=devices, instance_type=choice.instance_type
+        spec, choice.platform, devices=share, instance_type=choice.instance_type
     )
     return Resolved(resolved, f"platform {choice.reason}", choice)
 

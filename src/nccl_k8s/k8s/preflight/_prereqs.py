@@ -17,7 +17,7 @@ from nccl_k8s.k8s.api._client import KubeClient
 from nccl_k8s.k8s.api._kinds import cluster_object
 from nccl_k8s.k8s.api._types import Kind, Obj
 from nccl_k8s.k8s.preflight._nodefit import node_view
-from nccl_k8s.k8s.preflight._preflight import Check, Read
+from nccl_k8s.k8s.preflight._preflight import Check, Read, Status
 from nccl_k8s.spec import RunSpec
 from nccl_k8s.spec.platforms import Platform, Prerequisite
 
@@ -85,7 +85,7 @@ def _resource(platform: Platform, p: Prerequisite, spec: RunSpec, nodes: Sequenc
         )  # fmt: skip
     shown = ", ".join(f"{v.name}: {v.allocatable[p.name]}" for v in having[:3])
     more = f" and {len(having) - 3} more" if len(having) > 3 else ""
-    status = "pass" if len(having) == len(gpu) else "warn"
+    status: Status = "pass" if len(having) == len(gpu) else "warn"
     return Check(
         f"{platform.name}:{p.name}",
         status,
