@@ -108,6 +108,10 @@ RESOURCES: dict[str, ResourceInfo] = {
         ResourceInfo(
             "statefulsets", "StatefulSet", "apps", "v1", True, ("sts",), ("status", "scale")
         ),
+        # Stored and served, no controller: what doctor reads of a cluster's add-ons (device
+        # plugins) and of DRA drivers' devices; tests write them as the add-ons would.
+        ResourceInfo("daemonsets", "DaemonSet", "apps", "v1", True, ("ds",), ("status",)),
+        ResourceInfo("resourceslices", "ResourceSlice", "resource.k8s.io", "v1", False),
         ResourceInfo(
             "customresourcedefinitions",
             "CustomResourceDefinition",

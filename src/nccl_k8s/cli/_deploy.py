@@ -231,6 +231,8 @@ def deploy_command(
 
     def deployed(d: Any) -> None:
         made.append(d)
+        if d.platform_note:
+            err.print(d.platform_note, markup=False, highlight=False)
         new_ns = " (namespace created)" if d.created_namespace else ""
         err.print(
             f"deployed run {d.run_id} in namespace {d.namespace}{new_ns}: {', '.join(d.objects)}",

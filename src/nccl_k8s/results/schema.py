@@ -133,6 +133,11 @@ class RunMeta:
     #: Which sweep of a run of several (engine --sweeps, the StatefulSet's continuous mode) this
     #: is, counted from 0 by the engine process that measured it; None for a run of one sweep.
     sweep: int | None = None
+    #: What carried the inter-node traffic, as the pods' NCCL INFO lines show it (results.fabrics:
+    #: efa, ib, roce, socket ..., "mixed" when ranks disagree); None when the logs do not say.
+    fabric: str | None = None
+    #: The fabric platform the pods were rendered for (spec.platforms), when one was.
+    platform: str | None = None
 
 
 @dataclass
@@ -408,6 +413,8 @@ def meta_from(r: _Reader) -> RunMeta:
         failure=r.str_("failure"),
         partial=bool(r.bool_("partial")),
         sweep=r.int_("sweep"),
+        fabric=r.str_("fabric"),
+        platform=r.str_("platform"),
     )
 
 

@@ -46,7 +46,7 @@ from nccl_k8s.errors import (
     UsageError,
 )
 from nccl_k8s.k8s.api._config import ClientSettings, RetrySettings, load_config
-from nccl_k8s.k8s.api._kinds import CUSTOM, plural, resource
+from nccl_k8s.k8s.api._kinds import CLUSTER_SCOPED, CUSTOM, GLOBAL, plural, resource
 from nccl_k8s.k8s.api._translate import (
     Ask,
     fields_of,
@@ -263,7 +263,7 @@ class KubeClient:
         return f"user {user!r}" if user else "this user"
 
     def _ns(self, kind: str, namespace: str | None) -> str | None:
-        if kind in ("Namespace", "Node", "ResourceSlice"):  # cluster-scoped
+        if kind in CLUSTER_SCOPED or kind in GLOBAL:
             return None
         return namespace or self.namespace
 
@@ -305,7 +305,7 @@ class KubeClient:
         `!b`), ANDed with `labels`. A custom kind the cluster does not serve is NotFound."""
         ns = (
             ALL_NS
-            if all_namespaces and kind not in ("Namespace", "Node", "ResourceSlice")
+            if all_namespaces and kind not in CLUSTER_SCOPED and kind not in GLOBAL
             else self._ns(kind, namespace)
         )
         ask = Ask("list", kind, None if ns == ALL_NS else ns)

@@ -6,8 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from lightkube.core import resource as lk_resource
-from lightkube.generic_resource import create_namespaced_resource
-from lightkube.resources.apps_v1 import StatefulSet
+from lightkube.generic_resource import create_global_resource, create_namespaced_resource
+from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
+from lightkube.resources.apps_v1 import DaemonSet, StatefulSet
 from lightkube.resources.batch_v1 import Job
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import (
@@ -37,9 +38,14 @@ RESOURCES: dict[str, Any] = {
     "ResourceQuota": ResourceQuota,
     "LimitRange": LimitRange,
     "Lease": Lease,
-    # DRA drivers' devices per node (doctor --compute-domain: NVIDIA's compute-domain driver).
+    # Read by --platform auto and doctor's platform prerequisites (ResourceSlices: the DRA
+    # drivers' devices per node, also doctor --compute-domain's).
+    "DaemonSet": DaemonSet,
+    "CustomResourceDefinition": CustomResourceDefinition,
     "ResourceSlice": ResourceSlice,
 }
+#: Kinds without a namespace (the client sends no namespace for them).
+CLUSTER_SCOPED = frozenset({"Namespace", "Node", "CustomResourceDefinition", "ResourceSlice"})
 #: Custom resources we render or read, by apiVersion (several groups call theirs PodGroup).
 #: Made once with lightkube's public generic-resource API: the PodGroup of every scheduler of the
 #: gang table, the Prometheus Operator's PodMonitor (--pod-monitor), Kueue's LocalQueue, which
@@ -81,9 +87,34 @@ def resource(kind: str, api_version: str | None = None) -> Any:
         ) from None
 
 
+def cluster_object(api: str) -> tuple[str, str]:
+    """(kind, apiVersion) to read cluster-scoped objects of `api` (`group/version/plural`, as a
+    platform prerequisite names them) with; the resource class is made once, on first use."""
+    group, version, plural_ = api.split("/")
+    kind = f"Object:{plural_}.{group}"
+    api_version = f"{group}/{version}"
+    if (api_version, kind) not in CUSTOM:
+        CUSTOM[(api_version, kind)] = create_global_resource(group, version, kind, plural_)
+        GLOBAL.add(kind)
+    return kind, api_version
+
+
+#: Custom kinds made by `cluster_object` (cluster-scoped).
+GLOBAL: set[str] = set()
+
+
 def plural(kind: str) -> str:
     res = RESOURCES.get(kind) or next((r for (_, k), r in CUSTOM.items() if k == kind), None)
     return str(lk_resource.api_info(res).plural) if res is not None else kind.lower()
 
 
-__all__ = ["CUSTOM", "DEFAULT_VERSION", "RESOURCES", "plural", "resource"]
+__all__ = [
+    "CLUSTER_SCOPED",
+    "CUSTOM",
+    "DEFAULT_VERSION",
+    "GLOBAL",
+    "RESOURCES",
+    "cluster_object",
+    "plural",
+    "resource",
+]

@@ -36,6 +36,8 @@ Kind = Literal[
     "LocalQueue",
     "PodMonitor",
     "ComputeDomain",
+    "DaemonSet",
+    "CustomResourceDefinition",
     "ResourceSlice",
 ]
 

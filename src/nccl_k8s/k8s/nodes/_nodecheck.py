@@ -56,6 +56,7 @@ from nccl_k8s.k8s.nodes._badnodes import (
     verdicts,
 )
 from nccl_k8s.k8s.preflight._nodefit import place
+from nccl_k8s.k8s.preflight._platforms import resolve_async
 from nccl_k8s.k8s.run._cleanup import cleanup_async
 from nccl_k8s.k8s.run._collect import collect_async
 from nccl_k8s.k8s.run._deploy import deploy_async
@@ -352,6 +353,10 @@ async def nodes_check_async(
     request goes through `kc`; interrupted (cancelled), it removes the test runs it started."""
     say = progress or (lambda text: None)
     nodes = (await kc.list("Node", label_selector=selector))[0]
+    resolved = await resolve_async(kc, spec, nodes)  # --platform auto: these nodes say
+    spec = resolved.spec
+    if resolved.note:
+        say(resolved.note)
     placement = place(spec, nodes)
     candidates = sorted((v.name for v in placement.eligible), key=_natural)
     left_out = {name: why for name, (_, why) in sorted(placement.dropped.items())}

@@ -27,8 +27,10 @@ from nccl_k8s.errors import ClusterError, Forbidden, NotFound
 from nccl_k8s.k8s.api._client import ClientSettings, KubeClient
 from nccl_k8s.k8s.api._sync import run_sync
 from nccl_k8s.k8s.api._types import Obj
+from nccl_k8s.k8s.preflight import _prereqs
 from nccl_k8s.k8s.preflight._computedomain import check_compute_domain
 from nccl_k8s.k8s.preflight._nodechecks import check_nodes
+from nccl_k8s.k8s.preflight._platforms import may_use, resolve_async
 from nccl_k8s.k8s.preflight._preflight import (
     Check,
     Read,
@@ -45,6 +47,7 @@ from nccl_k8s.k8s.preflight._preflight import (
 )
 from nccl_k8s.k8s.rendering._computedomain import COMPUTE_DOMAIN_API_VERSION
 from nccl_k8s.spec import GANGS, RunSpec
+from nccl_k8s.spec.platforms import GENERIC, PLATFORMS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,11 +159,13 @@ async def preflight(kc: KubeClient, spec: RunSpec, *, create_namespace: bool = F
         asyncio.gather(domains, slices),
     )
     ns, nodes, lease_read, placed_read, group_read, admission = first
+    spec, platform_checks = await _platform(kc, spec, nodes)
     now = datetime.datetime.now(datetime.timezone.utc)
     checks = [
         check_api(kc.server, version, None),
         check_namespace(namespace, ns, create=create_namespace),
         *_admission_checks(spec, namespace, ns, admission),
+        *platform_checks,
         *check_nodes(spec, nodes),
         check_scheduler(spec, lease_read, placed_read, now),
     ]
@@ -169,6 +174,24 @@ async def preflight(kc: KubeClient, spec: RunSpec, *, create_namespace: bool = F
         checks.append(group)
     checks += check_compute_domain(spec, cd_read, slice_read, nodes)
     return Doctored(kc.server, namespace, checks)
+
+
+async def _platform(kc: KubeClient, spec: RunSpec, nodes: Read) -> tuple[RunSpec, list[Check]]:
+    """The platform the run is for (--platform auto: what the nodes say) and the checks of its
+    prerequisites; the spec resolved for it (node fit then counts its fabric devices)."""
+    resolved = await resolve_async(kc, spec, nodes.items)
+    spec = resolved.spec
+    platform = PLATFORMS.get(spec.platform, GENERIC)
+    checks = []
+    if resolved.note:
+        checks.append(Check("platform", "pass", resolved.note.removeprefix("platform ")))
+    elif platform is not GENERIC:
+        checks.append(Check("platform", "pass", f"{platform.name} (named)"))
+    if platform.prerequisites:
+        reads = await _prereqs.read(kc, platform)
+        usable = Read(items=may_use(spec, nodes.items)) if nodes.items is not None else nodes
+        checks += _prereqs.check(platform, spec, reads, usable)
+    return spec, checks
 
 
 def doctor(spec: RunSpec, *, client: ClientSettings, create_namespace: bool = False) -> Doctored:

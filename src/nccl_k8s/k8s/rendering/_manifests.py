@@ -60,13 +60,14 @@ from nccl_k8s.k8s.rendering._names import (
     ENGINE_MOUNT,
     METRICS_PATH,
     METRICS_PORT_NAME,
+    PLATFORM_ANNOTATION,
     PODMONITOR_API_VERSION,
     PSA_ANNOTATION,
     RENDERED_ANNOTATION,
     RESULTS_MOUNT,
     WORKER,
 )
-from nccl_k8s.k8s.rendering._platform import apply_platform, check_platform
+from nccl_k8s.k8s.rendering._platform import apply_platform, check_platform, platform_of
 from nccl_k8s.k8s.rendering._presets import (
     MESH_OPT_OUT_ANNOTATIONS,
     MESH_OPT_OUT_LABELS,
@@ -436,6 +437,9 @@ def _workload_metadata(spec: RunSpec) -> Obj:
     if spec.queue is not None:
         meta["labels"][LABEL_KUEUE_QUEUE] = spec.queue
     meta.setdefault("annotations", {})[PSA_ANNOTATION] = pod_security_level(spec)
+    platform = platform_of(spec)
+    if platform.fabric:  # what the run's logs must show it used (run._fabric checks)
+        meta["annotations"][PLATFORM_ANNOTATION] = platform.name
     return meta
 
 

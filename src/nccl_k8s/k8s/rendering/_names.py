@@ -25,6 +25,10 @@ PSA_ANNOTATION = "nccl-k8s/pod-security"
 #: renderer made them (a user's object that merely copies our labels does not carry it).
 RENDERED_ANNOTATION = "nccl-k8s/rendered-for"
 
+#: On the workload of a run rendered for a fabric platform (spec.platforms): its name, so that
+#: whoever reads the run later (deploy's end, `results`) checks the fabric its logs show.
+PLATFORM_ANNOTATION = "nccl-k8s/platform"
+
 #: The annotation a stopped Job carries: why nccl-k8s stopped it (its Failed condition then says
 #: DeadlineExceeded, which is how it was stopped, not why).
 STOPPED_ANNOTATION = "nccl-k8s/stopped-because"
@@ -47,6 +51,7 @@ __all__ = [
     "ENGINE_MOUNT",
     "METRICS_PATH",
     "METRICS_PORT_NAME",
+    "PLATFORM_ANNOTATION",
     "PODMONITOR_API_VERSION",
     "PSA_ANNOTATION",
     "RENDERED_ANNOTATION",

@@ -78,6 +78,9 @@ _BASE_ENV: tuple[tuple[str, str], ...] = (
     # INFO logs the chosen transport, HCAs and rings, which the results parser reads to say why
     # numbers are low; without it a slow run cannot be explained after the fact.
     ("NCCL_DEBUG", "INFO"),
+    # Of INFO, the subsystems that say which fabric each rank used (network, plugin, devices,
+    # each connection's transport): enough to prove the fabric, without the per-call noise.
+    ("NCCL_DEBUG_SUBSYS", "INIT,NET"),
     # A collective that times out aborts its communicator and ends the process, so the pod fails
     # and the run is named as failed, instead of every rank hanging until the Job's deadline.
     ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),

@@ -27,7 +27,7 @@ from typing import Any
 from nccl_k8s.errors import ClusterError, ResultsError, RunFailed
 from nccl_k8s.k8s.api._client import ClientSettings, KubeClient
 from nccl_k8s.k8s.api._sync import run_sync
-from nccl_k8s.k8s.rendering._names import CONTAINER_NAME
+from nccl_k8s.k8s.rendering._names import CONTAINER_NAME, PLATFORM_ANNOTATION
 from nccl_k8s.k8s.rendering._wrapper import BLOCK_END
 from nccl_k8s.k8s.run._outcomes import Collected, CollectedSweep
 from nccl_k8s.k8s.run._plumbing import (
@@ -121,6 +121,13 @@ async def collect_async(
         if not found:
             raise _nothing_yet(rid, run_phase(workload, pods), len(pods), log_dir, continuous)
         sweeps = _parse_sweeps(found, rid, pods)
+        diagnosis = _diagnose([nccl for _, nccl in parts])
+        platform = ((workload or {}).get("metadata", {}).get("annotations") or {}).get(
+            PLATFORM_ANNOTATION
+        )
+        for s in sweeps:  # every run's results say what carried it, and what it was made for
+            s.run.meta.fabric = diagnosis.inter_node if diagnosis is not None else None
+            s.run.meta.platform = platform
         chosen = _chosen(sweeps, sweep, rid, log_dir)
         written = _write_sweeps(sweeps, chosen, base, sweep=sweep, all_sweeps=all_sweeps)
         path = _dump(chosen.run, base / "results.json") if sweep is None else None
@@ -133,7 +140,7 @@ async def collect_async(
             path,
             log_dir,
             len(pods),
-            _diagnose([nccl for _, nccl in parts]),
+            diagnosis,
             time.monotonic() - start,
             sweeps=written if all_sweeps else [],
         )

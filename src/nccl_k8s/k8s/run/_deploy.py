@@ -18,20 +18,23 @@ import functools
 from collections.abc import Callable
 from pathlib import Path
 
-from nccl_k8s.errors import ClusterError, Conflict, Forbidden, Refused, UsageError
+from nccl_k8s.errors import ClusterError, Conflict, Forbidden, Refused, RunFailed, UsageError
 from nccl_k8s.k8s.api._client import ClientSettings, KubeClient
 from nccl_k8s.k8s.api._sync import run_sync
 from nccl_k8s.k8s.api._types import Obj
 from nccl_k8s.k8s.preflight._doctor import refusal
+from nccl_k8s.k8s.preflight._platforms import resolve_async
 from nccl_k8s.k8s.rendering._manifests import render
 from nccl_k8s.k8s.rendering._names import APP_NAME
 from nccl_k8s.k8s.run._bundle import write_bundle
+from nccl_k8s.k8s.run._fabric import check_fabric
 from nccl_k8s.k8s.run._monitor import Ending, follow_run
 from nccl_k8s.k8s.run._outcomes import Created, Deployed, ProgressFn, WaitOutcome
 from nccl_k8s.k8s.run._plumbing import WORKLOADS, delete_created
 from nccl_k8s.k8s.run._settings import WaitSettings
 from nccl_k8s.k8s.run._tracing import span
 from nccl_k8s.spec import LABEL_INSTANCE, LABEL_NAME, RunSpec
+from nccl_k8s.spec.platforms import PLATFORMS
 
 
 def deploy(
@@ -87,9 +90,13 @@ async def deploy_async(
     the run once all its objects exist (an exception it raises ends the deploy there, the run
     left as it is)."""
     ns = spec.namespace or kc.namespace
+    resolved = await resolve_async(kc, spec)  # --platform auto: read the nodes, choose
+    spec = resolved.spec
     with span("deploy", run_id=spec.run_id, namespace=ns, **_span_attributes(spec)):
         with span("apply", run_id=spec.run_id, namespace=ns):
-            deployed = await _deploy(kc, spec, create_namespace=create_namespace)
+            deployed = await _deploy(
+                kc, spec, create_namespace=create_namespace, platform_note=resolved.note
+            )
         if on_deployed is not None:
             on_deployed(deployed)
         if not wait:
@@ -115,7 +122,23 @@ async def deploy_async(
             )
         except ClusterError as e:
             raise _still_running(e, deployed) from e
+        await _fabric_gate(kc, spec, outcome)
         return deployed, outcome
+
+
+async def _fabric_gate(kc: KubeClient, spec: RunSpec, outcome: WaitOutcome) -> None:
+    """A run rendered for a platform that succeeded on another fabric fails (RunFailed, exit
+    1), naming the ranks and hosts; its objects stay for `results` and `logs`."""
+    platform = PLATFORMS.get(spec.platform)
+    if platform is None or not platform.fabric or outcome.phase != "Succeeded":
+        return
+    with span("fabric", run_id=spec.run_id, namespace=outcome.namespace):
+        checked = await check_fabric(kc, outcome.namespace, outcome.pods, platform)
+    if not checked.ok:
+        raise RunFailed(
+            f"run {spec.run_id}: {checked.message()} (`nccl-k8s results --run {spec.run_id} "
+            f"-n {outcome.namespace}` diagnoses its logs)"
+        )
 
 
 def _span_attributes(spec: RunSpec) -> dict[str, object]:
@@ -145,7 +168,9 @@ def _still_running(e: ClusterError, d: Deployed) -> ClusterError:
     return out
 
 
-async def _deploy(kc: KubeClient, spec: RunSpec, *, create_namespace: bool) -> Deployed:
+async def _deploy(
+    kc: KubeClient, spec: RunSpec, *, create_namespace: bool, platform_note: str = ""
+) -> Deployed:
     namespace = spec.namespace or kc.namespace
     spec = dataclasses.replace(spec, namespace=namespace)
     objs = render(spec)  # pure; same objects `render` prints
@@ -220,6 +245,8 @@ async def _deploy(kc: KubeClient, spec: RunSpec, *, create_namespace: bool) -> D
         objects=[f"{o['kind']}/{o['metadata']['name']}" for o in objs],
         created_namespace=any(c.kind == "Namespace" for c in created),
         created=created,
+        platform=spec.platform,
+        platform_note=platform_note,
     )
 
 

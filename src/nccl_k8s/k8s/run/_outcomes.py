@@ -102,6 +102,11 @@ class Deployed:
     created_namespace: bool = False
     created: list[Created] = dataclasses.field(default_factory=list)
     """What this deploy created (the namespace first when it made one), with uids."""
+    platform: str = "generic"
+    """The platform the pods were rendered for (what --platform auto chose, or the one named)."""
+    platform_note: str = ""
+    """Why: `platform eks-efa: node ip-10-1-2-3 has vpc.amazonaws.com/efa: 32, instance type
+    p5.48xlarge`; empty when the spec named the platform and its devices."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -70,7 +70,8 @@ class Prerequisite:
     each and prints `hint` when it is missing."""
 
     kind: PrerequisiteKind
-    """daemonset: a DaemonSet `name` (any namespace unless `namespace`) with ready pods;
+    """daemonset: a DaemonSet whose name contains `name` (Helm prefixes its release name,
+    other installers add a suffix; any namespace unless `namespace`) with ready pods;
     crd: the CustomResourceDefinition `name`; resource: nodes with allocatable `name`;
     driver: ResourceSlices of the DRA driver `name`; object: an object `name` of `api` (for
     cluster-scoped kinds such as GKE's Network objects)."""
@@ -146,6 +147,9 @@ class Platform:
     image_note: str = ""
     """Why that image (what it carries that the stock image lacks)."""
     prerequisites: tuple[Prerequisite, ...] = ()
+    fallback: str = ""
+    """What a run rendered for the platform most likely lacks when its logs show another fabric
+    (said after "rendered for P, but ranks ... used NET/Socket: ")."""
     sources: tuple[str, ...] = ()
     """The vendor references the entry follows, each `repo@version path` or a URL with its date."""
 
