@@ -99,6 +99,21 @@ RESOURCES: dict[str, ResourceInfo] = {
         ResourceInfo(
             "statefulsets", "StatefulSet", "apps", "v1", True, ("sts",), ("status", "scale")
         ),
+        ResourceInfo("roles", "Role", "rbac.authorization.k8s.io", "v1", True),
+        ResourceInfo("rolebindings", "RoleBinding", "rbac.authorization.k8s.io", "v1", True),
+        ResourceInfo("clusterroles", "ClusterRole", "rbac.authorization.k8s.io", "v1", False),
+        ResourceInfo(
+            "clusterrolebindings", "ClusterRoleBinding", "rbac.authorization.k8s.io", "v1", False
+        ),
+        # Not stored: the API server answers a create with the review (tests/cluster/rbac.py).
+        ResourceInfo(
+            "selfsubjectaccessreviews",
+            "SelfSubjectAccessReview",
+            "authorization.k8s.io",
+            "v1",
+            False,
+            verbs=("create",),
+        ),
         ResourceInfo(
             "customresourcedefinitions",
             "CustomResourceDefinition",
