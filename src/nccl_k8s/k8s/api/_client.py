@@ -273,6 +273,17 @@ class KubeClient:
         br = BasicRequest(method="GET", url="version")
         return self._object(await self._send(br, ask, retry="reads"), ask)
 
+    async def review_access(self, attributes: Obj) -> bool:
+        """May this user do it? A SelfSubjectAccessReview of `attributes` (verb, group,
+        resource, subresource, namespace): nothing is written, so it is retried as a read."""
+        ask = Ask("create", "SelfSubjectAccessReview", None)
+        review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+                  "spec": {"resourceAttributes": attributes}}  # fmt: skip
+        url = "apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
+        br = BasicRequest(method="POST", url=url, data=review)
+        got = self._object(await self._send(br, ask, retry="reads"), ask)
+        return bool((got.get("status") or {}).get("allowed"))
+
     # ---- reads -------------------------------------------------------------------------------
 
     async def get(

@@ -8,6 +8,7 @@ request each, at once) and hands it to the pure checks of preflight._preflight a
                   --gang only)
     gang / queue  LIST PodGroups / Kueue LocalQueues in the namespace (--gang / --queue only)
     admission     LIST ResourceQuotas and LimitRanges in the namespace
+    permissions   a SelfSubjectAccessReview per verb the run needs (preflight._access)
 
 A read that RBAC denies makes its checks a warning, not an error: doctor says what it could not
 see. `deploy` runs the part that is cheap and decisive (`refusal`: Pod Security from the
@@ -26,6 +27,7 @@ from nccl_k8s.errors import ClusterError, Forbidden, NotFound
 from nccl_k8s.k8s.api._client import ClientSettings, KubeClient
 from nccl_k8s.k8s.api._sync import run_sync
 from nccl_k8s.k8s.api._types import Obj
+from nccl_k8s.k8s.preflight._access import access_checks
 from nccl_k8s.k8s.preflight._nodechecks import check_nodes
 from nccl_k8s.k8s.preflight._preflight import (
     Check,
@@ -133,8 +135,11 @@ async def preflight(kc: KubeClient, spec: RunSpec, *, create_namespace: bool = F
         _admission_reads(kc, spec, namespace),
     )
     now = datetime.datetime.now(datetime.timezone.utc)
+    absent = not ns.forbidden and not ns.items
+    access = await access_checks(kc, spec, namespace, create_namespace=create_namespace and absent)
     checks = [
         check_api(kc.server, version, None),
+        *access,
         check_namespace(namespace, ns, create=create_namespace),
         *_admission_checks(spec, namespace, ns, admission),
         *check_nodes(spec, nodes),
