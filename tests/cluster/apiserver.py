@@ -31,7 +31,7 @@ from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
 import yaml
-from tests.cluster import crds, errors, patch, protobuf, schema, tables
+from tests.cluster import crds, errors, patch, protobuf, rbac, schema, tables
 from tests.cluster.errors import ApiError
 from tests.cluster.faults import Faults
 from tests.cluster.store import ResourceInfo, Store, clone, now_rfc3339
@@ -247,6 +247,9 @@ class APIServer:
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
         self.requests = 0  # served request count, handy when a test wants to see traffic
+        self.authenticator = rbac.Authenticator()
+        self.authorizer = rbac.Authorizer(store)
+        self.recorder = rbac.Recorder()
 
     @property
     def url(self) -> str:
@@ -287,6 +290,8 @@ class APIServer:
         body = h.read_body()
         self.requests += 1
         try:
+            if not path.startswith("/_test/"):
+                self._authorize(h, method, path, q)
             # The control endpoint itself is never failed, so a broad rule can be cleared.
             fault = None if path.startswith("/_test/") else self.faults.take(method, path)
             if fault is not None:
@@ -300,6 +305,14 @@ class APIServer:
         except Exception as e:
             log.exception("apiserver: %s %s failed", method, h.path)
             h.send_json(500, ApiError(500, "InternalError", f"{type(e).__name__}: {e}").status())
+
+    def _authorize(self, h: _Handler, method: str, path: str, q: dict[str, str]) -> None:
+        """Who asks (401 for a token nobody issued), recorded, then RBAC (403) unless an admin."""
+        h.user = self.authenticator.user(h.headers.get("Authorization"))
+        attrs = rbac.request_attributes(h.user, method, path, q)
+        self.recorder.add(attrs)
+        if not self.authorizer.decide(attrs)[0]:
+            raise rbac.forbidden(attrs)
 
     def _dispatch(
         self, h: _Handler, method: str, path: str, q: dict[str, str], body: bytes
@@ -327,6 +340,12 @@ class APIServer:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         if route.sub == "scale":
             self._scale(h, method, route, body)
+            return
+        if ri.plural == "selfsubjectaccessreviews":
+            if method != "POST" or route.name is not None:
+                raise errors.method_not_allowed(f"{method} is not supported on {path}")
+            review = self._body(h, body)
+            h.send_json(201, rbac.self_subject_access_review(self.authorizer, h.user, review))
             return
         if (route.sub == "log" and method != "GET") or (route.sub and method in ("POST", "DELETE")):
             raise errors.method_not_allowed(f"{method} is not supported on {path}")
@@ -1151,6 +1170,7 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _Server
     server_version = "nccl-k8s-test-apiserver"
+    user: rbac.User = rbac.ADMIN  # who sent the request being served (APIServer._authorize)
     # Headers and body leave in separate sends; with Nagle on, every answer on a kept-alive
     # connection waited ~40 ms for the peer's delayed ACK (44 ms per request from httpx).
     disable_nagle_algorithm = True

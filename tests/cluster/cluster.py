@@ -23,7 +23,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from tests.cluster import admission
+from tests.cluster import admission, rbac
 from tests.cluster.apiserver import APIServer
 from tests.cluster.faults import Faults
 from tests.cluster.kubeconfig import write_kubeconfig
@@ -150,6 +150,7 @@ class Cluster:
         self.workdir = Path(tempfile.mkdtemp(prefix=f"nccl-k8s-cluster-{self.number}-"))
         for i in range(self.nodes):
             self.store.create("nodes", self._node(i))
+        rbac.bootstrap(self.store)
         self._start_components()
         self.apiserver = APIServer(self.store, logs=self.kubelet, faults=self.faults)
         self.apiserver.start()
@@ -237,6 +238,32 @@ class Cluster:
 
     def node_address(self, i: int) -> str:
         return node_address(self.number, i)
+
+    def add_user(
+        self, name: str, groups: tuple[str, ...] = (), *, namespace: str = "default"
+    ) -> Path:
+        """A kubeconfig that authenticates as user `name` (with `groups`) by a bearer token.
+        Unlike the admin's, this user's requests are authorized by RBAC: it may do nothing until
+        a binding grants it. For a ServiceAccount: `add_user(*rbac.service_account(ns, sa))`."""
+        if self.apiserver is None or self.workdir is None:
+            raise RuntimeError("Cluster is not started")
+        _user, token = self.apiserver.authenticator.add(name, groups)
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+        path = self.workdir / "users" / f"{safe}-{token[:8]}.kubeconfig"
+        return write_kubeconfig(
+            path,
+            self.url,
+            name=f"{safe}@nccl-k8s-test-{self.number}",
+            namespace=namespace,
+            token=token,
+        )
+
+    def record_requests(self) -> contextlib.AbstractContextManager[list[rbac.Attributes]]:
+        """`with cluster.record_requests() as seen:` every request served meanwhile, as the
+        authorizer saw it (user, verb, group, resource, subresource, namespace, name, path)."""
+        if self.apiserver is None:
+            raise RuntimeError("Cluster is not started")
+        return self.apiserver.recorder.recording()
 
     def kubectl_env(self) -> dict[str, str]:
         """os.environ with KUBECONFIG pointing at this cluster, for subprocess kubectl."""

@@ -1,4 +1,5 @@
-"""The kubeconfig a test cluster hands to kubectl and the product's client: plain http, no auth.
+"""The kubeconfig a test cluster hands to kubectl and the product's client: plain http, no
+credentials (the admin), or a user's bearer token (`Cluster.add_user`).
 
 Written atomically (temp file + rename) because a test may start kubectl the moment the cluster
 says it is ready, and a half-written file would read as "no configuration".
@@ -12,12 +13,14 @@ from pathlib import Path
 import yaml
 
 
-def kubeconfig_dict(url: str, *, name: str, namespace: str = "default") -> dict[str, object]:
+def kubeconfig_dict(
+    url: str, *, name: str, namespace: str = "default", token: str | None = None
+) -> dict[str, object]:
     return {
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [{"name": name, "cluster": {"server": url}}],
-        "users": [{"name": name, "user": {}}],
+        "users": [{"name": name, "user": {"token": token} if token else {}}],
         "contexts": [
             {"name": name, "context": {"cluster": name, "user": name, "namespace": namespace}}
         ],
@@ -26,11 +29,17 @@ def kubeconfig_dict(url: str, *, name: str, namespace: str = "default") -> dict[
     }
 
 
-def write_kubeconfig(path: Path, url: str, *, name: str) -> Path:
+def write_kubeconfig(
+    path: Path, url: str, *, name: str, namespace: str = "default", token: str | None = None
+) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(yaml.safe_dump(kubeconfig_dict(url, name=name), sort_keys=False))
+    tmp.write_text(
+        yaml.safe_dump(
+            kubeconfig_dict(url, name=name, namespace=namespace, token=token), sort_keys=False
+        )
+    )
     os.chmod(tmp, 0o600)
     os.replace(tmp, path)
     return path

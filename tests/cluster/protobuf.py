@@ -61,6 +61,28 @@ TYPES: dict[str, _Table] = {
         3: ("imagePullSecrets", ("repeated", _LOCAL_REF)),
         4: ("automountServiceAccountToken", "bool"),
     },
+    # `kubectl auth can-i` (field numbers read off the bodies kubectl 1.32 sends).
+    "SelfSubjectAccessReview": {
+        1: ("metadata", _META),
+        2: (
+            "spec",
+            {
+                1: (
+                    "resourceAttributes",
+                    {
+                        1: ("namespace", "str"),
+                        2: ("verb", "str"),
+                        3: ("group", "str"),
+                        4: ("version", "str"),
+                        5: ("resource", "str"),
+                        6: ("subresource", "str"),
+                        7: ("name", "str"),
+                    },
+                ),
+                2: ("nonResourceAttributes", {1: ("path", "str"), 2: ("verb", "str")}),
+            },
+        ),
+    },
 }
 
 

@@ -109,9 +109,23 @@ RESOURCES: dict[str, ResourceInfo] = {
             "statefulsets", "StatefulSet", "apps", "v1", True, ("sts",), ("status", "scale")
         ),
         # Stored and served, no controller: what doctor reads of a cluster's add-ons (device
-        # plugins) and of DRA drivers' devices; tests write them as the add-ons would.
+        # plugins; DRA drivers' ResourceSlices are above); tests write them as add-ons would.
         ResourceInfo("daemonsets", "DaemonSet", "apps", "v1", True, ("ds",), ("status",)),
-        ResourceInfo("resourceslices", "ResourceSlice", "resource.k8s.io", "v1", False),
+        ResourceInfo("roles", "Role", "rbac.authorization.k8s.io", "v1", True),
+        ResourceInfo("rolebindings", "RoleBinding", "rbac.authorization.k8s.io", "v1", True),
+        ResourceInfo("clusterroles", "ClusterRole", "rbac.authorization.k8s.io", "v1", False),
+        ResourceInfo(
+            "clusterrolebindings", "ClusterRoleBinding", "rbac.authorization.k8s.io", "v1", False
+        ),
+        # Not stored: the API server answers a create with the review (tests/cluster/rbac.py).
+        ResourceInfo(
+            "selfsubjectaccessreviews",
+            "SelfSubjectAccessReview",
+            "authorization.k8s.io",
+            "v1",
+            False,
+            verbs=("create",),
+        ),
         ResourceInfo(
             "customresourcedefinitions",
             "CustomResourceDefinition",

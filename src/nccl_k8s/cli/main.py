@@ -55,6 +55,9 @@ def _register() -> None:
     from nccl_k8s.cli import _doctor
 
     _doctor.register(app)
+    from nccl_k8s.cli import _rbac
+
+    _rbac.register(app)
 
 
 _register()

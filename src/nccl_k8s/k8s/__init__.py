@@ -1,5 +1,5 @@
 """The Kubernetes layer, one facade: render, deploy, wait, status, list_runs, logs, collect, cleanup,
-doctor, explain (doctor --run), bundle, nodes_check.
+doctor, explain (doctor --run), bundle, nodes_check, rbac_objects (what to grant a user).
 
     from nccl_k8s import k8s
     objs = k8s.render(spec)                       # pure: RunSpec -> the objects deploy applies
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from nccl_k8s.k8s.preflight._doctor import Doctored, doctor
     from nccl_k8s.k8s.rendering._dump import dump
     from nccl_k8s.k8s.rendering._manifests import render
+    from nccl_k8s.k8s.rendering._rbac import Subject, rbac_objects, rbac_text, subject_of
     from nccl_k8s.k8s.run._bundle import Bundled, bundle, bundle_path
     from nccl_k8s.k8s.run._cleanup import cleanup
     from nccl_k8s.k8s.run._collect import collect
@@ -70,6 +71,10 @@ _WHERE = {
     "logs": "run._logs",
     "dump": "rendering._dump",
     "render": "rendering._manifests",
+    "Subject": "rendering._rbac",
+    "rbac_objects": "rendering._rbac",
+    "rbac_text": "rendering._rbac",
+    "subject_of": "rendering._rbac",
     "WaitSettings": "run._settings",
     "wait": "run._monitor",
     "Cleaned": "run._outcomes",
@@ -106,6 +111,7 @@ __all__ = [
     "RunPhase",
     "RunStatus",
     "RunSummary",
+    "Subject",
     "WaitOutcome",
     "WaitSettings",
     "bundle",
@@ -120,8 +126,11 @@ __all__ = [
     "logs",
     "nodes_check",
     "progress_line",
+    "rbac_objects",
+    "rbac_text",
     "render",
     "status",
+    "subject_of",
     "table_text",
     "wait",
 ]

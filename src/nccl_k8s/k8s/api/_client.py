@@ -273,6 +273,17 @@ class KubeClient:
         br = BasicRequest(method="GET", url="version")
         return self._object(await self._send(br, ask, retry="reads"), ask)
 
+    async def review_access(self, attributes: Obj) -> bool:
+        """May this user do it? A SelfSubjectAccessReview of `attributes` (verb, group,
+        resource, subresource, namespace): nothing is written, so it is retried as a read."""
+        ask = Ask("create", "SelfSubjectAccessReview", None)
+        review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+                  "spec": {"resourceAttributes": attributes}}  # fmt: skip
+        url = "apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
+        br = BasicRequest(method="POST", url=url, data=review)
+        got = self._object(await self._send(br, ask, retry="reads"), ask)
+        return bool((got.get("status") or {}).get("allowed"))
+
     # ---- reads -------------------------------------------------------------------------------
 
     async def get(
@@ -462,11 +473,11 @@ class KubeClient:
         except NotFound as e:
             if (api_version, kind) not in CUSTOM:
                 raise
-            needs = (
-                "install the Prometheus Operator, or deploy without --pod-monitor"
-                if kind == "PodMonitor"
-                else "install the scheduler that defines it, or deploy without that --gang"
-            )
+            needs = {
+                "PodMonitor": "install the Prometheus Operator, or deploy without --pod-monitor",
+                "ComputeDomain": "install NVIDIA's DRA driver for GPUs (k8s-dra-driver-gpu), "
+                "or deploy without --compute-domain",
+            }.get(kind, "install the scheduler that defines it, or deploy without that --gang")
             raise NotFound(
                 f"{self.server} does not serve {kind} {api_version} (its "
                 f"CustomResourceDefinition is not installed): {needs}",

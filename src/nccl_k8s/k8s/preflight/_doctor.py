@@ -9,6 +9,7 @@ request each, at once) and hands it to the pure checks of preflight._preflight a
     gang / queue  LIST PodGroups / Kueue LocalQueues in the namespace (--gang / --queue only)
     admission     LIST ResourceQuotas and LimitRanges in the namespace
     compute domain LIST ComputeDomains in the namespace and ResourceSlices (--compute-domain only)
+    permissions   a SelfSubjectAccessReview per verb the run needs (preflight._access)
 
 A read that RBAC denies makes its checks a warning, not an error: doctor says what it could not
 see. `deploy` runs the part that is cheap and decisive (`refusal`: Pod Security from the
@@ -28,6 +29,7 @@ from nccl_k8s.k8s.api._client import ClientSettings, KubeClient
 from nccl_k8s.k8s.api._sync import run_sync
 from nccl_k8s.k8s.api._types import Obj
 from nccl_k8s.k8s.preflight import _prereqs
+from nccl_k8s.k8s.preflight._access import access_checks
 from nccl_k8s.k8s.preflight._computedomain import check_compute_domain
 from nccl_k8s.k8s.preflight._nodechecks import check_nodes
 from nccl_k8s.k8s.preflight._platforms import may_use, resolve_async
@@ -161,8 +163,11 @@ async def preflight(kc: KubeClient, spec: RunSpec, *, create_namespace: bool = F
     ns, nodes, lease_read, placed_read, group_read, admission = first
     spec, platform_checks = await _platform(kc, spec, nodes)
     now = datetime.datetime.now(datetime.timezone.utc)
+    absent = not ns.forbidden and not ns.items
+    access = await access_checks(kc, spec, namespace, create_namespace=create_namespace and absent)
     checks = [
         check_api(kc.server, version, None),
+        *access,
         check_namespace(namespace, ns, create=create_namespace),
         *_admission_checks(spec, namespace, ns, admission),
         *platform_checks,

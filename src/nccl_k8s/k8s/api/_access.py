@@ -1,0 +1,256 @@
+"""The permissions this tool uses: one table of every (API group, resource, verb) its requests
+need, read by `nccl-k8s rbac` (the Role and ClusterRoles it prints, rendering._rbac) and by
+doctor (a SelfSubjectAccessReview per entry, preflight._access).
+
+Each entry says where it applies (`scope`: the run's namespace, or the cluster) and which part of
+the tool needs it (`feature`): "run" is every command about a run (deploy, wait, status, list,
+logs, results, cleanup, bundle, doctor and doctor --run); the others are granted only when asked
+(`nccl-k8s rbac --cluster-reads`, `--create-namespace`, `--label-nodes`). `tests/test_rbac.py`
+runs the commands on the test cluster as a user bound to exactly what `rbac` prints, records
+every request, and fails when a request is missing here or an entry is never used: add the
+entry with the request, in the same commit.
+
+Pure data: importing this module loads no client (the `rbac` command works without the extra).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+from nccl_k8s.spec import GANGS
+from nccl_k8s.spec.platforms import PLATFORMS
+
+Scope = Literal["namespace", "cluster"]
+#: Which part of the tool needs an entry; "run" ones make the namespace's Role.
+Feature = Literal["run", "cluster-reads", "create-namespace", "label-nodes"]
+FEATURES: tuple[Feature, ...] = ("run", "cluster-reads", "create-namespace", "label-nodes")
+
+
+@dataclasses.dataclass(frozen=True)
+class Access:
+    """Verbs on one resource (`pods/log` for a subresource) of one API group ("" is core)."""
+
+    group: str
+    resource: str
+    verbs: tuple[str, ...]
+    why: str
+    """Which commands send these requests, and for what."""
+    scope: Scope = "namespace"
+    feature: Feature = "run"
+    optional: str = ""
+    """Non-empty: only runs with this option send these requests, and doctor asks about them
+    only for such a run: `--gang NAME`, `--pod-monitor`, `--queue`, `--scheduler/--gang`."""
+
+    @property
+    def qualified(self) -> str:
+        """`jobs.batch`, `pods/log`, as kubectl and the API server's messages name it."""
+        base, _, sub = self.resource.partition("/")
+        name = f"{base}.{self.group}" if self.group else base
+        return f"{name}/{sub}" if sub else name
+
+
+def _platform_objects() -> dict[tuple[str, str], list[str]]:
+    """(API group, plural) of every cluster-scoped object a platform's doctor prerequisites
+    read (spec.platforms, `object` kind: `group/version/plural`), and the platforms."""
+    found: dict[tuple[str, str], list[str]] = {}
+    for platform in PLATFORMS.values():
+        for p in platform.prerequisites:
+            if p.kind == "object" and p.api is not None:
+                key = (p.api.split("/")[0], p.api.split("/")[-1])
+                if platform.name not in found.setdefault(key, []):
+                    found[key].append(platform.name)
+    return found
+
+
+_RUN_WRITES = "deploy creates it, sets its owner (patch), deletes it when the deploy fails"
+
+ACCESS: tuple[Access, ...] = (
+    Access(
+        "",
+        "configmaps",
+        ("create", "delete", "get", "list", "patch"),
+        f"{_RUN_WRITES}; a taken run id is named from it (get); list, cleanup, bundle list it",
+    ),
+    Access(
+        "",
+        "services",
+        ("create", "delete", "list", "patch"),
+        f"{_RUN_WRITES}; list, cleanup, bundle list it",
+    ),
+    Access(
+        "batch",
+        "jobs",
+        ("create", "delete", "list", "patch", "watch"),
+        "deploy creates and watches it, stops a failed run's ranks (patch), deletes it when "
+        "the deploy fails; wait, status, results, list, cleanup, bundle read it",
+    ),
+    Access(
+        "apps",
+        "statefulsets",
+        ("create", "delete", "list", "patch", "watch"),
+        "as jobs, for --workload statefulset (a failed run is scaled to 0: patch)",
+    ),
+    Access(
+        "",
+        "pods",
+        ("list", "watch"),
+        "deploy, wait, status, logs, results, cleanup, bundle, doctor --run: the run's pods",
+    ),
+    Access(
+        "",
+        "pods/log",
+        ("get",),
+        "logs, results (the ranks' result lines), deploy and wait (a failed rank's last lines), "
+        "bundle",
+    ),
+    Access(
+        "",
+        "events",
+        ("list", "watch"),
+        "deploy and wait (why a pod is Pending), doctor --run, bundle",
+    ),
+    Access(
+        "",
+        "namespaces",
+        ("get",),
+        "deploy and doctor read the namespace's Pod Security labels (a RoleBinding in the "
+        "namespace grants get on the namespace itself)",
+    ),
+    Access(
+        "",
+        "resourcequotas",
+        ("list",),
+        "deploy and doctor: will the quota admit the pods",
+    ),
+    Access(
+        "",
+        "limitranges",
+        ("list",),
+        "deploy and doctor: will the limit ranges admit the pods",
+    ),
+    *(
+        Access(
+            g.group,
+            g.plural,
+            ("create", "delete", "list", "patch"),
+            f"deploy --gang {name} creates the PodGroup ({_RUN_WRITES}); doctor and bundle "
+            "list them",
+            optional=f"--gang {name}",
+        )
+        for name, g in GANGS.items()
+    ),
+    Access(
+        "monitoring.coreos.com",
+        "podmonitors",
+        ("create", "delete", "patch"),
+        f"deploy --pod-monitor creates the PodMonitor ({_RUN_WRITES})",
+        optional="--pod-monitor",
+    ),
+    Access(
+        "kueue.x-k8s.io",
+        "localqueues",
+        ("list",),
+        "deploy and doctor --queue: does the LocalQueue exist",
+        optional="--queue",
+    ),
+    Access(
+        "",
+        "nodes",
+        ("get", "list"),
+        "doctor (GPU nodes, taints, fit), nodes check, doctor --run, bundle and a failed "
+        "deploy (the node a pod ran on)",
+        scope="cluster",
+        feature="cluster-reads",
+    ),
+    Access(
+        "",
+        "pods",
+        ("list",),
+        "doctor --scheduler/--gang: has the scheduler placed any pod (all namespaces)",
+        scope="cluster",
+        feature="cluster-reads",
+        optional="--scheduler/--gang",
+    ),
+    Access(
+        "coordination.k8s.io",
+        "leases",
+        ("list",),
+        "doctor --scheduler/--gang: does the scheduler hold its leader Lease (all namespaces)",
+        scope="cluster",
+        feature="cluster-reads",
+        optional="--scheduler/--gang",
+    ),
+    Access(
+        "resource.k8s.io",
+        "resourceslices",
+        ("list",),
+        "--platform auto (deploy, doctor, nodes check): the DRA drivers' devices on each node; "
+        "doctor's DRA-driver prerequisites and --compute-domain",
+        scope="cluster",
+        feature="cluster-reads",
+    ),
+    Access(
+        "apps",
+        "daemonsets",
+        ("list",),
+        "doctor --platform: is the platform's add-on (device plugin, NCCL plugin installer) "
+        "running (all namespaces)",
+        scope="cluster",
+        feature="cluster-reads",
+        optional="--platform",
+    ),
+    Access(
+        "apiextensions.k8s.io",
+        "customresourcedefinitions",
+        ("get",),
+        "doctor --platform: does the cluster serve the kinds the platform needs",
+        scope="cluster",
+        feature="cluster-reads",
+        optional="--platform",
+    ),
+    *(
+        Access(
+            group,
+            plural,
+            ("get",),
+            f"doctor --platform {'|'.join(names)}: the cluster-scoped objects it needs",
+            scope="cluster",
+            feature="cluster-reads",
+            optional="--platform",
+        )
+        for (group, plural), names in _platform_objects().items()
+    ),
+    Access(
+        "resource.nvidia.com",
+        "computedomains",
+        ("create", "delete", "list", "patch"),
+        f"deploy --compute-domain creates the run's ComputeDomain ({_RUN_WRITES}); doctor "
+        "and cleanup list them",
+        optional="--compute-domain",
+    ),
+    Access(
+        "",
+        "namespaces",
+        ("create",),
+        "deploy --create-namespace",
+        scope="cluster",
+        feature="create-namespace",
+    ),
+    Access(
+        "",
+        "nodes",
+        ("patch",),
+        "nodes check --label/--taint writes the verdict on the nodes",
+        scope="cluster",
+        feature="label-nodes",
+    ),
+)
+
+
+def access_for(features: tuple[Feature, ...] | list[Feature]) -> list[Access]:
+    """The entries of these features, in the table's order."""
+    return [a for a in ACCESS if a.feature in features]
+
+
+__all__ = ["ACCESS", "FEATURES", "Access", "Feature", "Scope", "access_for"]

@@ -1,0 +1,175 @@
+"""`nccl-k8s rbac`: the least-privilege Role, ClusterRoles and their bindings for one user,
+group or ServiceAccount, built from the permissions table (api._access), never written by hand.
+
+    Role nccl-k8s                      in the namespace: every "run" entry (deploy ... cleanup)
+    RoleBinding nccl-k8s:<subject>     binds it to the subject, in that namespace
+    ClusterRole nccl-k8s:<feature>     one per cluster feature asked for (--cluster-reads,
+    ClusterRoleBinding ...:<subject>   --create-namespace, --label-nodes)
+
+One ClusterRole per feature, named after it, so that granting it to a second user applies the
+same ClusterRole again and only adds a binding. --create-namespace also binds the Role's rules
+cluster-wide (ClusterRole nccl-k8s:run): a namespace the deploy creates has no RoleBinding yet,
+and no one gets rights in a namespace by creating it. Pure: no client, no cluster.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Literal
+
+import yaml
+
+from nccl_k8s.errors import UsageError
+from nccl_k8s.k8s.api._access import ACCESS, FEATURES, Access, Feature
+from nccl_k8s.k8s.api._types import Obj
+from nccl_k8s.k8s.rendering._names import APP_NAME
+from nccl_k8s.spec import LABEL_NAME
+
+RBAC_GROUP = "rbac.authorization.k8s.io"
+ROLE_NAME = APP_NAME
+_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Subject:
+    """Who is granted: a user, a group, or a ServiceAccount (its namespace)."""
+
+    kind: Literal["User", "Group", "ServiceAccount"]
+    name: str
+    namespace: str = ""
+
+    def to_obj(self) -> Obj:
+        if self.kind == "ServiceAccount":
+            return {"kind": "ServiceAccount", "name": self.name, "namespace": self.namespace}
+        return {"kind": self.kind, "apiGroup": RBAC_GROUP, "name": self.name}
+
+    @property
+    def slug(self) -> str:
+        """The subject in an object name (`user:alice`, `serviceaccount:ns:bench`): names may
+        not hold `/` or `%`, which user names from an OIDC issuer may."""
+        who = f"{self.namespace}:{self.name}" if self.kind == "ServiceAccount" else self.name
+        return re.sub(r"[/%]", "-", f"{self.kind.lower()}:{who}")
+
+    @property
+    def flag(self) -> str:
+        """The `nccl-k8s rbac` flag that names this subject."""
+        if self.kind == "ServiceAccount":
+            return f"--service-account {self.namespace}/{self.name}"
+        return f"--{self.kind.lower()} {self.name}"
+
+
+def subject_of(
+    namespace: str, *, user: str | None, group: str | None, service_account: str | None
+) -> Subject:
+    """The one subject the flags name; a ServiceAccount without `NS/` is in `namespace`."""
+    given = [(k, v) for k, v in (("--user", user), ("--group", group),
+                                 ("--service-account", service_account)) if v is not None]  # fmt: skip
+    if len(given) != 1:
+        raise UsageError(
+            "rbac: name exactly one of --user NAME, --group NAME, --service-account [NS/]NAME "
+            f"(got {' and '.join(k for k, _ in given) or 'none'})",
+            key="--user",
+        )
+    flag, value = given[0]
+    if not value.strip():
+        raise UsageError(f'{flag} "{value}": expected a name', key=flag)
+    if flag != "--service-account":
+        return Subject("User" if flag == "--user" else "Group", value)
+    ns, _, name = value.rpartition("/")
+    ns = ns or namespace
+    if not _LABEL.match(ns) or not _SUBDOMAIN.match(name) or len(name) > 253:
+        raise UsageError(
+            f'--service-account "{value}": expected [NAMESPACE/]NAME in lower case, such as '
+            "bench or team-a/bench",
+            key="--service-account",
+        )
+    return Subject("ServiceAccount", name, ns)
+
+
+def _rule(a: Access) -> Obj:
+    return {"apiGroups": [a.group], "resources": [a.resource], "verbs": sorted(a.verbs)}
+
+
+def _meta(name: str, namespace: str | None = None) -> Obj:
+    meta: Obj = {"name": name}
+    if namespace is not None:
+        meta["namespace"] = namespace
+    meta["labels"] = {LABEL_NAME: APP_NAME}
+    return meta
+
+
+def rbac_objects(
+    namespace: str, subject: Subject, *, features: tuple[Feature, ...] = ("run",)
+) -> list[Obj]:
+    """The Role and RoleBinding for the "run" feature in `namespace`, then a ClusterRole and
+    ClusterRoleBinding per other feature in `features`, in the table's order."""
+    if not _LABEL.match(namespace) or len(namespace) > 63:
+        raise UsageError(
+            f'-n "{namespace}": expected a namespace name (lower case letters, digits, "-")',
+            key="--namespace",
+        )
+    ref = {"apiGroup": RBAC_GROUP}
+    objs: list[Obj] = []
+    for feature in FEATURES:
+        if feature not in features:
+            continue
+        rules = [_rule(a) for a in ACCESS if a.feature == feature]
+        if feature == "run":
+            objs.append({"apiVersion": f"{RBAC_GROUP}/v1", "kind": "Role",
+                         "metadata": _meta(ROLE_NAME, namespace), "rules": rules})  # fmt: skip
+            objs.append({"apiVersion": f"{RBAC_GROUP}/v1", "kind": "RoleBinding",
+                         "metadata": _meta(f"{ROLE_NAME}:{subject.slug}", namespace),
+                         "roleRef": {**ref, "kind": "Role", "name": ROLE_NAME},
+                         "subjects": [subject.to_obj()]})  # fmt: skip
+            continue
+        if feature == "create-namespace":
+            objs += _cluster_role("run", [_rule(a) for a in ACCESS if a.feature == "run"], subject)
+        objs += _cluster_role(feature, rules, subject)
+    return objs
+
+
+def _cluster_role(feature: str, rules: list[Obj], subject: Subject) -> list[Obj]:
+    ref = {"apiGroup": RBAC_GROUP}
+    name = f"{APP_NAME}:{feature}"
+    return [
+        {"apiVersion": f"{RBAC_GROUP}/v1", "kind": "ClusterRole",
+         "metadata": _meta(name), "rules": rules},
+        {"apiVersion": f"{RBAC_GROUP}/v1", "kind": "ClusterRoleBinding",
+         "metadata": _meta(f"{name}:{subject.slug}"),
+         "roleRef": {**ref, "kind": "ClusterRole", "name": name},
+         "subjects": [subject.to_obj()]},
+    ]  # fmt: skip
+
+
+_FEATURE_TEXT = {
+    "run": "deploy, wait, status, list, logs, results, cleanup, bundle, doctor in {ns}",
+    "cluster-reads": "doctor's node and scheduler checks, nodes check, doctor --run, bundle",
+    "create-namespace": "deploy --create-namespace",
+    "label-nodes": "nodes check --label/--taint",
+}
+
+
+def rbac_text(objs: list[Obj]) -> str:
+    """The objects as YAML, each preceded by a comment per rule saying who needs it and why."""
+    docs = []
+    for obj in objs:
+        comment = ""
+        if obj["kind"] in ("Role", "ClusterRole"):
+            feature: str = "run" if obj["kind"] == "Role" else obj["metadata"]["name"].split(":")[1]
+            ns = obj["metadata"].get("namespace")
+            where = f"namespace {ns}" if ns else "every namespace (deploy --create-namespace)"
+            lines = [f"{obj['kind']} {obj['metadata']['name']}, the requests of "
+                     f"{_FEATURE_TEXT[feature].format(ns=where)}:"]  # fmt: skip
+            for a in ACCESS:
+                if a.feature == feature:
+                    extra = f" (only with {a.optional})" if a.optional else ""
+                    lines.append(f"  {a.qualified} {','.join(sorted(a.verbs))}: {a.why}{extra}")
+            comment = "".join(f"# {line}\n" for line in lines)
+        body = yaml.safe_dump(obj, sort_keys=False, default_flow_style=False, width=100)
+        docs.append(comment + body)
+    return "---\n".join(docs)
+
+
+__all__ = ["Subject", "rbac_objects", "rbac_text", "subject_of"]

@@ -1,0 +1,330 @@
+"""`nccl-k8s rbac` and doctor's permissions check (issue 24, acceptance 7).
+
+The Role is proven, not guessed: on a test cluster that enforces RBAC for users other than the
+admin, a user bound to exactly what `nccl-k8s rbac` prints runs the commands, every request it
+sends is recorded (verb, group, resource, subresource, scope), and the recorded set must equal
+the permissions table: a request the table lacks is a 403 a user would meet, an entry no command
+uses is a permission granted for nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+from tests.cluster import rbac as cluster_rbac
+from tests.cluster.cluster import Cluster
+from tests.conftest import fresh_namespace
+from typer.testing import CliRunner
+
+from nccl_k8s.cli.main import app
+from nccl_k8s.k8s.api._access import ACCESS
+
+K8S_VERSIONS = ("1.29", "1.33", "1.37")
+ENGINE = ["--", "--backend", "gloo", "--ops", "all_reduce", "-b", "1K", "-e", "4K",
+          "-c", "1", "-w", "1", "-n", "2"]  # fmt: skip
+SMALL = ["--world-size", "2", "--gpus-per-node", "1"]
+CRDS = Path(__file__).parent / "data" / "crds"
+
+
+def nccl(*args: str, kubeconfig: Path | None = None) -> Any:
+    """`nccl-k8s ARGS` in this process, as the user of `kubeconfig` (engine flags stay last)."""
+    cut = args.index("--") if "--" in args else len(args)
+    kc = ["--kubeconfig", str(kubeconfig)] if kubeconfig is not None else []
+    return CliRunner().invoke(app, [*args[:cut], *kc, *args[cut:]])
+
+
+def rbac_docs(*args: str) -> list[dict[str, Any]]:
+    res = nccl("rbac", *args)
+    assert res.exit_code == 0, res.output
+    return [d for d in yaml.safe_load_all(res.output) if d]
+
+
+# ---- the output --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", K8S_VERSIONS)
+def test_every_object_passes_the_strict_upstream_schema(version: str) -> None:
+    docs = rbac_docs("-n", "team-a", "--service-account", "ci/bench", "--cluster-reads",
+                     "--create-namespace", "--label-nodes")  # fmt: skip
+    assert [(d["kind"], d["metadata"]["name"]) for d in docs[::2]] == [
+        ("Role", "nccl-k8s"),
+        ("ClusterRole", "nccl-k8s:cluster-reads"),
+        ("ClusterRole", "nccl-k8s:run"),
+        ("ClusterRole", "nccl-k8s:create-namespace"),
+        ("ClusterRole", "nccl-k8s:label-nodes"),
+    ]
+    assert docs[3]["metadata"]["name"] == "nccl-k8s:cluster-reads:serviceaccount:ci:bench"
+    for doc in docs:
+        kubernetes_validate.validate(doc, version, strict=True)
+
+
+def test_the_rules_are_the_table_and_the_subject_is_named_once() -> None:
+    role, binding = rbac_docs("-n", "team-a", "--user", "alice@example.com")
+    assert role["metadata"] == {"name": "nccl-k8s", "namespace": "team-a",
+                                "labels": {"app.kubernetes.io/name": "nccl-k8s"}}  # fmt: skip
+    table = [a for a in ACCESS if a.feature == "run"]
+    assert role["rules"] == [
+        {"apiGroups": [a.group], "resources": [a.resource], "verbs": sorted(a.verbs)} for a in table
+    ]
+    jobs = next(r for r in role["rules"] if r["resources"] == ["jobs"])
+    assert jobs == {"apiGroups": ["batch"], "resources": ["jobs"],
+                    "verbs": ["create", "delete", "list", "patch", "watch"]}  # fmt: skip
+    assert binding["subjects"] == [
+        {"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": "alice@example.com"}
+    ]
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                  "name": "nccl-k8s"}  # fmt: skip
+    # A ServiceAccount without NS/ is in -n's namespace.
+    _, sa = rbac_docs("-n", "team-a", "--service-account", "bench")
+    assert sa["subjects"] == [{"kind": "ServiceAccount", "name": "bench", "namespace": "team-a"}]
+    # Nothing cluster-scoped unless asked.
+    assert all(d["kind"] in ("Role", "RoleBinding") for d in rbac_docs("-n", "a", "--group", "g"))
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--user", "a"], "rbac: -n NAMESPACE is required"),
+        (["-n", "a"], "name exactly one of --user NAME, --group NAME, --service-account"),
+        (["-n", "a", "--user", "x", "--group", "y"], "(got --user and --group)"),
+        (["-n", "Team_A", "--user", "x"], '-n "Team_A": expected a namespace name'),
+        (["-n", "a", "--service-account", "x/Bad"], '--service-account "x/Bad": expected'),
+        (["-n", "a", "--user", "x", "-o", "xml"], '--output "xml": expected yaml or json'),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str) -> None:
+    res = nccl("rbac", *args)
+    assert res.exit_code == 2 and message in res.output
+    assert len(res.output.strip().splitlines()) == 1, res.output
+
+
+# ---- on the test cluster -----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    with Cluster(nodes=4, gpus_per_node=4) as c:
+        for f in ("volcano-podgroups.yaml", "coscheduling-podgroups.yaml",
+                  "koordinator-podgroups.yaml", "monitoring-podmonitors.yaml",
+                  "nvidia-computedomains.yaml"):  # fmt: skip
+            for doc in yaml.safe_load_all((CRDS / f).read_text()):
+                if doc:
+                    c.store.create("customresourcedefinitions", doc)
+        yield c
+
+
+def kubectl_apply(cluster: Cluster, text: str) -> None:
+    """As the admin, with unmodified kubectl: what a cluster admin does with rbac's output."""
+    env = {**os.environ, **cluster.kubectl_env()}
+    subprocess.run(["kubectl", "apply", "-f", "-"], input=text, text=True, env=env, check=True,
+                   capture_output=True, timeout=60)  # fmt: skip
+
+
+def grant(cluster: Cluster, namespace: str, user: str, *flags: str) -> Path:
+    """A new user, bound to exactly what `nccl-k8s rbac` prints for it; its kubeconfig."""
+    res = nccl("rbac", "-n", namespace, "--user", user, *flags)
+    assert res.exit_code == 0, res.output
+    kubectl_apply(cluster, res.output)
+    return cluster.add_user(user)
+
+
+def requests_of(
+    seen: list[cluster_rbac.Attributes], user: str, runs_in: set[str]
+) -> set[tuple[str, str, str, str]]:
+    """(group, resource[/sub], verb, scope) of the user's resource requests; the access reviews
+    doctor sends are every authenticated user's (system:basic-user) and not the table's. A
+    request in a namespace the runs are not in (an add-on's DaemonSet in kube-system) is a
+    cluster-scope one: only a ClusterRole grants it."""
+    return {
+        (a.group, a.qualified, a.verb, "namespace" if a.namespace in runs_in else "cluster")
+        for a in seen
+        if a.user.name == user and a.resource_request
+        and a.resource != "selfsubjectaccessreviews"
+    }  # fmt: skip
+
+
+def denied(cluster: Cluster, seen: list[cluster_rbac.Attributes], user: str) -> list[str]:
+    assert cluster.apiserver is not None
+    return sorted(
+        f"{a.verb} {a.qualified} {a.namespace}"
+        for a in seen
+        if a.user.name == user and not cluster.apiserver.authorizer.decide(a)[0]
+    )
+
+
+@pytest.mark.slow
+def test_a_user_bound_to_exactly_the_role_runs_a_run_and_doctor_names_a_removed_verb(
+    cluster: Cluster, runs_dir: Path
+) -> None:
+    with fresh_namespace(cluster) as ns:
+        kc = grant(cluster, ns, f"alice-{ns}")
+        rid = f"a-{ns[-6:]}"
+        with cluster.record_requests() as seen:
+            rendered = nccl("render", "-n", ns, "--run-id", rid, *SMALL, *ENGINE)
+            assert rendered.exit_code == 0 and "kind: Job" in rendered.output
+            res = nccl("deploy", "-n", ns, "--run-id", rid, *SMALL, *ENGINE, kubeconfig=kc)
+            assert res.exit_code == 0, res.output
+            assert f"run {rid} succeeded" in res.output
+            st = nccl("status", "-n", ns, "--run", rid, "-o", "json", kubeconfig=kc)
+            assert json.loads(st.output)["phase"] == "Succeeded"
+            lg = nccl("logs", "-n", ns, "--run", rid, kubeconfig=kc)
+            assert lg.exit_code == 0 and "[rank 0] NCCL_K8S_RESULT " in lg.output
+            got = nccl("results", "-n", ns, "--run", rid, kubeconfig=kc)
+            assert got.exit_code == 0, got.output
+            assert (runs_dir / rid / "results.json").exists()
+            done = nccl("cleanup", "-n", ns, "--run", rid, kubeconfig=kc)
+            assert done.exit_code == 0 and f"deleted {rid} in {ns}" in done.output
+        # Only what --platform auto tries without cluster reads was refused, and deploy said so
+        # and went on as generic.
+        assert denied(cluster, seen, f"alice-{ns}") == ["list nodes ", "list resourceslices "]
+        assert "platform generic: may not list nodes (RBAC)" in res.output
+        assert cluster.store.list("jobs", ns)[0] == []
+
+        # doctor with the Role intact: nothing the run needs is missing; the node reads doctor
+        # itself would like are a warning naming --cluster-reads.
+        doc = nccl("doctor", "-n", ns, *SMALL, "-o", "json", kubeconfig=kc)
+        checks = [c for c in json.loads(doc.output)["checks"] if c["name"] == "permissions"]
+        assert [(c["status"], c["message"].split(":")[0]) for c in checks] == [
+            ("warn", "cannot get, list nodes at the cluster scope"),
+            ("warn", "cannot list resourceslices.resource.k8s.io at the cluster scope"),
+        ]
+        assert checks[0]["hint"] == (
+            f"`nccl-k8s rbac -n {ns} --user NAME --cluster-reads` prints what to grant"
+        )
+
+        def drop_create(role: dict[str, Any]) -> None:
+            for rule in role["rules"]:
+                if rule["resources"] == ["jobs"]:
+                    rule["verbs"].remove("create")
+
+        cluster.store.mutate("roles", ns, "nccl-k8s", drop_create)
+        doc = nccl("doctor", "-n", ns, *SMALL, kubeconfig=kc)
+        assert doc.exit_code == 1
+        line = next(x for x in doc.output.splitlines() if x.startswith("permissions"))
+        assert f"cannot create jobs.batch in namespace {ns}" in line
+        assert f"`nccl-k8s rbac -n {ns} --user NAME` prints what to grant" in doc.output
+        # And the 403 a deploy then meets says the same thing in the server's words.
+        res = nccl("deploy", "-n", ns, "--run-id", rid, *SMALL, *ENGINE, kubeconfig=kc)
+        assert res.exit_code != 0
+        assert 'cannot create resource "jobs" in API group "batch"' in res.output
+
+
+@pytest.mark.slow
+def test_the_commands_send_exactly_the_requests_of_the_table(
+    cluster: Cluster, runs_dir: Path
+) -> None:
+    user = "everything"
+    with fresh_namespace(cluster) as ns:
+        made = f"{ns}-made"
+        kc = grant(cluster, ns, user, "--cluster-reads", "--create-namespace", "--label-nodes")
+        # --create-namespace binds the run's rules cluster-wide: the new namespace has no
+        # RoleBinding, and creating a namespace gives no rights in it.
+        rid = f"e-{ns[-6:]}"
+
+        def ok(*args: str, code: int = 0) -> str:
+            res = nccl(*args, kubeconfig=kc)
+            assert res.exit_code == code, (args, res.output)
+            return str(res.output)
+
+        with cluster.record_requests() as seen:
+            # A run, start to end, and every command that reads it.
+            ok("deploy", "-n", ns, "--run-id", rid, *SMALL, *ENGINE)
+            ok("wait", "-n", ns, "--run", rid)
+            ok("status", "-n", ns, "--run", rid)
+            ok("list", "-n", ns)
+            ok("logs", "-n", ns, "--run", rid)
+            ok("logs", "-n", ns, "--run", rid, "-f", "--rank", "0")
+            ok("results", "-n", ns, "--run", rid)
+            ok("bundle", "-n", ns, "--run", rid, "-o", str(runs_dir / "b.tar.gz"))
+            ok("doctor", "-n", ns, "--run", rid)
+            # A taken run id is named from what is there (get).
+            assert "already exists" in ok(
+                "deploy", "-n", ns, "--run-id", rid, *SMALL, *ENGINE, code=1
+            )
+            ok("cleanup", "-n", ns, "--run", rid)
+            ok("doctor", "-n", ns, "--gang", "volcano", "--queue", "q", *SMALL, code=1)
+            # A platform's prerequisites (DaemonSets, CRDs, GKE's Network objects) and a
+            # compute domain's objects: doctor reads them, deploy makes and owns the domain.
+            for extra in (
+                ["--platform", "eks-efa"],
+                ["--platform", "gke-tcpxo", "--instance-type", "a3-megagpu-8g"],
+                ["--compute-domain"],
+            ):  # none of them is installed here: what matters is what doctor asks
+                res = nccl("doctor", "-n", ns, *extra, *SMALL, kubeconfig=kc)
+                assert res.exit_code in (0, 1) and "permissions" in res.output, res.output
+            ok("deploy", "-n", ns, "--run-id", f"{rid}-cd", "--compute-domain", "--no-wait",
+               *SMALL, *ENGINE)  # fmt: skip
+            ok("cleanup", "-n", ns, "--run", f"{rid}-cd")
+            # ... and deletes it when the deploy fails half way (a 500 on the Job).
+            cluster.faults.fail_requests("/jobs$", 500, count=20, method="POST")
+            ok("deploy", "-n", ns, "--run-id", f"{rid}-cf", "--compute-domain", "--no-wait",
+               *SMALL, *ENGINE, code=1)  # fmt: skip
+            cluster.faults.clear()
+            # Every gang's PodGroup and the PodMonitor: made and owned (create, patch), and
+            # deleted when the deploy fails half way (a 500 on the Job).
+            for gang in ("volcano", "coscheduling", "koordinator"):
+                g = f"{rid}-{gang[:4]}"
+                ok(
+                    "deploy",
+                    "-n",
+                    ns,
+                    "--run-id",
+                    g,
+                    "--gang",
+                    gang,
+                    "--pod-monitor",
+                    "--no-wait",
+                    *SMALL,
+                    *ENGINE,
+                )
+                cluster.faults.fail_requests("/jobs$", 500, count=20, method="POST")
+                ok(
+                    "deploy",
+                    "-n",
+                    ns,
+                    "--run-id",
+                    f"{g}-x",
+                    "--gang",
+                    gang,
+                    "--pod-monitor",
+                    *SMALL,
+                    *ENGINE,
+                    code=1,
+                )
+                cluster.faults.clear()
+                ok("cleanup", "-n", ns, "--run", g)
+            # A failed run kept: its ranks stopped (Job patched, StatefulSet scaled to 0).
+            for workload in ("job", "statefulset"):
+                ok("deploy", "-n", ns, "--run-id", f"{rid}-{workload[:3]}", "--workload", workload,
+                   "--scheduler", "absent", "--schedule-timeout", "1s", "--keep-on-failure",
+                   *SMALL, *ENGINE, code=1)  # fmt: skip
+            ok("cleanup", "-n", ns, "--all")
+            ok(
+                "deploy",
+                "-n",
+                made,
+                "--create-namespace",
+                "--run-id",
+                rid,
+                "--no-wait",
+                *SMALL,
+                *ENGINE,
+            )
+            ok("cleanup", "-n", made, "--all")
+            # Its verdicts depend on the machine's load: whatever they are, it labels a node.
+            res = nccl("nodes", "check", "-n", ns, "--gpus-per-node", "1", "--label", *ENGINE,
+                       kubeconfig=kc)  # fmt: skip
+            assert res.exit_code in (0, 1) and "label node node-" in res.output, res.output
+        assert denied(cluster, seen, user) == []
+        table = {(a.group, a.resource, v, a.scope) for a in ACCESS for v in a.verbs}
+        sent = requests_of(seen, user, {ns, made})
+        assert sorted(sent - table) == [], "requests the table lacks"
+        assert sorted(table - sent) == [], "table entries no command used"
