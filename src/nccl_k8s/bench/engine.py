@@ -27,7 +27,6 @@ from nccl_k8s.bench.metrics import NULL as NULL_METRICS
 from nccl_k8s.bench.metrics import Metrics
 from nccl_k8s.bench.native import native_loop
 from nccl_k8s.bench.ops import Bound, Collectives
-from nccl_k8s.bench.rank import Rank, device_info, versions
 from nccl_k8s.bench.watch import Watchdog
 
 #: Exceptions a collective raises when a peer went away or timed out (gloo: RuntimeError).
@@ -117,7 +116,7 @@ class Engine:
     def __init__(
         self,
         config: BenchConfig,
-        rank: Rank,
+        rank: Any,
         printer: Printer,
         watchdog: Watchdog,
         metrics: Metrics = NULL_METRICS,
@@ -146,11 +145,12 @@ class Engine:
     def header(self) -> None:
         c, v = self.cfg, self.versions
         lib = f"nccl-library={v['nccl_code']}" if v["nccl"] else "nccl-library=none"
+        torch_v = v["torch"] or "none"
         driver = f" driver={self.r.driver}" if self.r.driver else ""
         if self.r.comm is not None:
             driver += f" timer={'c' if self.native else 'python'}"
         version_line = (
-            f"# nccl-k8s version {__version__} {lib} torch={v['torch']} "
+            f"# nccl-k8s version {__version__} {lib} torch={torch_v} "
             f"backend={self.r.backend}{driver} world={self.r.world}"
         )
         step = c.stepfactor if c.stepfactor > 1 else c.stepbytes
@@ -190,15 +190,6 @@ class Engine:
         return self._rep
 
     # -- one measurement -----------------------------------------------------------------
-    def _graph(self, calls: Sequence[Any]) -> Any:
-        import torch
-
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=self.r.capture_stream()):
-            for call in calls:
-                call()
-        return graph
-
     def _timed(self, b: Bound) -> float:
         """Seconds per op on this rank."""
         cfg, r, z = self.cfg, self.r, self.blocking
@@ -207,27 +198,23 @@ class Engine:
         r.barrier()
         sequence = [b.calls[i % len(b.calls)] for i in range(cfg.iters)]
         if cfg.graph:
-            graph = self._graph(sequence)
-            launcher = self.coll.graph_program(graph) if self.coll is not None else None
-            r.barrier()
-            with self.wd.timed():
-                if launcher is not None:  # G launches and the wait, timed in C (bench.native)
-                    elapsed = launcher.timed(cfg.graph)
-                else:  # replay on the capture stream, as nccl-tests launches on its stream
-                    stream = r.capture_stream() if r.stream is not None else None
-                    t0 = time.perf_counter()
-                    if stream is not None:
-                        import torch
-
-                        with torch.cuda.stream(stream):
-                            for _ in range(cfg.graph):
-                                graph.replay()
-                    else:
+            graph = r.capture(sequence)
+            try:
+                launcher = (
+                    self.coll.graph_program(graph.exec_handle()) if self.coll is not None else None
+                )
+                r.barrier()
+                with self.wd.timed():
+                    if launcher is not None:  # G launches and the wait, timed in C (bench.native)
+                        elapsed = launcher.timed(cfg.graph)
+                    else:  # launched from Python, on the stream it was captured on
+                        t0 = time.perf_counter()
                         for _ in range(cfg.graph):
-                            graph.replay()
-                    r.complete()
-                    elapsed = time.perf_counter() - t0
-            del graph
+                            graph.launch()
+                        r.complete()
+                        elapsed = time.perf_counter() - t0
+            finally:
+                graph.close()
             return elapsed / (cfg.iters * cfg.graph)
         with self.wd.timed():
             if z == 0 and b.native is not None:  # the same ops, issued and timed in C
@@ -257,10 +244,12 @@ class Engine:
         self.r.complete()
         self.r.barrier()
         if self.cfg.graph:
-            graph = self._graph([b.calls[0]])
-            graph.replay()
-            self.r.complete()
-            del graph
+            graph = self.r.capture([b.calls[0]])
+            try:
+                graph.launch()
+                self.r.complete()
+            finally:
+                graph.close()
         else:
             b.first()
             self.r.complete()
@@ -430,8 +419,8 @@ class Engine:
     def setup(self) -> None:
         """Once per run: versions, devices, the header, the buffers and the collectives."""
         cfg, r = self.cfg, self.r
-        self.versions = versions(r)
-        self.devices = r.gather_object(device_info(r))
+        self.versions = r.versions()
+        self.devices = r.gather_object(r.device_info())
         loop = native_loop() if r.comm is not None else None
         self.native = loop is not None and bool(loop.stream_query)  # the header says which timer
         self.header()
@@ -450,7 +439,7 @@ class Engine:
         coll = Collectives(
             rank=r.rank, nranks=r.world, dtype=cfg.dtype, redop=cfg.redop,
             sendbuf=r.buffer(send_bytes), recvbuf=r.buffer(recv_bytes),
-            group=r.data_group, comm=r.comm, stream=r.stream,
+            group=r.data_group, comm=r.comm, stream=r.stream, memory=r.memory(cfg.dtype),
         )  # fmt: skip
         self.coll = coll
         if not self.native:
