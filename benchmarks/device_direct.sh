@@ -34,7 +34,7 @@ nkv() { PYTHONPATH=$PWD/src "$VENV/bin/python" -c 'from nccl_k8s.cli.main import
 nk() { PYTHONPATH=$PWD/src python3 -c 'from nccl_k8s.cli.main import main; main()' "$@"; }
 
 if [[ $PARTS == *tests* ]]; then
-  PYTHONPATH=$PWD/src:$PWD timeout 500 python3 -m pytest -x -q -p no:cacheprovider tests/test_gpu_direct.py 2>&1 | tail -25 | tee "$R/gpu_tests.txt"
+  PYTHONPATH=$PWD/src:$PWD timeout 500 python3 -m pytest -x -q -p no:cacheprovider tests/test_gpu_direct.py ${TESTK:+-k "$TESTK"} 2>&1 | tail -25 | tee "$R/gpu_tests.txt"
 fi
 if [[ $PARTS == *venv* ]]; then
   { "$VENV/bin/python" -c "import torch" 2>&1 | tail -1; echo "import torch rc=$?";
@@ -48,15 +48,24 @@ if [[ $PARTS == *startup* ]]; then
   S="python3 benchmarks/startup.py"
   for r in $(seq 1 "$ROUNDS"); do
     STARTUP_LOG=$R/one_ref_$r.log $S "nccl-tests-one r$r" -- /tmp/nt/nccl-tests/build/all_reduce_perf -b 8 -e 8 -n 1 -w 0 -g 1
-    STARTUP_LOG=$R/one_ours_$r.log $S "ours-one r$r" -- env PYTHONPATH=$PWD/src "$VENV/bin/python" -c 'from nccl_k8s.cli.main import main; main()' run --ops all_reduce -b 8 -e 8 -n 1 -w 0 --no-save
+    NCCL_K8S_TRACE=1 STARTUP_LOG=$R/one_ours_$r.log $S "ours-one r$r" -- env PYTHONPATH=$PWD/src "$VENV/bin/python" -c 'from nccl_k8s.cli.main import main; main()' run --ops all_reduce -b 8 -e 8 -n 1 -w 0 --no-save
+    for end in destroy abort; do
+      NCCL_K8S_COMM_END=$end NCCL_K8S_TRACE=1 STARTUP_LOG=$R/one_ours_${end}_$r.log $S "ours-one-$end r$r" -- env PYTHONPATH=$PWD/src "$VENV/bin/python" -c 'from nccl_k8s.cli.main import main; main()' run --ops all_reduce -b 8 -e 8 -n 1 -w 0 --no-save
+    done
     STARTUP_LOG=$R/one_ourstorch_$r.log $S "ours-one-torchenv r$r" -- env PYTHONPATH=$PWD/src python3 -c 'from nccl_k8s.cli.main import main; main()' run --ops all_reduce -b 8 -e 8 -n 1 -w 0 --no-save
   done 2>&1 | tee "$R/startup.txt"
+fi
+if [[ $PARTS == *sbs* ]]; then
+  # side_by_side.sh (../shared/ref), ROUNDS rounds; each round's ratios and raw outputs kept.
+  for r in $(seq 1 "$ROUNDS"); do
+    OUT=$R/sbs_$r timeout 280 bash .ref/side_by_side.sh > /dev/null 2>&1; echo "side_by_side round $r exit $?"
+  done
 fi
 if [[ $PARTS == *wall* ]]; then
   now() { date +%s.%N; }
   for r in $(seq 1 "$ROUNDS"); do
     t0=$(now); for op in $OPS; do /tmp/nt/nccl-tests/build/${op}_perf $FLAGS -g 1 > "$R/wall_ref_${op}_$r.txt" 2>&1; done; t1=$(now)
-    STARTUP_LOG=$R/wall_ours_$r.log python3 benchmarks/startup.py "ours-all r$r" -- env PYTHONPATH=$PWD/src "$VENV/bin/python" -c 'from nccl_k8s.cli.main import main; main()' run --ops $(echo $OPS | tr ' ' ,) $FLAGS --no-save
+    NCCL_K8S_TRACE=1 STARTUP_LOG=$R/wall_ours_$r.log python3 benchmarks/startup.py "ours-all r$r" -- env PYTHONPATH=$PWD/src "$VENV/bin/python" -c 'from nccl_k8s.cli.main import main; main()' run --ops $(echo $OPS | tr ' ' ,) $FLAGS --no-save
     python3 -c "print(f'wall r$r: nccl-tests 7 binaries {$t1-$t0:.2f} s')"
   done 2>&1 | tee "$R/wall.txt"
 fi

@@ -22,6 +22,7 @@ def main(argv: list[str]) -> int:
     label, rest = argv[0], argv[argv.index("--") + 1 :]
     log = open(os.environ.get("STARTUP_LOG", os.devnull), "a", encoding="utf-8")  # noqa: SIM115
     t0 = time.monotonic()
+    t_abs = time.time()
     proc = subprocess.Popen(rest, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     first: float | None = None
     assert proc.stdout is not None
@@ -33,7 +34,9 @@ def main(argv: list[str]) -> int:
     rc = proc.wait()
     end = time.monotonic() - t0
     first_s = f"{first:.3f}" if first is not None else "none"
-    print(f"startup {label} first_row_s={first_s} exit_s={end:.3f} rc={rc}", flush=True)
+    print(
+        f"startup {label} first_row_s={first_s} exit_s={end:.3f} rc={rc} t0={t_abs:.4f}", flush=True
+    )
     return 0
 
 

@@ -20,6 +20,9 @@ from nccl_k8s.bench.config import ConfigError, parse_args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from nccl_k8s.bench.trace import stage
+
+    stage("rank main")
     args = list(sys.argv[1:] if argv is None else argv)
     if any(a in ("-h", "--help") for a in args):
         from nccl_k8s.bench.config import build_parser

@@ -13,6 +13,7 @@ The data kernels are compiled with NVRTC (bench.kernels).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import os
@@ -243,6 +244,30 @@ class Graph:
             self.graph = ctypes.c_void_p()
 
 
+class Event:
+    """A CUDA event that records time (the soak's per-op clock, torch.cuda.Event's twin)."""
+
+    def __init__(self) -> None:
+        self.handle = ctypes.c_void_p()
+        _call("cuEventCreate", ctypes.byref(self.handle), 0)
+
+    def record(self, stream: int | None) -> None:
+        _call("cuEventRecord", self.handle, ctypes.c_void_p(stream or 0))
+
+    def elapsed_time(self, end: Event) -> float:
+        """Milliseconds from this event to `end` (both recorded and complete)."""
+        ms = ctypes.c_float()
+        lib = driver()
+        fn = getattr(lib, "cuEventElapsedTime_v2", None) or lib.cuEventElapsedTime
+        check(fn(ctypes.byref(ms), self.handle, end.handle), "cuEventElapsedTime")
+        return float(ms.value)
+
+    def __del__(self) -> None:
+        if self.handle:
+            with contextlib.suppress(Exception):
+                driver().cuEventDestroy_v2(self.handle)
+
+
 class Module:
     """A loaded cubin (or PTX) and its kernels."""
 
@@ -274,6 +299,7 @@ __all__ = [
     "NOT_READY",
     "CudaError",
     "Device",
+    "Event",
     "Graph",
     "Module",
     "address",

@@ -24,9 +24,11 @@ from typing import Any
 from nccl_k8s import __version__
 from nccl_k8s.bench import cuda
 from nccl_k8s.bench.config import NODE_NAME_ENV, Dtype
+from nccl_k8s.bench.cuda import Event
 from nccl_k8s.bench.memory import DevView, KernelMemory, Memory, TorchMemory
 from nccl_k8s.bench.nccl import Communicator, version_string
 from nccl_k8s.bench.store import StoreGroup, connect
+from nccl_k8s.bench.trace import stage
 
 #: Seconds the store waits beyond the watchdog's timeout (bench.rank.BACKSTOP_S's role); with
 #: no timeout (-T 0), torch's own default for its process groups.
@@ -79,10 +81,13 @@ class DirectRank:
         self.device_index = self.local_rank % ndev
         self.dev = cuda.Device(self.device_index)
         self.stream = self.dev.stream()
+        stage("device")
         store_s = float(timeout_s + _BACKSTOP_S if timeout_s else _NO_TIMEOUT_S)
         self.store, self._server = connect(rank=self.rank, timeout_s=store_s)
         self.ctrl = StoreGroup(self.store, self.rank, self.world)
+        stage("store")
         self.comm: Communicator | None = Communicator(self.rank, self.world, self.store)
+        stage("nccl init")
         self.data_path = "torch" if os.environ.get("NCCL_K8S_DATA") == "torch" else "kernels"
         self.allocator = "ncclMemAlloc"
         self._memory: Memory | None = None
@@ -116,6 +121,7 @@ class DirectRank:
                 from nccl_k8s.bench.kernels import Kernels
 
                 self._memory = KernelMemory(dtype, Kernels(self.dev, self.stream))
+                stage("kernels")
         return self._memory
 
     # -- waiting ------------------------------------------------------------------------------
@@ -129,6 +135,10 @@ class DirectRank:
     def finish(self) -> None:
         assert self.comm is not None
         self.comm.wait(self.stream)
+
+    def event(self) -> Event:
+        """A timing event (the soak's per-op clock)."""
+        return cuda.Event()
 
     def capture(self, calls: Sequence[Callable[[], None]]) -> Captured:
         return Captured(self.stream, calls)
@@ -175,9 +185,21 @@ class DirectRank:
             self.comm.abort()
 
     def close(self) -> None:
+        """Free everything. A world of one whose process ends next leaves the communicator to
+        the process's end (NCCL_K8S_COMM_END=exit, the default there): ncclCommDestroy took
+        0.48 s of a 2.3 s one-op run on the H200 (BENCHMARKS.md) and frees nothing the end of
+        the process does not. With peers the communicator is destroyed, as nccl-tests does, so
+        no peer sees a connection drop; NCCL_K8S_COMM_END=destroy|abort|exit overrides."""
         if self.comm is not None:
-            self.comm.destroy()
+            stage("closing")
+            end = os.environ.get("NCCL_K8S_COMM_END") or ("exit" if self.world == 1 else "destroy")
+            if end == "abort":
+                self.comm.abort()
+                self.comm.free_all()
+            elif end != "exit":
+                self.comm.destroy()
             self.comm = None
+            stage(f"nccl {end}")
         for ptr in self._own:
             self.dev.free(ptr)
         self._own = []

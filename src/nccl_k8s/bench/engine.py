@@ -27,6 +27,7 @@ from nccl_k8s.bench.metrics import NULL as NULL_METRICS
 from nccl_k8s.bench.metrics import Metrics
 from nccl_k8s.bench.native import native_loop
 from nccl_k8s.bench.ops import Bound, Collectives
+from nccl_k8s.bench.trace import stage
 from nccl_k8s.bench.watch import Watchdog
 
 #: Exceptions a collective raises when a peer went away or timed out (gloo: RuntimeError).
@@ -353,6 +354,7 @@ class Engine:
                 )  # fmt: skip
                 summary.rows.append(row)
                 self.p.line(report.row_line(row))
+                stage("row")
         summary.out_of_bounds = int(sum(v[0] for v in r.gather_floats([float(local_errors)])))
         summary.avg_busbw = sum(busbws) / len(busbws) if busbws else 0.0
         self.p.lines(
@@ -424,6 +426,7 @@ class Engine:
         loop = native_loop() if r.comm is not None else None
         self.native = loop is not None and bool(loop.stream_query)  # the header says which timer
         self.header()
+        stage("header")
         if cfg.blocking == 3 and cfg.graph and r.rank == 0:
             print(
                 "blocking mode (-z 3) is incompatible with CUDA graph mode (-G). Disabling.",

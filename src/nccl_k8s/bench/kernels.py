@@ -164,7 +164,7 @@ class Kernels:
         if p.nranks not in self._units:
             table = units(p.nranks)
             ptr = self.dev.alloc(8 * len(table))
-            self.dev.to_device(ptr, (ctypes.c_int64 * len(table))(*table), self.stream)  # type: ignore[arg-type]
+            self.dev.to_device(ptr, bytes((ctypes.c_int64 * len(table))(*table)), self.stream)
             self._units[p.nranks] = (ptr, len(table))
         ptr, n = self._units[p.nranks]
         return pattern_struct(p, ptr, n)

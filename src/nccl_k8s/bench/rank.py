@@ -92,6 +92,12 @@ class Rank:
         """End of a timed loop: wait for the measured ops."""
         self.complete()
 
+    def event(self) -> Any:
+        """A timing event (the soak's per-op clock)."""
+        import torch
+
+        return torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+
     def capture(self, calls: Sequence[Any]) -> TorchGraph:
         """The calls captured in a CUDA graph on a side stream, replayed there."""
         return TorchGraph(self.device, calls)

@@ -21,6 +21,7 @@ from nccl_k8s.bench.engine import PEER_ERRORS, Engine, Printer, RunOutcome
 from nccl_k8s.bench.metrics import NULL as NULL_METRICS
 from nccl_k8s.bench.metrics import Metrics, serve
 from nccl_k8s.bench.rank import default_env, join, resolve_backend
+from nccl_k8s.bench.trace import stage
 from nccl_k8s.bench.watch import Watchdog
 
 
@@ -128,6 +129,7 @@ def run_rank(cfg: BenchConfig, argv: Sequence[str], *, stdout: TextIO = sys.stdo
             outcome = engine.run(on_sweep=sweep_ended)
             wd.progress("finishing")
             rank.barrier()
+            stage("finished")
         except PEER_ERRORS as exc:
             if rank.world == 1:
                 partial_json(f"{type(exc).__name__}: {exc}")
@@ -145,6 +147,7 @@ def run_rank(cfg: BenchConfig, argv: Sequence[str], *, stdout: TextIO = sys.stdo
         engine = None
         if rank is not None:
             rank.close()
+        stage("closed")
 
 
 def _join(cfg: BenchConfig, backend: Backend, timeout_s: int, wd: Watchdog) -> tuple[Any, bool]:

@@ -48,6 +48,7 @@ from types import FrameType
 from typing import Any
 
 from nccl_k8s.bench.store import STORE_ENV, STORE_OURS, StoreServer
+from nccl_k8s.bench.trace import stage
 from nccl_k8s.bench.watch import FAULT_DIR_ENV  # where ranks write fault-<rank>.json
 from nccl_k8s.errors import Interrupted, UsageError
 from nccl_k8s.launch._culprit import RankFacts, attribute, read_faults
@@ -300,7 +301,9 @@ def run_ranks(
                 env={**os.environ, **envs[r]}, start_new_session=True,
             )  # fmt: skip
             ranks.append(_Rank(rank=r, proc=proc))
+        stage("ranks started")
         _watch(ranks, started)
+        stage("ranks ended")
         _stop(ranks)
     except BaseException as exc:
         signum = exc.signum if isinstance(exc, Interrupted) else None
@@ -364,7 +367,10 @@ def _watch(ranks: list[_Rank], started: float) -> None:
             first_failure = now
         if first_failure is not None and now - first_failure >= SETTLE_S:
             return
-        time.sleep(POLL_S)
+        # Sleep until the next look, or until the first running rank ends (a run's end is
+        # then seen at once, not up to POLL_S later).
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            running[0].proc.wait(timeout=POLL_S)
 
 
 def _stop(ranks: Sequence[_Rank]) -> None:

@@ -98,6 +98,9 @@ RUN_FLAGS = ("nproc", "result_lines", "run_id", "no_save")
 
 def prepare(argv: Sequence[str]) -> LocalRun:
     """Validate `nccl-k8s run` arguments; raises UsageError (one line) on anything wrong."""
+    from nccl_k8s.bench.trace import stage
+
+    stage("launcher prepare")
     try:
         ns, extra = run_parser().parse_known_args(list(argv))
         if extra:
