@@ -55,10 +55,14 @@ if [[ $PARTS == *startup* ]]; then
     STARTUP_LOG=$R/one_ourstorch_$r.log $S "ours-one-torchenv r$r" -- env PYTHONPATH=$PWD/src python3 -c 'from nccl_k8s.cli.main import main; main()' run --ops all_reduce -b 8 -e 8 -n 1 -w 0 --no-save
   done 2>&1 | tee "$R/startup.txt"
 fi
+if [[ $PARTS == *wallsh* ]]; then
+  # ../shared/ref/wall.sh: one 8 B op and every op, `nccl-k8s run` against nccl-tests, two rounds.
+  OUT=$R/wallsh timeout 200 bash .ref/wall.sh > /dev/null 2>&1; echo "wall.sh exit $?"; cat "$R/wallsh/wall.txt"
+fi
 if [[ $PARTS == *sbs* ]]; then
   # side_by_side.sh (../shared/ref), ROUNDS rounds; each round's ratios and raw outputs kept.
   for r in $(seq 1 "$ROUNDS"); do
-    OUT=$R/sbs_$r timeout 280 bash .ref/side_by_side.sh > /dev/null 2>&1; echo "side_by_side round $r exit $?"
+    OUT=$R/sbs_$r timeout 240 bash .ref/side_by_side.sh > /dev/null 2>&1; echo "side_by_side round $r exit $?"
   done
 fi
 if [[ $PARTS == *wall* ]]; then
