@@ -1,7 +1,8 @@
-"""The measuring engine: nccl-tests' collectives, sizes, formulas and table, over torch.distributed.
+"""The measuring engine: nccl-tests' collectives, sizes, formulas and table.
 
-Imports only the standard library and torch (lazily), because this package is what runs inside
-pods: the deployer ships it to stock PyTorch images as a zipapp. `python -m nccl_k8s.bench`
+Imports only the standard library, because this package is what runs inside pods: the deployer
+ships it to stock PyTorch images as a zipapp. The NCCL path needs libnccl, the CUDA driver and
+NVRTC, not torch (bench.direct); torch is imported lazily for gloo and `--driver torch`. `python -m nccl_k8s.bench`
 is the per-rank entry point; it works under plain torchrun.
 """
 

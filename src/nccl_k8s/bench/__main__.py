@@ -6,14 +6,23 @@ Exit codes: 0 all checks passed, 1 wrong results or an average busbw below --min
 
 from __future__ import annotations
 
+import contextlib
+import faulthandler
+import json
 import os
 import sys
+import time
+import traceback
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from nccl_k8s.bench.config import ConfigError, parse_args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from nccl_k8s.bench.trace import stage
+
+    stage("rank main")
     args = list(sys.argv[1:] if argv is None else argv)
     if any(a in ("-h", "--help") for a in args):
         from nccl_k8s.bench.config import build_parser
@@ -36,13 +45,42 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
+#: Where a launcher wants the rank's error (torchrun and nccl-k8s run set it per rank).
+ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"
+
+
 def _recorded(fn: Callable[..., int]) -> Callable[..., int]:
-    """torchrun's error-file recorder, so `nccl-k8s run` and pods can name the failing rank."""
-    try:
-        from torch.distributed.elastic.multiprocessing.errors import record
-    except ImportError:  # pragma: no cover - torch without elastic
-        return fn
-    return record(fn)  # type: ignore[return-value]
+    """Write an exception that ends the rank to $TORCHELASTIC_ERROR_FILE, in the layout torch's
+    elastic `record` writes (torchrun's agent and `nccl-k8s run` read it to name the failing
+    rank), then raise it on. Our own, so the torch-free path need not import torch for it."""
+
+    def recorded(*args: Any, **kwargs: Any) -> int:
+        with contextlib.suppress(Exception):
+            faulthandler.enable(all_threads=True)
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:
+            write_error_file(exc)
+            raise
+
+    return recorded
+
+
+def write_error_file(exc: BaseException) -> None:
+    path = os.environ.get(ERROR_FILE_ENV)
+    if not path:
+        return
+    doc = {
+        "message": {
+            "message": f"{type(exc).__name__}: {exc}",
+            "extraInfo": {
+                "py_callstack": "".join(traceback.format_exception(exc)),
+                "timestamp": str(int(time.time())),
+            },
+        }
+    }
+    with contextlib.suppress(OSError), open(path, "w", encoding="utf-8") as f:
+        json.dump(doc, f)
 
 
 if __name__ == "__main__":

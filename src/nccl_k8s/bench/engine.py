@@ -34,7 +34,7 @@ from nccl_k8s.bench.outcome import (
     run_meta,
     wrong_ranks,
 )
-from nccl_k8s.bench.rank import Rank, device_info, versions
+from nccl_k8s.bench.trace import stage
 from nccl_k8s.bench.watch import Watchdog
 
 #: Exceptions a collective raises when a peer went away or timed out (gloo: RuntimeError).
@@ -52,7 +52,7 @@ class Engine:
     def __init__(
         self,
         config: BenchConfig,
-        rank: Rank,
+        rank: Any,
         printer: Printer,
         watchdog: Watchdog,
         metrics: Metrics = NULL_METRICS,
@@ -87,11 +87,12 @@ class Engine:
     def header(self) -> None:
         c, v = self.cfg, self.versions
         lib = f"nccl-library={v['nccl_code']}" if v["nccl"] else "nccl-library=none"
+        torch_v = v["torch"] or "none"
         driver = f" driver={self.r.driver}" if self.r.driver else ""
         if self.r.comm is not None:
             driver += f" timer={'c' if self.native else 'python'}"
         version_line = (
-            f"# nccl-k8s version {__version__} {lib} torch={v['torch']} "
+            f"# nccl-k8s version {__version__} {lib} torch={torch_v} "
             f"backend={self.r.backend}{driver} world={self.r.world}"
         )
         step = c.stepfactor if c.stepfactor > 1 else c.stepbytes
@@ -143,15 +144,6 @@ class Engine:
         return self._rep
 
     # -- one measurement -----------------------------------------------------------------
-    def _graph(self, calls: Sequence[Any]) -> Any:
-        import torch
-
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=self.r.capture_stream()):
-            for call in calls:
-                call()
-        return graph
-
     def _sequence(self, b: Bound) -> list[Callable[[], None]]:
         """The timed iterations: -n of them, each -m ops (one NCCL group with the direct driver,
         as nccl-tests aggregates them; on gloo and torch.distributed, one after the other)."""
@@ -202,29 +194,23 @@ class Engine:
     def _timed_graph(self, sequence: Sequence[Callable[[], None]]) -> float:
         """Seconds for -G launches of a graph capturing `sequence` (-C: to launch them)."""
         cfg, r = self.cfg, self.r
-        graph = self._graph(sequence)
-        launcher = self.coll.graph_program(graph) if self.coll is not None else None
-        r.barrier()
-        with self.wd.timed():
-            if launcher is not None and not cfg.cputime:  # G launches and the wait, timed in C
-                elapsed = launcher.timed(cfg.graph)
-            else:  # replay on the capture stream, as nccl-tests launches on its stream
-                stream = r.capture_stream() if r.stream is not None else None
-                t0 = time.perf_counter()
-                if stream is not None:
-                    import torch
-
-                    with torch.cuda.stream(stream):
-                        for _ in range(cfg.graph):
-                            graph.replay()
-                else:
-                    for _ in range(cfg.graph):
-                        graph.replay()
+        graph = r.capture(sequence)
+        try:
+            launcher = (
+                self.coll.graph_program(graph.exec_handle()) if self.coll is not None else None
+            )
+            r.barrier()
+            with self.wd.timed():
+                if launcher is not None and not cfg.cputime:  # G launches and the wait, in C
+                    return float(launcher.timed(cfg.graph))
+                t0 = time.perf_counter()  # launched from Python, on the stream it was captured on
+                for _ in range(cfg.graph):
+                    graph.launch()
                 issued = time.perf_counter() - t0
                 r.complete()
-                elapsed = issued if cfg.cputime else time.perf_counter() - t0
-        del graph
-        return elapsed
+                return issued if cfg.cputime else time.perf_counter() - t0
+        finally:
+            graph.close()
 
     def checked_op(self, coll: Collectives, b: Bound, root: int, rep: int) -> int:
         """Fill, run once, check: this rank's wrong elements."""
@@ -232,10 +218,12 @@ class Engine:
         self.r.complete()
         self.r.barrier()
         if self.cfg.graph:
-            graph = self._graph([b.calls[0]])
-            graph.replay()
-            self.r.complete()
-            del graph
+            graph = self.r.capture([b.calls[0]])
+            try:
+                graph.launch()
+                self.r.complete()
+            finally:
+                graph.close()
         else:
             b.first()
             self.r.complete()
@@ -306,7 +294,7 @@ class Engine:
             coll = Collectives(
                 rank=r.rank, nranks=r.world, dtype=dtype, redop=redop,
                 sendbuf=sendbuf[pad:], recvbuf=recvbuf[pad:],
-                group=r.data_group, comm=r.comm, stream=r.stream,
+                group=r.data_group, comm=r.comm, stream=r.stream, memory=r.memory(dtype),
             )  # fmt: skip
             if not self.native:
                 coll.native = None  # without cudaStreamQuery the C loop cannot time: Python does
@@ -375,6 +363,7 @@ class Engine:
                 summary.rows.append(row)
                 self.p.measured(row)  # journaled first: a row printed is a row a stop keeps
                 self.p.line(report.row_line(row))
+                stage("row")
         return local_errors
 
     def _cell(
@@ -465,11 +454,12 @@ class Engine:
     def setup(self) -> None:
         """Once per run: versions, devices, the header, the buffers and the collectives."""
         cfg, r = self.cfg, self.r
-        self.versions = versions(r)
-        self.devices = r.gather_object(device_info(r))
+        self.versions = r.versions()
+        self.devices = r.gather_object(r.device_info())
         loop = native_loop() if r.comm is not None else None
         self.native = loop is not None and bool(loop.stream_query)  # the header says which timer
         self.header()
+        stage("header")
         if cfg.blocking == 3 and cfg.graph and r.rank == 0:
             print(
                 "blocking mode (-z 3) is incompatible with CUDA graph mode (-G). Disabling.",

@@ -3,12 +3,15 @@
 At world size 1 on an H200 an eager small collective costs NCCL a few microseconds of host time,
 and the Python loop with a ctypes call adds one to two more (BENCHMARKS.md). nccl-tests' loop is
 C. This module compiles a short C loop with the machine's C compiler (cc, gcc or clang; stock
-PyTorch runtime images have none, and then the Python loop runs as before), loads it with ctypes
-and hands it the addresses of the libnccl functions and their arguments. `nk_timed` takes the
-clock, issues `iters` ops (rotating through the buffer exactly as the Python loop does), polls
-the stream with cudaStreamQuery and ncclCommGetAsyncError until the work is done, as nccl-tests
-does, and takes the clock again: the span nccl-tests times, with nothing of Python's inside it.
-With -G it launches the captured graph G times the same way (cudaGraphLaunch).
+PyTorch runtime images have none, and then the Python loop runs as before) once per machine and
+version: the library is cached (`cache_dir`: NCCL_K8S_CACHE_DIR, ~/.cache/nccl-k8s, or the temp
+dir), named by its text, the machine, the compiler and our version, so a later run only loads it
+(the slim image carries it prebuilt). It is loaded with ctypes and handed the addresses of the
+libnccl functions and their arguments. `nk_timed` takes the clock, issues `iters` ops (rotating
+through the buffer exactly as the Python loop does), polls the stream with the driver's
+cuStreamQuery and ncclCommGetAsyncError until the work is done, as nccl-tests does, and takes the
+clock again: the span nccl-tests times, with nothing of Python's inside it. With -G it launches
+the captured graph G times the same way (cuGraphLaunch).
 
 NCCL_K8S_NATIVE_LOOP=0 turns it off (the Python loop), 1 or unset uses it where it builds; the
 meta line says which ran (`native_loop`). BENCHMARKS.md has the figures that decided it.
@@ -16,10 +19,12 @@ meta line says which ran (`native_loop`). BENCHMARKS.md has the figures that dec
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import hashlib
 import os
+import platform
 import shutil
 import subprocess
 import tempfile
@@ -164,57 +169,95 @@ class NativeLoop:
         self.timed.argtypes = [ctypes.POINTER(_Call), ctypes.POINTER(ctypes.c_int), ctypes.c_int,
                                ctypes.c_int, vp, vp, vp, vp, ctypes.POINTER(ctypes.c_int64)]  # fmt: skip
         self.timed.restype = ctypes.c_int
-        cudart = _cudart()
-        self.stream_query = _address(cudart, "cudaStreamQuery")
-        self.graph_launch = _address(cudart, "cudaGraphLaunch")
+        # The driver's entry points (libcuda): the runtime's cudaStreamQuery and cudaGraphLaunch
+        # are thin wrappers of these, and a torch-free process has no runtime loaded.
+        self.stream_query = _driver_address("cuStreamQuery")
+        self.graph_launch = _driver_address("cuGraphLaunch")
 
     def program(self, ops: Sequence[Sequence[Call]], **kwargs: Any) -> Program:
         return Program(self, ops, **kwargs)
 
 
-def _address(lib: ctypes.CDLL | None, name: str) -> int:
-    fn = getattr(lib, name, None) if lib is not None else None
-    return int(ctypes.cast(fn, ctypes.c_void_p).value or 0) if fn is not None else 0
+def _driver_address(name: str) -> int:
+    """A CUDA driver function's address; 0 where there is no driver (the loop still issues)."""
+    from nccl_k8s.bench import cuda
 
-
-def _cudart() -> ctypes.CDLL | None:
-    """The CUDA runtime this process already loaded (torch's), found in /proc/self/maps."""
     try:
-        with open("/proc/self/maps", encoding="utf-8") as f:
-            paths = {line.split()[-1] for line in f if "libcudart.so" in line}
-    except OSError:
-        return None
-    for path in sorted(paths):
+        return cuda.address(name)
+    except (OSError, AttributeError):
+        return 0
+
+
+def cache_dir() -> str | None:
+    """Where compiled code is kept between runs: NCCL_K8S_CACHE_DIR, else
+    $XDG_CACHE_HOME/nccl-k8s or ~/.cache/nccl-k8s, else a per-user folder in the temp dir
+    (pods often have a read-only home); None where nothing can be written."""
+    home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    choices = [os.environ.get("NCCL_K8S_CACHE_DIR"), os.path.join(home, "nccl-k8s"),
+               os.path.join(tempfile.gettempdir(), f"nccl-k8s-cache-{os.getuid()}")]  # fmt: skip
+    for path in choices:
+        if not path:
+            continue
         try:
-            return ctypes.CDLL(path)
+            os.makedirs(path, mode=0o700, exist_ok=True)
         except OSError:
             continue
+        if os.access(path, os.W_OK):
+            return path
     return None
 
 
-def _build() -> str | None:
-    """Compile the loop once per source text (cached in the temp dir); None without a compiler."""
-    cc = next(
+def cache_path(name: str) -> str | None:
+    """A file in the cache; names carry what they were built from (text, machine, versions)."""
+    folder = cache_dir()
+    return os.path.join(folder, name) if folder else None
+
+
+def write_atomic(path: str, payload: bytes) -> None:
+    """Write a cache file so that a concurrent reader (another rank) sees all of it or none."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(payload)
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
+def _compiler() -> str | None:
+    return next(
         (c for c in (os.environ.get("CC"), "cc", "gcc", "clang") if c and shutil.which(c)), None
     )
+
+
+def build_shared(source: str, stem: str) -> str | None:
+    """`source` compiled once per machine and version into a cached shared library; None
+    without a compiler (or when it fails)."""
+    from nccl_k8s import __version__
+
+    cc = _compiler()
     if cc is None:
         return None
-    digest = hashlib.sha256(_SOURCE.encode()).hexdigest()[:16]
-    out = os.path.join(tempfile.gettempdir(), f"nccl_k8s_loop_{digest}_{os.getuid()}.so")
+    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
+    name = f"{stem}-{__version__}-{platform.machine()}-{os.path.basename(cc)}-{digest}.so"
+    out = cache_path(name) or os.path.join(tempfile.mkdtemp(prefix="nccl-k8s-"), name)
     if os.path.exists(out):
         return out
     with tempfile.TemporaryDirectory(prefix="nccl-k8s-cc-") as tmp:
-        src = os.path.join(tmp, "loop.c")
+        src = os.path.join(tmp, f"{stem}.c")
         with open(src, "w", encoding="utf-8") as f:
-            f.write(_SOURCE)
-        built = os.path.join(tmp, "loop.so")
+            f.write(source)
+        built = os.path.join(tmp, f"{stem}.so")
         proc = subprocess.run(
-            [cc, "-O2", "-shared", "-fPIC", "-o", built, src], capture_output=True, check=False
-        )
+            [cc, "-O2", "-shared", "-fPIC", "-x", "c", "-o", built, src],
+            capture_output=True, check=False,
+        )  # fmt: skip
         if proc.returncode != 0:
             return None
-        os.replace(built, out)
-    return out
+        with open(built, "rb") as f:
+            write_atomic(out, f.read())
+    return out if os.path.exists(out) else None
 
 
 @functools.lru_cache(maxsize=1)
@@ -223,10 +266,20 @@ def native_loop() -> NativeLoop | None:
     if os.environ.get("NCCL_K8S_NATIVE_LOOP", "1") == "0":
         return None
     try:
-        path = _build()
+        path = build_shared(_SOURCE, "loop")
         return NativeLoop(path) if path else None
     except OSError:
         return None
 
 
-__all__ = ["Call", "NativeError", "NativeLoop", "Program", "native_loop"]
+__all__ = [
+    "Call",
+    "NativeError",
+    "NativeLoop",
+    "Program",
+    "build_shared",
+    "cache_dir",
+    "cache_path",
+    "native_loop",
+    "write_atomic",
+]

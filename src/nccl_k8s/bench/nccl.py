@@ -1,12 +1,13 @@
-"""Direct calls into the NCCL library torch ships, for the timed loop on GPUs.
+"""Direct calls into libnccl, for the timed loop on GPUs.
 
 Measured on an H200 (BENCHMARKS.md), torch.distributed costs 14-20 µs of host time per
 collective, three to forty times what nccl-tests measures at small sizes: the benchmark would
 measure torch, not NCCL. So with the NCCL backend the engine calls libnccl itself through ctypes
-(about a microsecond per call), on a communicator bootstrapped through torch's rendezvous store,
-with real out-of-place buffers and the same calls nccl-tests makes (grouped send/recv for
-alltoall, sendrecv, gather and scatter). torch.distributed stays the control plane (gloo) and
-the gloo data plane. `--driver torch` keeps the torch.distributed path for comparison.
+(about a microsecond per call), with real out-of-place buffers and the same calls nccl-tests
+makes (grouped send/recv for alltoall, sendrecv, gather and scatter), on a communicator
+bootstrapped through the rendezvous store (bench.store). libnccl comes from the nvidia-nccl
+wheel (the one torch ships, where torch is installed) or NCCL_K8S_LIBNCCL; torch itself is not
+needed (bench.direct). `--driver torch` keeps the torch.distributed path for comparison.
 """
 
 from __future__ import annotations
@@ -208,27 +209,34 @@ class Communicator:
         )
         self.lib.check(err.value, "asynchronous NCCL operation")
 
-    def wait(self, stream: Any) -> None:
+    def wait(self, stream: int) -> None:
         """Poll the stream as nccl-tests does, watching NCCL's async errors (the collective
         timeout is the watchdog's: bench.watch)."""
-        while not stream.query():
+        from nccl_k8s.bench.cuda import query
+
+        while not query(stream):
             self.async_error()
             os.sched_yield()
 
-    def alloc(self, nbytes: int) -> Any:
-        """A uint8 CUDA tensor of `nbytes` from ncclMemAlloc, or None where NCCL has none.
-
-        The tensor borrows the memory; `free_all` gives it back when the communicator goes.
-        """
-        import torch
-
+    def alloc_ptr(self, nbytes: int) -> int | None:
+        """`nbytes` of device memory from ncclMemAlloc, or None where NCCL has none (or
+        NCCL_K8S_ALLOC=cuda asks for plain cuMemAlloc); `free_all` gives it back."""
         lib = self.lib
-        if lib.mem_alloc is None or os.environ.get("NCCL_K8S_ALLOC") == "torch":
+        if lib.mem_alloc is None or os.environ.get("NCCL_K8S_ALLOC") in ("torch", "cuda"):
             return None
         ptr = ctypes.c_void_p()
         lib.check(lib.mem_alloc(ctypes.byref(ptr), max(nbytes, 1)), "ncclMemAlloc")
         self._allocs.append(ptr)
-        holder = _CudaArray(int(ptr.value or 0), max(nbytes, 1))
+        return int(ptr.value or 0)
+
+    def alloc_tensor(self, nbytes: int) -> Any:
+        """A uint8 CUDA tensor over ncclMemAlloc'd memory, or None (the torch data path)."""
+        import torch
+
+        ptr = self.alloc_ptr(nbytes)
+        if ptr is None:
+            return None
+        holder = _CudaArray(ptr, max(nbytes, 1))
         return torch.as_tensor(holder, device=f"cuda:{torch.cuda.current_device()}")[:nbytes]
 
     def free_all(self) -> None:

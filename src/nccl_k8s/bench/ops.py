@@ -33,6 +33,7 @@ from nccl_k8s.bench.collectives import (
 )
 from nccl_k8s.bench.config import Dtype, RedOp
 from nccl_k8s.bench.counts import Counts
+from nccl_k8s.bench.memory import Memory, TorchMemory
 from nccl_k8s.bench.native import Program, native_loop
 
 if TYPE_CHECKING:
@@ -104,9 +105,10 @@ class Bound:
     first: Call
     """Op 0 again, made so that it may block (warm-up, sync and checked ops): with the direct
     driver it releases the GIL, so the watchdog thread can still run if a peer never comes."""
-    send0: torch.Tensor
-    """Send view of rotation 0 (the checked op); in place, a view into the receive buffer."""
-    recv0: torch.Tensor
+    send0: Any
+    """Send view of rotation 0 (the checked op); in place, a view into the receive buffer: a
+    torch tensor, or a bench.memory.DevView on the torch-free path."""
+    recv0: Any
     """Receive view of rotation 0."""
     native: Program | None = None
     """The same calls as one native timed loop (bench.native), where it is in use."""
@@ -122,19 +124,22 @@ class Collectives:
         nranks: int,
         dtype: Dtype,
         redop: RedOp,
-        sendbuf: torch.Tensor,
-        recvbuf: torch.Tensor,
+        sendbuf: Any,
+        recvbuf: Any,
         group: Any = None,
         comm: Communicator | None = None,
-        stream: Any = None,
+        stream: int | None = None,
+        memory: Memory | None = None,
     ) -> None:
         self.rank = rank
         self.nranks = nranks
         self.dtype_name = dtype
-        self.dtype = data.torch_dtype(dtype)
-        self.elt = self.dtype.itemsize
+        self.mem: Memory = memory if memory is not None else TorchMemory(dtype)
+        """Views and the data check: torch tensors and bench.data, or device pointers and
+        bench.kernels (bench.memory)."""
+        self.elt = self.mem.elt
         self.redop_name = redop
-        self.redop = torch_redop(redop)
+        self.redop = torch_redop(redop) if comm is None else None
         self.sendbuf = sendbuf
         self.recvbuf = recvbuf
         self.group = group
@@ -146,12 +151,10 @@ class Collectives:
         """The native timed loop (direct driver, when it is on and builds here), or None."""
 
     # -- views ---------------------------------------------------------------------------
-    def _view(self, buf: torch.Tensor, byte_offset: int, nelems: int) -> torch.Tensor:
-        return buf[byte_offset : byte_offset + nelems * self.elt].view(self.dtype)
+    def _view(self, buf: Any, byte_offset: int, nelems: int) -> Any:
+        return self.mem.view(buf, byte_offset, nelems)
 
-    def views(
-        self, counts: Counts, shift: int, in_place: bool
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def views(self, counts: Counts, shift: int, in_place: bool) -> tuple[Any, Any]:
         if in_place:
             send = self._view(
                 self.recvbuf, shift + counts.send_inplace_offset * self.rank * self.elt, counts.send
@@ -168,8 +171,8 @@ class Collectives:
     def call(
         self,
         op: Op,
-        send: torch.Tensor,
-        recv: torch.Tensor,
+        send: Any,
+        recv: Any,
         counts: Counts,
         root: int,
         in_place: bool,
@@ -187,13 +190,11 @@ class Collectives:
             TorchCall(dist, send, recv, counts, self.rank, n, root, self.redop, g, in_place)
         )
 
-    def specs(
-        self, op: Op, send: torch.Tensor, recv: torch.Tensor, counts: Counts, root: int
-    ) -> list[Spec]:
-        assert self.comm is not None
+    def specs(self, op: Op, send: Any, recv: Any, counts: Counts, root: int) -> list[Spec]:
+        assert self.comm is not None and self.stream is not None
         return self.comm.specs(
             op, send.data_ptr(), recv.data_ptr(), counts.param, counts.param * self.elt,
-            self.dtype_name, self.redop_name, root, self.stream.cuda_stream,
+            self.dtype_name, self.redop_name, root, self.stream,
         )  # fmt: skip
 
     def bind(self, op: Op, counts: Counts, shifts: list[int], root: int, in_place: bool) -> Bound:
@@ -210,20 +211,22 @@ class Collectives:
         send0, recv0 = self.views(counts, shifts[0], in_place)
         first = self.call(op, send0, recv0, counts, root, in_place, release_gil=True)
         b = Bound(op, counts, in_place, calls, first, send0, recv0)
-        if self.native is not None and self.comm is not None:
+        if self.native is not None and self.comm is not None and self.stream is not None:
             comm = self.comm
             b.native = self.native.program(
                 [[(comm.pointer(name), args) for name, args in op] for op in native_specs],
                 names=[[name for name, _ in op] for op in native_specs],
-                check=comm.lib.check, stream=self.stream.cuda_stream,
+                check=comm.lib.check, stream=self.stream,
                 comm=int(comm.comm.value or 0), async_error=comm.pointer("ncclCommGetAsyncError"),
             )  # fmt: skip
         return b
 
-    def graph_program(self, graph: Any) -> Program | None:
-        """The C loop launching a captured CUDA graph on the NCCL stream (None: use replay)."""
-        raw = getattr(graph, "raw_cuda_graph_exec", None)
-        if self.native is None or self.comm is None or not self.native.graph_launch or raw is None:
+    def graph_program(self, exec_handle: int | None) -> Program | None:
+        """The C loop launching a captured CUDA graph on the NCCL stream (None: launch it from
+        Python)."""
+        if self.native is None or self.comm is None or not self.native.graph_launch:
+            return None
+        if not exec_handle or self.stream is None:
             return None
         import ctypes
 
@@ -233,10 +236,10 @@ class Collectives:
             if rc:
                 raise NativeError(f"{what} failed: CUDA error {rc}")
 
-        stream = self.stream.cuda_stream
-        launch = (self.native.graph_launch, (ctypes.c_void_p(raw()), ctypes.c_void_p(stream)))
+        stream = self.stream
+        launch = (self.native.graph_launch, (ctypes.c_void_p(exec_handle), ctypes.c_void_p(stream)))
         return self.native.program(
-            [[launch]], names=[["cudaGraphLaunch"]], check=cuda_check, stream=stream,
+            [[launch]], names=[["cuGraphLaunch"]], check=cuda_check, stream=stream,
             comm=int(self.comm.comm.value or 0), async_error=self.comm.pointer("ncclCommGetAsyncError"),
         )  # fmt: skip
 
@@ -249,28 +252,31 @@ class Collectives:
         """Fill inputs for a checked op; receive buffers get a sentinel out of place."""
         p = self.pattern(b.op)
         if not b.in_place:
-            data.fill_sentinel(b.recv0)
+            self.mem.sentinel(b.recv0)
         if COLLECTIVES[b.op].root_inputs_only and self.rank != root:
             if b.in_place:
-                data.fill_sentinel(b.recv0)
+                self.mem.sentinel(b.recv0)
             return
         if b.in_place and b.recv0.numel() > b.send0.numel():
-            data.fill_sentinel(b.recv0)  # the other ranks' chunks must be written by the op
-        data.fill(b.send0, p, self.rank, rep)
+            self.mem.sentinel(b.recv0)  # the other ranks' chunks must be written by the op
+        self.mem.fill(b.send0, p, self.rank, rep)
+
+    def expectation(self, b: Bound, root: int) -> Expected | None:
+        """What this rank's receive view must hold (bench.collectives), or None."""
+        return COLLECTIVES[b.op].expected(Place(self.rank, self.nranks, root, b.counts))
 
     def expected(self, b: Bound, root: int, rep: int) -> data.ExpectedFn | None:
-        """Expected values of this rank's receive view, or None when it holds no result."""
-        place = Place(self.rank, self.nranks, root, b.counts)
-        expected = COLLECTIVES[b.op].expected(place)
+        """Expected values of this rank's receive view (torch), or None when it holds no result."""
+        expected = self.expectation(b, root)
         if expected is None:
             return None
         return expected_values(expected, self.pattern(b.op), rep, b.recv0.device)
 
     def check(self, b: Bound, root: int, rep: int) -> int:
-        exp = self.expected(b, root, rep)
-        if exp is None or b.recv0.numel() == 0:
+        e = self.expectation(b, root)
+        if e is None or b.recv0.numel() == 0:
             return 0
-        return data.count_wrong(b.recv0, exp, rel_tol=self.pattern(b.op).tolerance)
+        return self.mem.count_wrong(b.recv0, e, self.pattern(b.op), rep)
 
 
 __all__ = [

@@ -1,9 +1,10 @@
 """This process's place in the run: the process groups, the buffers, and what it runs on.
 
-Two process groups: the data plane (NCCL or gloo, what is measured; with the direct driver,
-libnccl itself through bench.nccl) and a gloo control plane on the CPU for barriers, time
-exchange and error counts, so bookkeeping never queues behind or between the measured
-collectives on the GPU.
+`join` picks the rank: the direct NCCL path (bench.direct: libnccl, the CUDA driver and our
+store, no torch) or this module's torch rank for gloo and `--driver torch`. The torch rank has
+two process groups: the data plane (NCCL or gloo, what is measured) and a gloo control plane on
+the CPU for barriers, time exchange and error counts, so bookkeeping never queues behind or
+between the measured collectives on the GPU. The direct rank's control plane is the store.
 """
 
 from __future__ import annotations
@@ -13,14 +14,12 @@ import os
 import platform
 import socket
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from nccl_k8s import __version__
-from nccl_k8s.bench.config import NODE_NAME_ENV, Backend, Driver
+from nccl_k8s.bench.config import NODE_NAME_ENV, Backend, Driver, Dtype
+from nccl_k8s.bench.memory import Memory, TorchMemory
 from nccl_k8s.bench.ops import all_gather_fn
-
-if TYPE_CHECKING:
-    from nccl_k8s.bench.nccl import Communicator
 
 GIB = 1 << 30
 #: Seconds the process groups' own timeouts wait beyond the watchdog's, so the watchdog (which
@@ -29,12 +28,17 @@ BACKSTOP_S = 60
 
 
 class Rank:
-    """This process's place in the run and the two process groups."""
+    """This process's place in the run and the two process groups (gloo, `--driver torch`)."""
 
-    def __init__(self, backend: Backend, timeout_s: int, *, driver: Driver = "direct") -> None:
+    comm = None
+    stream = None
+
+    def __init__(self, backend: Backend, timeout_s: int, *, driver: Driver = "torch") -> None:
         import torch
         import torch.distributed as dist
 
+        if backend == "nccl" and driver == "direct":
+            raise ValueError("the direct NCCL driver's rank is bench.direct.DirectRank (join())")
         default_env()
         self.rank = int(os.environ["RANK"])
         self.world = int(os.environ["WORLD_SIZE"])
@@ -54,27 +58,11 @@ class Rank:
             self.device = torch.device("cpu")
         self.timeout_s = timeout_s
         self.allocator = "torch"
-        """Where the send/receive buffers come from: ncclMemAlloc (direct driver) or torch."""
-        self.comm: Communicator | None = None
-        self.stream: Any = None
-        self.data_group: Any = None
-        if backend == "nccl" and driver == "direct":
-            # libnccl directly for the data plane; torch.distributed (gloo) only for the control plane.
-            kwargs.pop("device_id", None)
-            dist.init_process_group(backend="gloo", init_method="env://", **kwargs)
-            from torch.distributed import distributed_c10d
-
-            from nccl_k8s.bench.nccl import Communicator
-
-            self.stream = torch.cuda.Stream(device=self.device)  # type: ignore[no-untyped-call]
-            store = distributed_c10d._get_default_store()
-            self.comm = Communicator(self.rank, self.world, store)
-            self.ctrl: Any = dist.group.WORLD
-        else:
-            dist.init_process_group(backend=backend, init_method="env://", **kwargs)
-            self.data_group = dist.group.WORLD
-            timeout = {"timeout": kwargs["timeout"]} if timeout_s else {}
-            self.ctrl = dist.new_group(backend="gloo", **timeout)
+        """Where the send/receive buffers come from."""
+        dist.init_process_group(backend=backend, init_method="env://", **kwargs)
+        self.data_group: Any = dist.group.WORLD
+        timeout = {"timeout": kwargs["timeout"]} if timeout_s else {}
+        self.ctrl: Any = dist.new_group(backend="gloo", **timeout)
 
     @property
     def cuda(self) -> bool:
@@ -82,50 +70,37 @@ class Rank:
 
     @property
     def driver(self) -> str | None:
-        if self.backend != "nccl":
-            return None
-        return "direct" if self.comm is not None else "torch"
+        return "torch" if self.backend == "nccl" else None
 
     def buffer(self, nbytes: int) -> Any:
-        """A uint8 buffer on this rank's device: ncclMemAlloc with the direct driver (as
-        nccl-tests 2.19.6 allocates), torch's allocator otherwise."""
+        """A uint8 buffer on this rank's device (torch's allocator)."""
         import torch
 
-        if self.comm is not None:
-            try:
-                with torch.cuda.device(self.device):
-                    buf = self.comm.alloc(nbytes)
-            except Exception as exc:  # measured either way; say which
-                self.allocator = f"torch (ncclMemAlloc failed: {exc})"
-                buf = None
-            if buf is not None:
-                self.allocator = "ncclMemAlloc"
-                return buf
         return torch.zeros(nbytes, dtype=torch.uint8, device=self.device)
+
+    def memory(self, dtype: Dtype) -> Memory:
+        return TorchMemory(dtype)
 
     def complete(self) -> None:
         """Wait until every op issued so far has finished on this rank."""
-        if self.comm is not None:
-            self.comm.wait(self.stream)
         if self.cuda:
             import torch
 
             torch.cuda.synchronize(self.device)
 
     def finish(self) -> None:
-        """End of a timed loop: wait for the measured ops only (nccl-tests polls its stream)."""
-        if self.comm is not None:
-            self.comm.wait(self.stream)
-        else:
-            self.complete()
+        """End of a timed loop: wait for the measured ops."""
+        self.complete()
 
-    def capture_stream(self) -> Any:
-        """The stream CUDA graphs capture on: the one direct NCCL calls go to, else a side stream."""
+    def event(self) -> Any:
+        """A timing event (the soak's per-op clock)."""
         import torch
 
-        if self.stream is not None:
-            return self.stream
-        return torch.cuda.Stream(device=self.device)  # type: ignore[no-untyped-call]
+        return torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+
+    def capture(self, calls: Sequence[Any]) -> TorchGraph:
+        """The calls captured in a CUDA graph on a side stream, replayed there."""
+        return TorchGraph(self.device, calls)
 
     def barrier(self) -> None:
         import torch.distributed as dist
@@ -158,17 +133,53 @@ class Rank:
         return out
 
     def abort(self) -> None:
-        """Abort the NCCL communicator (from the watchdog: unblocks a stuck collective)."""
-        if self.comm is not None:
-            self.comm.abort()
+        """Nothing of ours to abort: torch's NCCL watchdog owns its communicators."""
 
     def close(self) -> None:
         import torch.distributed as dist
 
-        if self.comm is not None:
-            self.comm.destroy()
         if dist.is_initialized():
             dist.destroy_process_group()
+
+    def device_info(self) -> dict[str, Any]:
+        return device_info(self)
+
+    def versions(self) -> dict[str, Any]:
+        return versions(self)
+
+
+class TorchGraph:
+    """torch's CUDA graph of some calls, captured and replayed on one side stream."""
+
+    def __init__(self, device: Any, calls: Sequence[Any]) -> None:
+        import torch
+
+        self.stream = torch.cuda.Stream(device=device)  # type: ignore[no-untyped-call]
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph, stream=self.stream):
+            for call in calls:
+                call()
+
+    def exec_handle(self) -> int | None:
+        return None  # replayed by torch, not launched from the C loop
+
+    def launch(self) -> None:
+        import torch
+
+        with torch.cuda.stream(self.stream):
+            self.graph.replay()
+
+    def close(self) -> None:
+        del self.graph
+
+
+def join(backend: Backend, timeout_s: int, *, driver: Driver = "direct") -> Any:
+    """This process's rank: the direct NCCL path without torch, else the torch rank."""
+    if backend == "nccl" and driver == "direct":
+        from nccl_k8s.bench.direct import DirectRank
+
+        return DirectRank(timeout_s)
+    return Rank(backend, timeout_s, driver=driver)
 
 
 def default_env() -> None:
@@ -185,11 +196,12 @@ def default_env() -> None:
 
 
 def resolve_backend(requested: Backend) -> Backend:
+    """auto: NCCL where the CUDA driver sees a GPU (asked without torch), else gloo."""
     if requested != "auto":
         return requested
-    import torch
+    from nccl_k8s.bench.cuda import device_count
 
-    return "nccl" if torch.cuda.is_available() else "gloo"
+    return "nccl" if device_count() else "gloo"
 
 
 def device_info(r: Rank) -> dict[str, Any]:
@@ -264,10 +276,19 @@ def versions(r: Rank) -> dict[str, Any]:
         return out
     from nccl_k8s.bench.nccl import Library, version_string
 
-    lib = r.comm.lib if r.comm is not None else Library()
+    lib = Library()
     code = lib.version_code()
     out.update(nccl=version_string(code), nccl_code=code, nccl_library=lib.path)
     return out
 
 
-__all__ = ["BACKSTOP_S", "Rank", "default_env", "device_info", "resolve_backend", "versions"]
+__all__ = [
+    "BACKSTOP_S",
+    "Rank",
+    "TorchGraph",
+    "default_env",
+    "device_info",
+    "join",
+    "resolve_backend",
+    "versions",
+]

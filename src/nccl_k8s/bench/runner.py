@@ -12,7 +12,7 @@ import socket
 import sys
 import time
 from collections.abc import Sequence
-from typing import TextIO
+from typing import Any, TextIO
 
 from nccl_k8s import __version__
 from nccl_k8s.bench import report
@@ -26,7 +26,8 @@ from nccl_k8s.bench.config import (
 from nccl_k8s.bench.engine import PEER_ERRORS, Engine, Printer, RunOutcome
 from nccl_k8s.bench.metrics import NULL as NULL_METRICS
 from nccl_k8s.bench.metrics import Metrics, serve
-from nccl_k8s.bench.rank import Rank, default_env, resolve_backend
+from nccl_k8s.bench.rank import default_env, join, resolve_backend
+from nccl_k8s.bench.trace import stage
 from nccl_k8s.bench.watch import Watchdog
 
 
@@ -96,7 +97,7 @@ def run_rank(cfg: BenchConfig, argv: Sequence[str], *, stdout: TextIO = sys.stdo
     timeout_s = timeout_for(cfg)
     default_env()
     engine: Engine | None = None
-    rank: Rank | None = None
+    rank: Any = None
     journal: TextIO | None = None
     # One metrics server per node, up before the rendezvous: a port that cannot be had is a
     # one-line error before any rank waits for this one, and the run's info is scraped as soon
@@ -142,6 +143,7 @@ def run_rank(cfg: BenchConfig, argv: Sequence[str], *, stdout: TextIO = sys.stdo
             outcome = engine.run(on_sweep=sweep_ended)
             wd.progress("finishing")
             rank.barrier()
+            stage("finished")
         except PEER_ERRORS as exc:
             if rank.world == 1:
                 partial_json(f"{type(exc).__name__}: {exc}")
@@ -161,6 +163,7 @@ def run_rank(cfg: BenchConfig, argv: Sequence[str], *, stdout: TextIO = sys.stdo
         engine = None
         if rank is not None:
             rank.close()
+        stage("closed")
 
 
 def _open_journal() -> TextIO | None:
@@ -173,10 +176,10 @@ def _open_journal() -> TextIO | None:
         return None  # the table is still printed; only a stopped run's rows would be lost
 
 
-def _join(cfg: BenchConfig, backend: Backend, timeout_s: int, wd: Watchdog) -> tuple[Rank, bool]:
+def _join(cfg: BenchConfig, backend: Backend, timeout_s: int, wd: Watchdog) -> tuple[Any, bool]:
     """The rank's process groups, and whether the rendezvous store lives in torchrun's agent.
 
-    Under torchrun (and nccl-k8s run) the store lives in the agent, so the watchdog can watch
+    Under torchrun (and nccl-k8s run, which hosts the store itself) the store lives in the agent, so the watchdog can watch
     the rendezvous too: a rank that never joins is named after -T, not after the process
     group's backstop. A lone process hosts its own store only once it has joined.
     """
@@ -185,7 +188,7 @@ def _join(cfg: BenchConfig, backend: Backend, timeout_s: int, wd: Watchdog) -> t
         wd.progress("rendezvous")
         wd.start()
     try:
-        return Rank(backend, timeout_s, driver=cfg.driver), agent_store
+        return join(backend, timeout_s, driver=cfg.driver), agent_store
     except PEER_ERRORS as exc:
         if agent_store and wd.world != 1:
             wd.fault(f"{type(exc).__name__}: {_first_line(exc)}", raised_here=True)

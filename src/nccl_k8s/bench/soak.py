@@ -198,9 +198,7 @@ def _batch(engine: Engine, b: Bound, n: int) -> list[float]:
     r = engine.r
     with engine.wd.timed():
         if r.cuda:
-            import torch
-
-            events = [torch.cuda.Event(enable_timing=True) for _ in range(n + 1)]  # type: ignore[no-untyped-call]
+            events = [r.event() for _ in range(n + 1)]
             stream = r.stream  # direct NCCL calls go there; None: torch's current stream
             events[0].record(stream)
             for i in range(n):

@@ -129,14 +129,16 @@ class Watchdog:
 
     # -- the thread --------------------------------------------------------------------------
     def _connect(self) -> Any:
+        """A store client of the thread's own: ours where the launcher (or rank 0) hosts
+        bench.store's server, else torch's TCPStore (torchrun's agent, gloo's rank 0)."""
+        from nccl_k8s.bench.store import STORE_ENV, STORE_OURS, StoreClient
+
+        host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+        if os.environ.get(STORE_ENV) == STORE_OURS:
+            return StoreClient(host, port, timeout_s=10.0, connect_s=10.0)
         from torch.distributed import TCPStore  # type: ignore[attr-defined]
 
-        return TCPStore(
-            os.environ["MASTER_ADDR"],
-            int(os.environ["MASTER_PORT"]),
-            is_master=False,
-            timeout=datetime.timedelta(seconds=10),
-        )
+        return TCPStore(host, port, is_master=False, timeout=datetime.timedelta(seconds=10))
 
     def _main_busy(self) -> bool:
         """Whether the main thread is running its own code rather than waiting (Linux: its

@@ -1,22 +1,26 @@
 """The local ranks' lives: started, watched, stopped, and nothing of theirs left behind.
 
-Ranks are started with torch's elastic multiprocessing API (`start_processes`, the layer torchrun's
-agent starts and stops its workers with) and get torchrun's worker environment. The agent itself is
-not used: for one node and a fixed world it has nothing to rendezvous or restart, and it stops
-every rank before anyone can look at them, while naming the culprit needs that look first. So
-this module does the agent's remaining jobs in the open:
+Ranks are started as plain child processes, each in a session of its own (as torch's elastic
+`start_processes`, which torchrun's agent uses, starts them), with torchrun's worker environment,
+so `python -m nccl_k8s.bench` runs the same here as under torchrun. torch is not imported here:
+for the direct NCCL path neither this launcher nor the ranks need it (issue 23). This module does
+the agent's jobs in the open:
 
-- it hosts the ranks' store (a TCPStore on 127.0.0.1, as the agent does with
-  TORCHELASTIC_USE_AGENT_STORE), so no port is guessed;
+- it hosts the ranks' store on 127.0.0.1, so no port is guessed: bench.store's own server for the
+  direct NCCL path (NCCL_K8S_STORE=nccl-k8s tells the ranks), torch's TCPStore for gloo and
+  `--driver torch` (whose process groups rendezvous through it), as the agent does with
+  TORCHELASTIC_USE_AGENT_STORE;
 - it watches every rank's pid every POLL_S seconds: whether and how it ended, and its process
   state (/proc/<pid>/stat; for a stopped rank, the signal that stopped it);
 - after the first failure it lets the others end on their own for up to SETTLE_S seconds, decides
   (launch._culprit), then stops the rest: SIGKILL for stopped ranks (they cannot act on SIGTERM),
   SIGTERM and after STOP_TIMEOUT_S SIGKILL for the others, each to its own process group;
-- SIGINT, SIGTERM and SIGHUP of this process stop every rank the same way and raise Interrupted.
+- SIGINT, SIGTERM and SIGHUP of this process stop every rank the same way and raise Interrupted;
+- a failed rank's error comes from the error file it wrote (TORCHELASTIC_ERROR_FILE, the layout
+  torch's elastic `record` writes; bench.__main__ writes it).
 
 Each rank also dies with this process (launch._rank sets PR_SET_PDEATHSIG), so a launcher killed
-with SIGKILL leaves no rank running. Its private directory (torch's error files, the engine's
+with SIGKILL leaves no rank running. Its private directory (the ranks' error files, the engine's
 fault files, the engine's JSON) cannot be removed then: the next run removes it (`workdir`).
 """
 
@@ -27,6 +31,7 @@ import dataclasses
 import datetime
 import errno
 import fcntl
+import json
 import logging
 import os
 import shutil
@@ -43,6 +48,8 @@ from types import FrameType
 from typing import Any
 
 from nccl_k8s.bench.config import JOURNAL_ENV
+from nccl_k8s.bench.store import STORE_ENV, STORE_OURS, StoreServer
+from nccl_k8s.bench.trace import stage
 from nccl_k8s.bench.watch import FAULT_DIR_ENV  # where ranks write fault-<rank>.json
 from nccl_k8s.errors import Interrupted, UsageError
 from nccl_k8s.launch._culprit import RankFacts, attribute, read_faults
@@ -268,62 +275,58 @@ def journal_path(work: Path) -> Path:
     return work / "journal"
 
 
-def run_ranks(nproc: int, argv: Sequence[str], *, work: Path, run_id: str | None = None) -> int:
+def run_ranks(
+    nproc: int,
+    argv: Sequence[str],
+    *,
+    work: Path,
+    run_id: str | None = None,
+    torch_store: bool = True,
+) -> int:
     """Run `python -m nccl_k8s.bench ARGV` as `nproc` local ranks; returns the run's exit code
     (0, or the 1/2 verdict the table printed), raises RunFailed naming the culprit, or
-    Interrupted once every rank has been stopped."""
-    import torch.distributed as dist
-    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, start_processes
-
-    # torch logs every rank's exit and every signal it sends at WARNING; we report once.
-    logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
+    Interrupted once every rank has been stopped. `torch_store`: host torch's TCPStore (gloo,
+    `--driver torch`) rather than bench.store's server (the direct NCCL path, no torch)."""
     fault_dir = work / "faults"
     fault_dir.mkdir()
-    store = dist.TCPStore(  # type: ignore[attr-defined]  # torch re-exports it from torch._C
-        "127.0.0.1",
-        0,
-        is_master=True,
-        wait_for_workers=False,
-        timeout=datetime.timedelta(seconds=STORE_TIMEOUT_S),
-    )
+    errors = work / "errors"
+    errors.mkdir()
+    store, port = _host_store(torch_store)
     elastic_id = f"nccl-k8s-{uuid.uuid4().hex[:8]}"
     envs = {
-        r: rank_env(
-            r, nproc, port=store.port, run_id=elastic_id, fault_dir=fault_dir, stored_as=run_id
-        )
+        r: rank_env(r, nproc, port=port, run_id=elastic_id, fault_dir=fault_dir, stored_as=run_id)
         for r in range(nproc)
     }
-    args = {r: ("-m", "nccl_k8s.launch._rank", *argv) for r in range(nproc)}
-    pc: Any = None
+    for r in range(nproc):
+        envs[r]["TORCHELASTIC_ERROR_FILE"] = str(errors / f"{r}.json")
+        if not torch_store:
+            envs[r][STORE_ENV] = STORE_OURS
     ranks: list[_Rank] = []
     started = time.monotonic()
     try:
-        # torch's PContext.start() installs handlers of its own (raising its SignalException);
-        # the caller's stay in force once the ranks are started.
-        with _restoring((*_HANDLED, signal.SIGQUIT)):
-            pc = start_processes(
-                name="nccl-k8s",
-                entrypoint=sys.executable,
-                args=args,
-                envs=envs,
-                logs_specs=DefaultLogsSpecs(log_dir=str(work / "logs")),
-            )
-        handlers = pc.subprocess_handlers
-        ranks = [_Rank(rank=r, proc=handlers[r].proc) for r in range(nproc)]
+        for r in range(nproc):
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "nccl_k8s.launch._rank", *argv],
+                env={**os.environ, **envs[r]}, start_new_session=True,
+            )  # fmt: skip
+            ranks.append(_Rank(rank=r, proc=proc))
+        stage("ranks started")
         _watch(ranks, started)
-        _stop(pc, ranks)
-        messages = _messages(pc)
+        stage("ranks ended")
+        _stop(ranks)
     except BaseException as exc:
-        signum = exc.signum if isinstance(exc, Interrupted) else getattr(exc, "sigval", None)
-        if pc is not None:
-            _stop(pc, ranks)
+        signum = exc.signum if isinstance(exc, Interrupted) else None
+        _stop(ranks)
         if signum is None:
             raise
-        n = nproc if pc is not None else 0
+        n = len(ranks)
         raise Interrupted(
             int(signum), detail=f"stopped {n} rank{'s' if n != 1 else ''}" if n else ""
         ) from None
     finally:
+        close = getattr(store, "close", None)
+        if close is not None:
+            close()
         del store
     facts = [
         RankFacts(
@@ -333,11 +336,28 @@ def run_ranks(nproc: int, argv: Sequence[str], *, work: Path, run_id: str | None
             ended_at=r.ended_at,
             state=r.state,
             stop_signal=r.stop_signal,
-            message=messages.get(r.rank, ""),
+            message=_message(errors / f"{r.rank}.json") if r.exitcode else "",
         )
         for r in ranks
     ]
     return attribute(facts, read_faults(fault_dir))
+
+
+def _host_store(torch_store: bool) -> tuple[Any, int]:
+    """The store the ranks rendezvous through, and its port."""
+    if not torch_store:
+        server = StoreServer("127.0.0.1", 0)
+        return server, server.port
+    import torch.distributed as dist
+
+    store = dist.TCPStore(  # type: ignore[attr-defined]  # torch re-exports it from torch._C
+        "127.0.0.1",
+        0,
+        is_master=True,
+        wait_for_workers=False,
+        timeout=datetime.timedelta(seconds=STORE_TIMEOUT_S),
+    )
+    return store, int(store.port)
 
 
 def _watch(ranks: list[_Rank], started: float) -> None:
@@ -356,37 +376,48 @@ def _watch(ranks: list[_Rank], started: float) -> None:
             first_failure = now
         if first_failure is not None and now - first_failure >= SETTLE_S:
             return
-        time.sleep(POLL_S)
+        # Sleep until the next look, or until the first running rank ends (a run's end is
+        # then seen at once, not up to POLL_S later).
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            running[0].proc.wait(timeout=POLL_S)
 
 
-def _stop(pc: Any, ranks: Sequence[_Rank]) -> None:
+def _stop(ranks: Sequence[_Rank]) -> None:
     """End every rank still running: stopped ones with SIGKILL (SIGTERM would wait for a SIGCONT
-    that never comes), the others with SIGTERM, then SIGKILL after STOP_TIMEOUT_S."""
+    that never comes), the others with SIGTERM, then SIGKILL after STOP_TIMEOUT_S; each signal
+    to the rank's process group (its session)."""
     for r in ranks:
-        if r.running and proc_state(r.pid) in ("T", "t"):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(r.pid, signal.SIGKILL)
-    pc.close(death_sig=signal.SIGTERM, timeout=STOP_TIMEOUT_S)
+        if r.running and r.proc.poll() is None and proc_state(r.pid) in ("T", "t"):
+            _signal_group(r.pid, signal.SIGKILL)
     for r in ranks:
+        if r.running and r.proc.poll() is None:
+            _signal_group(r.pid, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    for r in ranks:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            r.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+    for r in ranks:
+        if r.proc.poll() is None:
+            _signal_group(r.pid, signal.SIGKILL)
+            r.proc.wait()
         if r.running:
             r.exitcode = r.proc.poll()
 
 
-def _messages(pc: Any) -> dict[int, str]:
-    """Each failed rank's error, from torch's error file (written by @record in the engine)."""
-    result = pc.wait(0)
-    failures = result.failures if result is not None else {}
-    return {rank: _message(f) for rank, f in failures.items()}
+def _signal_group(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
 
 
-def _message(failure: object) -> str:
-    data = getattr(failure, "error_file_data", None)
+def _message(path: Path) -> str:
+    """A failed rank's error: the message of its error file, "" when it wrote none."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ""
     if isinstance(data, dict):
         inner = data.get("message", data)
         text = str(inner.get("message", "")) if isinstance(inner, dict) else str(inner)
-        # torch fills in "<NONE>" when the rank wrote no error file: it exited, it did not raise.
-        if text.strip() == "<NONE>":
-            return ""
         return text.strip()
     return ""
 

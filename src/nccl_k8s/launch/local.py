@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.metadata
+import importlib.util
 import os
 import tempfile
 from collections.abc import Sequence
@@ -50,7 +52,8 @@ class LocalRun:
     #: --run-id as given (None: not given); --no-save turns storing off.
     run_id: str | None = None
     no_save: bool = False
-    #: The torch and CUDA versions the ranks run with (the same interpreter as this process).
+    #: The torch and CUDA versions the ranks run with (the same interpreter as this process):
+    #: torch "" on the direct NCCL path, which does not use it; CUDA as the driver reports it.
     torch_version: str = ""
     cuda_version: str | None = None
 
@@ -98,6 +101,9 @@ RUN_FLAGS = ("nproc", "result_lines", "run_id", "no_save")
 
 def prepare(argv: Sequence[str]) -> LocalRun:
     """Validate `nccl-k8s run` arguments; raises UsageError (one line) on anything wrong."""
+    from nccl_k8s.bench.trace import stage
+
+    stage("launcher prepare")
     try:
         ns, extra = run_parser().parse_known_args(list(argv))
         if extra:
@@ -105,15 +111,14 @@ def prepare(argv: Sequence[str]) -> LocalRun:
         config = config_from_namespace(ns)
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
-    try:
-        import torch
-    except ImportError:
-        raise UsageError("nccl-k8s run needs torch: pip install 'nccl-k8s[engine]'") from None
-
-    ngpu = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    ngpu = gpu_count()
     backend = config.backend if config.backend != "auto" else ("nccl" if ngpu else "gloo")
     if backend == "nccl" and not ngpu:
         raise UsageError("--backend nccl: no CUDA device is visible here; use --backend gloo")
+    uses_torch = backend != "nccl" or config.driver == "torch"
+    if uses_torch and importlib.util.find_spec("torch") is None:
+        what = "--backend gloo" if backend != "nccl" else "--driver torch"
+        raise UsageError(f"{what} needs torch: pip install 'nccl-k8s[engine]'")
     # nccl-tests' -g GPUs per process times -t threads: that many ranks here, one GPU each.
     per_process = config.ngpus * config.nthreads
     default = ngpu if backend == "nccl" else DEFAULT_CPU_RANKS
@@ -166,9 +171,33 @@ def prepare(argv: Sequence[str]) -> LocalRun:
         rank_argv=tuple(rank_argv),
         run_id=ns.run_id,
         no_save=bool(ns.no_save),
-        torch_version=str(torch.__version__),
-        cuda_version=torch.version.cuda if backend == "nccl" else None,
+        torch_version=_installed("torch") if uses_torch else "",
+        cuda_version=_cuda_version() if backend == "nccl" else None,
     )
+
+
+def gpu_count() -> int:
+    """GPUs this machine offers the ranks (NVML, or the CUDA driver; no torch): bench.cuda."""
+    from nccl_k8s.bench.cuda import gpu_count as count
+
+    return count()
+
+
+def _installed(name: str) -> str:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return ""
+
+
+def _cuda_version() -> str | None:
+    """The CUDA version the ranks run with: what the driver supports (no torch asked)."""
+    from nccl_k8s.bench.cuda import CudaError, driver_version
+
+    try:
+        return driver_version()
+    except (OSError, CudaError):
+        return None
 
 
 def usable_cpus() -> int:
@@ -254,7 +283,10 @@ def launch(
     `work` is the run's private directory (`workdir()`), which the caller removes; `run_id` the
     id its results are stored under, which the ranks see as NCCL_K8S_RUN_ID.
     """
-    return run_ranks(run.nproc, [*run.rank_argv, *extra_argv], work=work, run_id=run_id)
+    torch_store = run.backend != "nccl" or run.config.driver == "torch"
+    return run_ranks(
+        run.nproc, [*run.rank_argv, *extra_argv], work=work, run_id=run_id, torch_store=torch_store
+    )
 
 
 __all__ = [
