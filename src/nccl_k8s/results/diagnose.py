@@ -28,7 +28,7 @@ from nccl_k8s.errors import ResultsError, UsageError
 from nccl_k8s.results.fabrics import FABRICS, Fabric, link_layers, rank_fabric
 from nccl_k8s.results.findings import SEVERITIES, Facts, Finding
 from nccl_k8s.results.nccllog import LogParser, ParsedLog, RankReport
-from nccl_k8s.results.rules import RULES
+from nccl_k8s.results.rules import LINES_READ, RULES
 
 
 @dataclass
@@ -144,7 +144,7 @@ def diagnose_text(
     expect_fabric: Fabric | None = None,
 ) -> Diagnosis:
     """Diagnose one or more logs (e.g. one per pod) as one communicator's evidence."""
-    p = LogParser()
+    p = LogParser(keep=LINES_READ)
     for t in [texts] if isinstance(texts, str) else texts:
         p.feed(t)
     return analyse(p.finish(), expect_fabric=expect_fabric)
