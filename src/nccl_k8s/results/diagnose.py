@@ -144,10 +144,16 @@ def diagnose_text(
     expect_fabric: Fabric | None = None,
 ) -> Diagnosis:
     """Diagnose one or more logs (e.g. one per pod) as one communicator's evidence."""
-    p = LogParser(keep=LINES_READ)
+    p = log_reader()
     for t in [texts] if isinstance(texts, str) else texts:
         p.feed(t)
     return analyse(p.finish(), expect_fabric=expect_fabric)
+
+
+def log_reader() -> LogParser:
+    """A reader to feed logs one at a time as they arrive (each pod's, say), then
+    `analyse(reader.finish())`: it keeps of each only the facts and the lines the rules read."""
+    return LogParser(keep=LINES_READ)
 
 
 def diagnose_files(
@@ -194,5 +200,6 @@ __all__ = [
     "RankReport",
     "diagnose_files",
     "diagnose_text",
+    "log_reader",
     "parse_fabric",
 ]
