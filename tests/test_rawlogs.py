@@ -55,6 +55,7 @@ def _raw(port: int) -> RawLogs:
             "current-context": "x",
         }
     ).get()
+    assert config is not None and config.user is not None
     from lightkube.config.client_adapter import user_auth
 
     return RawLogs(config, user_auth(config.user), 5.0)

@@ -70,6 +70,8 @@ class RawLogs:
                         headers.append(f"Authorization: {request.headers['Authorization']}")
                 if self._https:
                     c = self._config
+                    if c.user is None:  # lightkube's own client refuses it too
+                        raise Unsupported("the kubeconfig context names no user")
                     self._ssl = verify_cluster(c.cluster, c.user, c.abs_file)
                     self._ssl.set_alpn_protocols(["http/1.1"])
                 self._head = ("\r\n".join(headers) + "\r\n\r\n").encode()
