@@ -10,7 +10,7 @@ TORCH  := torch==2.13.0
 STAMP_RUN  := $(VENV)/.stamp-run
 STAMP_TEST := $(VENV)/.stamp-test
 
-.PHONY: run test lint typecheck contracts unit clean
+.PHONY: run test lint typecheck contracts unit clean bench-check
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,11 @@ unit: $(STAMP_TEST)
 	$(PY) -m pytest -q
 
 test: lint typecheck contracts unit
+
+# Not part of `test`: reruns the scale benchmarks at 1,024 pods (and benchmarks/badnodes_sim.py
+# when present) and fails when a figure is worse than BENCHMARKS.md's by more than its noise band.
+bench-check: $(STAMP_TEST)
+	$(PY) benchmarks/bench_check.py
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info

@@ -9,10 +9,13 @@ a user would run them (separate processes, over HTTP):
 - `nccl-k8s results`: every pod's log fetched, result lines merged, runs/<id>/ written;
 - `nccl-k8s status` (and `-o json`, and `list`): one list of the Job and one of the pods;
 
-with each command's peak RSS (its VmHWM), so "bounded memory" is a number.
-Goals (issue 4): results within 5 s, status within 1 s. Not a test; figures go to BENCHMARKS.md.
+with each command's peak RSS (its VmHWM), so "bounded memory" is a number, and the CPU time
+the test cluster (API server, controllers, kubelet: threads of this process) spent meanwhile,
+its share of the machine. Goals (issues 4, 22): results within 5 s and 300 MB, status within
+1 s, at 4,096 pods. Not a test; figures go to BENCHMARKS.md, each with the commit it measured.
 
     python benchmarks/collect_scale.py --pods 1024 --nodes 128
+    python benchmarks/collect_scale.py --pods 1024,2048,4096 --nodes 128   # growth per doubling
 
 Imports nothing of nccl_k8s.k8s: the commands run as the user runs them.
 """
@@ -153,9 +156,90 @@ def run_cli(args: list[str], env: dict[str, str]) -> tuple[float, float, str, st
     return wall, rss, proc.stdout, proc.stderr
 
 
+def _cpu_s() -> float:
+    """CPU seconds of this process (the test cluster's API server, controllers and kubelet run
+    in it as threads): the server's share of a command, measured around it."""
+    return time.process_time()
+
+
+def _commit() -> str:
+    root = Path(__file__).resolve().parent.parent
+    rev = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True
+    ).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no", "src"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    return rev + ("+dirty" if dirty else "")
+
+
+def _start_run(store: Any, ns: str, rid: str, pods: int, args: argparse.Namespace) -> int:
+    """One run of `pods` pods in namespace `ns` (its own ConfigMap and Indexed Job); the bytes
+    of rank 0's log."""
+    store.create("namespaces", {"metadata": {"name": ns}})
+    labels = {**LABELS, "app.kubernetes.io/instance": rid}
+    data = {
+        "rank0.log": rank0_log(rid, pods * 8, pods, args.sizes),
+        "other.log": any_rank_log(args.info_lines),
+    }
+    store.create(
+        "configmaps",
+        {"metadata": {"name": f"{rid}-engine", "namespace": ns, "labels": labels}, "data": data},
+    )
+    script = 'if [ "$JOB_COMPLETION_INDEX" = 0 ]; then cat /data/rank0.log; fi; cat /data/other.log'
+    container = {
+        "name": "bench",
+        "image": "load-generator",
+        "command": ["sh", "-c", script],
+        "resources": {"limits": {"nvidia.com/gpu": "1"}},
+        "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+    }
+    store.create(
+        "jobs",
+        {
+            "metadata": {"name": rid, "namespace": ns, "labels": labels},
+            "spec": {
+                "completionMode": "Indexed",
+                "completions": pods,
+                "parallelism": pods,
+                "backoffLimit": 0,
+                "template": {
+                    "metadata": {"labels": {**labels, "app.kubernetes.io/component": "worker"}},
+                    "spec": {
+                        "restartPolicy": "Never",
+                        "containers": [container],
+                        "volumes": [{"name": "data", "configMap": {"name": f"{rid}-engine"}}],
+                    },
+                },
+            },
+        },
+    )
+    return len(data["rank0.log"]) + len(data["other.log"])
+
+
+COMMANDS = ("status", "status_latest_json", "list", "results")
+
+
+def _argv(name: str, rid: str, base: list[str], concurrency: int) -> list[str]:
+    return {
+        "status": ["status", "--run", rid, *base],
+        "status_latest_json": ["status", "-o", "json", *base],
+        "list": ["list", *base],
+        "results": ["results", "--run", rid, "--concurrency", str(concurrency), *base],
+    }[name]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--pods", type=int, default=1024)
+    ap.add_argument(
+        "--pods",
+        default="1024",
+        help="pods of the run; several, comma-separated (1024,2048,4096), make one run each on "
+        "one cluster, measured in interleaved rounds, with the growth per doubling",
+    )
     ap.add_argument("--nodes", type=int, default=128)
     ap.add_argument("--sizes", type=int, default=24, help="sizes per op in rank 0's results")
     ap.add_argument("--info-lines", type=int, default=200, help="NCCL INFO lines per pod")
@@ -179,38 +263,23 @@ def main() -> None:
         apiserver._Handler.disable_nagle_algorithm = True
         apiserver._Server.request_queue_size = 1024
 
-    ns, rid = "scale", "nccl-scale-0001"
-    gpus = max(1, -(-args.pods // args.nodes))
+    sizes = [int(x) for x in str(args.pods).split(",")]
+    total = sum(sizes)
+    gpus = max(1, -(-total // args.nodes))
     figures: dict[str, Any] = {
-        "pods": args.pods,
+        "pods": sizes[0] if len(sizes) == 1 else sizes,
         "nodes": args.nodes,
         "cpus": os.cpu_count(),
         "server_as_real": not args.as_is,
         "concurrency": args.concurrency,
+        "commit": _commit(),
+        "load_before": os.getloadavg()[0],
     }
     with (
         Cluster(nodes=args.nodes, gpus_per_node=max(8, gpus)) as c,
         tempfile.TemporaryDirectory() as tmp,
     ):
         store = c.store
-        store.create("namespaces", {"metadata": {"name": ns}})
-        labels = {**LABELS, "app.kubernetes.io/instance": rid}
-        data = {
-            "rank0.log": rank0_log(rid, args.pods * 8, args.pods, args.sizes),
-            "other.log": any_rank_log(args.info_lines),
-        }
-        figures["rank0_log_bytes"] = len(data["rank0.log"]) + len(data["other.log"])
-        figures["other_log_bytes"] = len(data["other.log"])
-        store.create(
-            "configmaps",
-            {
-                "metadata": {"name": f"{rid}-engine", "namespace": ns, "labels": labels},
-                "data": data,
-            },
-        )
-        script = (
-            'if [ "$JOB_COMPLETION_INDEX" = 0 ]; then cat /data/rank0.log; fi; cat /data/other.log'
-        )
         finished: set[str] = set()
 
         def on_change(etype: str, resource_: str, obj: dict[str, Any]) -> None:
@@ -219,76 +288,69 @@ def main() -> None:
 
         store.subscribe(on_change)
         t0 = time.monotonic()
-        store.create(
-            "jobs",
-            {
-                "metadata": {"name": rid, "namespace": ns, "labels": labels},
-                "spec": {
-                    "completionMode": "Indexed",
-                    "completions": args.pods,
-                    "parallelism": args.pods,
-                    "backoffLimit": 0,
-                    "template": {
-                        "metadata": {"labels": {**labels, "app.kubernetes.io/component": "worker"}},
-                        "spec": {
-                            "restartPolicy": "Never",
-                            "containers": [
-                                {
-                                    "name": "bench",
-                                    "image": "load-generator",
-                                    "command": ["sh", "-c", script],
-                                    "resources": {"limits": {"nvidia.com/gpu": "1"}},
-                                    "volumeMounts": [{"name": "data", "mountPath": "/data"}],
-                                }
-                            ],
-                            "volumes": [{"name": "data", "configMap": {"name": f"{rid}-engine"}}],
-                        },
-                    },
-                },
-            },
-        )
+        runs = {n: (f"scale-{n}", f"nccl-scale-{n:05d}") for n in sizes}
+        for n, (ns, rid) in runs.items():
+            figures.setdefault("rank0_log_bytes", _start_run(store, ns, rid, n, args))
+        figures["other_log_bytes"] = len(any_rank_log(args.info_lines))
         deadline = time.monotonic() + args.timeout_s
-        while len(finished) < args.pods:
+        while len(finished) < total:
             if time.monotonic() > deadline:
-                raise SystemExit(f"only {len(finished)} of {args.pods} pods finished")
+                raise SystemExit(f"only {len(finished)} of {total} pods finished")
             time.sleep(0.2)
         figures["pods_finished_s"] = round(time.monotonic() - t0, 1)
 
         env = dict(c.kubectl_env(), NCCL_K8S_RUNS_DIR=str(Path(tmp) / "runs"))
-        base = ["-n", ns, "--kubeconfig", str(c.kubeconfig)]
-        samples: dict[str, list[tuple[float, float]]] = {}
+        samples: dict[int, dict[str, list[tuple[float, float, float]]]] = {n: {} for n in sizes}
+        # Interleaved rounds: every command at every size once per round, so that what else
+        # runs on this shared machine falls on all of them alike.
         for _ in range(args.repeat):
-            for name, argv in (
-                ("status", ["status", "--run", rid, *base]),
-                ("status_latest_json", ["status", "-o", "json", *base]),
-                ("list", ["list", *base]),
-                (
-                    "results",
-                    ["results", "--run", rid, "--concurrency", str(args.concurrency), *base],
-                ),
-            ):
-                wall, rss, out, err = run_cli(argv, env)
-                samples.setdefault(name, []).append((wall, rss))
-                if name == "results":
-                    inner = err.split(" in ", 2)[1].split("s ->")[0] if " in " in err else "?"
-                    samples.setdefault("results_collect_inner", []).append((float(inner), rss))
-                    assert f"from {args.pods} pods" in err, err
-                if name == "status_latest_json":
-                    assert len(json.loads(out)["pods"]) == args.pods
-        # A bare interpreter importing the CLI, to separate start-up from the work.
+            for n in sizes:
+                ns, rid = runs[n]
+                base = ["-n", ns, "--kubeconfig", str(c.kubeconfig)]
+                for name in COMMANDS:
+                    cpu0 = _cpu_s()
+                    wall, rss, out, err = run_cli(_argv(name, rid, base, args.concurrency), env)
+                    server = _cpu_s() - cpu0
+                    samples[n].setdefault(name, []).append((wall, rss, server))
+                    if name == "results":
+                        assert f"from {n} pods" in err, err
+                    if name == "status_latest_json":
+                        assert len(json.loads(out)["pods"]) == n
         wall, rss, _, _ = run_cli(["--version"], env)
         figures["cli_startup_s"] = round(wall, 3)
-        for name, vals in samples.items():
-            walls = sorted(v[0] for v in vals)
-            figures[f"{name}_s_median"] = round(walls[len(walls) // 2], 3)
-            figures[f"{name}_s_max"] = round(walls[-1], 3)
-            figures[f"{name}_peak_rss_mib"] = round(max(v[1] for v in vals), 1)
-        logs = Path(tmp) / "runs" / rid / "logs"
-        figures["logs_written"] = len(list(logs.iterdir()))
-        figures["logs_bytes"] = sum(p.stat().st_size for p in logs.iterdir())
-        figures["results_rows"] = len(
-            json.loads((logs.parent / "results.json").read_text())["rows"]
-        )
+        figures["load_after"] = os.getloadavg()[0]
+        per_size = []
+        for n in sizes:
+            fig: dict[str, Any] = {"pods": n}
+            for name, vals in samples[n].items():
+                walls = sorted(v[0] for v in vals)
+                fig[f"{name}_s_median"] = round(walls[len(walls) // 2], 3)
+                fig[f"{name}_s_min"] = round(walls[0], 3)
+                fig[f"{name}_s_max"] = round(walls[-1], 3)
+                fig[f"{name}_peak_rss_mib"] = round(max(v[1] for v in vals), 1)
+                servers = sorted(v[2] for v in vals)
+                fig[f"{name}_server_cpu_s_median"] = round(servers[len(servers) // 2], 3)
+            logs = Path(tmp) / "runs" / runs[n][1] / "logs"
+            fig["logs_written"] = len(list(logs.iterdir()))
+            fig["logs_bytes"] = sum(p.stat().st_size for p in logs.iterdir())
+            fig["results_rows"] = len(
+                json.loads((logs.parent / "results.json").read_text())["rows"]
+            )
+            per_size.append(fig)
+    if len(sizes) == 1:
+        figures.update({k: v for k, v in per_size[0].items() if k != "pods"})
+    else:
+        figures["sizes"] = per_size
+        # Growth per doubling: a figure at 2n over the same figure at n (2.0 = linear).
+        growth: dict[str, dict[str, float]] = {}
+        by_n = {f["pods"]: f for f in per_size}
+        for n in sizes:
+            if 2 * n in by_n:
+                growth[f"{n}->{2 * n}"] = {
+                    name: round(by_n[2 * n][f"{name}_s_median"] / by_n[n][f"{name}_s_median"], 2)
+                    for name in COMMANDS
+                }
+        figures["growth_per_doubling"] = growth
     print(json.dumps(figures, indent=1))
 
 

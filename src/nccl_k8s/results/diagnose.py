@@ -30,7 +30,7 @@ from nccl_k8s.errors import ResultsError, UsageError
 from nccl_k8s.results.fabrics import FABRICS, Fabric, link_layers, rank_fabric
 from nccl_k8s.results.findings import SEVERITIES, Facts, Finding
 from nccl_k8s.results.nccllog import ListedRank, LogParser, ParsedLog, RankReport
-from nccl_k8s.results.rules import RULES
+from nccl_k8s.results.rules import LINES_READ, RULES
 
 
 @dataclass
@@ -162,10 +162,16 @@ def diagnose_text(
     expect_fabric: Fabric | None = None,
 ) -> Diagnosis:
     """Diagnose one or more logs (e.g. one per pod) as one communicator's evidence."""
-    p = LogParser()
+    p = log_reader()
     for t in [texts] if isinstance(texts, str) else texts:
         p.feed(t)
     return analyse(p.finish(), expect_fabric=expect_fabric)
+
+
+def log_reader() -> LogParser:
+    """A reader to feed logs one at a time as they arrive (each pod's, say), then
+    `analyse(reader.finish())`: it keeps of each only the facts and the lines the rules read."""
+    return LogParser(keep=LINES_READ)
 
 
 def diagnose_files(
@@ -212,5 +218,6 @@ __all__ = [
     "RankReport",
     "diagnose_files",
     "diagnose_text",
+    "log_reader",
     "parse_fabric",
 ]

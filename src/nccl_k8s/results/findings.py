@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from nccl_k8s.results.fabrics import Fabric
-from nccl_k8s.results.nccllog import NcclLine, ParsedLog, RankReport, TorchEvent
+from nccl_k8s.results.nccllog import LineInterest, NcclLine, ParsedLog, RankReport, TorchEvent
 
 Severity = Literal["info", "warning", "error"]
 SEVERITIES: tuple[Severity, ...] = ("error", "warning", "info")
@@ -97,6 +97,9 @@ class Rule:
     name: str
     codes: tuple[Code, ...]
     check: Callable[[Facts], list[Finding]]
+    #: The lines of the log it reads (`Facts.lines`); a rule that reads none leaves it empty,
+    #: and the reader then need not keep a line for it.
+    reads: LineInterest = field(default_factory=LineInterest)
 
     def declares(self, finding: Finding) -> bool:
         """Whether this rule declared the finding's code with its severity."""

@@ -55,6 +55,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from nccl_k8s.results._ncclfast import PLAIN, TIMESTAMP_CLUE, LineInterest, via_parts
 from nccl_k8s.results.pastes import OMPI_TAG, TIMESTAMP, ListedRank, failure_in, listed_rank
 
 # host:pid:tid [dev] (file:line )?NCCL LEVEL message. Anything may precede it (timestamps, pod names).
@@ -107,7 +108,6 @@ _CHAN = re.compile(
     r"^(?:Channel|Ring) (?P<ch>\d+)(?:/(?P<conn>\d+))? : (?P<src>\d+)(?:\[[0-9a-fx]+\])? -> "
     r"(?P<dst>\d+)(?:\[[0-9a-fx]+\])? (?:\[(?P<dir>send|receive)\] )?via (?P<via>.+?)\s*$"
 )
-_VIA_NET = re.compile(r"^NET/(?P<net>[^/]+)/(?P<dev>\d+)(?:\((?P<proxy>\d+)\))?(?P<flags>.*)$")
 _COLLNET = re.compile(
     r"^Coll(?:Net)? (?P<ch>\d+)(?:/\d+)? : (?P<rank>\d+) \[(?P<dir>send|receive)\] via COLLNET/"
 )
@@ -313,16 +313,23 @@ class _Log:
     bare_versions: list[tuple[str, str | None]] = field(default_factory=list)
     #: Bare versions before any process line.
     pending: list[tuple[str, str | None]] = field(default_factory=list)
-    fed: list[RankReport] = field(default_factory=list)
+    #: The processes this log placed lines on, by key (a dict: a list's membership test
+    #: compared ~37-field dataclasses, once per line and process).
+    fed: dict[str, RankReport] = field(default_factory=dict)
     #: Per process: the WARNs the error trace now printing made fatal (`_FELL_BACK` undoes it).
     chain: dict[tuple[str | None, int | None], list[Any]] = field(default_factory=dict)
 
 
 class LogParser:
-    """Feed it one or more logs (one per pod is fine), then `finish` for what they say."""
+    """Feed it one or more logs (one per pod is fine), then `finish` for what they say. With
+    `keep`, `ParsedLog.lines` holds only the lines it names (the facts are the same)."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep: LineInterest | None = None) -> None:
+        #: Which lines `ParsedLog.lines` holds: every line that mentions NCCL when None.
+        self.keep = keep
         self.reports: dict[str, RankReport] = {}
+        #: (host, pid, dev) as printed -> its report: `_PLAIN`'s lines skip `report`'s key.
+        self._who: dict[tuple[str, str, str], RankReport] = {}
         self.hosts: set[str] = set()
         self.channels: dict[str, set[int]] = {}
         #: The runs' own failure lines (nccl-tests' "Test NCCL failure ..."), first per log.
@@ -348,31 +355,65 @@ class LogParser:
 
     def feed(self, text: str) -> None:
         log = _Log()
-        for raw in text.splitlines():
-            # A timestamp glued to the host (`...-07:00ip-10-36-29-253:79:79 [0] NCCL INFO`, a
-            # CloudWatch paste) would read as host `00ip-...`: every timestamp goes.
-            line = TIMESTAMP.sub(" ", raw)
-            placed = self._place(line, log)
-            if placed is None:
-                if _MENTIONS.search(line):
-                    self.lines.append(NcclLine(line.strip(), None))
-                continue
-            rep, level, msg = placed
-            self.lines.append(NcclLine(line.strip(), rep.key, level))
-            if log.pending:
-                _set_version(rep, log.pending.pop())
-                log.pending.clear()
-            log.prev = rep
-            _add(log.fed, rep)
-            self._read(rep, level, msg, log)
+        # A timestamp glued to the host (`...-07:00ip-10-36-29-253:79:79 [0] NCCL INFO`, a
+        # CloudWatch paste) would read as host `00ip-...`: every timestamp goes (one pass over
+        # the text: a timestamp never spans lines).
+        if TIMESTAMP_CLUE.search(text) and TIMESTAMP.search(text):
+            text = TIMESTAMP.sub(" ", text)
+        keep = self.keep
+        # Whether any placed line of this text may be one `keep` wants: its patterns searched
+        # once in the whole text (C speed) rather than in every line.
+        notable = keep is None or keep.notable(text)
+        who = self._who
+        pos = 0
+        # Lines in NCCL's own form (most of a log) are found by one regex over the text; the
+        # lines between them go through `_place`, which reads every other form.
+        for m in PLAIN.finditer(text):
+            if m.start() > pos:
+                for line in text[pos : m.start()].splitlines():
+                    self._line(line, log, notable)
+            pos = m.end()
+            line, host, pid, dev, level, msg = m.groups()
+            rep = who.get((host, pid, dev))
+            if rep is None:
+                rep = who[host, pid, dev] = self.report(host, int(pid), int(dev))
+            if "|" in msg:
+                msg = _REPEAT.split(msg)[0]
+            self._placed(line.strip(), rep, level, msg.strip(), log, notable)
+        for line in text[pos:].splitlines():
+            self._line(line, log, notable)
         # A bare version line names the version of the process printing it; a log in which all
         # such lines agree gives it to the processes that printed none.
         if len(set(log.bare_versions)) == 1:
-            for rep in log.fed:
+            for rep in log.fed.values():
                 if rep.nccl_version is None:
                     _set_version(rep, log.bare_versions[0])
         if log.failure is not None:
             self.failures.append(log.failure)
+
+    def _line(self, line: str, log: _Log, notable: bool) -> None:
+        """One line in any other form: placed on its process, or kept when it mentions NCCL."""
+        placed = self._place(line, log)
+        if placed is None:
+            if (self.keep is None or self.keep.unplaced) and _MENTIONS.search(line):
+                self.lines.append(NcclLine(line.strip(), None))
+            return
+        rep, level, msg = placed
+        self._placed(line.strip(), rep, level, msg, log, notable)
+
+    def _placed(
+        self, text: str, rep: RankReport, level: str, msg: str, log: _Log, notable: bool
+    ) -> None:
+        """A line placed on `rep`: kept (when wanted) and read."""
+        keep = self.keep
+        if keep is None or (notable and keep.wants(text)):
+            self.lines.append(NcclLine(text, rep.key, level))
+        if log.pending:
+            _set_version(rep, log.pending.pop())
+            log.pending.clear()
+        log.prev = rep
+        log.fed[rep.key] = rep
+        self._read(rep, level, msg, log)
 
     def _place(self, line: str, log: _Log) -> tuple[RankReport, str, str] | None:
         """The process-device of a line NCCL printed, its level and message; None for any other
@@ -460,14 +501,14 @@ class LogParser:
     def _connection(self, rep: RankReport, msg: str) -> bool:
         """Connection lines (`Channel`, `Ring`, `CollNet`) and the ring listing."""
         if m := _CHAN.match(msg):
-            self.channels[rep.key].add(int(m.group("ch")))
-            src, dst, direction = int(m.group("src")), int(m.group("dst")), m.group("dir")
+            ch, _, src, dst, direction, via = m.groups()
+            self.channels[rep.key].add(int(ch))
             # NET lines: the local rank is the sender of [send], the receiver of [receive];
             # P2P/SHM lines are printed by the sending side.
-            me, peer = (dst, src) if direction == "receive" else (src, dst)
+            me, peer = (int(dst), int(src)) if direction == "receive" else (int(src), int(dst))
             self.set_rank(rep, me)
             _add(rep.peers, peer)
-            _via(rep, m.group("via"))
+            _via(rep, via)
         elif m := _RING_LIST.match(msg):
             if rep.coll_channels is None:
                 rep.coll_channels = int(m.group("n"))
@@ -500,20 +541,12 @@ class LogParser:
 
 def _via(rep: RankReport, via: str) -> None:
     """The transport of a connection line (`via NET/IB/0/GDRDMA`, `via P2P/IPC`, ...)."""
-    if n := _VIA_NET.match(via):
-        net = n.group("net")
-        _add(rep.transports, f"NET/{net}")
-        _add(rep.net_devs, int(n.group("dev")))
-        if net != "Socket":  # GPUDirect RDMA is a property of RDMA NICs, not of TCP
-            gdr = "/GDRDMA" in n.group("flags")
-            rep.net_gdr = gdr if rep.net_gdr is None else (rep.net_gdr and gdr)
-    elif via.startswith("P2P/"):
-        kind = via[4:].split("/")[0]
-        _add(rep.transports, f"P2P/{kind}")
-    elif via.startswith("SHM/") or via == "direct shared memory":
-        _add(rep.transports, "SHM")
-    else:
-        _add(rep.transports, via.split("/")[0])
+    transport, dev, gdr = via_parts(via)
+    _add(rep.transports, transport)
+    if dev is not None:
+        _add(rep.net_devs, dev)
+    if gdr is not None:
+        rep.net_gdr = gdr if rep.net_gdr is None else (rep.net_gdr and gdr)
 
 
 def _identity(rep: RankReport, msg: str) -> bool:
@@ -615,6 +648,7 @@ def _implied_network(rep: RankReport, ib_listed: bool) -> str | None:
 
 
 __all__ = [
+    "LineInterest",
     "ListedRank",
     "LogParser",
     "NcclLine",

@@ -22,7 +22,8 @@ Configuration (settings, the kubeconfig) is api._config's; which kinds it handle
 
 Writes carry the field manager `nccl-k8s` (managedFields shows which objects this tool wrote;
 cleanup relies on it). One client holds one connection pool of at most 100 connections
-(httpx's default), which bounds how many log streams run at once.
+(httpx's default), which bounds how many log streams run at once; `log_chunks` (many pods' logs
+at once, `results`) goes over connections of its own (api._rawlogs).
 """
 
 from __future__ import annotations
@@ -36,24 +37,13 @@ import msgspec
 from lightkube import AsyncClient, ConfigError
 from lightkube.config.kubeconfig import SingleConfig
 from lightkube.core.generic_client import ALL_NS, BasicRequest
-from lightkube.resources.core_v1 import (
-    PodLog,
-)
+from lightkube.resources.core_v1 import PodLog
 
-from nccl_k8s.errors import (
-    ClusterError,
-    NotFound,
-    UsageError,
-)
+from nccl_k8s.errors import ClusterError, NotFound, UsageError
 from nccl_k8s.k8s.api._config import ClientSettings, RetrySettings, load_config
 from nccl_k8s.k8s.api._kinds import CLUSTER_SCOPED, CUSTOM, GLOBAL, plural, resource
-from nccl_k8s.k8s.api._translate import (
-    Ask,
-    fields_of,
-    retry_after,
-    status_error,
-    transport_error,
-)
+from nccl_k8s.k8s.api._rawlogs import RawLogs, Unsupported
+from nccl_k8s.k8s.api._translate import Ask, fields_of, retry_after, status_error, transport_error
 from nccl_k8s.k8s.api._types import Kind, Obj
 
 Propagation = Literal["Background", "Foreground", "Orphan"]
@@ -108,6 +98,8 @@ class KubeClient:
         except (ConfigError, OSError, ValueError) as e:
             raise UsageError(f"kubeconfig context {config.context_name!r}: {e}") from e
         self._gc = self._client._client
+        # Many pods' logs at once (`results`) go over connections of their own (_rawlogs).
+        self._raw = RawLogs(config, self._gc._client.auth, timeout_s)
 
     @classmethod
     def connect(cls, settings: ClientSettings) -> KubeClient:
@@ -121,6 +113,7 @@ class KubeClient:
         await self.aclose()
 
     async def aclose(self) -> None:
+        await self._raw.aclose()
         await self._client.close()
 
     # ---- sending -----------------------------------------------------------------------------
@@ -408,6 +401,32 @@ class KubeClient:
     ) -> str:
         """The container's log so far (its last `tail_lines` lines when given); with
         `previous`, the log of its run before the last restart (400 when there was none)."""
+        resp = await self._log(pod, namespace, container, tail_lines, previous)
+        return str(resp.text)
+
+    async def log_chunks(
+        self, pod: str, *, namespace: str | None = None, container: str | None = None
+    ) -> AsyncIterator[bytes]:
+        """The container's log so far, as the bytes arrive (never held whole): over the raw
+        path (`_rawlogs`, ~10x less client CPU per pod), else, and for any answer but 200
+        (a pod not started: 400, raised as `logs` raises it), the ordinary one."""
+        ns = self._ns("Pod", namespace)
+        sent = 0
+        if self._raw.usable:
+            try:
+                params = {"container": container}
+                async for data in self._raw.get(f"api/v1/namespaces/{ns}/pods/{pod}/log", params):
+                    sent += len(data)
+                    yield data
+                return
+            except Unsupported:
+                pass  # from the start; what was sent is the start of what the log holds
+        resp = await self._log(pod, ns, container, None, False)
+        yield resp.content[sent:]
+
+    async def _log(
+        self, pod: str, namespace: str | None, container: str | None, tail: int | None, prev: bool
+    ) -> httpx.Response:
         ns = self._ns("Pod", namespace)
         ask = Ask("get logs of", "Pod", ns, pod)
         # One body, not a line iterator: an async step per line cost 4 of the 5 s that
@@ -419,12 +438,11 @@ class KubeClient:
             name=pod,
             params={
                 "container": container,
-                "tailLines": tail_lines,
-                "previous": "true" if previous else None,
+                "tailLines": tail,
+                "previous": "true" if prev else None,
             },
         )
-        resp = await self._send(br, ask, retry="reads")
-        return str(resp.text)
+        return await self._send(br, ask, retry="reads")
 
     async def follow_logs(
         self,

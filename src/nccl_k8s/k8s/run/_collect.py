@@ -21,6 +21,7 @@ import dataclasses
 import functools
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -115,13 +116,17 @@ async def collect_async(
         base = (runs_dir if runs_dir is not None else default_runs_dir()) / rid
         log_dir = base / "logs"
         log_dir.mkdir(parents=True, exist_ok=True)
-        read = [functools.partial(_read_log, kc, ns, p, log_dir, continuous) for p in pods]
+        reader = _Diagnosis()
+        read = [
+            functools.partial(_read_log, kc, ns, p, log_dir, continuous, reader.take(i))
+            for i, p in enumerate(pods)
+        ]
         parts = await bounded(concurrency, read)
-        found = [block for r, _ in parts for block in r]
+        found = [block for r in parts for block in r]
         if not found:
             raise _nothing_yet(rid, run_phase(workload, pods), len(pods), log_dir, continuous)
         sweeps = _parse_sweeps(found, rid, pods)
-        diagnosis = _diagnose([nccl for _, nccl in parts])
+        diagnosis = reader.diagnosis()
         platform = ((workload or {}).get("metadata", {}).get("annotations") or {}).get(
             PLATFORM_ANNOTATION
         )
@@ -154,21 +159,38 @@ def _result_line() -> re.Pattern[str]:
 
 
 async def _read_log(
-    kc: KubeClient, ns: str, p: PodInfo, log_dir: Path, continuous: bool
-) -> tuple[list[list[str]], list[str]]:
-    """Fetch one pod's log into `log_dir`; its result blocks (each a list of result lines)
-    and its NCCL lines."""
+    kc: KubeClient,
+    ns: str,
+    p: PodInfo,
+    log_dir: Path,
+    continuous: bool,
+    nccl_lines: Callable[[list[str]], None],
+) -> list[list[str]]:
+    """Fetch one pod's log into `log_dir`, written as it arrives; its NCCL lines go to
+    `nccl_lines` once it has all arrived, and only its result blocks (each a list of result
+    lines) are kept."""
     from nccl_k8s.results.lines import RESULT_PREFIX, blocks, last_block
 
+    path = log_dir / f"rank-{rank_text(p)}-{p.name}.log"
+    chunks: list[bytes] = []
     try:
-        text = await kc.logs(p.name, namespace=ns, container=CONTAINER_NAME)
+        # Written in the loop, not a worker thread: a page-cache write costs less than the
+        # regexes below that run here anyway, and `nodes check` composes collects without threads.
+        with contextlib.ExitStack() as files:
+            async for data in kc.log_chunks(p.name, namespace=ns, container=CONTAINER_NAME):
+                if not chunks:
+                    out = files.enter_context(path.open("wb"))
+                out.write(data)
+                chunks.append(data)
     except ClusterError as e:
         if e.status == 400:  # never started: no log to collect
-            return [], []
+            nccl_lines([])
+            return []
         raise
-    # Written in the loop, not a worker thread: a page-cache write costs less than the regexes
-    # below that run here anyway, and `nodes check` composes collects without threads.
-    (log_dir / f"rank-{rank_text(p)}-{p.name}.log").write_text(text)
+    if not chunks:
+        path.write_bytes(b"")
+    text = b"".join(chunks).decode("utf-8", errors="replace")
+    del chunks
     # Whole-text regexes (C speed) rather than a Python loop over every line.
     results = blocks(text, "results") if BLOCK_END in text else []
     if not results and not continuous and RESULT_PREFIX in text:
@@ -178,7 +200,45 @@ async def _read_log(
     nccl = last_block(text, "nccl") if BLOCK_END in text else None
     if nccl is None:
         nccl = _NCCL_LINE.findall(text) if "NCCL " in text else []
-    return results, nccl
+    nccl_lines(nccl)
+    return results
+
+
+class _Diagnosis:
+    """The pods' NCCL lines, read as each pod's log arrives (only facts are kept), in the
+    pods' order whatever order they arrive in (a pod that came early waits for those before
+    it: the same findings, in the same order, every time)."""
+
+    def __init__(self) -> None:
+        from nccl_k8s.results.diagnose import log_reader
+
+        self.parser = log_reader()
+        self.fed = False
+        self.next = 0
+        self.waiting: dict[int, list[str]] = {}
+
+    def take(self, i: int) -> Callable[[list[str]], None]:
+        """Where the lines of the `i`th pod go."""
+        return functools.partial(self._arrived, i)
+
+    def _arrived(self, i: int, lines: list[str]) -> None:
+        self.waiting[i] = lines
+        while self.next in self.waiting:
+            lines = self.waiting.pop(self.next)
+            self.next += 1
+            if lines:
+                self.parser.feed("\n".join(lines))
+                self.fed = True
+
+    def diagnosis(self) -> Any:
+        """The diagnosis; None without any NCCL line (or when they say nothing)."""
+        from nccl_k8s.results.diagnose import analyse
+
+        if not self.fed:
+            return None
+        with contextlib.suppress(ResultsError):
+            return analyse(self.parser.finish())
+        return None
 
 
 def _nothing_yet(
@@ -255,15 +315,3 @@ def _dump(run: Any, path: Path) -> Path:
     from nccl_k8s.results.schema import dump
 
     return dump(run, path)
-
-
-def _diagnose(nccl_lines: list[list[str]]) -> Any:
-    """The diagnosis of the pods' NCCL lines; None without any (or when they say nothing)."""
-    from nccl_k8s.results.diagnose import diagnose_text
-
-    texts = ["\n".join(n) for n in nccl_lines if n]
-    if not texts:
-        return None
-    with contextlib.suppress(ResultsError):
-        return diagnose_text(texts)
-    return None

@@ -10,7 +10,10 @@ nccl_k8s.results.rules docs/diagnosis.md`) and a test fails when the two disagre
 
 from __future__ import annotations
 
+import functools
+
 from nccl_k8s.results.findings import Code, Rule
+from nccl_k8s.results.nccllog import LineInterest
 from nccl_k8s.results.rules.errors import RUN_FAILED, TORCH, WARNS
 from nccl_k8s.results.rules.fabric import GDR, LIBIBVERBS, LOOPBACK, SOCKET
 from nccl_k8s.results.rules.failsafe import FAILSAFE
@@ -31,6 +34,11 @@ RULES: tuple[Rule, ...] = (
     TORCH,
     RUN_FAILED,
     FAILSAFE,
+)
+
+#: The lines any rule reads: what a reader feeding the rules must keep of a log.
+LINES_READ: LineInterest = functools.reduce(
+    lambda a, b: a | b, (r.reads for r in RULES), LineInterest()
 )
 
 #: The generated block of docs/diagnosis.md lies between these lines.

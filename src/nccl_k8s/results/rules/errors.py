@@ -16,7 +16,7 @@ from nccl_k8s.results.findings import (
     seen_by,
     traces_of,
 )
-from nccl_k8s.results.nccllog import RankReport
+from nccl_k8s.results.nccllog import LineInterest, RankReport
 from nccl_k8s.results.pastes import failure_in
 
 # IB work completion status (enum ibv_wc_status): what the NIC says went wrong.
@@ -286,6 +286,7 @@ RUN_FAILED = Rule(
         ),
     ),
     _run_failed,
+    LineInterest(unplaced=True),  # the failure lines of every log
 )
 
 __all__ = ["RUN_FAILED", "TORCH", "WARNS"]

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 
 from nccl_k8s.results.findings import Code, Facts, Finding, Rule, Severity, seen_by
-from nccl_k8s.results.nccllog import NcclLine, RankReport
+from nccl_k8s.results.nccllog import LineInterest, NcclLine, RankReport
 
 _WARN = re.compile(r"\bNCCL (?:WARN|ABORT)\b")
 #: ncclResult_t by name (nccl.h): what NCCL's calls return when they fail.
@@ -40,6 +40,22 @@ _ERROR = re.compile(
 #: and the arrow (2.29 adds the function: `transport.cc:88 (ncclTransportP2pSetup) -> 2`); codes
 #: 1-6 (7 is "in progress").
 _TRACE = re.compile(r"\bINFO\s+(?P<where>[\w./+-]+:\d+)\b.*?-> (?P<code>[1-6])(?![\w\[])")
+_ARROW = re.compile(r"-> [1-6](?![\w\[])")
+
+
+def _may_say_failure(text: str) -> bool:
+    """Whether a line of `text` may match `_WARN`, `_TRACE` or `_ERROR`: the words each needs
+    (case folded as `_ERROR` is), and `_TRACE`'s arrow; a whole log in a few C-speed scans."""
+    low = text.lower()
+    return (
+        "nccl warn" in low
+        or "nccl abort" in low
+        or "rror" in low
+        or "xception" in low
+        or _ARROW.search(text) is not None
+    )
+
+
 #: NCCL's own tag: a line of NCCL's debug output, wherever it sits in the line. (API call tracing,
 #: `host:pid:tid NCCL CALL ...`, has no device by design and says nothing diagnose reads.)
 _TAG = re.compile(r"\bNCCL (?:INFO|WARN|ABORT|TRACE)\b")
@@ -195,6 +211,8 @@ FAILSAFE = Rule(
         ),
     ),
     _failsafe,
+    # What `_scan` looks at: any line saying NCCL warned or erred; every unplaced one (counted).
+    LineInterest(unplaced=True, patterns=(_WARN, _TRACE, _ERROR), clue=_may_say_failure),
 )
 
 __all__ = ["FAILSAFE"]

@@ -1,0 +1,88 @@
+"""The NCCL log reader's fast paths (`nccllog`): what lets it read a run of thousands of pods.
+
+- `PLAIN`: lines in NCCL's own form, found by one regex over a whole log instead of a search per
+  line; `nccllog._PREFIX`'s reading of them is what they give, and the lines it might read
+  otherwise are left to it.
+- `TIMESTAMP_CLUE`: a log without it holds no timestamp, and is not searched for one.
+- `LineInterest`: which lines the diagnosis rules read, so that the reader keeps only those.
+- `via_parts`: a connection's transport, read once per distinct `via`.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+# A line as NCCL prints it (`host:pid:tid [dev] NCCL INFO|WARN msg`, nothing before it): what
+# `_PREFIX` reads from it, for the lines where it cannot read anything else. No source location
+# may come between `[dev]` and the level, nor anything `_PREFIX` could take for one (`:NN` then
+# a level word before a bracket); no character that ends a line for str.splitlines inside it.
+_SEP = r"\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+PLAIN = re.compile(
+    rf"^(?P<line>(?P<host>[^\s:\[\]]+):(?P<pid>\d+):\d+ \[(?P<dev>\d+)\]"
+    rf"(?![^\[\]{_SEP}]*?:\d+(?: \([^(){_SEP}]*\))? (?:NCCL )?(?:INFO|WARN|ABORT|TRACE))"
+    rf" NCCL (?P<level>INFO|WARN)[^\S{_SEP}]?(?P<msg>[^{_SEP}]*))(?:\r?\n|\Z)",
+    re.MULTILINE,
+)
+# What every TIMESTAMP holds, from a literal on: searched far faster than TIMESTAMP itself.
+TIMESTAMP_CLUE = re.compile(r"-\d\d-\d\d[T ]\d\d:\d\d:\d\d")
+_VIA_NET = re.compile(r"^NET/(?P<net>[^/]+)/(?P<dev>\d+)(?:\((?P<proxy>\d+)\))?(?P<flags>.*)$")
+
+
+def _always(text: str) -> bool:
+    return True
+
+
+def _either(a: Callable[[str], bool], b: Callable[[str], bool]) -> Callable[[str], bool]:
+    return lambda text: a(text) or b(text)
+
+
+@dataclass(frozen=True)
+class LineInterest:
+    """Which lines a reader of `ParsedLog.lines` needs (each diagnosis rule declares its own):
+    a parser given one keeps only those, so that a run of thousands of pods is not held line
+    by line. Lines placed on a process are kept when one of `patterns` is found in them; lines
+    placed on none, all of them when `unplaced`.
+
+    `clue` is a cheap test of a whole log that is true whenever a line of it may match a
+    pattern (a necessary condition: literal words, no backtracking); most logs fail it, and
+    then no line of theirs is searched."""
+
+    unplaced: bool = False
+    patterns: tuple[re.Pattern[str], ...] = ()
+    clue: Callable[[str], bool] = _always
+
+    def __or__(self, other: LineInterest) -> LineInterest:
+        a, b = self, other
+        clue = b.clue if not a.patterns else a.clue if not b.patterns else _either(a.clue, b.clue)
+        return LineInterest(a.unplaced or b.unplaced, (*a.patterns, *b.patterns), clue)
+
+    def notable(self, text: str) -> bool:
+        """Whether a placed line of `text` may be kept."""
+        return bool(self.patterns) and self.clue(text)
+
+    def wants(self, line: str) -> bool:
+        """Whether to keep a placed line (of a notable text)."""
+        return any(p.search(line) for p in self.patterns)
+
+
+@functools.lru_cache(maxsize=4096)
+def via_parts(via: str) -> tuple[str, int | None, bool | None]:
+    """What a connection's `via` says: its transport, NET device, and GPUDirect RDMA (None: not
+    an RDMA NET). A log holds few distinct ones, printed once per channel and peer: each is
+    read once."""
+    if n := _VIA_NET.match(via):
+        net = n.group("net")
+        # GPUDirect RDMA is a property of RDMA NICs, not of TCP
+        gdr = None if net == "Socket" else "/GDRDMA" in n.group("flags")
+        return f"NET/{net}", int(n.group("dev")), gdr
+    if via.startswith("P2P/"):
+        return f"P2P/{via[4:].split('/')[0]}", None, None
+    if via.startswith("SHM/") or via == "direct shared memory":
+        return "SHM", None, None
+    return via.split("/")[0], None, None
+
+
+__all__ = ["PLAIN", "TIMESTAMP_CLUE", "LineInterest", "via_parts"]
