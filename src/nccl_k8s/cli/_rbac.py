@@ -12,6 +12,41 @@ import typer
 from nccl_k8s.cli._common import Command, handle_errors, out
 from nccl_k8s.errors import UsageError
 
+ClusterReadsFlag = Annotated[
+    bool,
+    typer.Option(
+        "--cluster-reads",
+        help="Also a ClusterRole to read nodes (doctor, nodes check, doctor --run, bundle) "
+        "and, for doctor --scheduler/--gang, pods and Leases of every namespace.",
+    ),
+]
+CreateNamespaceFlag = Annotated[
+    bool,
+    typer.Option("--create-namespace", help="Also a ClusterRole for deploy --create-namespace."),
+]
+LabelNodesFlag = Annotated[
+    bool,
+    typer.Option("--label-nodes", help="Also a ClusterRole for nodes check --label/--taint."),
+]
+UserFlag = Annotated[
+    str | None,
+    typer.Option(
+        "--user",
+        metavar="NAME",
+        help="Grant a user (as the API server names it).",
+        show_default=False,
+    ),
+]
+ServiceAccountFlag = Annotated[
+    str | None,
+    typer.Option(
+        "--service-account",
+        metavar="[NS/]NAME",
+        help="Grant a ServiceAccount (in -n's namespace unless NS/ is given).",
+        show_default=False,
+    ),
+]
+
 
 @handle_errors
 def rbac_command(
@@ -25,46 +60,15 @@ def rbac_command(
             show_default=False,
         ),
     ] = None,
-    user: Annotated[
-        str | None,
-        typer.Option(
-            "--user",
-            metavar="NAME",
-            help="Grant a user (as the API server names it).",
-            show_default=False,
-        ),
-    ] = None,
+    user: UserFlag = None,
     group: Annotated[
         str | None,
         typer.Option("--group", metavar="NAME", help="Grant a group.", show_default=False),
     ] = None,
-    service_account: Annotated[
-        str | None,
-        typer.Option(
-            "--service-account",
-            metavar="[NS/]NAME",
-            help="Grant a ServiceAccount (in -n's namespace unless NS/ is given).",
-            show_default=False,
-        ),
-    ] = None,
-    cluster_reads: Annotated[
-        bool,
-        typer.Option(
-            "--cluster-reads",
-            help="Also a ClusterRole to read nodes (doctor, nodes check, doctor --run, bundle) "
-            "and, for doctor --scheduler/--gang, pods and Leases of every namespace.",
-        ),
-    ] = False,
-    create_namespace: Annotated[
-        bool,
-        typer.Option(
-            "--create-namespace", help="Also a ClusterRole for deploy --create-namespace."
-        ),
-    ] = False,
-    label_nodes: Annotated[
-        bool,
-        typer.Option("--label-nodes", help="Also a ClusterRole for nodes check --label/--taint."),
-    ] = False,
+    service_account: ServiceAccountFlag = None,
+    cluster_reads: ClusterReadsFlag = False,
+    create_namespace: CreateNamespaceFlag = False,
+    label_nodes: LabelNodesFlag = False,
     output: Annotated[
         str, typer.Option("--output", "-o", metavar="yaml|json", help="Output format.")
     ] = "yaml",

@@ -55,7 +55,17 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from nccl_k8s.results._ncclfast import PLAIN, TIMESTAMP_CLUE, LineInterest, via_parts
+from nccl_k8s.results._ncclfast import PLAIN, TIMESTAMP_CLUE, LineInterest
+from nccl_k8s.results._ncclinfo import (
+    LIBIBVERBS,
+    add_once,
+    implied_network,
+    read_identity,
+    read_network,
+    read_topology,
+    read_via,
+    set_version,
+)
 from nccl_k8s.results.pastes import OMPI_TAG, TIMESTAMP, ListedRank, failure_in, listed_rank
 
 # host:pid:tid [dev] (file:line )?NCCL LEVEL message. Anything may precede it (timestamps, pod names).
@@ -82,28 +92,6 @@ _REPEAT = re.compile(r"\s\|\s+(?=\S+:\d+:\d+ \[\d+\])")
 _BARE_VERSION = re.compile(
     r"(?:^|[\s:|])NCCL version (?P<v>\d+\.\d+\.\d+)\S*?(?:\+cuda(?P<cuda>\d+\.\d+))?"
 )
-_VERSION = re.compile(r"^NCCL version (?P<v>\d+\.\d+\.\d+)\S*?(?:\+cuda(?P<cuda>\d+\.\d+))?")
-_COMM = re.compile(
-    r"comm 0x[0-9a-f]+ rank (?P<rank>\d+) nRanks (?P<n>\d+) nNodes (?P<nodes>\d+) "
-    r"localRanks (?P<lr>\d+) localRank (?P<l>\d+)(?: MNNVL (?P<mnnvl>\d+))?"
-)
-_INIT = re.compile(r"comm 0x[0-9a-f]+ rank (?P<rank>\d+) nranks (?P<n>\d+) cudaDev (?P<dev>\d+)")
-_USING_NET = re.compile(r"^Using network (?P<net>.+?)\s*$")
-_IB_USING = re.compile(r"^NET/g?IB : Using(?P<devs>.*?)(?: \[RO\])? ?; OOB (?P<oob>\S+)")
-_IB_DEV = re.compile(r"\[(?P<i>\d+)\](?P<name>[^\s:]+):(?P<port>\d+)/(?P<link>IB|RoCE)")
-_IB_NODEV = re.compile(r"^NET/IB : No device found")
-_SOCK_USING = re.compile(r"^NET/Socket : Using(?P<ifs>.*)$")
-_SOCK_IF = re.compile(r"\[(?P<i>\d+)\](?P<name>[^\s:]+):(?P<addr>\S+)")
-_GDR_HCA = re.compile(
-    r"^NET/(?P<net>\S+) : GPU Direct RDMA (?P<state>Enabled|Disabled) for HCA (?P<n>\d+) "
-    r"'(?P<name>[^']*)'(?P<why> \(no module\))?"
-)
-_LIBIBVERBS = re.compile(r"Failed to open libibverbs")
-_NO_PLUGIN = re.compile(
-    r"^NET/Plugin ?: (?:No plugin found|Could not find:? libnccl-net|Plugin load returned)"
-)
-_IB_INIT_FAIL = re.compile(r"^Failed to initialize NET plugin (?P<net>\S+)")
-_ENV = re.compile(r"^(?P<k>NCCL_[A-Z0-9_]+) set by environment to (?P<v>.*?)\s*$")
 _CHAN = re.compile(
     r"^(?:Channel|Ring) (?P<ch>\d+)(?:/(?P<conn>\d+))? : (?P<src>\d+)(?:\[[0-9a-fx]+\])? -> "
     r"(?P<dst>\d+)(?:\[[0-9a-fx]+\])? (?:\[(?P<dir>send|receive)\] )?via (?P<via>.+?)\s*$"
@@ -112,21 +100,8 @@ _COLLNET = re.compile(
     r"^Coll(?:Net)? (?P<ch>\d+)(?:/\d+)? : (?P<rank>\d+) \[(?P<dir>send|receive)\] via COLLNET/"
 )
 _RING_LIST = re.compile(r"^Channel (?P<ch>\d+)/(?P<n>\d+) :(?: \d+)+\s*$")
-_CHANNELS = re.compile(
-    r"^(?P<coll>\d+) coll channels, (?:(?P<collnet>\d+) collnet channels, )?"
-    r"(?:(?P<nvls>\d+) nvls channels, )?(?P<p2p>\d+) p2p channels"
-)
-_NVLS_AVAIL = re.compile(r"^NVLS multicast support is (?P<not>not )?available on dev (?P<d>\d+)")
-_NVLS_COMM = re.compile(r"^NVLS comm 0x[0-9a-f]+ headRank")
 _TRACE = re.compile(r"^\S+:\d+(?: \([^()]*\))? -> (?P<code>\d+)")
-_OFI_PROVIDER = re.compile(r"^NET/OFI Selected [Pp]rovider is (?P<p>[\w;+-]+)")
-_GDR_DISTANCE = re.compile(
-    r"GPU Direct RDMA Disabled for GPU \S+ / HCA \d+ \((?P<why>distance \d+ >=? \d+)\)"
-)
 # NCCL 2.3: `NET/IB: [0] mlx5_1:1/IB` per device, `Using internal Network IB`, `rank 0 nranks 8`.
-_IB_DEV_OLD = re.compile(r"^NET/IB: \[\d+\] (?P<name>[^\s:]+):(?P<port>\d+)/(?P<link>IB|RoCE)")
-_INTERNAL_NET = re.compile(r"^Using internal Network (?P<net>\S+)")
-_RANK_OLD = re.compile(r"^rank (?P<rank>\d+) nranks (?P<n>\d+)\s*$")
 # PyTorch: `[rank4]:[E226 ...] [Rank 4] Watchdog caught collective operation timeout:
 # WorkNCCL(SeqNum=5653, OpType=ALLREDUCE, ...) ran for 600011 milliseconds before timing out.`
 _WATCHDOG = re.compile(
@@ -139,9 +114,6 @@ _TORCH_ERROR = re.compile(
     r"was a network error.*$"
 )
 _TORCH_RANK = re.compile(r"^\[rank(\d+)\]:")
-_PATTERN = re.compile(
-    r"^Pattern \d+, crossNic \d+, nChannels \d+, .*type (?P<intra>\w+)/(?P<inter>\w+)"
-)
 
 
 @dataclass(frozen=True)
@@ -263,21 +235,6 @@ class RankReport:
         return "-"
 
 
-def _older(version: str, than: tuple[int, int]) -> bool:
-    major, minor = (int(x) for x in version.split(".")[:2])
-    return (major, minor) < than
-
-
-def _set_version(rep: RankReport, ver: tuple[str, str | None]) -> None:
-    if rep.nccl_version is None:
-        rep.nccl_version, rep.cuda_version = ver
-
-
-def _add(xs: list[Any], x: Any) -> None:
-    if x not in xs:
-        xs.append(x)
-
-
 #: A line worth keeping without an NCCL prefix: any mention of NCCL (PyTorch's and the
 #: launcher's lines about it, a prefix the reader does not know) or of a CUDA error.
 _MENTIONS = re.compile(r"nccl|unhandled cuda error", re.IGNORECASE)
@@ -387,7 +344,7 @@ class LogParser:
         if len(set(log.bare_versions)) == 1:
             for rep in log.fed.values():
                 if rep.nccl_version is None:
-                    _set_version(rep, log.bare_versions[0])
+                    set_version(rep, log.bare_versions[0])
         if log.failure is not None:
             self.failures.append(log.failure)
 
@@ -409,7 +366,7 @@ class LogParser:
         if keep is None or (notable and keep.wants(text)):
             self.lines.append(NcclLine(text, rep.key, level))
         if log.pending:
-            _set_version(rep, log.pending.pop())
+            set_version(rep, log.pending.pop())
             log.pending.clear()
         log.prev = rep
         log.fed[rep.key] = rep
@@ -438,7 +395,7 @@ class LogParser:
             ver = (v.group("v"), v.group("cuda"))
             log.bare_versions.append(ver)
             if log.prev is not None:
-                _set_version(log.prev, ver)
+                set_version(log.prev, ver)
             else:
                 log.pending.append(ver)
         return None
@@ -446,25 +403,25 @@ class LogParser:
     def _read(self, rep: RankReport, level: str, msg: str, log: _Log) -> None:
         proc = (rep.host, rep.pid)
         if level in ("WARN", "ABORT"):
-            _add(rep.warnings, msg)
+            add_once(rep.warnings, msg)
             log.last_warn[proc] = (rep, msg)
-            if _LIBIBVERBS.search(msg):
+            if LIBIBVERBS.search(msg):
                 rep.libibverbs_missing = True
             return
         if (t := _TRACE.match(msg)) and 1 <= int(t.group("code")) <= 6:
             # NCCLCHECK prints `file:line -> code` as an error travels up (codes 1-6: cuda,
             # system, internal, argument, usage, remote; 7 is "in progress"): the WARN before it
             # in the same process made a call fail.
-            _add(rep.error_traces, msg)
+            add_once(rep.error_traces, msg)
             if proc in log.last_warn:
                 wrep, wmsg = log.last_warn.pop(proc)
-                _add(wrep.fatal_warnings, wmsg)
+                add_once(wrep.fatal_warnings, wmsg)
                 log.chain.setdefault(proc, []).append((wrep, wmsg))
         elif _FELL_BACK.match(msg):
             for wrep, wmsg in log.chain.pop(proc, []):
                 if wmsg in wrep.fatal_warnings:
                     wrep.fatal_warnings.remove(wmsg)
-                _add(wrep.handled_warnings, wmsg)
+                add_once(wrep.handled_warnings, wmsg)
         else:
             log.chain.pop(proc, None)
         self.info(rep, msg)
@@ -494,7 +451,7 @@ class LogParser:
 
     def info(self, rep: RankReport, msg: str) -> None:
         """Read an INFO message into `rep`: the first reader that knows the line takes it."""
-        for read in (self._connection, _identity, _network, _topology):
+        for read in (self._connection, read_identity, read_network, read_topology):
             if read(rep, msg):
                 return
 
@@ -507,14 +464,14 @@ class LogParser:
             # P2P/SHM lines are printed by the sending side.
             me, peer = (int(dst), int(src)) if direction == "receive" else (int(src), int(dst))
             self.set_rank(rep, me)
-            _add(rep.peers, peer)
-            _via(rep, via)
+            add_once(rep.peers, peer)
+            read_via(rep, via)
         elif m := _RING_LIST.match(msg):
             if rep.coll_channels is None:
                 rep.coll_channels = int(m.group("n"))
         elif m := _COLLNET.match(msg):
             rep.collnet_used = True
-            _add(rep.transports, "COLLNET")
+            add_once(rep.transports, "COLLNET")
             self.set_rank(rep, int(m.group("rank")))
         else:
             return False
@@ -525,126 +482,18 @@ class LogParser:
         for key, rep in self.reports.items():
             rep.channels_seen = len(self.channels[key])
             if rep.nvls_used:
-                _add(rep.transports, "NVLS")
+                add_once(rep.transports, "NVLS")
             rep.transports.sort()
             rep.net_devs.sort()
             rep.peers.sort()
             if rep.network is None:
-                rep.network = _implied_network(rep, ib_listed)
+                rep.network = implied_network(rep, ib_listed)
         reports = sorted(
             self.reports.values(),
             key=lambda r: (r.rank is None, r.rank if r.rank is not None else 0, r.key),
         )
         listed = [self.listed[r] for r in sorted(self.listed)]
         return ParsedLog(reports, self.hosts, self.failures, self.torch_events, self.lines, listed)
-
-
-def _via(rep: RankReport, via: str) -> None:
-    """The transport of a connection line (`via NET/IB/0/GDRDMA`, `via P2P/IPC`, ...)."""
-    transport, dev, gdr = via_parts(via)
-    _add(rep.transports, transport)
-    if dev is not None:
-        _add(rep.net_devs, dev)
-    if gdr is not None:
-        rep.net_gdr = gdr if rep.net_gdr is None else (rep.net_gdr and gdr)
-
-
-def _identity(rep: RankReport, msg: str) -> bool:
-    """Who the process is: version, rank, ranks, nodes, the network NCCL chose."""
-    if m := _VERSION.match(msg):
-        rep.nccl_version = m.group("v")
-        rep.cuda_version = m.group("cuda")
-    elif m := _COMM.search(msg):
-        rep.rank = int(m.group("rank"))
-        rep.nranks = int(m.group("n"))
-        rep.nnodes = int(m.group("nodes"))
-        if m.group("mnnvl") is not None:
-            rep.mnnvl = m.group("mnnvl") == "1"
-    elif m := _INIT.search(msg):
-        rep.rank = int(m.group("rank"))
-        rep.nranks = int(m.group("n"))
-    elif m := _USING_NET.match(msg) or _INTERNAL_NET.match(msg):
-        rep.network = m.group("net")
-    elif m := _IB_DEV_OLD.match(msg):
-        _add(rep.ib_devices, f"{m.group('name')}:{m.group('port')}/{m.group('link')}")
-    elif m := _RANK_OLD.match(msg):
-        rep.rank = int(m.group("rank"))
-        rep.nranks = int(m.group("n"))
-    else:
-        return False
-    return True
-
-
-def _network(rep: RankReport, msg: str) -> bool:
-    """The network transports' own lines: devices, interfaces, GPUDirect RDMA, plugins."""
-    if m := _OFI_PROVIDER.match(msg):
-        rep.ofi_provider = m.group("p").lower()
-    elif m := _GDR_DISTANCE.search(msg):
-        rep.gdr_distance = m.group("why")
-    elif m := _IB_USING.match(msg):
-        for d in _IB_DEV.finditer(m.group("devs")):
-            _add(rep.ib_devices, f"{d.group('name')}:{d.group('port')}/{d.group('link')}")
-    elif _IB_NODEV.match(msg):
-        rep.ib_no_device = True
-    elif m := _SOCK_USING.match(msg):
-        for i in _SOCK_IF.finditer(m.group("ifs")):
-            _add(rep.socket_ifaces, f"{i.group('name')}:{i.group('addr')}")
-    elif m := _GDR_HCA.match(msg):
-        rep.gdr_hca[m.group("name")] = m.group("state") == "Enabled"
-        if m.group("why"):
-            rep.gdr_no_module = True
-    elif _LIBIBVERBS.search(msg):
-        rep.libibverbs_missing = True
-    elif _NO_PLUGIN.match(msg):
-        rep.no_net_plugin = True
-    elif m := _IB_INIT_FAIL.match(msg):
-        _add(rep.net_init_failed, m.group("net"))
-    else:
-        return False
-    return True
-
-
-def _topology(rep: RankReport, msg: str) -> bool:
-    """The environment, channel counts, NVLS and the graph search's path types."""
-    if m := _ENV.match(msg):
-        rep.env[m.group("k")] = m.group("v")
-    elif m := _CHANNELS.match(msg):
-        rep.coll_channels = int(m.group("coll"))
-        rep.p2p_channels = int(m.group("p2p"))
-        if m.group("nvls") is not None:
-            rep.nvls_channels = int(m.group("nvls"))
-            if rep.nvls_channels > 0:
-                rep.nvls_used = True
-    elif m := _NVLS_AVAIL.match(msg):
-        rep.nvls_available = m.group("not") is None
-    elif _NVLS_COMM.match(msg):
-        rep.nvls_used = True
-        _add(rep.transports, "NVLS")
-    elif m := _PATTERN.match(msg):
-        rep.intra_path = m.group("intra")
-    else:
-        return False
-    return True
-
-
-def _implied_network(rep: RankReport, ib_listed: bool) -> str | None:
-    """The network of a process whose log lacks the `Using network` line (old NCCL, or an
-    excerpt): IB when its transport listed devices. NCCL <= 2.5 prints `NET/Socket : Using` in
-    every process, IB or not (bootstrap), so there a socket list is Socket only when the log
-    says why IB was not used; later ones list sockets only when the socket transport was set
-    up, i.e. no RDMA network initialized."""
-    ib_off = (
-        rep.ib_no_device
-        or rep.libibverbs_missing
-        or rep.env.get("NCCL_IB_DISABLE", "").rstrip(".") == "1"
-        or "IB" in rep.net_init_failed
-    )
-    old = rep.nccl_version is not None and _older(rep.nccl_version, (2, 6))
-    if rep.ib_devices:
-        return "IB"
-    if rep.socket_ifaces and (ib_off or not (old or ib_listed)):
-        return "Socket"
-    return None
 
 
 __all__ = [

@@ -43,7 +43,16 @@ from nccl_k8s.errors import ClusterError, NotFound, UsageError
 from nccl_k8s.k8s.api._config import ClientSettings, RetrySettings, load_config
 from nccl_k8s.k8s.api._kinds import CLUSTER_SCOPED, CUSTOM, GLOBAL, plural, resource
 from nccl_k8s.k8s.api._rawlogs import RawLogs, Unsupported
-from nccl_k8s.k8s.api._translate import Ask, fields_of, retry_after, status_error, transport_error
+from nccl_k8s.k8s.api._translate import (
+    Ask,
+    decode,
+    fields_of,
+    not_served,
+    retry_after,
+    selector,
+    status_error,
+    transport_error,
+)
 from nccl_k8s.k8s.api._types import Kind, Obj
 
 Propagation = Literal["Background", "Foreground", "Orphan"]
@@ -56,14 +65,6 @@ FIELD_MANAGER = "nccl-k8s"
 #: or change it the same way twice (get, list, watch, logs, delete, patch), "creates" for
 #: requests the server must not see twice (only when it cannot have acted on the first).
 Retry = Literal["reads", "creates"]
-
-
-def _selector(pairs: Mapping[str, str] | None) -> str | None:
-    return ",".join(f"{k}={v}" for k, v in pairs.items()) if pairs else None
-
-
-def _decode(resp: httpx.Response) -> Any:
-    return msgspec.json.decode(resp.content)
 
 
 class KubeClient:
@@ -205,7 +206,7 @@ class KubeClient:
     def _raise_status(self, resp: httpx.Response, ask: Ask) -> NoReturn:
         status = resp.status_code
         try:
-            body = _decode(resp)
+            body = decode(resp)
         except (msgspec.DecodeError, httpx.ResponseNotRead):
             body = None
         body = body if isinstance(body, dict) else {}
@@ -237,7 +238,7 @@ class KubeClient:
     def _object(self, resp: httpx.Response, ask: Ask) -> Obj:
         """The response body as a JSON object, or the ClusterError saying it is not one."""
         try:
-            out = _decode(resp)
+            out = decode(resp)
         except msgspec.DecodeError as e:
             self._not_an_object(e, ask)
         if not isinstance(out, dict):
@@ -313,10 +314,10 @@ class KubeClient:
             else self._ns(kind, namespace)
         )
         ask = Ask("list", kind, None if ns == ALL_NS else ns)
-        selectors = [s for s in (_selector(labels), label_selector) if s]
+        selectors = [s for s in (selector(labels), label_selector) if s]
         params: dict[str, Any] = {
             "labelSelector": ",".join(selectors) or None,
-            "fieldSelector": _selector(fields),
+            "fieldSelector": selector(fields),
         }
         items: list[Obj] = []
         while True:
@@ -358,8 +359,8 @@ class KubeClient:
             namespace=ns,
             watch=True,
             params={
-                "labelSelector": _selector(labels),
-                "fieldSelector": _selector(fields),
+                "labelSelector": selector(labels),
+                "fieldSelector": selector(fields),
                 "resourceVersion": resource_version,
                 "timeoutSeconds": server_timeout_s,
                 "allowWatchBookmarks": "true",
@@ -491,21 +492,7 @@ class KubeClient:
         except NotFound as e:
             if (api_version, kind) not in CUSTOM:
                 raise
-            needs = {
-                "PodMonitor": "install the Prometheus Operator, or deploy without --pod-monitor",
-                "ComputeDomain": "install NVIDIA's DRA driver for GPUs (k8s-dra-driver-gpu), "
-                "or deploy without --compute-domain",
-            }.get(kind, "install the scheduler that defines it, or deploy without that --gang")
-            raise NotFound(
-                f"{self.server} does not serve {kind} {api_version} (its "
-                f"CustomResourceDefinition is not installed): {needs}",
-                status=404,
-                verb="create",
-                resource=plural(kind),
-                namespace=ns,
-                name=name,
-                server=self.server,
-            ) from e
+            raise not_served(self.server, kind, api_version, ns, name) from e
 
     async def apply(self, obj: Obj, *, force: bool = False) -> Obj:
         """Server-side apply `obj` as field manager nccl-k8s; the object as the server has it.

@@ -5,6 +5,7 @@ return, always `from` the original."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 import httpx2 as httpx
@@ -46,6 +47,40 @@ def _what_where(ask: Ask) -> tuple[str, str, str]:
     what = f"{resource} {ask.name!r}" if ask.name else resource
     where = f" in namespace {ask.namespace}" if ask.namespace else ""
     return resource, what, where
+
+
+def selector(pairs: Mapping[str, str] | None) -> str | None:
+    """`k=v,k2=v2`: a label or field selector as the API takes it (None: none)."""
+    return ",".join(f"{k}={v}" for k, v in pairs.items()) if pairs else None
+
+
+def decode(resp: httpx.Response) -> Any:
+    return msgspec.json.decode(resp.content)
+
+
+#: What to install (or leave out) when a custom kind a deploy creates is not served.
+_NEEDS = {
+    "PodMonitor": "install the Prometheus Operator, or deploy without --pod-monitor",
+    "ComputeDomain": "install NVIDIA's DRA driver for GPUs (k8s-dra-driver-gpu), or deploy "
+    "without --compute-domain",
+}
+
+
+def not_served(
+    server: str, kind: str, api_version: str, namespace: str | None, name: str | None
+) -> NotFound:
+    """The 404 of creating a custom object whose CRD the cluster lacks, saying what to do."""
+    needs = _NEEDS.get(kind, "install the scheduler that defines it, or deploy without that --gang")
+    return NotFound(
+        f"{server} does not serve {kind} {api_version} (its CustomResourceDefinition is not "
+        f"installed): {needs}",
+        status=404,
+        verb="create",
+        resource=plural(kind),
+        namespace=namespace,
+        name=name,
+        server=server,
+    )
 
 
 def status_error(
