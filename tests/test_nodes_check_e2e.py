@@ -227,8 +227,13 @@ def test_when_the_only_healthy_pair_crashes_the_slow_node_is_inconclusive(
     assert verdict["node-2"] == "unknown", doc["nodes"]
     assert "good" not in verdict.values(), doc["nodes"]
     assert doc["reference_busbw"] is None
-    assert "the only test at the best level measured" in doc["inconclusive"]
-    assert "was node-1 + node-2" in doc["inconclusive"], doc["inconclusive"]
+    # node-2's level rests on node-2: its one test with node-1, or node-0 + node-2 too (when
+    # the crash's culprit named node-1, node-0 is retested with node-2 in pass 3).
+    assert re.search(
+        r"the only test at the best level measured \([\d.]+ GB/s\) was node-1 \+ node-2|"
+        r"every test at the best level measured \([\d.]+ GB/s\) included node-2",
+        doc["inconclusive"],
+    ), doc["inconclusive"]
     assert labelled(cluster, namespace) == []
 
 
