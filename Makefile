@@ -45,7 +45,7 @@ unit: $(STAMP_TEST)
 
 test: lint typecheck contracts unit
 
-# Not part of `test`: reruns the scale benchmarks at 1,024 pods (and benchmarks/badnodes_sim.py
+# Not part of `test`: reruns the scale benchmarks at 1,024 pods (and benchmarks/badnode_sim.py
 # when present) and fails when a figure is worse than BENCHMARKS.md's by more than its noise band.
 bench-check: $(STAMP_TEST)
 	$(PY) benchmarks/bench_check.py

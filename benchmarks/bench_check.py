@@ -4,7 +4,7 @@ than BENCHMARKS.md's by more than its noise band (issue 22: its figures went sta
 The reference is the committed raw data BENCHMARKS.md's collection table is generated from
 (REFERENCE below, its 1,024-pod run). Each wall-time figure may be worse by its noise band:
 the spread its own rounds showed (max over median), never less than MIN_BAND, since this machine
-is shared; peak memory by MEM_BAND. The bad-node simulation (benchmarks/badnodes_sim.py, when
+is shared; peak memory by MEM_BAND. The bad-node simulation (benchmarks/badnode_sim.py, when
 present) is run too and must pass its own checks (exit 0).
 
     python benchmarks/bench_check.py                  # what `make bench-check` runs
@@ -24,7 +24,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "benchmarks" / "data" / "2026-12-04-collect" / "collect-1024.json"
-BADNODES = ROOT / "benchmarks" / "badnodes_sim.py"
+BADNODES = ROOT / "benchmarks" / "badnode_sim.py"
 PODS = 1024
 #: The least a wall time may move between runs on this shared 2-core machine and still pass.
 MIN_BAND = 0.5
@@ -83,12 +83,12 @@ def main() -> None:
     )
     worse = compare(ref, new)
     if BADNODES.exists():
-        print("$ python benchmarks/badnodes_sim.py", flush=True)
-        code = subprocess.run([sys.executable, str(BADNODES)], cwd=ROOT).returncode
+        print("$ python benchmarks/badnode_sim.py --check", flush=True)
+        code = subprocess.run([sys.executable, str(BADNODES), "--check"], cwd=ROOT).returncode
         if code != 0:
-            worse.append(f"benchmarks/badnodes_sim.py failed its checks (exit {code})")
+            worse.append(f"benchmarks/badnode_sim.py failed its checks (exit {code})")
     else:
-        print("benchmarks/badnodes_sim.py: not in this tree, not run")
+        print("benchmarks/badnode_sim.py: not in this tree, not run")
     if worse:
         print("bench-check FAILED:\n  " + "\n  ".join(worse))
         raise SystemExit(1)

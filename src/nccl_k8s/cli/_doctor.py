@@ -103,8 +103,9 @@ def _explain(e: Any, fmt: str) -> None:
 def nodes_check_command(
     spec: Any,
     selector: Selector = None,
-    parallel: Parallel = 4,
+    parallel: Parallel = None,
     threshold: Threshold = 0.9,
+    links: Links = None,
     write_label: WriteLabel = False,
     write_taint: WriteTaint = False,
     dry_run: DryRun = False,
@@ -114,15 +115,16 @@ def nodes_check_command(
     context: Context = None,
     kubeconfig: Kubeconfig = None,
 ) -> None:
-    """Find bad nodes: 2-node tests (the deploy flags, two pods pinned to two nodes) over a
-    round-robin pairing of the nodes where a pod fits, then each suspect again with a
-    known-good node. Exit 1 when a node is flagged. Default engine flags: `-- --ops
+    """Find bad nodes: 2-node tests (the deploy flags, two pods pinned to two nodes) in rounds
+    of disjoint pairs: the nodes where a pod fits paired off, then each suspect with a cleared
+    node. Exit 1 when a node is bad, or unknown (inconclusive). Default engine flags: `-- --ops
     all_reduce -b 64M -e 1G -f 4 -n 20`."""
     from nccl_k8s import k8s
 
     fmt = output_format(output)
-    if parallel < 1:
+    if parallel is not None and parallel < 1:
         raise UsageError(f"--parallel {parallel}: expected >= 1", key="--parallel")
+    links_arg = _links_arg(links)
     if not 0 < threshold <= 1:
         raise UsageError(
             f"--threshold {threshold:g}: expected a fraction in (0, 1]", key="--threshold"
@@ -136,6 +138,7 @@ def nodes_check_command(
         selector=selector,
         parallel=parallel,
         threshold=threshold,
+        links=links_arg,
         label=write_label,
         taint=write_taint,
         dry_run=dry_run,
@@ -152,6 +155,17 @@ def nodes_check_command(
         raise typer.Exit(1)
 
 
+def _links_arg(links: str | None) -> Any:
+    """--links all | N (random rounds), checked at the edge."""
+    if links is None or links == "all":
+        return links
+    if links.isdigit() and int(links) >= 1:
+        return int(links)
+    raise UsageError(
+        f'--links "{links}": expected all, or a number of random rounds such as 3', key="--links"
+    )
+
+
 def _print_checked(checked: Any) -> None:
     """nodes check's table: a verdict per node, the reference, slow links, nodes left out."""
     f = checked.findings
@@ -161,7 +175,12 @@ def _print_checked(checked: Any) -> None:
         rows.append((v.node, v.verdict, score, v.why))
     out.file.write(columns(rows))
     ref = "-" if f.reference is None else f"{f.reference:.3g} GB/s"
-    out.print(f"cluster reference busbw {ref}, threshold {f.threshold:g}", markup=False)
+    cut = "" if f.cut is None or f.cut >= f.threshold else f", slow below {f.cut:.2g} x it"
+    noise = "" if f.noise is None else f", measured noise {f.noise:.0%}"
+    out.print(
+        f"cluster reference busbw {ref}, threshold {f.threshold:g}{cut}{noise}, {f.passes} passes",
+        markup=False,
+    )
     for link in f.links:
         out.print(f"slow link {link.a} <-> {link.b}: {link.why}", markup=False)
     for name, why in checked.left_out.items():
@@ -243,8 +262,26 @@ Selector = Annotated[
 ]
 
 Parallel = Annotated[
-    int,
-    typer.Option("--parallel", metavar="K", help="2-node tests run at once, at most."),
+    int | None,
+    typer.Option(
+        "--parallel",
+        metavar="K",
+        help=with_default(
+            "2-node tests run at once, at most.", "every pair of a round (they share no node)"
+        ),
+        show_default=False,
+    ),
+]
+
+Links = Annotated[
+    str | None,
+    typer.Option(
+        "--links",
+        metavar="all|N",
+        help="Then test the links among the good nodes: every one (all), or N random rounds; "
+        "the cost is printed first.",
+        show_default=False,
+    ),
 ]
 
 Threshold = Annotated[

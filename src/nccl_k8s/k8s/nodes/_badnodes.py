@@ -2,48 +2,79 @@
 bandwidths say about each node.
 
 A 2-node test cannot tell which end is slow, and one slow node taints every pair it is in; but
-a slow node only ever lowers a test, so a test that measures well proves both of its nodes. So
-pass 1 pairs the candidates round-robin (the circle method) for two rounds: every node meets two
-different partners, and a healthy node almost always has one healthy partner.
+a slow node only ever lowers a test, so a test that measures well proves both of its nodes.
 
-The level: the highest bus bandwidth that a set of tests agrees on, the highest fixed point of
-"the median of the tests at or above `threshold` x it" (a lone fast outlier does not set it;
-noise, which only ever lowers a measurement, does not pull it down). The tests at or above that
-floor are fine, and their nodes are cleared. The level is the cluster's reference only when no
-single node could explain it: its fine tests must not all share one node (two of them without a
-node in common, or three in a triangle). When every fine test included node X, X may be slow and
-that level its own, with no two healthy nodes ever measured together: no node is called good
-(they are `unknown`, the check inconclusive, naming the tests that would settle it), and the
-planner asks for such a test in the next pass.
+Rounds. A round is a set of disjoint pairs, all run at once (they share no node). Pass 1 is one
+round: the candidates paired off (the circle method's first round; with an odd count one node
+waits for pass 2). Each later pass is one round planned from everything measured so far: every
+node that is neither cleared nor judged (a suspect) is tested with a distinct cleared node it
+has not met (no cleared node is given two tests at once); suspects left over when the cleared
+nodes run out are paired with each other (never with a node they met); and, while the level is
+not confirmed (below), the test that would confirm it. Nothing left to learn, or MAX_PASSES
+reached, ends the check. With a minority of bad nodes this is two passes: pass 1, then one
+retest of each suspect, which settles it.
 
-A node that is not cleared is a suspect. Pass 2 tests each suspect with a cleared node it has
-not met yet. A suspect whose test with a cleared node failed is bad. One slow retest is not
-enough: a measurement can be slow for reasons of its moment (other jobs on the fabric or the
-hosts), so a suspect whose only retest was slow is tested once more (pass 3) with another cleared
-node, and is bad when that is slow or fails too (a node that is really slow is slow every time);
-fine there, it is cleared. Slow and failed verdicts hold even when the level is not confirmed:
-a cleared node reached that level, so a test of it below the floor is the other node's doing,
-whatever the true healthy level is. A test that was slow (or failed) while both of its nodes end
-up good is a slow link between two good nodes: reported, neither node flagged.
+The level: the highest bus bandwidth a set of tests agrees on, the highest fixed point of "the
+median of the tests at or above `cut` x it" (a lone fast outlier does not set it; slow tests do
+not pull it down). `cut` is the threshold, widened to the measured noise: with at least
+NOISE_MIN_TESTS such tests, their spread (1.4826 x the median absolute deviation, relative to the
+level) is the noise sigma, and a test flags a node only below `flag` = min(threshold, 1 -
+NOISE_Z x sigma) x the level, where noise alone puts a test of two healthy nodes about once in
+4,000 (one such test with a cleared node flags a node: that is the false-flag rate per retest).
+The cut is that too, but never below half the threshold: a test under threshold/2 x the level
+never clears a node, whatever the noise; between flag and cut a test neither clears nor flags
+(the node is `unknown`: within the noise). A slowdown smaller than NOISE_Z sigmas cannot be told
+from noise in one test, and the findings say what the noise was (`noise`). The tests at or above
+the cut are fine, and their nodes are cleared.
+The level is the cluster's reference only when no single node could explain it: its fine tests
+must not all share one node (two of them without a node in common, or three in a triangle).
+When every fine test included node X, X may be slow and that level its own, with no two healthy
+nodes ever measured together: no node is called good (they are `unknown`, the check
+inconclusive, naming the test that would settle it), and the next pass asks for such a test.
 
-A node's reported score is the median bus bandwidth of the tests it took part in.
+Verdicts. A cleared node is good. A suspect is bad on a test with a cleared node that was slow
+or failed (a failed run that named the cleared node itself as its culprit is not held against
+the other one), and unknown without one. Bad verdicts hold even when the level is not confirmed:
+the cleared node reached the level, so a test below the cut is the other node's doing, whatever
+the true healthy level is. A test that was slow (or failed) while both of its nodes end up good
+is a slow link between two good nodes: reported (measured once, unless a later pass happened to
+repeat it), neither node flagged.
 
-A test that could not run at all (its pods were never scheduled: the GPUs were busy) says
-nothing about either node: it is `inconclusive`, never a failure; a suspect whose retest could
-not run stays `unknown`.
+A node's reported score is the median bus bandwidth of the tests it took part in. A test that
+could not run at all (its pods were never scheduled: the GPUs were busy) says nothing about
+either node: it is `inconclusive`, never a failure.
+
+Planning and judging are O(T log T) in the number of tests (one sort, then index lookups), so a
+4,096-node check plans in milliseconds.
 """
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
+import random
 import statistics
+from collections import defaultdict
 from collections.abc import Collection, Sequence
 from typing import Literal
 
 Verdict = Literal["good", "bad", "unknown"]
 
-#: Pass-1 rounds: two partners per node (see the module docstring).
-ROUNDS = 2
+#: Rounds of pass 1: one partner per node; a suspect's retest is the second.
+ROUNDS = 1
+#: Passes at most (pass 1 and two retest rounds): the second retest round only runs for what
+#: the first left open (a retest that could not run, a partner that turned out not cleared, a
+#: level still unconfirmed).
+MAX_PASSES = 3
+#: A test is slow only this many noise sigmas below the level (see the module docstring).
+NOISE_Z = 3.5
+#: Fine tests needed before their spread is taken as the noise: fewer say little about it.
+NOISE_MIN_TESTS = 8
+#: A test flags a node only below this fraction of the level at the least, whatever the noise.
+MIN_FLAG = 0.05
+#: Where the noise is first measured from: the tests within half of the level (a node slowed
+#: 2x or more is outside it; the spread of what is inside then sets the cut).
+NOISE_WINDOW = 0.5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,6 +88,8 @@ class PairResult:
     pass_no: int = 1
     inconclusive: bool = False
     """The test never ran (not scheduled): neither node is to blame for `error`."""
+    culprit: str | None = None
+    """The node a failed run named as its culprit's, when it named one of the two."""
 
     @property
     def ok(self) -> bool:
@@ -93,10 +126,20 @@ class Findings:
     links: list[SlowLink]
     inconclusive: str | None = None
     """Why no node could be called good, and which test would settle it; None otherwise."""
+    noise: float | None = None
+    """The measured noise sigma, relative to the reference, when NOISE_MIN_TESTS fine tests
+    gave one; a cut below the threshold is its doing."""
+    cut: float | None = None
+    """The fraction of the reference below which a test was called slow."""
+    passes: int = 0
 
     @property
     def flagged(self) -> list[NodeVerdict]:
         return [n for n in self.nodes if n.verdict != "good"]
+
+    @property
+    def bad(self) -> list[str]:
+        return [n.node for n in self.nodes if n.verdict == "bad"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,8 +148,13 @@ class Level:
 
     busbw: float | None
     """The highest level a set of tests agrees on (GB/s); None without a measured test."""
+    cut: float
+    """Tests below cut x busbw are slow: the threshold, or lower where the noise says so."""
+    flag: float
+    """Tests below flag x busbw flag a node: the cut, or lower (never above it) with noise."""
+    noise: float | None
     fine: list[PairResult]
-    """The tests at or above threshold x busbw: their nodes are cleared."""
+    """The tests at or above cut x busbw: their nodes are cleared."""
     shared: frozenset[str]
     """The nodes every fine test includes: empty when the level is confirmed."""
 
@@ -118,10 +166,17 @@ class Level:
     def cleared(self) -> set[str]:
         return {n for r in self.fine for n in (r.a, r.b)}
 
+    def slow(self, r: PairResult) -> bool:
+        return self.busbw is not None and (r.busbw or 0.0) < self.cut * self.busbw
+
+    def flags(self, r: PairResult) -> bool:
+        return self.busbw is not None and (r.busbw or 0.0) < self.flag * self.busbw
+
 
 def first_pass(nodes: Sequence[str], rounds: int = ROUNDS) -> list[list[tuple[str, str]]]:
-    """Pass 1 as rounds of disjoint pairs (the circle method: node 0 stays, the others rotate);
-    with an odd count one node sits out each round. Pairs within a round run at once."""
+    """Rounds of disjoint pairs by the circle method (node 0 stays, the others rotate): round
+    r pairs every node with a partner it met in no earlier round; with an odd count one node
+    sits out each round. Pass 1 is its first round."""
     ring: list[str | None] = list(nodes)
     if len(ring) % 2:
         ring.append(None)
@@ -138,43 +193,137 @@ def first_pass(nodes: Sequence[str], rounds: int = ROUNDS) -> list[list[tuple[st
     return out
 
 
+def _fixed_point(values: list[float], cut: float) -> tuple[float, int]:
+    """The highest R with R == median(values >= cut x R), values sorted; and where they start."""
+    ref, start = values[-1], len(values)
+    while True:
+        i = bisect.bisect_left(values, cut * ref)
+        if i == start:
+            return ref, i
+        start, n = i, len(values) - i
+        mid = i + n // 2
+        ref = values[mid] if n % 2 else (values[mid - 1] + values[mid]) / 2
+
+
 def level(results: Sequence[PairResult], threshold: float) -> Level:
-    """The level the tests agree on, its fine tests, and the nodes they all share."""
+    """The level the tests agree on, its cut, its fine tests, and the nodes they all share."""
     values = sorted(r.busbw for r in results if r.ok and r.busbw is not None)
     if not values:
-        return Level(None, [], frozenset())
-    ref, count = values[-1], 0
-    while True:
-        above = [v for v in values if v >= threshold * ref]
-        if len(above) == count:
-            break  # the same set as last time: its median is the fixed point
-        count, ref = len(above), statistics.median(above)
-    fine = [r for r in results if r.ok and (r.busbw or 0.0) >= threshold * ref]
+        return Level(None, threshold, threshold, None, [], frozenset())
+    cut, flag, noise = threshold, threshold, None
+    ref, start = _fixed_point(values, cut)
+    if len(values) >= NOISE_MIN_TESTS:  # the spread first from a wide window, then settled
+        cut = min(threshold, NOISE_WINDOW)
+        ref, start = _fixed_point(values, cut)
+    for _ in range(8):  # cut and noise settle together (a cut too high trims the spread)
+        if len(values) - start < NOISE_MIN_TESTS:
+            cut = flag = threshold
+            ref, start = _fixed_point(values, cut)
+            break
+        mad = statistics.median(abs(v - ref) for v in values[start:])
+        noise = 1.4826 * mad / ref if ref > 0 else 0.0
+        flag = max(MIN_FLAG, min(threshold, 1.0 - NOISE_Z * noise))
+        new = max(threshold / 2, flag)
+        if abs(new - cut) < 1e-3:
+            break
+        cut = new
+        ref, start = _fixed_point(values, cut)
+    fine = [r for r in results if r.ok and (r.busbw or 0.0) >= cut * ref]
     shared = {fine[0].a, fine[0].b}
     for r in fine[1:]:
+        if not shared:
+            break
         shared &= {r.a, r.b}
-    return Level(ref, fine, frozenset(shared))
+    return Level(ref, cut, flag, noise, fine, frozenset(shared))
+
+
+def _by_node(results: Sequence[PairResult]) -> dict[str, list[PairResult]]:
+    out: dict[str, list[PairResult]] = defaultdict(list)
+    for r in results:
+        out[r.a].append(r)
+        out[r.b].append(r)
+    return out
+
+
+def _evidence(node: str, mine: Sequence[PairResult], cleared: Collection[str]) -> list[PairResult]:
+    """The node's tests with a cleared node that say something about it, in pass order: a
+    failed run that named the cleared node as its culprit says nothing about this one."""
+    return [
+        r
+        for r in mine
+        if not r.inconclusive and r.other(node) in cleared and (r.ok or r.culprit != r.other(node))
+    ]
 
 
 def suspects(
-    nodes: Sequence[str], results: Sequence[PairResult], threshold: float
+    nodes: Sequence[str],
+    results: Sequence[PairResult],
+    threshold: float,
+    *,
+    lv: Level | None = None,
 ) -> tuple[list[str], list[str]]:
-    """(suspects, cleared): the nodes of no fine test, and those of one."""
-    cleared = level(results, threshold).cleared
-    return [n for n in nodes if n not in cleared], [n for n in nodes if n in cleared]
+    """(suspects, cleared): the nodes that still need a test with a cleared node, and the
+    cleared ones."""
+    lv = lv or level(results, threshold)
+    cleared, mine = lv.cleared, _by_node(results)
+    sus = [n for n in nodes if n not in cleared and not _evidence(n, mine.get(n, []), cleared)]
+    return sus, [n for n in nodes if n in cleared]
 
 
-def second_pass(
-    suspect_nodes: Sequence[str], good: Sequence[str], met: Sequence[PairResult] = ()
+def plan(
+    nodes: Sequence[str], results: Sequence[PairResult], threshold: float, pass_no: int
 ) -> list[tuple[str, str]]:
-    """Each suspect with a cleared node, preferring one it has not met; none without any."""
-    if not good:
-        return []
-    pairs = []
-    for i, s in enumerate(suspect_nodes):
-        seen = {r.other(s) for r in met if s in (r.a, r.b)}
-        fresh = [g for g in good if g not in seen] or list(good)
-        pairs.append((s, fresh[i % len(fresh)]))
+    """Pass `pass_no`'s round: pass 1's pairing, then next_round up to MAX_PASSES; empty when
+    the check is done. The runner and benchmarks/badnode_sim.py both plan through this."""
+    if pass_no == 1:
+        rounds = first_pass(nodes)
+        return rounds[0] if rounds else []
+    return next_round(nodes, results, threshold) if pass_no <= MAX_PASSES else []
+
+
+def next_round(
+    nodes: Sequence[str], results: Sequence[PairResult], threshold: float
+) -> list[tuple[str, str]]:
+    """The next round of disjoint pairs (see the module docstring); empty when nothing is left
+    to learn."""
+    lv = level(results, threshold)
+    sus, cleared = suspects(nodes, results, threshold, lv=lv)
+    met = {frozenset((r.a, r.b)) for r in results}  # a test that could not run: another partner
+    if not lv.confirmed:  # partners outside the shared nodes first: they can confirm it
+        cleared = [n for n in cleared if n not in lv.shared] + [
+            n for n in cleared if n in lv.shared
+        ]
+    busy: set[str] = set()
+    pairs: list[tuple[str, str]] = []
+    left: list[str] = []
+    start = 0
+    for s in sus:
+        j = start
+        while j < len(cleared) and (cleared[j] in busy or frozenset((s, cleared[j])) in met):
+            j += 1  # skips at most the partners s met, and those taken
+        if j == len(cleared):
+            left.append(s)
+            continue
+        pairs.append((s, cleared[j]))
+        busy.update((s, cleared[j]))
+        while start < len(cleared) and cleared[start] in busy:
+            start += 1
+    pairs += _among(left, met, busy)
+    pairs += confirmation(nodes, results, threshold, busy, lv=lv)
+    return pairs
+
+
+def _among(left: list[str], met: set[frozenset[str]], busy: set[str]) -> list[tuple[str, str]]:
+    """Suspects without a cleared partner, paired with each other where they have not met."""
+    pairs: list[tuple[str, str]] = []
+    free = [s for s in left if s not in busy]
+    while free:
+        a = free.pop(0)
+        b = next((x for x in free if frozenset((a, x)) not in met), None)
+        if b is not None:
+            free.remove(b)
+            pairs.append((a, b))
+            busy.update((a, b))
     return pairs
 
 
@@ -183,14 +332,17 @@ def confirmation(
     results: Sequence[PairResult],
     threshold: float,
     busy: Collection[str] = (),
+    *,
+    lv: Level | None = None,
 ) -> list[tuple[str, str]]:
     """While the level is not confirmed, the test that could confirm it: two cleared nodes
     outside the shared ones that have not been measured together, neither `busy`."""
-    lv = level(results, threshold)
+    lv = lv or level(results, threshold)
     if lv.confirmed or not lv.fine:
         return []
     met = {frozenset((r.a, r.b)) for r in results if not r.inconclusive}
-    free = [n for n in nodes if n in lv.cleared and n not in lv.shared and n not in busy]
+    cleared = lv.cleared
+    free = [n for n in nodes if n in cleared and n not in lv.shared and n not in busy]
     for i, a in enumerate(free):
         for b in free[i + 1 :]:
             if frozenset((a, b)) not in met:
@@ -198,67 +350,61 @@ def confirmation(
     return []
 
 
-def confirm_pass(
-    nodes: Sequence[str], results: Sequence[PairResult], threshold: float
-) -> list[tuple[str, str]]:
-    """Pass 3: each suspect whose only retest ran but was slow, with another cleared node (one
-    it has not met, where there is one)."""
-    lv = level(results, threshold)
-    if lv.busbw is None:
-        return []
-    floor, cleared = threshold * lv.busbw, lv.cleared
-    good = [n for n in nodes if n in cleared]
-    pairs: list[tuple[str, str]] = []
-    for node in nodes:
-        if node in cleared:
-            continue
-        retests = [r for r in results if r.pass_no >= 2 and r.a == node and not r.inconclusive]
-        if len(retests) != 1 or not retests[0].ok or (retests[0].busbw or 0.0) >= floor:
-            continue
-        seen = {r.other(node) for r in results if node in (r.a, r.b)}
-        fresh = [g for g in good if g not in seen]
-        if fresh:
-            pairs.append((node, fresh[len(pairs) % len(fresh)]))
-    return pairs
+def link_rounds(
+    nodes: Sequence[str], *, sample: int | None = None, seed: int = 0
+) -> list[list[tuple[str, str]]]:
+    """--links: rounds of disjoint pairs that cover every link among `nodes` (the circle
+    method's n-1 rounds), or with `sample` that many rounds of random pairings (each a fresh
+    shuffle: about sample x n/2 links)."""
+    if sample is None:
+        return first_pass(nodes, rounds=max(len(nodes) - 1, 0))
+    rng = random.Random(seed)
+    out = []
+    for _ in range(sample):
+        order = list(nodes)
+        rng.shuffle(order)
+        out.append([(order[i], order[i + 1]) for i in range(0, len(order) - 1, 2)])
+    return out
 
 
 def verdicts(nodes: Sequence[str], results: Sequence[PairResult], threshold: float) -> Findings:
     """Every node's verdict from all passes' results."""
     lv = level(results, threshold)
-    cleared = lv.cleared
+    cleared, by_node = lv.cleared, _by_node(results)
+    fine_ids = {id(r) for r in lv.fine}
     why_not = None if lv.confirmed else _why_inconclusive(nodes, results, lv)
     out: list[NodeVerdict] = []
     for node in nodes:
-        mine = [r for r in results if node in (r.a, r.b)]
+        mine = by_node.get(node, [])
         got = [r.busbw for r in mine if r.ok and r.busbw is not None]
         score = statistics.median(got) if got else None
-        if node in cleared:
-            if why_not is None:
-                out.append(NodeVerdict(node, "good", score, _cleared_why(node, mine, lv)))
-            else:
-                out.append(NodeVerdict(node, "unknown", score, f"inconclusive: {why_not}"))
-            continue
-        out.append(_suspect_verdict(node, mine, lv, threshold, score, why_not))
+        if node not in cleared:
+            out.append(_suspect_verdict(node, mine, lv, threshold, score, why_not))
+        elif why_not is None:
+            out.append(NodeVerdict(node, "good", score, _cleared_why(node, mine, fine_ids)))
+        else:
+            out.append(NodeVerdict(node, "unknown", score, f"inconclusive: {why_not}"))
     good_after = {v.node for v in out if v.verdict == "good"}
-    floor = None if lv.busbw is None else threshold * lv.busbw
     links = [
-        SlowLink(r.a, r.b, r.busbw, _link_why(r, threshold, lv.busbw))
+        SlowLink(r.a, r.b, r.busbw, _link_why(r, threshold, lv))
         for r in results
         if not r.inconclusive
-        and (not r.ok or (floor is not None and (r.busbw or 0.0) < floor))
+        and (not r.ok or lv.slow(r))
         and r.a in good_after
         and r.b in good_after
     ]
-    return Findings(lv.busbw if lv.confirmed else None, threshold, out, links, why_not)
+    passes = max((r.pass_no for r in results), default=0)
+    reference = lv.busbw if lv.confirmed else None
+    return Findings(reference, threshold, out, links, why_not, lv.noise, lv.cut, passes)
 
 
-def _cleared_why(node: str, mine: Sequence[PairResult], lv: Level) -> str:
-    floor_tests = [r for r in lv.fine if node in (r.a, r.b)]
+def _cleared_why(node: str, mine: Sequence[PairResult], fine_ids: set[int]) -> str:
+    fine = [r for r in mine if id(r) in fine_ids]
     retests = [r for r in mine if r.pass_no >= 2 and r.a == node and not r.inconclusive]
-    fine_retest = next((r for r in retests if r in floor_tests), None)
+    fine_retest = next((r for r in retests if id(r) in fine_ids), None)
     if fine_retest is None:
-        best = max(floor_tests, key=lambda r: r.busbw or 0.0)
-        return f"{best.busbw:.3g} GB/s with node {best.other(node)}, at or above the floor"
+        best = max(fine, key=lambda r: r.busbw or 0.0)
+        return f"{best.busbw:.3g} GB/s with node {best.other(node)}, at or above the cut"
     why = f"it tested fine with good node {fine_retest.b}"
     before = retests[: retests.index(fine_retest)]
     if before and before[0].ok:
@@ -277,20 +423,17 @@ def _suspect_verdict(
     score: float | None,
     why_not: str | None,
 ) -> NodeVerdict:
-    """A node of no fine test: bad on a slow or failed test with a cleared node (its retests
-    first), unknown without one."""
-    cleared = lv.cleared
-    with_good = [r for r in mine if not r.inconclusive and r.other(node) in cleared]
-    retests = [r for r in with_good if r.pass_no >= 2 and r.a == node]
-    evidence = retests or with_good
+    """A node of no fine test: bad on a slow or failed test with a cleared node, unknown
+    without one."""
+    evidence = _evidence(node, mine, lv.cleared)
     if not evidence:
         if why_not is not None:
             return NodeVerdict(node, "unknown", score, f"inconclusive: {why_not}")
-        tried = next((r for r in mine if r.inconclusive and r.a == node and r.pass_no >= 2), None)
+        tried = next((r for r in reversed(mine) if r.inconclusive), None)
         if tried is not None:
-            why = f"its test with good node {tried.b} could not run: {tried.error}"
-        elif cleared:
-            why = "it was not retested"
+            why = f"its test with {tried.other(node)} could not run: {tried.error}"
+        elif lv.cleared:
+            why = "no test with a cleared node (rerun the check)"
         else:
             why = "no known-good node to test it against"
         return NodeVerdict(node, "unknown", score, why)
@@ -307,8 +450,21 @@ def _suspect_verdict(
         for r in evidence
     ]
     of = "the cluster's" if why_not is None else "the best level measured,"
-    why = f"{', then '.join(parts)}, below {threshold:g} x {of} {lv.busbw or 0.0:.3g} GB/s"
+    ref = f"{lv.busbw or 0.0:.3g} GB/s"
+    if not any(not r.ok or lv.flags(r) for r in evidence):
+        why = (
+            f"{', then '.join(parts)}: below {lv.cut:.2g} x {of} {ref}, but within the "
+            f"measured noise ({lv.noise or 0.0:.0%}) of it: rerun the check to settle it"
+        )
+        return NodeVerdict(node, "unknown", score, why)
+    why = f"{', then '.join(parts)}, below {_cut_text(lv, threshold)} x {of} {ref}"
     return NodeVerdict(node, "bad", score, why)
+
+
+def _cut_text(lv: Level, threshold: float) -> str:
+    if lv.flag >= threshold or lv.noise is None:
+        return f"{threshold:g}"
+    return f"{lv.flag:.2g} (the threshold {threshold:g}, widened to the noise of {lv.noise:.0%})"
 
 
 def _why_inconclusive(nodes: Sequence[str], results: Sequence[PairResult], lv: Level) -> str:
@@ -316,21 +472,24 @@ def _why_inconclusive(nodes: Sequence[str], results: Sequence[PairResult], lv: L
     if lv.busbw is None:
         return "no known-good node: no test measured a bus bandwidth (rerun once the nodes run)"
     at = f"{lv.busbw:.3g} GB/s"
-    shared = sorted(lv.shared, key=list(nodes).index)
+    order = {n: i for i, n in enumerate(nodes)}
+    shared = sorted(lv.shared, key=lambda n: order.get(n, 0))
+    cleared = lv.cleared
+    met = {frozenset((r.a, r.b)) for r in results if not r.inconclusive}
     if len(shared) == 2:
         a, b = shared
+        others = [n for n in nodes if n not in cleared]
         return (
             f"no known-good node: the only test at the best level measured ({at}) was {a} + "
             f"{b}, and one slow node could explain it; a third node that tests as fast with one "
-            "of them would settle it (rerun with more nodes)"
+            f"of them would settle it ({_rerun(others, (a, b), met)})"
         )
     hub = shared[0]
-    met = {frozenset((r.a, r.b)) for r in results if not r.inconclusive}
-    others = [n for n in nodes if n in lv.cleared and n != hub]
+    others = [n for n in nodes if n in cleared and n != hub]
     untried = [
         f"{a} + {b}"
         for i, a in enumerate(others)
-        for b in others[i + 1 :]
+        for b in others[i + 1 : i + 3]
         if frozenset((a, b)) not in met
     ]
     rerun = (
@@ -345,16 +504,22 @@ def _why_inconclusive(nodes: Sequence[str], results: Sequence[PairResult], lv: L
     )
 
 
-def _link_why(r: PairResult, threshold: float, ref: float | None) -> str:
+def _rerun(others: Sequence[str], pair: tuple[str, str], met: set[frozenset[str]]) -> str:
+    tries = [f"{o} + {p}" for o in others for p in pair if frozenset((o, p)) not in met]
+    return f"a test of {' or '.join(tries[:3])}" if tries else "rerun with more nodes"
+
+
+def _link_why(r: PairResult, threshold: float, lv: Level) -> str:
     if not r.ok:
         return f"the test between two good nodes failed: {r.error}"
     return (
-        f"{r.busbw:.3g} GB/s between two good nodes, below {threshold:g} x the cluster's "
-        f"{ref or 0.0:.3g} GB/s"
+        f"{r.busbw:.3g} GB/s between two good nodes, below {_cut_text(lv, threshold)} x the "
+        f"cluster's {lv.busbw or 0.0:.3g} GB/s"
     )
 
 
 __all__ = [
+    "MAX_PASSES",
     "ROUNDS",
     "Findings",
     "Level",
@@ -362,11 +527,12 @@ __all__ = [
     "PairResult",
     "SlowLink",
     "Verdict",
-    "confirm_pass",
     "confirmation",
     "first_pass",
     "level",
-    "second_pass",
+    "link_rounds",
+    "next_round",
+    "plan",
     "suspects",
     "verdicts",
 ]

@@ -7,11 +7,17 @@ ended and named as any deploy's), `collect` reads its results into runs/<run-id>
 node named), `cleanup` removes it. Its score is the highest bus bandwidth it reached in its first
 collective: the plateau of the large sizes, and robust to noise, which only ever lowers a
 measurement. A test whose pods could not be scheduled is inconclusive, not a failure of either
-node. The tests of a round run at once, at most `parallel` at a time (different nodes do not
-share what they measure; a test box whose "nodes" share CPUs does, hence --parallel).
-The whole check is one event loop over one client: every test is a task composing the async
-cores of deploy, collect and cleanup (no thread per test), and at most MAX_PARALLEL run at once,
-what the client's one connection pool of 100 carries (a test holds up to STREAMS_PER_TEST).
+node. A round's pairs share no node, so the cluster can place them all: by default they run
+all at once; `parallel` caps that (a test box whose "nodes" share CPUs needs it: different nodes
+do not share what they measure, its "nodes" do). The whole check is one event loop over one
+client: every test is a task composing the async cores of deploy, collect and cleanup (no
+thread per test), and at most MAX_PARALLEL run at once, what the client's one connection pool of
+100 carries (a test holds up to STREAMS_PER_TEST); a round of more pairs runs in waves of that
+many, and the check says so before it starts.
+
+`links` (--links): after the verdicts, rounds that cover every link among the good nodes (or a
+random sample of such rounds), for a slow link between two good nodes; their cost is said
+before they start.
 
 Candidates: the nodes (of `selector`, or the --node list) where a pod of the run would fit
 (preflight._nodefit: GPUs, RDMA resources, --node-selector, taints, cpu and memory).
@@ -32,7 +38,7 @@ import re
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from nccl_k8s.errors import (
     ClusterError,
@@ -48,11 +54,8 @@ from nccl_k8s.k8s.api._types import Obj
 from nccl_k8s.k8s.nodes._badnodes import (
     Findings,
     PairResult,
-    confirm_pass,
-    confirmation,
-    first_pass,
-    second_pass,
-    suspects,
+    link_rounds,
+    plan,
     verdicts,
 )
 from nccl_k8s.k8s.preflight._nodefit import place
@@ -111,6 +114,9 @@ class NodesChecked:
             "threshold": f.threshold,
             "reference_busbw": f.reference,
             "inconclusive": f.inconclusive,
+            "noise": f.noise,
+            "cut": f.cut,
+            "passes": f.passes,
             "nodes": [dataclasses.asdict(v) for v in f.nodes],
             "slow_links": [dataclasses.asdict(link) for link in f.links],
             "tests": [
@@ -211,7 +217,10 @@ class _Runner:
                 "cannot be scheduled" in first or "no scheduler has picked up" in first
             )
             await self._remove(spec)  # a test given up on (--test-timeout) is still there
-            result = PairResult(a, b, None, error=first, pass_no=pass_no, inconclusive=never_ran)
+            culprit = e.node if e.node in (a, b) else None
+            result = PairResult(
+                a, b, None, error=first, pass_no=pass_no, inconclusive=never_ran, culprit=culprit
+            )
             return PairTest(result, spec.run_id, time.monotonic() - start, e.node)
         try:
             got = await collect_async(
@@ -306,8 +315,9 @@ def nodes_check(
     *,
     client: ClientSettings,
     selector: str | None = None,
-    parallel: int = 4,
+    parallel: int | None = None,
     threshold: float = 0.9,
+    links: int | Literal["all"] | None = None,
     label: bool = False,
     taint: bool = False,
     dry_run: bool = False,
@@ -323,6 +333,7 @@ def nodes_check(
             selector=selector,
             parallel=parallel,
             threshold=threshold,
+            links=links,
             label=label,
             taint=taint,
             dry_run=dry_run,
@@ -339,8 +350,9 @@ async def nodes_check_async(
     spec: RunSpec,
     *,
     selector: str | None = None,
-    parallel: int = 4,
+    parallel: int | None = None,
     threshold: float = 0.9,
+    links: int | Literal["all"] | None = None,
     label: bool = False,
     taint: bool = False,
     dry_run: bool = False,
@@ -348,9 +360,10 @@ async def nodes_check_async(
     runs_dir: Path | None = None,
     progress: ProgressFn | None = None,
 ) -> NodesChecked:
-    """Test the candidate nodes in pairs (two round-robin rounds, then each suspect with a
-    known-good node), give every node a verdict, and with `label`/`taint` write them. Every
-    request goes through `kc`; interrupted (cancelled), it removes the test runs it started."""
+    """Test the candidate nodes in rounds of disjoint pairs (pass 1 pairs them off, each later
+    pass retests what is open: _badnodes.plan), give every node a verdict, with `links` test the
+    links among the good nodes too, and with `label`/`taint` write the verdicts. Every request
+    goes through `kc`; interrupted (cancelled), it removes the test runs it started."""
     say = progress or (lambda text: None)
     nodes = (await kc.list("Node", label_selector=selector))[0]
     resolved = await resolve_async(kc, spec, nodes)  # --platform auto: these nodes say
@@ -368,19 +381,28 @@ async def nodes_check_async(
             f"{spec.gpu_resource} fits; {len(candidates)} of the nodes{where} do ({out})",
             key="--selector",
         )
-    if parallel > MAX_PARALLEL:
+    at_once = min(parallel or MAX_PARALLEL, MAX_PARALLEL)
+    pairs1 = len(candidates) // 2
+    if pairs1 > at_once:
+        asked = f"--parallel {parallel}" if parallel else "the default (every pair at once)"
+        why = "" if parallel and parallel <= MAX_PARALLEL else (
+            f" (the check's one connection pool of 100 carries {MAX_PARALLEL} tests at once, "
+            f"up to {STREAMS_PER_TEST} connections a test)"
+        )  # fmt: skip
         say(
-            f"--parallel {parallel}: {MAX_PARALLEL} tests at once at most (they share one "
-            f"connection pool of 100, up to {STREAMS_PER_TEST} connections a test)"
+            f"{asked}: {at_once} tests at once{why}; pass 1's {pairs1} pairs run in "
+            f"{-(-pairs1 // at_once)} waves"
         )
-        parallel = MAX_PARALLEL
     runner = _Runner(kc, spec, wait_settings or WaitSettings(), runs_dir, say)
     try:
-        tests = await _passes(runner, candidates, threshold, parallel, say)
+        tests = await _passes(runner, candidates, threshold, at_once, say)
+        findings = verdicts(candidates, [t.result for t in tests], threshold)
+        if links is not None:
+            tests += await _links(runner, findings, tests, links, at_once, say)
+            findings = verdicts(candidates, [t.result for t in tests], threshold)
     except BaseException:
         await runner.abandon()
         raise
-    findings = verdicts(candidates, [t.result for t in tests], threshold)
     actions: list[str] = []
     if label or taint:
         actions = await _write_verdicts(kc, findings, label=label, taint=taint, dry_run=dry_run)
@@ -390,30 +412,43 @@ async def nodes_check_async(
 async def _passes(
     runner: _Runner, candidates: list[str], threshold: float, parallel: int, say: ProgressFn
 ) -> list[PairTest]:
-    """Pass 1's round-robin rounds, pass 2 (each suspect with a cleared node), pass 3 (slow
-    retests once more), each with the test that would confirm the level while no two nodes
-    have cleared each other: every test run."""
+    """Pass 1 pairs the nodes off; each later pass is one round of what is still open (each
+    suspect with a distinct cleared node, the test that would confirm the level): every test."""
     tests: list[PairTest] = []
-    for i, pairs in enumerate(first_pass(candidates), start=1):
-        say(f"pass 1, round {i}: {', '.join(f'{a} + {b}' for a, b in pairs)}")
-        tests += await runner.run(pairs, 1, parallel)
-    for pass_no in (2, 3):
-        results = [t.result for t in tests]
-        if pass_no == 2:
-            sus, good = suspects(candidates, results, threshold)
-            pairs = second_pass(sus, good, results)
-            what = "pass 2"
-        else:
-            pairs = confirm_pass(candidates, results, threshold)
-            what = "pass 3 (slow retests, once more)"
-        busy = {n for p in pairs for n in p}
-        extra = confirmation(candidates, results, threshold, busy)
-        if extra:
-            what += f" (and {extra[0][0]} + {extra[0][1]}: no two nodes cleared each other yet)"
-        if pairs or extra:
-            say(f"{what}: {', '.join(f'{a} + {b}' for a, b in pairs + extra)}")
-            tests += await runner.run(pairs + extra, pass_no, parallel)
+    pass_no = 1
+    while pairs := plan(candidates, [t.result for t in tests], threshold, pass_no):
+        say(f"pass {pass_no}: {', '.join(f'{a} + {b}' for a, b in pairs)}")
+        tests += await runner.run(pairs, pass_no, parallel)
+        pass_no += 1
     return tests
+
+
+async def _links(
+    runner: _Runner,
+    findings: Findings,
+    tests: list[PairTest],
+    links: int | Literal["all"],
+    parallel: int,
+    say: ProgressFn,
+) -> list[PairTest]:
+    """--links: rounds over the good nodes covering every link (or `links` random rounds),
+    leaving out the links already measured; the cost is said first."""
+    good = [v.node for v in findings.nodes if v.verdict == "good"]
+    done = {frozenset((t.result.a, t.result.b)) for t in tests if not t.result.inconclusive}
+    rounds = link_rounds(good, sample=None if links == "all" else links)
+    rounds = [r for r in ([p for p in rnd if frozenset(p) not in done] for rnd in rounds) if r]
+    count = sum(len(r) for r in rounds)
+    waves = sum(-(-len(r) // parallel) for r in rounds)
+    say(
+        f"--links {links}: {count} more tests among {len(good)} good nodes in {len(rounds)} "
+        f"rounds, about {waves} x one pair test"
+    )
+    pass_no = max((t.result.pass_no for t in tests), default=0) + 1
+    out: list[PairTest] = []
+    for i, pairs in enumerate(rounds, start=pass_no):
+        say(f"links, round {i - pass_no + 1}: {', '.join(f'{a} + {b}' for a, b in pairs)}")
+        out += await runner.run(pairs, i, parallel)
+    return out
 
 
 async def _write_verdicts(
