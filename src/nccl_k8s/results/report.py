@@ -414,7 +414,7 @@ def write_report(
     result = ReportResult(runs=runs, plots=plots)
     if png_dir is not None:
         try:
-            png_dir.mkdir(parents=True, exist_ok=True)
+            png_dir.mkdir(exist_ok=True)  # its parent must exist, as for any output path
             for p in plots:
                 path = png_dir / f"{p.name}.png"
                 path.write_bytes(p.png)
@@ -424,8 +424,6 @@ def write_report(
     if output is not None:
         page = render_html(runs, plots)
         try:
-            if output.parent != Path():
-                output.parent.mkdir(parents=True, exist_ok=True)
             output.write_text(page, encoding="utf-8")
         except OSError as e:
             raise UsageError(f"-o {output}: cannot write: {e.strerror}", key="output") from None
