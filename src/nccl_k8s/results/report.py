@@ -113,6 +113,12 @@ def _diagnose(r: ReportRun) -> None:
     if not r.logs:
         r.diagnosis_note = "no NCCL logs kept with this run"
         return
+    if r.run.meta.backend == "gloo":
+        # Its logs hold no NCCL line because NCCL was never used, not because NCCL_DEBUG was off.
+        r.diagnosis_note = (
+            "a gloo run: NCCL was not used, so its logs have no NCCL lines to diagnose"
+        )
+        return
     try:
         r.diagnosis = diagnose_files(r.logs)
     except ResultsError as e:
