@@ -27,6 +27,7 @@ import dataclasses
 import datetime
 import errno
 import fcntl
+import json
 import logging
 import os
 import shutil
@@ -42,7 +43,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from nccl_k8s.bench.config import JOURNAL_ENV
+from nccl_k8s.bench.config import ARGS_ENV, JOURNAL_ENV
 from nccl_k8s.bench.watch import FAULT_DIR_ENV  # where ranks write fault-<rank>.json
 from nccl_k8s.errors import Interrupted, UsageError
 from nccl_k8s.launch._culprit import RankFacts, attribute, read_faults
@@ -229,11 +230,18 @@ def proc_state(pid: int) -> str | None:
 
 
 def rank_env(
-    rank: int, world: int, *, port: int, run_id: str, fault_dir: Path, stored_as: str | None = None
+    rank: int,
+    world: int,
+    *,
+    port: int,
+    run_id: str,
+    fault_dir: Path,
+    stored_as: str | None = None,
+    typed: Sequence[str] | None = None,
 ) -> dict[str, str]:
     """torchrun's worker environment for one rank of a one-node run, plus ours: `stored_as` is
     the id the results are stored under (NCCL_K8S_RUN_ID, as pods have it: the engine's meta and
-    its metrics' run_info name the run by it)."""
+    its metrics' run_info name the run by it); `typed` the command line the user typed."""
     env = {
         "RANK": str(rank),
         "LOCAL_RANK": str(rank),
@@ -260,6 +268,8 @@ def rank_env(
         # Rank 0 writes each result line there as soon as it is known: what a run stopped
         # half-way leaves for its results (nccl_k8s.local stores them, marked partial).
         env[JOURNAL_ENV] = str(journal_path(fault_dir.parent))
+    if typed is not None:
+        env[ARGS_ENV] = json.dumps(list(typed))
     return env
 
 
@@ -268,7 +278,14 @@ def journal_path(work: Path) -> Path:
     return work / "journal"
 
 
-def run_ranks(nproc: int, argv: Sequence[str], *, work: Path, run_id: str | None = None) -> int:
+def run_ranks(
+    nproc: int,
+    argv: Sequence[str],
+    *,
+    work: Path,
+    run_id: str | None = None,
+    typed: Sequence[str] | None = None,
+) -> int:
     """Run `python -m nccl_k8s.bench ARGV` as `nproc` local ranks; returns the run's exit code
     (0, or the 1/2 verdict the table printed), raises RunFailed naming the culprit, or
     Interrupted once every rank has been stopped."""
@@ -289,7 +306,13 @@ def run_ranks(nproc: int, argv: Sequence[str], *, work: Path, run_id: str | None
     elastic_id = f"nccl-k8s-{uuid.uuid4().hex[:8]}"
     envs = {
         r: rank_env(
-            r, nproc, port=store.port, run_id=elastic_id, fault_dir=fault_dir, stored_as=run_id
+            r,
+            nproc,
+            port=store.port,
+            run_id=elastic_id,
+            fault_dir=fault_dir,
+            stored_as=run_id,
+            typed=typed,
         )
         for r in range(nproc)
     }

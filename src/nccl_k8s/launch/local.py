@@ -53,6 +53,9 @@ class LocalRun:
     #: The torch and CUDA versions the ranks run with (the same interpreter as this process).
     torch_version: str = ""
     cuda_version: str | None = None
+    #: The flags as the user typed them: what results and the -J file say the run was asked
+    #: (rank_argv holds what run adds: --backend, --no-result-lines, CPU sizes).
+    typed_argv: tuple[str, ...] = ()
 
 
 def run_parser() -> argparse.ArgumentParser:
@@ -168,6 +171,7 @@ def prepare(argv: Sequence[str]) -> LocalRun:
         no_save=bool(ns.no_save),
         torch_version=str(torch.__version__),
         cuda_version=torch.version.cuda if backend == "nccl" else None,
+        typed_argv=tuple(argv),
     )
 
 
@@ -254,7 +258,9 @@ def launch(
     `work` is the run's private directory (`workdir()`), which the caller removes; `run_id` the
     id its results are stored under, which the ranks see as NCCL_K8S_RUN_ID.
     """
-    return run_ranks(run.nproc, [*run.rank_argv, *extra_argv], work=work, run_id=run_id)
+    return run_ranks(
+        run.nproc, [*run.rank_argv, *extra_argv], work=work, run_id=run_id, typed=run.typed_argv
+    )
 
 
 __all__ = [
