@@ -171,7 +171,7 @@ def _print_comparison(c: Comparison) -> None:
     for r in c.rows:
         style = {"regressed": "red", "improved": "green", "missing": "yellow"}.get(r.verdict, "")
         verdict = r.verdict if r.verdict != "missing" else f"missing in {r.missing_in}"
-        cells: list[str | Text] = [r.op] + ([r.variant] if variants else [])
+        cells: list[str | Text] = [r.op, *([r.variant] if variants else [])]
         cells += [
             human_size(r.size_bytes),
             r.placement,
