@@ -152,7 +152,7 @@ def test_help_prose_is_wrapped_by_the_terminal_not_by_hand() -> None:
     for action in local.run_parser()._actions:
         assert "\n" not in str(action.help or ""), action.dest
     # Wide enough, every command's summary is one line of the commands list.
-    text = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "400"}).stdout
+    text = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "1000"}).stdout
     for name in COMMANDS:
         row = next(line for line in text.splitlines() if re.match(rf"│ {name}\s", line))
         summary = _click_commands()[name].help.split("\n\n")[0].replace("\\[", "[")
