@@ -10,7 +10,7 @@ TORCH  := torch==2.13.0
 STAMP_RUN  := $(VENV)/.stamp-run
 STAMP_TEST := $(VENV)/.stamp-test
 
-.PHONY: run test lint typecheck contracts unit clean bench-check
+.PHONY: run test lint typecheck contracts unit pytest dist check-dist clean bench-check
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -40,10 +40,32 @@ typecheck: $(STAMP_TEST)
 contracts: $(STAMP_TEST)
 	$(VENV)/bin/lint-imports
 
+# The fast loop: the suite without the tests marked slow (multi-process engine runs, whole
+# deploys); `make pytest` is all of it, as `make test` runs it.
 unit: $(STAMP_TEST)
+	$(PY) -m pytest -q -m "not slow"
+
+pytest: $(STAMP_TEST)
 	$(PY) -m pytest -q
 
-test: lint typecheck contracts unit
+test: lint typecheck contracts pytest check-dist
+
+# The wheel and sdist, ready to publish (PEP 517 `build`, from PyPI: its isolated build
+# environment downloads setuptools, so this needs the network, as `make test`'s installs do;
+# `make test` ends with check-dist: CI runs `make test` and nothing else).
+DIST_VENV := $(VENV)/dist-check
+dist: $(PY)
+	$(PIP) install -q build
+	rm -rf dist
+	$(PY) -m build --outdir dist .
+
+# The built wheel installs into a fresh venv (its core dependencies from PyPI) and runs; the
+# metadata and contents are checked by tests/dist_check.py.
+check-dist: dist
+	rm -rf $(DIST_VENV)
+	$(PYTHON) -m venv $(DIST_VENV)
+	$(DIST_VENV)/bin/pip install -q dist/*.whl trove-classifiers
+	$(DIST_VENV)/bin/python tests/dist_check.py dist $(DIST_VENV)/bin
 
 # Not part of `test`: reruns the scale benchmarks at 1,024 pods (and benchmarks/badnode_sim.py
 # when present) and fails when a figure is worse than BENCHMARKS.md's by more than its noise band.

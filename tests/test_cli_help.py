@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import Path
+from typing import Any
 
 import pytest
+import typer
 from typer.testing import CliRunner
 
+from nccl_k8s import launch as local
 from nccl_k8s.cli.main import app
 
 DATA = Path(__file__).parent / "data" / "nccl-tests" / "public"
 COMMANDS = [
     "run", "render", "deploy", "wait", "status", "logs", "results", "cleanup", "list",
-    "import", "diagnose", "compare", "report", "doctor", "bundle", "nodes",
+    "import", "diagnose", "compare", "report", "doctor", "bundle", "nodes", "rbac",
 ]  # fmt: skip
 SUBCOMMANDS = ["nodes check"]
 
@@ -85,3 +89,81 @@ def test_a_bundle_to_a_path_that_cannot_be_written_is_refused_before_the_run_is_
         "choose a writable path"
     ]
     assert list(tmp_path.iterdir()) == []
+
+
+def _click_commands() -> dict[str, Any]:
+    """Every command as typed after `nccl-k8s` ("nodes check"), with its click object."""
+    root = typer.main.get_command(app)
+    found: dict[str, Any] = {"nccl-k8s": root}
+
+    def walk(group: Any, prefix: str) -> None:
+        for name, cmd in group.commands.items():
+            found[f"{prefix}{name}"] = cmd
+            if hasattr(cmd, "commands"):
+                walk(cmd, f"{prefix}{name} ")
+
+    walk(root, "")
+    return found
+
+
+@pytest.mark.parametrize("command", COMMANDS + SUBCOMMANDS)
+def test_dash_h_is_help_on_every_command(command: str) -> None:
+    args = command.split()
+    short = CliRunner().invoke(app, [*args, "-h"], env={"COLUMNS": "200"})
+    assert short.exit_code == 0, short.output
+    assert short.stdout == help_of(*args)
+    assert "Usage:" in short.stdout
+
+
+def test_every_command_is_tested_for_its_help() -> None:
+    # A command added later gets -h, examples and unwrapped help checked here, or this fails.
+    assert set(_click_commands()) == {"nccl-k8s", *COMMANDS, *SUBCOMMANDS}
+
+
+@pytest.mark.parametrize("command", ["nccl-k8s", *COMMANDS, *SUBCOMMANDS])
+def test_every_help_ends_with_examples_of_that_command_that_parse(command: str) -> None:
+    text = help_of(*([] if command == "nccl-k8s" else command.split()))
+    tail = text[text.rindex(" Examples:") :]
+    lines = [line.strip() for line in tail.splitlines()[1:] if line.strip()]
+    commands = [line for line in lines if not line.startswith("#")]
+    assert commands and len(lines) == 2 * len(commands), tail  # a comment above each
+    root = _click_commands()["nccl-k8s"]
+    for line in commands:
+        argv = shlex.split(line.split(" | ")[0])
+        assert argv[0] == "nccl-k8s"
+        if command != "nccl-k8s":
+            assert " ".join(argv[1:]).startswith(command), line
+        # Each example parses: its command exists and every option is one of its own.
+        cmd, rest = root, argv[1:]
+        while hasattr(cmd, "commands"):
+            cmd, rest = cmd.commands[rest[0]], rest[1:]
+        if rest != ["-h"]:
+            cmd.make_context(" ".join(argv[: -len(rest)]), rest)
+
+
+def test_help_prose_is_wrapped_by_the_terminal_not_by_hand() -> None:
+    """No help text carries line breaks inside a paragraph: they would break lines mid-sentence
+    at any width but the one they were written for (typer keeps them)."""
+    for name, cmd in _click_commands().items():
+        for paragraph in (cmd.help or "").split("\n\n"):
+            assert "\n" not in paragraph, (name, paragraph)
+        for param in cmd.params:
+            assert "\n" not in (getattr(param, "help", None) or ""), (name, param.name)
+    for action in local.run_parser()._actions:
+        assert "\n" not in str(action.help or ""), action.dest
+    # Wide enough, every command's summary is one line of the commands list.
+    text = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "1000"}).stdout
+    for name in COMMANDS:
+        row = next(line for line in text.splitlines() if re.match(rf"│ {name}\s", line))
+        summary = _click_commands()[name].help.split("\n\n")[0].replace("\\[", "[")
+        assert summary in row, name
+
+
+def test_run_help_exit_codes_are_one_line_each_at_any_width() -> None:
+    res = CliRunner().invoke(app, ["run", "-h"], env={"COLUMNS": "250"})
+    assert res.exit_code == 0
+    assert re.search(
+        r"1\s+the run failed: wrong results, a --min-busbw floor, or a rank that crashed, was "
+        r"killed or hung \(named, not the rank that noticed\)",
+        res.stdout,
+    ), res.stdout

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -90,6 +91,10 @@ def test_a_failed_run_is_stored_too_under_its_id_with_the_users_json(tmp_path: P
     assert run.meta.run_id == "floor-miss" and run.meta.inputs == [str(user_json)]
     assert user_json.is_file() and len(run.rows) == 2
     assert run.summaries and run.summaries[0].avg_busbw is not None
+    # The -J file's args are the flags as typed: not the --backend gloo and --no-result-lines
+    # that run gives its ranks (issue 24, point 9).
+    typed = json.loads(user_json.read_text())["args"]
+    assert typed == [*args, "--json", str(user_json), "--run-id", "floor-miss"]
 
 
 def test_run_id_and_no_save_flags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

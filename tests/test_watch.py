@@ -593,6 +593,26 @@ def test_unschedulable_is_waited_for_until_the_schedule_timeout() -> None:
     )
 
 
+def test_wait_on_pods_unschedulable_long_before_says_how_long_not_the_timeout() -> None:
+    """Issue 24, point 8: `wait --schedule-timeout 10s` on pods Unschedulable for 4 minutes said
+    "for 10s"; the PodScheduled condition's lastTransitionTime says since when."""
+    import datetime
+
+    since = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(minutes=4)
+    old = [unschedulable("r-0-a", 0), unschedulable("r-1-b", 1)]
+    for p in old:
+        p["status"]["conditions"][0]["lastTransitionTime"] = since.strftime("%Y-%m-%dT%H:%M:%SZ")
+    kube = FakeKube(kinds(Script([(old, "10")], [])))
+    with pytest.raises(RunFailed) as info:
+        wait(kube, schedule_timeout_s=0.6, ending=_monitor.Ending(stop=True))
+    text = str(info.value)
+    head = "run r cannot be scheduled: rank 0 (pod r-0-a), rank 1 (pod r-1-b): Unschedulable for "
+    assert text.startswith(head), text
+    seconds, rest = text[len(head) :].split("s ", 1)
+    assert 240 <= int(seconds) <= 240 + 60, text  # 4 minutes, on a slow machine a bit more
+    assert rest.startswith("(0.6s of it watched, --schedule-timeout): 0/4 nodes are available")
+
+
 def test_an_image_pull_error_is_waited_for_until_the_pull_timeout() -> None:
     import time
 

@@ -56,6 +56,9 @@ NODE_NAME_ENV = "NCCL_K8S_NODE_NAME"
 #: Where rank 0 writes every result line as soon as it is known (set by `nccl-k8s run`): what a
 #: run stopped half-way leaves for its stored results.
 JOURNAL_ENV = "NCCL_K8S_JOURNAL"
+#: The command line the user typed (a JSON list), set by `nccl-k8s run`: the `args` of the -J file.
+#: The ranks' own argv also holds what run adds (--backend, --no-result-lines, CPU sizes).
+ARGS_ENV = "NCCL_K8S_ARGS"
 
 _T = TypeVar("_T", bound=str)
 

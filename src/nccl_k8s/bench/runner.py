@@ -17,6 +17,7 @@ from typing import Any, TextIO
 from nccl_k8s import __version__
 from nccl_k8s.bench import report
 from nccl_k8s.bench.config import (
+    ARGS_ENV,
     JOURNAL_ENV,
     Backend,
     BenchConfig,
@@ -31,6 +32,15 @@ from nccl_k8s.bench.trace import stage
 from nccl_k8s.bench.watch import Watchdog
 
 
+def typed_args(argv: Sequence[str]) -> list[str]:
+    """The flags as the user typed them (ARGS_ENV, from `nccl-k8s run`), else `argv`."""
+    with contextlib.suppress(ValueError):
+        typed = json.loads(os.environ.get(ARGS_ENV) or "null")
+        if isinstance(typed, list) and all(isinstance(a, str) for a in typed):
+            return typed
+    return list(argv)
+
+
 def write_json(path: str, engine: Engine, argv: Sequence[str], started: str, *, errors: Sequence[str] = ()) -> None:  # fmt: skip
     """nccl-tests' -J layout (version 3 field names), plus `op` per row and per-op summaries."""
     cfg, outcome, v = engine.cfg, engine.outcome(), engine.versions
@@ -41,7 +51,7 @@ def write_json(path: str, engine: Engine, argv: Sequence[str], started: str, *, 
         "version": 3,
         "generator": f"nccl-k8s {__version__}",
         "start_time": started,
-        "args": list(argv),
+        "args": typed_args(argv),
         "env": [f"{k}={val}" for k, val in sorted(os.environ.items()) if _nccl_variable(k)],
         "nccl_version": v.get("nccl_code", 0),
         "nccl_library": v.get("nccl_library"),

@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import os
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from types import FrameType
 from typing import Any, ParamSpec, TypeVar
 
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 from nccl_k8s.errors import Interrupted, NcclK8sError, UsageError
@@ -138,11 +141,20 @@ def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
 
 class Command(TyperCommand):
     """Every command's help in one style: an option shows its metavar (SIZE, DURATION, N), a
-    flag shows none, arguments read `FILE...` in the usage line (not typer's `{files}`)."""
+    flag shows none, arguments read `FILE...` in the usage line (not typer's `{files}`), the
+    prose is wrapped by the terminal (not where the docstring's lines end), and an Examples
+    section (cli._examples) ends it."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         _tidy(self.params)
+        self.help = unwrap(self.help)
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        super().format_help(ctx, formatter)
+        # A root command (run's help, rendered by a helper app) gives its examples itself.
+        if ctx.parent is not None:
+            print_examples(ctx)
 
     def get_help_option(self, ctx: Any) -> Any:
         option = super().get_help_option(ctx)
@@ -158,6 +170,42 @@ class Command(TyperCommand):
         return pieces
 
 
+def unwrap(text: str | None) -> str | None:
+    """Help prose as one line per paragraph, so that the terminal wraps it: typer keeps the
+    line breaks of a docstring (in the commands list, and in every paragraph after the first).
+    A paragraph that starts with click's \\b marker keeps its lines."""
+    if not text:
+        return text
+    paragraphs = inspect.cleandoc(text).split("\n\n")
+    return "\n\n".join(
+        p if p.startswith("\b") else " ".join(line.strip() for line in p.splitlines())
+        for p in paragraphs
+    )
+
+
+def command_key(ctx: Any) -> str:
+    """A command as typed after `nccl-k8s` ("nodes check"); "nccl-k8s" for the group itself."""
+    names: list[str] = []
+    while ctx.parent is not None:
+        names.append(str(ctx.info_name))
+        ctx = ctx.parent
+    return " ".join(reversed(names)) or "nccl-k8s"
+
+
+def print_examples(ctx: Any) -> None:
+    """The command's Examples (cli._examples) after its help, in typer's help console. Printed
+    apart from the epilog: typer dedents an epilog, which would flush the examples left."""
+    from rich.padding import Padding
+    from typer import rich_utils
+
+    from nccl_k8s.cli._examples import examples_text
+
+    text = examples_text(command_key(ctx))
+    if text:
+        top = 0 if ctx.command.epilog else 1  # an epilog ends with a blank line
+        rich_utils._get_rich_console().print(Padding(Text(text), (top, 1, 1, 1)))
+
+
 def _tidy(params: Sequence[Any]) -> None:
     for param in params:
         if isinstance(param, TyperOption) and param.is_flag:
@@ -169,14 +217,52 @@ def _tidy(params: Sequence[Any]) -> None:
             param.display_type_rich = lambda ctx: None  # type: ignore[method-assign]
 
 
-def columns(rows: list[tuple[str, ...]]) -> str:
+def columns(rows: Sequence[Sequence[str]], *, right: Collection[int] = ()) -> str:
     """Plain columns, as kubectl prints them (a rich Table takes a third of a second for a
-    thousand rows); the last column is not padded."""
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
-    lines = (
-        "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) + "  " + r[-1] for r in rows
-    )
+    thousand rows): every cell whole, one row per line; columns in `right` are right-aligned,
+    the last column is not padded unless it is one of them."""
+    last = len(rows[0]) - 1
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+
+    def cell(i: int, c: str) -> str:
+        if i in right:
+            return c.rjust(widths[i])
+        return c if i == last else c.ljust(widths[i])
+
+    lines = ("  ".join(cell(i, c) for i, c in enumerate(r)) for r in rows)
     return "\n".join(line.rstrip() for line in lines) + "\n"
+
+
+def is_tty(console: Console) -> bool:
+    """Whether `console` writes to a terminal, asked of its file: rich's is_terminal also says
+    yes under FORCE_COLOR or TTY_COMPATIBLE (CI logs), where its width is then 80 columns."""
+    isatty = getattr(console.file, "isatty", None)
+    try:
+        return bool(isatty is not None and isatty())
+    except ValueError:  # a closed file
+        return False
+
+
+def print_table(
+    header: Sequence[str], rows: Sequence[Sequence[str | Text]], *, right: Collection[int] = ()
+) -> None:
+    """A table on stdout that never hides a cell: on a terminal a rich Table whose cells wrap
+    (fold) to the terminal's width; piped or redirected, plain columns at their full width
+    (rich would cut them to 80 columns), one row per line for grep and awk."""
+    if not is_tty(out):
+        plain = [tuple(header)] + [tuple(_plain(c) for c in r) for r in rows]
+        out.file.write(columns(plain, right=right))
+        return
+    table = Table(show_edge=False, pad_edge=False)
+    for i, name in enumerate(header):
+        table.add_column(name, justify="right" if i in right else "left", overflow="fold")
+    for r in rows:
+        table.add_row(*(c if isinstance(c, Text) else Text(c) for c in r))
+    out.print(table)
+
+
+def _plain(cell: str | Text) -> str:
+    return cell.plain if isinstance(cell, Text) else cell
 
 
 def with_default(help_text: str, default: object) -> str:
@@ -187,11 +273,17 @@ def with_default(help_text: str, default: object) -> str:
 
 class Group(TyperGroup):
     """The `nccl-k8s` group: a usage error (unknown option, missing value) is one red line
-    naming the command's --help, exit 2, like every other bad input."""
+    naming the command's --help, exit 2, like every other bad input; its help is styled as
+    Command's."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         _tidy(self.params)
+        self.help = unwrap(self.help)
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        super().format_help(ctx, formatter)
+        print_examples(ctx)
 
     def get_help_option(self, ctx: Any) -> Any:
         option = super().get_help_option(ctx)

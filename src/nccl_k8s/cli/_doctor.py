@@ -34,6 +34,7 @@ from nccl_k8s.cli._options import (
     with_spec_options,
 )
 from nccl_k8s.errors import UsageError
+from nccl_k8s.spec import label_selector
 
 DoctorRun = Annotated[
     str | None,
@@ -62,9 +63,10 @@ def doctor_command(
     context: Context = None,
     kubeconfig: Kubeconfig = None,
 ) -> None:
-    """Check the cluster for a run before deploying it, each check pass, warn or fail with a
-    hint: API server, namespace and its Pod Security level, the platform (--platform auto: what
-    the nodes say) and its prerequisites, GPU nodes and device plugin, RDMA resources, scheduler, gang and queue add-ons, quotas and limit ranges, taints and node
+    """Check the cluster for a run before deploying it, each check pass, warn, fail (or skip,
+    saying why) with a hint: API server, namespace and its Pod Security level, the platform
+    (--platform auto: what the nodes say) and its prerequisites, GPU nodes and device plugin, RDMA
+    resources, scheduler, gang and queue add-ons, quotas and limit ranges, taints and node
     selection, enough nodes for the world asked. Exit 1 on any fail. With --run ID: why each
     pod of that run is where it is."""
     from nccl_k8s import k8s
@@ -131,6 +133,8 @@ def nodes_check_command(
         )
     if dry_run and not (write_label or write_taint):
         raise UsageError("--dry-run: applies to --label or --taint", key="--dry-run")
+    if selector is not None:
+        selector = label_selector("--selector", selector)
     settings = wait_settings(test_timeout, schedule_timeout, None)
     checked = k8s.nodes_check(
         spec,

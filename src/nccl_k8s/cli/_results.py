@@ -13,9 +13,9 @@ from typing import Annotated
 
 import typer
 from rich.markup import escape
-from rich.table import Table
+from rich.text import Text
 
-from nccl_k8s.cli._common import Command, err, handle_errors, out, with_default
+from nccl_k8s.cli._common import Command, err, handle_errors, out, print_table, with_default
 from nccl_k8s.cli._options import Output, output_format
 from nccl_k8s.results import (
     Comparison,
@@ -88,23 +88,24 @@ def import_command(
 
 
 def _print_diagnosis(d: Diagnosis) -> None:
-    table = Table(title=None, show_edge=False, pad_edge=False)
-    for col in ("rank", "host:pid [dev]", "NCCL", "transports", "inter-node", "channels"):
-        table.add_column(col)
+    rows: list[tuple[str, ...]] = []
     for r in d.ranks:
         channels = "/".join(
             "-" if x is None else str(x) for x in (r.coll_channels, r.nvls_channels, r.p2p_channels)
         )
         net = "none needed (one node)" if d.network_needed is False else r.net_summary()
-        table.add_row(
-            "?" if r.rank is None else str(r.rank),
-            escape(r.key),
-            r.nccl_version or "-",
-            ", ".join(r.transports) or "-",
-            net,
-            channels,
+        rows.append(
+            (
+                "?" if r.rank is None else str(r.rank),
+                r.key,
+                r.nccl_version or "-",
+                ", ".join(r.transports) or "-",
+                net,
+                channels,
+            )
         )
-    out.print(table)
+    header = ("rank", "host:pid [dev]", "NCCL", "transports", "inter-node", "channels")
+    print_table(header, rows)
     out.print("channels: coll/nvls/p2p")
     nodes = "unknown" if d.nodes is None else str(d.nodes)
     if d.network_needed is False:
@@ -162,24 +163,16 @@ _UNITS = {"busbw": "GB/s", "time": "us"}
 
 
 def _print_comparison(c: Comparison) -> None:
-    table = Table(show_edge=False, pad_edge=False)
     variants = c.has_variants
-    columns = [("op", "left")] + ([("dtype/redop", "left")] if variants else [])
-    columns += [
-        ("size", "right"),
-        ("place", "left"),
-        ("on", "left"),
-        ("baseline", "right"),
-        ("current", "right"),
-        ("ratio", "right"),
-        ("verdict", "left"),
-    ]
-    for col, just in columns:
-        table.add_column(col, justify=just)  # type: ignore[arg-type]
+    header = ["op"] + (["dtype/redop"] if variants else [])
+    header += ["size", "place", "on", "baseline", "current", "ratio", "verdict"]
+    first = len(header) - 7  # the size column
+    right = {first, first + 3, first + 4, first + 5}
+    rows: list[list[str | Text]] = []
     for r in c.rows:
         style = {"regressed": "red", "improved": "green", "missing": "yellow"}.get(r.verdict, "")
         verdict = r.verdict if r.verdict != "missing" else f"missing in {r.missing_in}"
-        cells = [r.op] + ([r.variant] if variants else [])
+        cells: list[str | Text] = [r.op, *([r.variant] if variants else [])]
         cells += [
             human_size(r.size_bytes),
             r.placement,
@@ -187,10 +180,10 @@ def _print_comparison(c: Comparison) -> None:
             "-" if r.baseline is None else f"{r.baseline:.2f}",
             "-" if r.current is None else f"{r.current:.2f}",
             "-" if r.ratio is None else f"{r.ratio:.3f}",
-            f"[{style}]{verdict}[/{style}]" if style else verdict,
+            Text(verdict, style=style),
         ]
-        table.add_row(*cells)
-    out.print(table)
+        rows.append(cells)
+    print_table(header, rows, right=right)
 
 
 @handle_errors
@@ -316,8 +309,17 @@ def report_command(
     """Write an HTML report of runs: busbw and small-message time per op (runs overlaid; one
     plot per dtype/redop of -d all / -o all runs), per-rank spread, each run's metadata, and the
     diagnosis of NCCL logs kept with a run."""
+    from nccl_k8s.launch import check_writable
+
     if output is None and png is None:
         output = Path("report.html")
+    # As every output path: its directory must exist (a typo creates nothing); --png DIR may be
+    # new, as a file may.
+    if output is not None:
+        check_writable(output, what="-o", is_dir=False)
+    new_dir = png is not None and not png.exists()
+    if png is not None:
+        check_writable(png, what="--png", is_dir=not new_dir)
     result = write_report(runs, output=output, png_dir=png, dtype=dtype, redop=redop)
     n, m = len(result.runs), len(result.plots)
     what = f"{m} plot{'s' if m != 1 else ''} of {n} run{'s' if n != 1 else ''}"
@@ -325,7 +327,8 @@ def report_command(
         diagnosed = sum(1 for r in result.runs if r.diagnosis is not None)
         out.print(f"report: {what}, {diagnosed} diagnosed -> {result.html_path}")
     if png is not None:
-        out.print(f"plots: {len(result.png_paths)} PNG files -> {png}/")
+        made = " (created)" if new_dir else ""
+        out.print(f"plots: {len(result.png_paths)} PNG files -> {png}/{made}")
 
 
 def register(app: typer.Typer) -> None:

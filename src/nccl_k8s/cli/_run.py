@@ -12,28 +12,28 @@ import argparse
 import contextlib
 import inspect
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import typer
 from rich.markup import escape
 
 from nccl_k8s.cli._common import Command, err, handle_errors
-
-if TYPE_CHECKING:
-    pass
+from nccl_k8s.cli._examples import examples_text
 
 HELP = (
     "Run the benchmark on this machine: all local GPUs through NCCL, or CPU ranks through gloo "
     "when there is no GPU. Takes nccl-tests' flags (same letters, same meaning); "
     "`nccl-k8s run --help` lists them."
 )
+# One line per code: the terminal wraps them (a hand-wrapped line breaks mid-sentence at any
+# other width).
 EXIT_CODES = (
-    "\b\nExit codes:\n"
+    "Exit codes:\n"
     "  0        ok\n"
-    "  1        the run failed: wrong results, a --min-busbw floor, or a rank that crashed, was\n"
-    "           killed or hung (named, not the rank that noticed)\n"
-    "  2        bad input: a flag, --nproc beyond the machine, an output path that cannot be\n"
-    "           written; checked before any rank starts\n"
+    "  1        the run failed: wrong results, a --min-busbw floor, or a rank that crashed, was "
+    "killed or hung (named, not the rank that noticed)\n"
+    "  2        bad input: a flag, --nproc beyond the machine, an output path that cannot be "
+    "written; checked before any rank starts\n"
     "  130/143  interrupted by SIGINT/SIGTERM; every rank was stopped"
 )
 TIMEOUTS = (
@@ -97,7 +97,7 @@ def print_help() -> None:
     helper.command(
         cls=Command,
         help=HELP.replace("; `nccl-k8s run --help` lists them", ", listed below"),
-        epilog=f"{escape(TIMEOUTS)}\n\n{escape(EXIT_CODES)}",
+        epilog=f"{escape(TIMEOUTS)}\n\n{escape(EXIT_CODES)}\n\n{escape(examples_text('run'))}",
         context_settings={"help_option_names": ["-h", "--help"]},
     )(command)
     with contextlib.suppress(SystemExit):  # click ends help with an exit

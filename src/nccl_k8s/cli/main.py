@@ -18,6 +18,8 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # -h everywhere: click's sub-contexts inherit the names (run parses its own, as argparse does).
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 
 

@@ -47,7 +47,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from nccl_k8s.bench.config import JOURNAL_ENV
+from nccl_k8s.bench.config import ARGS_ENV, JOURNAL_ENV
 from nccl_k8s.bench.store import STORE_ENV, STORE_OURS, StoreServer
 from nccl_k8s.bench.trace import stage
 from nccl_k8s.bench.watch import FAULT_DIR_ENV  # where ranks write fault-<rank>.json
@@ -236,11 +236,18 @@ def proc_state(pid: int) -> str | None:
 
 
 def rank_env(
-    rank: int, world: int, *, port: int, run_id: str, fault_dir: Path, stored_as: str | None = None
+    rank: int,
+    world: int,
+    *,
+    port: int,
+    run_id: str,
+    fault_dir: Path,
+    stored_as: str | None = None,
+    typed: Sequence[str] | None = None,
 ) -> dict[str, str]:
     """torchrun's worker environment for one rank of a one-node run, plus ours: `stored_as` is
     the id the results are stored under (NCCL_K8S_RUN_ID, as pods have it: the engine's meta and
-    its metrics' run_info name the run by it)."""
+    its metrics' run_info name the run by it); `typed` the command line the user typed."""
     env = {
         "RANK": str(rank),
         "LOCAL_RANK": str(rank),
@@ -267,6 +274,8 @@ def rank_env(
         # Rank 0 writes each result line there as soon as it is known: what a run stopped
         # half-way leaves for its results (nccl_k8s.local stores them, marked partial).
         env[JOURNAL_ENV] = str(journal_path(fault_dir.parent))
+    if typed is not None:
+        env[ARGS_ENV] = json.dumps(list(typed))
     return env
 
 
@@ -282,6 +291,7 @@ def run_ranks(
     work: Path,
     run_id: str | None = None,
     torch_store: bool = True,
+    typed: Sequence[str] | None = None,
 ) -> int:
     """Run `python -m nccl_k8s.bench ARGV` as `nproc` local ranks; returns the run's exit code
     (0, or the 1/2 verdict the table printed), raises RunFailed naming the culprit, or
@@ -294,7 +304,15 @@ def run_ranks(
     store, port = _host_store(torch_store)
     elastic_id = f"nccl-k8s-{uuid.uuid4().hex[:8]}"
     envs = {
-        r: rank_env(r, nproc, port=port, run_id=elastic_id, fault_dir=fault_dir, stored_as=run_id)
+        r: rank_env(
+            r,
+            nproc,
+            port=port,
+            run_id=elastic_id,
+            fault_dir=fault_dir,
+            stored_as=run_id,
+            typed=typed,
+        )
         for r in range(nproc)
     }
     for r in range(nproc):

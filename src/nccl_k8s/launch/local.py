@@ -56,6 +56,9 @@ class LocalRun:
     #: torch "" on the direct NCCL path, which does not use it; CUDA as the driver reports it.
     torch_version: str = ""
     cuda_version: str | None = None
+    #: The flags as the user typed them: what results and the -J file say the run was asked
+    #: (rank_argv holds what run adds: --backend, --no-result-lines, CPU sizes).
+    typed_argv: tuple[str, ...] = ()
 
 
 def run_parser() -> argparse.ArgumentParser:
@@ -173,6 +176,7 @@ def prepare(argv: Sequence[str]) -> LocalRun:
         no_save=bool(ns.no_save),
         torch_version=_installed("torch") if uses_torch else "",
         cuda_version=_cuda_version() if backend == "nccl" else None,
+        typed_argv=tuple(argv),
     )
 
 
@@ -285,7 +289,12 @@ def launch(
     """
     torch_store = run.backend != "nccl" or run.config.driver == "torch"
     return run_ranks(
-        run.nproc, [*run.rank_argv, *extra_argv], work=work, run_id=run_id, torch_store=torch_store
+        run.nproc,
+        [*run.rank_argv, *extra_argv],
+        work=work,
+        run_id=run_id,
+        torch_store=torch_store,
+        typed=run.typed_argv,
     )
 
 

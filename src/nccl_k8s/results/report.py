@@ -113,6 +113,12 @@ def _diagnose(r: ReportRun) -> None:
     if not r.logs:
         r.diagnosis_note = "no NCCL logs kept with this run"
         return
+    if r.run.meta.backend == "gloo":
+        # Its logs hold no NCCL line because NCCL was never used, not because NCCL_DEBUG was off.
+        r.diagnosis_note = (
+            "a gloo run: NCCL was not used, so its logs have no NCCL lines to diagnose"
+        )
+        return
     try:
         r.diagnosis = diagnose_files(r.logs)
     except ResultsError as e:
@@ -414,7 +420,7 @@ def write_report(
     result = ReportResult(runs=runs, plots=plots)
     if png_dir is not None:
         try:
-            png_dir.mkdir(parents=True, exist_ok=True)
+            png_dir.mkdir(exist_ok=True)  # its parent must exist, as for any output path
             for p in plots:
                 path = png_dir / f"{p.name}.png"
                 path.write_bytes(p.png)
@@ -424,8 +430,6 @@ def write_report(
     if output is not None:
         page = render_html(runs, plots)
         try:
-            if output.parent != Path():
-                output.parent.mkdir(parents=True, exist_ok=True)
             output.write_text(page, encoding="utf-8")
         except OSError as e:
             raise UsageError(f"-o {output}: cannot write: {e.strerror}", key="output") from None

@@ -220,12 +220,30 @@ def dumps(run: Run) -> str:
     return json.dumps(to_dict(run), indent=1, allow_nan=False) + "\n"
 
 
+def umask_mode() -> int:
+    """The mode open() gives a new file (0o666 less the umask). A file written through a temporary
+    file (mkstemp: 0o600) is given it, so that teammates sharing a runs directory read it as the
+    umask says. Read from /proc where it can be (setting the umask to read it is process-wide)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 def dump(run: Run, path: str | os.PathLike[str]) -> Path:
-    """Write `run` to `path` atomically (a reader never sees half a file); returns the path."""
+    """Write `run` to `path` atomically (a reader never sees half a file), with the mode the
+    umask gives; returns the path."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
     try:
+        os.fchmod(fd, umask_mode())
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(dumps(run))
         os.replace(tmp, p)

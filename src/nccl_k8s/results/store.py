@@ -75,8 +75,15 @@ def resolve(ref: str, *, base: Path | None = None) -> Path:
         if candidate.is_file():
             return candidate
         where = base if base is not None else runs_dir()
+        if not p.is_dir():
+            raise ResultsError(
+                f"{ref!r}: no such results file, and no run {ref!r} in {where}/ (expected {candidate})",
+                path=ref,
+            )
+    if p.is_dir():
         raise ResultsError(
-            f"{ref!r}: no such results file, and no run {ref!r} in {where}/ (expected {candidate})",
+            f"{ref} is a directory without {RESULTS_FILE}: expected a results file, a run's "
+            "directory (runs/<id>/) or a run id",
             path=ref,
         )
     raise ResultsError(f"{ref}: no such results file", path=ref)

@@ -52,6 +52,7 @@ from nccl_k8s.spec._options import (
     Option,
     OptionKind,
 )
+from nccl_k8s.spec._selector import label_selector
 from nccl_k8s.spec._values import (
     RESERVED_ENV,
     TaintEffect,
@@ -103,6 +104,7 @@ __all__ = [
     "Workload",
     "build_run_spec",
     "generate_run_id",
+    "label_selector",
     "master_port_for",
     "missing_devices",
     "parse_duration",

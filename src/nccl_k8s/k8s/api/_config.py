@@ -61,10 +61,12 @@ def load_config(settings: ClientSettings) -> SingleConfig:
     """The kubeconfig context to use, by kubectl's precedence; UsageError when there is none or
     the file is not a kubeconfig."""
     if settings.kubeconfig is not None:
-        if not Path(settings.kubeconfig).expanduser().is_file():
-            raise UsageError(
-                f'--kubeconfig "{settings.kubeconfig}": no such file', key="--kubeconfig"
+        given = Path(settings.kubeconfig).expanduser()
+        if not given.is_file():
+            what = (
+                "is a directory: expected a kubeconfig file" if given.is_dir() else "no such file"
             )
+            raise UsageError(f'--kubeconfig "{settings.kubeconfig}": {what}', key="--kubeconfig")
         return _get_context(_read_kubeconfig(settings.kubeconfig), settings.context)
     env = os.environ.get("KUBECONFIG")
     path = _first_existing(env) if env else None

@@ -345,6 +345,18 @@ def nodes_check(
     )
 
 
+async def _no_nodes(kc: KubeClient, selector: str | None) -> UsageError:
+    """No node to test: none matches the selector (and how many the cluster has), or none at all."""
+    if not selector:
+        return UsageError("nodes check: the cluster has no nodes", key="--selector")
+    every = len((await kc.list("Node"))[0])
+    return UsageError(
+        f"nodes check: no node matches --selector {selector!r} (the cluster has {every} "
+        f"node{'s' if every != 1 else ''}; `kubectl get nodes --show-labels` lists their labels)",
+        key="--selector",
+    )
+
+
 async def nodes_check_async(
     kc: KubeClient,
     spec: RunSpec,
@@ -365,7 +377,15 @@ async def nodes_check_async(
     links among the good nodes too, and with `label`/`taint` write the verdicts. Every request
     goes through `kc`; interrupted (cancelled), it removes the test runs it started."""
     say = progress or (lambda text: None)
-    nodes = (await kc.list("Node", label_selector=selector))[0]
+    try:
+        nodes = (await kc.list("Node", label_selector=selector))[0]
+    except ClusterError as e:
+        if e.status != 400 or not selector:
+            raise
+        # Checked already (spec.label_selector); what this server still refuses is bad input too.
+        raise UsageError(f"--selector {selector!r}: the API server refused it: {e}") from e
+    if not nodes:
+        raise await _no_nodes(kc, selector)
     resolved = await resolve_async(kc, spec, nodes)  # --platform auto: these nodes say
     spec = resolved.spec
     if resolved.note:

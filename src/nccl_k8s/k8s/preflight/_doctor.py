@@ -22,7 +22,7 @@ import asyncio
 import dataclasses
 import datetime
 from collections.abc import Awaitable
-from typing import Any
+from typing import Any, get_args
 
 from nccl_k8s.errors import ClusterError, Forbidden, NotFound
 from nccl_k8s.k8s.api._client import ClientSettings, KubeClient
@@ -36,6 +36,7 @@ from nccl_k8s.k8s.preflight._platforms import may_use, resolve_async
 from nccl_k8s.k8s.preflight._preflight import (
     Check,
     Read,
+    Status,
     certain_failures,
     check_api,
     check_gang,
@@ -66,10 +67,10 @@ class Doctored:
 
     def summary(self) -> str:
         """The closing line: how many checks failed, warned and passed, and where."""
-        fail = sum(1 for c in self.checks if c.status == "fail")
-        warn = sum(1 for c in self.checks if c.status == "warn")
+        count = {s: sum(1 for c in self.checks if c.status == s) for s in get_args(Status)}
+        skipped = f", {count['skip']} skipped" if count["skip"] else ""
         return (
-            f"doctor: {fail} fail, {warn} warn, {len(self.checks) - fail - warn} pass "
+            f"doctor: {count['fail']} fail, {count['warn']} warn, {count['pass']} pass{skipped} "
             f"({self.server}, namespace {self.namespace})"
         )
 

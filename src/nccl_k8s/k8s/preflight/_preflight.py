@@ -25,7 +25,8 @@ from nccl_k8s.k8s.rendering._resources import pod_resources
 from nccl_k8s.spec import GANGS, RunSpec, Security, quantity_value
 from nccl_k8s.spec._values import bytes_quantity, cpu_quantity
 
-Status = Literal["pass", "warn", "fail"]
+Status = Literal["pass", "warn", "fail", "skip"]
+"""skip: the check could not look (its object is absent) and says why; not a pass."""
 
 PSA_ENFORCE = "pod-security.kubernetes.io/enforce"
 PSA_LEVELS: tuple[PsaLevel, ...] = ("restricted", "baseline", "privileged")
@@ -136,8 +137,15 @@ def check_pod_security(spec: RunSpec, namespace: str, ns: Read) -> Check:
     """The namespace's Pod Security enforce level against the level the run's pods pass."""
     need = pod_security_level(spec)
     what = f"the pods of --security {spec.security} {_psa_need(spec)}"
+    if ns.forbidden:
+        return Check("pod-security", "warn", f"not checked (namespace not readable); {what}")
     if not ns.items:
-        return Check("pod-security", "pass" if not ns.forbidden else "warn", f"not checked; {what}")
+        return Check(
+            "pod-security",
+            "skip",
+            f"not checked: namespace {namespace} does not exist (a new one has no "
+            f"{PSA_ENFORCE} label; a cluster-wide default may apply); {what}",
+        )
     labels = ns.items[0]["metadata"].get("labels") or {}
     enforce = labels.get(PSA_ENFORCE)
     if enforce is None:

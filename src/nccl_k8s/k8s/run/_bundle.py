@@ -136,8 +136,11 @@ def _readme(run_id: str, ns: str, server: str, counts: dict[str, int], missing: 
 def _tar(path: Path, root: str, files: dict[str, bytes]) -> None:
     """Write the archive atomically: a reader never sees half a bundle. Its directory must
     exist (the CLI checked it before reading the run; nothing is created on a typo)."""
+    from nccl_k8s.results.schema import umask_mode
+
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        os.fchmod(fd, umask_mode())  # as open() would: mkstemp's 0600 hides it from teammates
         with os.fdopen(fd, "wb") as raw, tarfile.open(fileobj=raw, mode="w:gz") as tar:
             now = time.time()
             for name, data in files.items():

@@ -49,6 +49,16 @@ class Problem:
     transient: bool = False
     """It may resolve by waiting (Unschedulable: an autoscaler may add a node; an image pull
     error: the kubelet retries), so deploy gives it a bounded patience rather than failing."""
+    since: str | None = None
+    """When it began, where the pod says (Unschedulable: its PodScheduled condition's
+    lastTransitionTime), RFC 3339; None when it does not."""
+
+    def age_s(self, now: datetime.datetime | None = None) -> float | None:
+        """Seconds since it began; None when unknown."""
+        if not self.since:
+            return None
+        now = now or datetime.datetime.now(datetime.timezone.utc)
+        return max(0.0, (now - _parse_time(self.since)).total_seconds())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,7 +150,10 @@ def pod_problem(pod: Obj) -> Problem | None:
             and cond.get("reason") == "Unschedulable"
         ):
             return Problem(
-                "Unschedulable", cond.get("message") or "no node fits the pod", transient=True
+                "Unschedulable",
+                cond.get("message") or "no node fits the pod",
+                transient=True,
+                since=cond.get("lastTransitionTime"),
             )
     return None
 

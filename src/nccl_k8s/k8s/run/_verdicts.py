@@ -162,12 +162,24 @@ async def out_of_patience(
         message = await scheduler_message(kc, namespace, first)
         ranks = ", ".join(f"rank {rank_text(p)} (pod {p.name})" for p in unschedulable)
         return RunFailed(
-            f"run {run.run_id} cannot be scheduled: {ranks}: Unschedulable for "
-            f"{settings.schedule_timeout_s:g}s (--schedule-timeout): {message}",
+            f"run {run.run_id} cannot be scheduled: {ranks}: "
+            f"{_unschedulable_for(unschedulable, waited, settings)}: {message}",
             rank=first.rank,
             pod=first.name,
         )
     return None
+
+
+def _unschedulable_for(pods: list[PodInfo], waited: float, settings: WaitSettings) -> str:
+    """How long the pods have been Unschedulable: the patience of this command, or, when they
+    were long before it watched them (`wait` on an old run), since their PodScheduled condition
+    says so."""
+    timeout = f"{settings.schedule_timeout_s:g}s"
+    ages = (p.problem.age_s() if p.problem else None for p in pods)
+    since = max((a for a in ages if a is not None), default=0.0)
+    if since > waited + 5:  # 5 s: a clock's and a watch's slack
+        return f"Unschedulable for {since:.0f}s ({timeout} of it watched, --schedule-timeout)"
+    return f"Unschedulable for {timeout} (--schedule-timeout)"
 
 
 async def check_scheduled(
