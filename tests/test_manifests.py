@@ -349,13 +349,14 @@ def test_zipapp_holds_only_the_engine_and_is_small() -> None:
     names = zipfile.ZipFile(BytesIO(data)).namelist()
     assert names == sorted(names)
     assert "nccl_k8s/__init__.py" in names and "nccl_k8s/bench/config.py" in names
-    # The engine, and prometheus_client (with its license) for the pods' metrics server.
+    # The engine, its own launcher (--launcher direct: launch and the errors it raises), and
+    # prometheus_client (with its license) for the pods' metrics server.
     assert all(
-        n == "__main__.py"
-        or n == "nccl_k8s/__init__.py"
-        or n.startswith(("nccl_k8s/bench/", "prometheus_client/"))
+        n in ("__main__.py", "nccl_k8s/__init__.py", "nccl_k8s/errors.py")
+        or n.startswith(("nccl_k8s/bench/", "nccl_k8s/launch/", "prometheus_client/"))
         for n in names
     )
+    assert "nccl_k8s/launch/_pod.py" in names
     assert {"prometheus_client/__init__.py", "prometheus_client/LICENSE"} <= set(names)
     assert {i.date_time for i in zipfile.ZipFile(BytesIO(data)).infolist()} == {
         (1980, 1, 1, 0, 0, 0)
