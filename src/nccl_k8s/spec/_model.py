@@ -404,7 +404,7 @@ class RunSpec:
         default="15m",
         help="How long pods wait for each other (cold nodes pull a multi-GB image first).",
     )
-    """Seconds torchrun waits for every pod to join. Pods start apart by image pulls of a
+    """Seconds torchrun (or, with --launcher direct, pod 0's launcher) waits for every pod to join. Pods start apart by image pulls of a
     multi-GB PyTorch image on cold nodes, which take minutes."""
     metrics_port: int = option(
         "--metrics-port", parse=tcp_port, metavar="PORT", panel=MONITORING, default="8080",
