@@ -60,6 +60,12 @@ CONFIGS: dict[str, list[str]] = {
         "--nodes", "2", "--gpus-per-node", "8", "--workload", "statefulset", "--interval", "10m",
         "--run-id", "nccl-golden-soak", "--namespace", "bench", "--", "-b", "1G", "-e", "1G", "-n", "50",
     ],
+    # The slim image (images/slim): no torch, so the engine's own launcher starts the ranks.
+    "job-2x8-slim": [
+        "--world-size", "16", "--gpus-per-node", "8", "--engine", "image", "--launcher", "direct",
+        "--image", "registry.example/nccl-k8s:0.1.0-slim", "--run-id", "nccl-golden-slim",
+        "--namespace", "bench", "--", "-b", "8", "-e", "1G", "-f", "2",
+    ],
 }  # fmt: skip
 
 #: Not golden, schema-checked: every option that changes the objects, and each security profile.
@@ -113,6 +119,11 @@ _SPECS = {
     "statefulset-2x8": build_run_spec(
         nodes=2, gpus_per_node=8, workload="statefulset", interval="10m", run_id="nccl-golden-soak",
         namespace="bench", engine_args=["-b", "1G", "-e", "1G", "-n", "50"],
+    ),
+    "job-2x8-slim": build_run_spec(
+        world_size=16, gpus_per_node=8, engine="image", launcher="direct",
+        image="registry.example/nccl-k8s:0.1.0-slim", run_id="nccl-golden-slim",
+        namespace="bench", engine_args=["-b", "8", "-e", "1G", "-f", "2"],
     ),
 }  # fmt: skip
 
