@@ -15,6 +15,7 @@ Prints a markdown table: wheel, version, download MB, installed MB, and the libr
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import io
 import json
 import re
@@ -57,7 +58,16 @@ class _Remote(io.RawIOBase):
         return data
 
 
-def wheel(name: str, version: str, arch: str) -> dict[str, object]:
+@dataclasses.dataclass(frozen=True)
+class Wheel:
+    name: str
+    version: str
+    download: int
+    installed: int
+    libs: list[str]
+
+
+def wheel(name: str, version: str, arch: str) -> Wheel:
     index = f"https://pypi.org/pypi/{name}/json"
     with urllib.request.urlopen(index, timeout=60) as r:
         files = json.load(r)["releases"][version]
@@ -70,10 +80,7 @@ def wheel(name: str, version: str, arch: str) -> dict[str, object]:
     with zipfile.ZipFile(_Remote(urllib.parse.urljoin(index, f["url"]), f["size"])) as zf:
         infos = zf.infolist()
     libs = sorted({str(Path(i.filename).parent) for i in infos if ".so" in i.filename})
-    return {
-        "name": name, "version": version, "file": f["filename"], "sha256": f["digests"]["sha256"],
-        "download": f["size"], "installed": sum(i.file_size for i in infos), "libs": libs,
-    }  # fmt: skip
+    return Wheel(name, version, int(f["size"]), sum(i.file_size for i in infos), libs)
 
 
 def main() -> None:
@@ -89,10 +96,9 @@ def main() -> None:
         print("| wheel | download MB | installed MB | shared libraries in |")
         print("|---|---:|---:|---|")
         for w in rows:
-            print(f"| {w['name']}=={w['version']} | {w['download'] / MB:.1f} | "  # type: ignore[operator]
-                  f"{w['installed'] / MB:.1f} | {', '.join(w['libs']) or '-'} |")  # type: ignore[operator]  # fmt: skip
-        down = sum(int(w["download"]) for w in rows)  # type: ignore[call-overload]
-        inst = sum(int(w["installed"]) for w in rows)  # type: ignore[call-overload]
+            print(f"| {w.name}=={w.version} | {w.download / MB:.1f} | {w.installed / MB:.1f} | "
+                  f"{', '.join(w.libs) or '-'} |")  # fmt: skip
+        down, inst = sum(w.download for w in rows), sum(w.installed for w in rows)
         print(f"| **total** | **{down / MB:.1f}** | **{inst / MB:.1f}** | |")
 
 
