@@ -12,6 +12,7 @@
 # and it carries rdma-core (libibverbs), without which NCCL cannot use IB or RoCE HCAs. Any base
 # works that has Python >= 3.10, a CUDA torch and, for --network ib|roce, libibverbs.
 # Pin a tag: a floating one would change torch and NCCL between runs that are meant to compare.
+# For an image without torch (the direct NCCL path only, a few hundred MB): images/slim/Dockerfile.
 ARG BASE_IMAGE=nvcr.io/nvidia/pytorch:25.01-py3
 FROM ${BASE_IMAGE}
 

@@ -41,7 +41,9 @@ def examples() -> list[tuple[str, list[str], bool]]:
                 continue
             gpu = False
             first = text[: m.start()].count("\n") + 2
-            for i, line in enumerate(m.group(2).splitlines()):
+            # A command continued with a trailing backslash is one example.
+            lines = m.group(2).replace("\\\n", " ").splitlines()
+            for i, line in enumerate(lines):
                 stripped = line.strip()
                 if stripped.startswith("#"):
                     gpu = gpu or "GPU" in stripped

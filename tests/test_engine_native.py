@@ -124,3 +124,17 @@ def test_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
         assert native.native_loop() is None
     finally:
         native.native_loop.cache_clear()
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler to build the loop with")
+def test_a_prebuilt_loop_is_used_where_there_is_no_compiler(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The slim image builds the loop into its cache at build time; its pods have no compiler.
+    monkeypatch.setenv("NCCL_K8S_CACHE_DIR", str(tmp_path / "image-cache"))
+    path = native.prebuild()
+    assert path is not None and path.startswith(str(tmp_path / "image-cache"))
+    monkeypatch.setattr(native, "_compiler", lambda: None)
+    assert native.build_shared(native._SOURCE, "loop") == path
+    # Only a library of the same text (and machine and version) is taken.
+    assert native.build_shared(native._SOURCE + "\n", "loop") is None

@@ -60,6 +60,12 @@ CONFIGS: dict[str, list[str]] = {
         "--nodes", "2", "--gpus-per-node", "8", "--workload", "statefulset", "--interval", "10m",
         "--run-id", "nccl-golden-soak", "--namespace", "bench", "--", "-b", "1G", "-e", "1G", "-n", "50",
     ],
+    # The slim image (images/slim): no torch, so the engine's own launcher starts the ranks.
+    "job-2x8-slim": [
+        "--world-size", "16", "--gpus-per-node", "8", "--engine", "image", "--launcher", "direct",
+        "--image", "registry.example/nccl-k8s:0.1.0-slim", "--run-id", "nccl-golden-slim",
+        "--namespace", "bench", "--", "-b", "8", "-e", "1G", "-f", "2",
+    ],
 }  # fmt: skip
 
 #: Not golden, schema-checked: every option that changes the objects, and each security profile.
@@ -113,6 +119,11 @@ _SPECS = {
     "statefulset-2x8": build_run_spec(
         nodes=2, gpus_per_node=8, workload="statefulset", interval="10m", run_id="nccl-golden-soak",
         namespace="bench", engine_args=["-b", "1G", "-e", "1G", "-n", "50"],
+    ),
+    "job-2x8-slim": build_run_spec(
+        world_size=16, gpus_per_node=8, engine="image", launcher="direct",
+        image="registry.example/nccl-k8s:0.1.0-slim", run_id="nccl-golden-slim",
+        namespace="bench", engine_args=["-b", "8", "-e", "1G", "-f", "2"],
     ),
 }  # fmt: skip
 
@@ -349,13 +360,14 @@ def test_zipapp_holds_only_the_engine_and_is_small() -> None:
     names = zipfile.ZipFile(BytesIO(data)).namelist()
     assert names == sorted(names)
     assert "nccl_k8s/__init__.py" in names and "nccl_k8s/bench/config.py" in names
-    # The engine, and prometheus_client (with its license) for the pods' metrics server.
+    # The engine, its own launcher (--launcher direct: launch and the errors it raises), and
+    # prometheus_client (with its license) for the pods' metrics server.
     assert all(
-        n == "__main__.py"
-        or n == "nccl_k8s/__init__.py"
-        or n.startswith(("nccl_k8s/bench/", "prometheus_client/"))
+        n in ("__main__.py", "nccl_k8s/__init__.py", "nccl_k8s/errors.py")
+        or n.startswith(("nccl_k8s/bench/", "nccl_k8s/launch/", "prometheus_client/"))
         for n in names
     )
+    assert "nccl_k8s/launch/_pod.py" in names
     assert {"prometheus_client/__init__.py", "prometheus_client/LICENSE"} <= set(names)
     assert {i.date_time for i in zipfile.ZipFile(BytesIO(data)).infolist()} == {
         (1980, 1, 1, 0, 0, 0)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import glob
 import hashlib
 import os
 import platform
@@ -237,9 +238,9 @@ def build_shared(source: str, stem: str) -> str | None:
     from nccl_k8s import __version__
 
     cc = _compiler()
-    if cc is None:
-        return None
     digest = hashlib.sha256(source.encode()).hexdigest()[:16]
+    if cc is None:
+        return _prebuilt(f"{stem}-{__version__}-{platform.machine()}-*-{digest}.so")
     name = f"{stem}-{__version__}-{platform.machine()}-{os.path.basename(cc)}-{digest}.so"
     out = cache_path(name) or os.path.join(tempfile.mkdtemp(prefix="nccl-k8s-"), name)
     if os.path.exists(out):
@@ -258,6 +259,23 @@ def build_shared(source: str, stem: str) -> str | None:
         with open(built, "rb") as f:
             write_atomic(out, f.read())
     return out if os.path.exists(out) else None
+
+
+def _prebuilt(pattern: str) -> str | None:
+    """Without a compiler: a library of the same text, machine and version that one built
+    before (the slim image builds the loop into its NCCL_K8S_CACHE_DIR, which a pod's user may
+    not be able to write: looked at even then)."""
+    for folder in (os.environ.get("NCCL_K8S_CACHE_DIR"), cache_dir()):
+        found = sorted(glob.glob(os.path.join(folder, pattern))) if folder else []
+        if found:
+            return found[0]
+    return None
+
+
+def prebuild() -> str | None:
+    """Build the timed loop into the cache now (an image's build step, where a compiler is);
+    its path, None without a compiler."""
+    return build_shared(_SOURCE, "loop")
 
 
 @functools.lru_cache(maxsize=1)
@@ -281,5 +299,6 @@ __all__ = [
     "cache_dir",
     "cache_path",
     "native_loop",
+    "prebuild",
     "write_atomic",
 ]

@@ -1,5 +1,6 @@
-"""Starting ranks: locally through torch's elastic launcher (`local`), with the culprit rank
-named from each rank's own exit and fault record. Knows nothing of results or Kubernetes: the
+"""Starting ranks: locally (`local`), with the culprit rank named from each rank's own exit and
+fault record; in a pod, `python -m nccl_k8s.launch._pod` (`deploy --launcher direct`) starts
+that pod's ranks the same way, in torchrun's place. Knows nothing of results or Kubernetes: the
 `run` use case (nccl_k8s.local) composes it with results.
 
 The names are loaded on first use: every rank starts as `python -m nccl_k8s.launch._rank`, which

@@ -235,30 +235,46 @@ def proc_state(pid: int) -> str | None:
     return rest[0] if rest else None
 
 
+@dataclasses.dataclass(frozen=True)
+class Node:
+    """Where this launcher's ranks sit in a run of several nodes (pods), each with a launcher
+    of its own: node `rank` of `count`, the store at `master_addr:master_port` (node 0's
+    launcher hosts it, launch._pod). The default, one node on 127.0.0.1, is `nccl-k8s run`'s."""
+
+    rank: int = 0
+    count: int = 1
+    master_addr: str = "127.0.0.1"
+    master_port: int | None = None
+
+
 def rank_env(
     rank: int,
-    world: int,
+    nproc: int,
     *,
     port: int,
     run_id: str,
     fault_dir: Path,
     stored_as: str | None = None,
+    node: Node | None = None,
     typed: Sequence[str] | None = None,
 ) -> dict[str, str]:
-    """torchrun's worker environment for one rank of a one-node run, plus ours: `stored_as` is
-    the id the results are stored under (NCCL_K8S_RUN_ID, as pods have it: the engine's meta and
-    its metrics' run_info name the run by it); `typed` the command line the user typed."""
+    """torchrun's worker environment for local rank `rank` of this node's `nproc`, plus ours:
+    `stored_as` is the id the results are stored under (NCCL_K8S_RUN_ID, as pods have it: the
+    engine's meta and its metrics' run_info name the run by it); `typed` the command line the
+    user typed."""
+    node = node or Node()
+    world = nproc * node.count
     env = {
-        "RANK": str(rank),
+        "RANK": str(node.rank * nproc + rank),
         "LOCAL_RANK": str(rank),
-        "GROUP_RANK": "0",
-        "ROLE_RANK": str(rank),
+        "GROUP_RANK": str(node.rank),
+        "ROLE_RANK": str(node.rank * nproc + rank),
         "ROLE_NAME": "default",
-        "LOCAL_WORLD_SIZE": str(world),
+        "LOCAL_WORLD_SIZE": str(nproc),
         "WORLD_SIZE": str(world),
-        "GROUP_WORLD_SIZE": "1",
+        "GROUP_WORLD_SIZE": str(node.count),
         "ROLE_WORLD_SIZE": str(world),
-        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_ADDR": node.master_addr,
         "MASTER_PORT": str(port),
         "TORCHELASTIC_RESTART_COUNT": "0",
         "TORCHELASTIC_MAX_RESTARTS": "0",
@@ -291,43 +307,51 @@ def run_ranks(
     work: Path,
     run_id: str | None = None,
     torch_store: bool = True,
+    node: Node | None = None,
     typed: Sequence[str] | None = None,
 ) -> int:
     """Run `python -m nccl_k8s.bench ARGV` as `nproc` local ranks; returns the run's exit code
     (0, or the 1/2 verdict the table printed), raises RunFailed naming the culprit, or
-    Interrupted once every rank has been stopped. `torch_store`: host torch's TCPStore (gloo,
-    `--driver torch`) rather than bench.store's server (the direct NCCL path, no torch)."""
+    Interrupted once every rank has been stopped. `torch_store`: the ranks speak torch's
+    TCPStore (gloo, `--driver torch`) rather than bench.store's server (the direct NCCL path, no
+    torch). This launcher hosts it on 127.0.0.1, unless `node` names where it is (a launcher
+    per pod: launch._pod hosts it on node 0). Ranks are named by their global rank."""
     fault_dir = work / "faults"
     fault_dir.mkdir()
     errors = work / "errors"
     errors.mkdir()
-    store, port = _host_store(torch_store)
-    elastic_id = f"nccl-k8s-{uuid.uuid4().hex[:8]}"
-    envs = {
-        r: rank_env(
+    node = node or Node()
+    if node.master_port is None:
+        store, port = _host_store(torch_store)
+    else:
+        store, port = None, node.master_port
+    elastic_id = os.environ.get("NCCL_K8S_RUN_ID") or f"nccl-k8s-{uuid.uuid4().hex[:8]}"
+    envs = [
+        rank_env(
             r,
             nproc,
             port=port,
             run_id=elastic_id,
             fault_dir=fault_dir,
             stored_as=run_id,
+            node=node,
             typed=typed,
         )
         for r in range(nproc)
-    }
-    for r in range(nproc):
-        envs[r]["TORCHELASTIC_ERROR_FILE"] = str(errors / f"{r}.json")
+    ]
+    for env in envs:
+        env["TORCHELASTIC_ERROR_FILE"] = str(errors / f"{env['RANK']}.json")
         if not torch_store:
-            envs[r][STORE_ENV] = STORE_OURS
+            env[STORE_ENV] = STORE_OURS
     ranks: list[_Rank] = []
     started = time.monotonic()
     try:
-        for r in range(nproc):
+        for env in envs:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "nccl_k8s.launch._rank", *argv],
-                env={**os.environ, **envs[r]}, start_new_session=True,
+                env={**os.environ, **env}, start_new_session=True,
             )  # fmt: skip
-            ranks.append(_Rank(rank=r, proc=proc))
+            ranks.append(_Rank(rank=int(env["RANK"]), proc=proc))
         stage("ranks started")
         _watch(ranks, started)
         stage("ranks ended")
@@ -446,6 +470,7 @@ __all__ = [
     "SETTLE_S",
     "STOP_TIMEOUT_S",
     "WORKDIR_PREFIX",
+    "Node",
     "interruptible",
     "journal_path",
     "proc_state",

@@ -52,6 +52,7 @@ Network = NetworkPreset
 Security = Literal["socket", "rdma", "host", "privileged"]
 Workload = Literal["job", "statefulset"]
 EngineMode = Literal["zipapp", "image"]
+Launcher = Literal["torchrun", "direct"]
 Spread = Literal["required", "preferred", "none"]
 Qos = Literal["burstable", "guaranteed"]
 
@@ -219,6 +220,16 @@ class RunSpec:
     )
     """zipapp: the engine travels in a ConfigMap onto a stock PyTorch image (no custom image
     needed); image: the image already has nccl-k8s installed."""
+    launcher: Launcher = option(
+        "--launcher", parse=one_of(get_args(Launcher)), metavar="torchrun|direct", panel=PODS,
+        default="torchrun",
+        help="What starts each pod's ranks: torchrun (needs torch: the stock PyTorch images) or "
+        "direct, the engine's own launcher (no torch; the slim image needs it).",
+    )
+    """torchrun: each pod runs torchrun, which imports torch (seconds per pod) and is in every
+    PyTorch image; direct: the engine's own launcher (nccl_k8s.launch._pod), same rendezvous,
+    environment and failure semantics without torch, so the slim image (images/slim) can run
+    the NCCL path. torchrun stays the default: it is what a stock image is known to carry."""
     scheduler_name: str | None = option(
         "--scheduler", parse=dns_subdomain, metavar="NAME", panel=PODS,
         default_note="the cluster's default scheduler",
@@ -393,7 +404,7 @@ class RunSpec:
         default="15m",
         help="How long pods wait for each other (cold nodes pull a multi-GB image first).",
     )
-    """Seconds torchrun waits for every pod to join. Pods start apart by image pulls of a
+    """Seconds torchrun (or, with --launcher direct, pod 0's launcher) waits for every pod to join. Pods start apart by image pulls of a
     multi-GB PyTorch image on cold nodes, which take minutes."""
     metrics_port: int = option(
         "--metrics-port", parse=tcp_port, metavar="PORT", panel=MONITORING, default="8080",

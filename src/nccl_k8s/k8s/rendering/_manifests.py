@@ -54,6 +54,7 @@ from nccl_k8s.k8s.rendering._computedomain import (
     compute_domain_spec,
 )
 from nccl_k8s.k8s.rendering._gangs import gang_binding, pod_group_spec, scheduler_name
+from nccl_k8s.k8s.rendering._launcher import launcher_args
 from nccl_k8s.k8s.rendering._names import (
     APP_NAME,
     CONTAINER_NAME,
@@ -160,22 +161,6 @@ def service(spec: RunSpec) -> Obj:
     }
 
 
-def _torchrun_args(spec: RunSpec, node_rank: str) -> list[str]:
-    return [
-        f"--nnodes={spec.nodes}",
-        f"--nproc-per-node={spec.gpus_per_node}",
-        f"--node-rank={node_rank}",
-        f"--master-addr={spec.master_addr}",
-        f"--master-port={spec.master_port}",
-        # Static rendezvous: how long the pods wait for each other (image pulls, scheduling).
-        f"--rdzv-conf=timeout={spec.rendezvous_timeout_s}",
-        # A rank that fails has no result worth retrying for: fail the pod, fail the run.
-        "--max-restarts=0",
-        "-m",
-        "nccl_k8s.bench",
-    ]
-
-
 def _wants_results_file(spec: RunSpec) -> bool:
     return spec.pvc is not None and not any(
         a == "--json" or a.startswith("--json=") for a in spec.engine_args
@@ -194,7 +179,7 @@ def _engine_flags(spec: RunSpec) -> list[str]:
 
 
 def _job_container_args(spec: RunSpec) -> tuple[list[str], list[str]]:
-    args = ["torchrun", *_torchrun_args(spec, "$(JOB_COMPLETION_INDEX)"), *_engine_flags(spec)]
+    args = [*launcher_args(spec, "$(JOB_COMPLETION_INDEX)"), *_engine_flags(spec)]
     args += [_escape_refs(a) for a in spec.engine_args]
     if _wants_results_file(spec):
         args += ["--json", f"{RESULTS_MOUNT}/{spec.run_id}.json"]
@@ -207,19 +192,19 @@ def _job_container_args(spec: RunSpec) -> tuple[list[str], list[str]]:
 #: rank that dies ends the container (the kubelet restarts it: restarts, CrashLoopBackOff).
 _SOAK_SCRIPT = """\
 rank="${{POD_NAME##*-}}"
-exec python3 -c "$NCCL_K8S_WRAPPER" torchrun {torchrun} "$@"{results}
+exec python3 -c "$NCCL_K8S_WRAPPER" {launcher} "$@"{results}
 """
 
 
 def _statefulset_container_args(spec: RunSpec) -> tuple[list[str], list[str]]:
     # The engine flags travel as the shell's positional parameters ("$@"), never spliced into
     # the script, so no flag can be read as shell syntax.
-    torchrun = " ".join(shlex.quote(a) for a in _torchrun_args(spec, "RANK_PLACEHOLDER"))
-    torchrun = torchrun.replace("RANK_PLACEHOLDER", '"$rank"')
+    launcher = " ".join(shlex.quote(a) for a in launcher_args(spec, "RANK_PLACEHOLDER"))
+    launcher = launcher.replace("RANK_PLACEHOLDER", '"$rank"')
     results = ""
     if _wants_results_file(spec):  # rewritten after every sweep: the latest
         results = f' --json "{RESULTS_MOUNT}/{spec.run_id}.json"'
-    script = _SOAK_SCRIPT.format(torchrun=torchrun, results=results)
+    script = _SOAK_SCRIPT.format(launcher=launcher, results=results)
     engine = [*_engine_flags(spec), *(_escape_refs(a) for a in spec.engine_args)]
     return ["/bin/sh", "-c"], [_escape_refs(script), "nccl-k8s", *engine]
 
@@ -424,7 +409,7 @@ def _pod_metadata(spec: RunSpec) -> Obj:
 
 
 def pod_template(spec: RunSpec) -> Obj:
-    """The pod every rank group runs in: one per node, G GPUs, torchrun inside, with the
+    """The pod every rank group runs in: one per node, G GPUs, their launcher inside, with the
     pieces of its platform (spec.platforms) for NCCL to reach the fabric."""
     template = {"metadata": _pod_metadata(spec), "spec": _pod_spec(spec)}
     apply_platform(spec, template)

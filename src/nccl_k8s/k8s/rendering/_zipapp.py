@@ -1,8 +1,10 @@
 """The engine as a zipapp: what a stock PyTorch image needs to run `python -m nccl_k8s.bench`.
 
 The deployer ships these bytes in a ConfigMap, so no custom image is needed. The archive holds
-only `nccl_k8s/__init__.py` and the `nccl_k8s.bench` package (the engine imports nothing else of
-ours), plus a `__main__.py` so `python nccl_k8s.pyz ...` runs the engine too. It also carries
+only `nccl_k8s/__init__.py`, the `nccl_k8s.bench` package (the engine imports nothing else of
+ours) and what the engine's own launcher adds to it (`--launcher direct`: the `nccl_k8s.launch`
+package and `nccl_k8s/errors.py`, all standard library above bench), plus a `__main__.py` so
+`python nccl_k8s.pyz ...` runs the engine too. It also carries
 prometheus_client (pure Python, no dependencies, Apache-2.0, its license file beside it) from
 the installation that builds it: stock PyTorch images have none, and every pod serves metrics
 (--metrics-port) with it.
@@ -53,15 +55,23 @@ def _belongs(rel: Path) -> bool:
     )
 
 
+#: The packages the zipapp carries: the engine, and the launcher pods run with --launcher direct
+#: (launch.local's `nccl-k8s run` comes along; it imports nothing the zipapp lacks).
+_PACKAGES = ("bench", "launch")
+#: Modules of the package root the launcher imports.
+_LAUNCHER_MODULES = ("errors.py",)
+
+
 def engine_sources(root: Path | None = None) -> list[tuple[str, bytes]]:
     """(archive name, content) of every file the zipapp holds, sorted by name."""
     root = root or _package_root()
     files: dict[str, bytes] = {"__main__.py": _MAIN}
-    files["nccl_k8s/__init__.py"] = (root / "__init__.py").read_bytes()
-    bench = root / "bench"
-    for path in bench.rglob("*"):
-        if path.is_file() and _belongs(path.relative_to(bench)):
-            files["nccl_k8s/" + path.relative_to(root).as_posix()] = path.read_bytes()
+    for name in ("__init__.py", *_LAUNCHER_MODULES):
+        files[f"nccl_k8s/{name}"] = (root / name).read_bytes()
+    for package in _PACKAGES:
+        for path in (root / package).rglob("*"):
+            if path.is_file() and _belongs(path.relative_to(root / package)):
+                files["nccl_k8s/" + path.relative_to(root).as_posix()] = path.read_bytes()
     files.update(_vendored())
     return sorted(files.items())
 

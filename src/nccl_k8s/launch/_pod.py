@@ -1,0 +1,226 @@
+"""The engine's own launcher in a pod: what torchrun does there, without importing torch where
+the ranks need none (issue 23; `deploy --launcher direct`, the slim image's only way to start).
+
+    python3 -m nccl_k8s.launch._pod --nnodes=N --nproc-per-node=G --node-rank=I \\
+        --master-addr=HOST --master-port=PORT --rdzv-timeout=SECONDS -- [engine flags]
+
+The flags are torchrun's names for the same things (k8s.run's culprit reads G from
+`--nproc-per-node` either way). Each pod's launcher:
+
+1. node 0 hosts the run's store on MASTER_PORT: bench.store's server for the direct NCCL path,
+   torch's TCPStore for gloo and `--driver torch` (their process groups rendezvous through it,
+   and torch is there anyway), as torchrun's agent hosts one;
+2. joins the rendezvous on it: node 0 waits up to --rdzv-timeout for every node, then tells them
+   to go. When some never come, node 0 says so in the words of torch's TCPStore (`Timed out
+   after N seconds waiting for clients. J/N clients joined.`), which k8s.run's culprit reads to
+   name the pods that never started, and exits 1;
+3. starts its G ranks as plain processes with torchrun's worker environment (RANK =
+   I*G + local rank, LOCAL_RANK, WORLD_SIZE = N*G, MASTER_ADDR/PORT, ...) and watches them
+   (launch._procs: the first failure, the culprit from the ranks' exits and fault records);
+4. exits with the run's code: 0, the engine's verdict (1, 2), or, when a rank failed, that
+   rank's exit code (128 + signal for a signal) after one line naming it on stderr; SIGTERM (the
+   Job failing, a deletion) stops every rank first and exits 128 + 15;
+5. node 0 keeps the store up until every node's ranks have ended (the exit barrier torchrun's
+   agents keep), so no rank loses it in its last exchange.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import datetime
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from nccl_k8s.bench.config import ConfigError, parse_args
+from nccl_k8s.bench.store import StoreClient, StoreServer, StoreTimeout
+from nccl_k8s.errors import Interrupted, RunFailed
+from nccl_k8s.launch._procs import Node, interruptible, run_ranks, workdir
+
+#: How long node 0 keeps the store for the other nodes' ranks once its own have ended well
+#: (torchrun's exit barrier waits as long).
+EXIT_BARRIER_S = 300
+#: The launchers' keys on the run's store.
+_JOIN, _GO, _DONE = "nccl_k8s/launch/join", "nccl_k8s/launch/go", "nccl_k8s/launch/done"
+_PREFIX = "nccl-k8s launcher:"
+
+
+class RendezvousFailed(RuntimeError):
+    """Not every node joined in time (node 0), or node 0 never said go (the others)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PodArgs:
+    nnodes: int
+    nproc: int
+    node_rank: int
+    master_addr: str
+    master_port: int
+    rdzv_timeout_s: int
+    engine_argv: tuple[str, ...]
+
+
+def parse(argv: Sequence[str]) -> PodArgs:
+    """The launcher's flags before `--`, the engine's after it."""
+    argv = list(argv)
+    cut = argv.index("--") if "--" in argv else len(argv)
+    p = argparse.ArgumentParser(prog="python -m nccl_k8s.launch._pod", allow_abbrev=False)
+    p.add_argument("--nnodes", type=int, required=True)
+    p.add_argument("--nproc-per-node", dest="nproc", type=int, required=True)
+    p.add_argument("--node-rank", type=int, required=True)
+    p.add_argument("--master-addr", required=True)
+    p.add_argument("--master-port", type=int, required=True)
+    p.add_argument("--rdzv-timeout", dest="rdzv_timeout_s", type=int, default=900)
+    ns = p.parse_args(argv[:cut])
+    if not 0 <= ns.node_rank < ns.nnodes or ns.nproc < 1:
+        p.error(f"--node-rank {ns.node_rank} --nnodes {ns.nnodes} --nproc-per-node {ns.nproc}")
+    return PodArgs(
+        ns.nnodes, ns.nproc, ns.node_rank, ns.master_addr, ns.master_port, ns.rdzv_timeout_s,
+        tuple(argv[cut + 1 :]),
+    )  # fmt: skip
+
+
+def store_kind(engine_argv: Sequence[str]) -> tuple[bool, list[str]]:
+    """Whether the ranks speak torch's store (gloo, `--driver torch`), and their argv with the
+    backend `auto` resolved here, so that the store and the ranks agree on it."""
+    cfg = parse_args(engine_argv)
+    argv = list(engine_argv)
+    backend = cfg.backend
+    if backend == "auto":
+        from nccl_k8s.bench.cuda import gpu_count
+
+        backend = "nccl" if gpu_count() else "gloo"
+        argv += ["--backend", backend]
+    return backend != "nccl" or cfg.driver == "torch", argv
+
+
+class Launchers:
+    """The launchers' own use of the run's store: the rendezvous and the exit barrier."""
+
+    def __init__(self, torch_store: bool, host: str, port: int, timeout_s: float) -> None:
+        self.torch = torch_store
+        try:
+            if torch_store:
+                from torch.distributed import TCPStore  # type: ignore[attr-defined]
+
+                delta = datetime.timedelta(seconds=timeout_s)
+                self.store: Any = TCPStore(host, port, is_master=False, timeout=delta)
+            else:
+                self.store = StoreClient(host, port, timeout_s=timeout_s, connect_s=timeout_s)
+        except (StoreTimeout, RuntimeError, OSError) as exc:  # torch: DistStoreError
+            raise RendezvousFailed(
+                f"cannot reach node 0's store at {host}:{port} within {timeout_s:g} s ({exc})"
+            ) from None
+
+    def _wait(self, key: str, timeout_s: float) -> bool:
+        """Wait for `key`; False when it did not come within `timeout_s`."""
+        if self.torch:
+            self.store.set_timeout(datetime.timedelta(seconds=max(timeout_s, 0.001)))
+        else:
+            self.store.timeout_s = max(timeout_s, 0.001)
+        try:
+            self.store.get(key)
+        except (StoreTimeout, RuntimeError):  # torch's DistStoreError is a RuntimeError
+            return False
+        return True
+
+    def rendezvous(self, node: int, count: int, timeout_s: float) -> None:
+        """Node 0 waits for every node, then says go; the others wait for that."""
+        self.store.set(f"{_JOIN}/{node}", b"1")
+        if node != 0:
+            if not self._wait(_GO, timeout_s):
+                raise RendezvousFailed(f"node 0 did not start the run within {timeout_s:g} s")
+            return
+        deadline = time.monotonic() + timeout_s
+        for other in range(1, count):
+            if not self._wait(f"{_JOIN}/{other}", deadline - time.monotonic()):
+                joined = sum(self.store.check([f"{_JOIN}/{n}"]) for n in range(count))
+                raise RendezvousFailed(
+                    f"Timed out after {timeout_s:g} seconds waiting for clients. "
+                    f"{joined}/{count} clients joined."
+                )
+        self.store.set(_GO, b"1")
+
+    def done(self, node: int) -> None:
+        self.store.set(f"{_DONE}/{node}", b"1")
+
+    def exit_barrier(self, count: int, timeout_s: float) -> None:
+        """Node 0: until every node's ranks have ended (at most `timeout_s`)."""
+        deadline = time.monotonic() + timeout_s
+        for other in range(1, count):
+            if not self._wait(f"{_DONE}/{other}", deadline - time.monotonic()):
+                return
+
+
+def _host(torch_store: bool, port: int, timeout_s: float) -> Any:
+    """Node 0's store, on every address of the pod."""
+    if not torch_store:
+        return StoreServer("0.0.0.0", port)
+    from torch.distributed import TCPStore  # type: ignore[attr-defined]
+
+    delta = datetime.timedelta(seconds=timeout_s)
+    return TCPStore("0.0.0.0", port, is_master=True, wait_for_workers=False, timeout=delta)
+
+
+def launch(args: PodArgs) -> int:
+    """One pod's part of the run; the pod's exit code."""
+    try:
+        torch_store, engine_argv = store_kind(args.engine_argv)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    node = Node(args.node_rank, args.nnodes, args.master_addr, args.master_port)
+    server = _host(torch_store, args.master_port, args.rdzv_timeout_s) if node.rank == 0 else None
+    try:
+        return _run(args, node, torch_store, engine_argv)
+    finally:
+        close = getattr(server, "close", None)
+        if close is not None:
+            close()
+
+
+def _run(args: PodArgs, node: Node, torch_store: bool, engine_argv: list[str]) -> int:
+    # Node 0 speaks to its own store over loopback: its service name may not resolve to itself
+    # (host networking), and there is nothing to wait for.
+    host = "127.0.0.1" if node.rank == 0 else node.master_addr
+    try:
+        launchers = Launchers(torch_store, host, node.master_port or 0, args.rdzv_timeout_s)
+        launchers.rendezvous(node.rank, node.count, args.rdzv_timeout_s)
+    except RendezvousFailed as exc:
+        print(f"{_PREFIX} rendezvous: {exc}", file=sys.stderr, flush=True)
+        return 1
+    with interruptible(), workdir() as work:
+        try:
+            code = run_ranks(args.nproc, engine_argv, work=work, torch_store=torch_store, node=node)
+        except RunFailed as exc:
+            print(f"{_PREFIX} {exc}", file=sys.stderr, flush=True)
+            return _exit_code(exc.exit_status)
+        except Interrupted as exc:
+            print(f"{_PREFIX} {exc}", file=sys.stderr, flush=True)
+            return exc.exit_code
+        finally:
+            if node.rank != 0:
+                # Node 0 may be gone already (its ranks failed): nothing then waits for this.
+                with contextlib.suppress(OSError, RuntimeError):
+                    launchers.done(node.rank)
+        if node.rank == 0:
+            launchers.exit_barrier(node.count, EXIT_BARRIER_S)
+    return code
+
+
+def _exit_code(status: int | None) -> int:
+    """A failed rank's exit status as a process's exit code (a signal as 128 + its number)."""
+    if status is None or status == 0:
+        return 1
+    return 128 - status if status < 0 else status
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return launch(parse(sys.argv[1:] if argv is None else argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
