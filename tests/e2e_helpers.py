@@ -50,7 +50,9 @@ def engine_zipapp_with(tmp_path: Path, code: str) -> bytes:
     root = tmp_path / "pkg" / "nccl_k8s"
     src = Path(nccl_k8s.__file__).parent
     shutil.copytree(src / "bench", root / "bench", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(src / "launch", root / "launch", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(src / "__init__.py", root / "__init__.py")
+    shutil.copy(src / "errors.py", root / "errors.py")  # the in-pod launcher's
     main = root / "bench" / "__main__.py"
     future = "from __future__ import annotations\n"
     main.write_text(main.read_text().replace(future, future + code, 1))
