@@ -198,3 +198,16 @@ def test_d_all_o_all_runs_every_type_and_reduction(tmp_path: Path) -> None:
     assert (doc["config"]["datatype"], doc["config"]["redop"]) == ("all", "all")
     assert len(doc["results"]) == len(expected)
     assert {(r["type"], r["redop"]) for r in doc["results"]} == expected
+
+
+def test_nccl_fp8_avg_is_skipped_in_all_and_refused_alone() -> None:
+    """NCCL 2.28 on an H200 answered ncclAvg of f8e4m3 with ncclInvalidArgument (measured on
+    the lent GPU): `-d all -o all` skips those pairs with a line, naming one is refused."""
+    from nccl_k8s.bench.compat import skipped
+    from nccl_k8s.bench.config import ConfigError, check_backend, parse_args
+
+    assert skipped("nccl", "f8e4m3", "avg") == skipped("nccl", "f8e5m2", "avg") is not None
+    assert skipped("nccl", "f8e4m3", "max") is None and skipped("nccl", "bfloat16", "avg") is None
+    with pytest.raises(ConfigError, match=r"-o avg with -d f8e5m2: NCCL averages no 8-bit floats"):
+        check_backend(parse_args(["-d", "f8e5m2", "-o", "avg"]), "nccl", world_size=2)
+    check_backend(parse_args(["-d", "all", "-o", "all"]), "nccl", world_size=2)

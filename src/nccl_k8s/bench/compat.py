@@ -122,9 +122,16 @@ def _same_int(text: str, default: str) -> bool:
         return False
 
 
+#: Measured on an H200 with NCCL 2.28.9: ncclAllReduce with ncclAvg on ncclFloat8e4m3 returns
+#: ncclInvalidArgument (NCCL reduces 8-bit floats with sum, prod, max and min only).
+NCCL_NO_FP8_AVG = "NCCL averages no 8-bit floats (ncclAvg: invalid argument)"
+
+
 def skipped(backend: str, dtype: str, redop: str | None) -> str | None:
     """Why `-d all`/`-o all` skips this type and reduction on `backend` (None: it runs). A
     type or reduction named on its own is refused instead (check_backend)."""
+    if backend == "nccl" and redop == "avg" and dtype.startswith("f8"):
+        return NCCL_NO_FP8_AVG
     if backend != "gloo":
         return None
     if dtype.startswith("f8"):
@@ -134,4 +141,11 @@ def skipped(backend: str, dtype: str, redop: str | None) -> str | None:
     return None
 
 
-__all__ = ["NOT_HONOURED", "ConfigError", "add_compat_flags", "refuse_not_honoured", "skipped"]
+__all__ = [
+    "NCCL_NO_FP8_AVG",
+    "NOT_HONOURED",
+    "ConfigError",
+    "add_compat_flags",
+    "refuse_not_honoured",
+    "skipped",
+]

@@ -18,6 +18,7 @@ from typing import Literal, NoReturn, TypeVar, get_args
 # The collectives and element types are registries of their own; the flags name their entries.
 from nccl_k8s.bench.collectives import ALL_OPS, REDUCING_OPS, ROOTED_OPS, Op, refused
 from nccl_k8s.bench.compat import (
+    NCCL_NO_FP8_AVG,
     NOT_HONOURED,
     ConfigError,
     add_compat_flags,
@@ -526,6 +527,14 @@ def check_backend(config: BenchConfig, backend: str, *, world_size: int) -> None
                 raise ConfigError(
                     f"-o avg with -d {config.dtype}: gloo averages only floating types"
                 )
+    if (
+        backend == "nccl"
+        and len(config.dtypes) == 1
+        and config.dtype.startswith("f8")
+        and config.redops == ("avg",)
+        and any(op in REDUCING_OPS for op in config.ops)
+    ):
+        raise ConfigError(f"-o avg with -d {config.dtype}: {NCCL_NO_FP8_AVG}")
     if config.root >= world_size:
         raise ConfigError(
             f"-r {config.root}: expected a rank below the world size {world_size}, or -1"
