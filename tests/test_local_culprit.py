@@ -5,6 +5,7 @@ The end-to-end counterparts (real gloo ranks stopped and killed) are in test_loc
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import signal
 from pathlib import Path
@@ -96,6 +97,17 @@ def test_the_only_rank_still_running_after_its_peers_timed_out_did_not_progress(
     assert str(exc).startswith(
         "rank 1 (pid 4241) did not progress: the run timed out waiting for it (noticed by rank 0:"
     )
+    # The watchdogs named that same rank with a reason: theirs says more, and is what is shown
+    # (on a busy machine the launcher can see the only running rank before it reads the files).
+    busy = Fault(rank=0, culprit=1, host="h", pid=4241, reason="alive but busy outside the "
+                 "collective (running spin.py:9) while the other ranks wait in it", where="x")  # fmt: skip
+    exc = blame([ended(0, 1, 3.0, TIMEOUT), stopped_by_us(1, "R"), ended(2, 1, 3.1, ECHO)], [busy])
+    assert str(exc).startswith(
+        "rank 1 (pid 4241) failed: alive but busy outside the collective (running spin.py:9)"
+    )
+    other = dataclasses.replace(busy, culprit=2)  # a file naming another rank: processes win
+    exc = blame([ended(0, 1, 3.0, TIMEOUT), stopped_by_us(1, "R"), ended(2, 1, 3.1, ECHO)], [other])
+    assert str(exc).startswith("rank 1 (pid 4241) did not progress")
     # Two ranks still running: no process evidence singles one out; the first failure is named.
     exc = blame([ended(0, 1, 3.0, TIMEOUT), stopped_by_us(1, "S"), stopped_by_us(2, "S")])
     assert str(exc).startswith("rank 0 (pid 4240) failed with exit code 1: RuntimeError: Timed out")

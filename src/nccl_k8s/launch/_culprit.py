@@ -162,6 +162,11 @@ def attribute(facts: Sequence[RankFacts], faults: Iterable[Fault] = ()) -> int:
     found = _from_processes(facts, failed)
     if found is not None:
         culprit, what = found
+        named = _from_faults({f.rank: f for f in facts}, faults)
+        if what.startswith("did not progress") and named and named[0].rank == culprit.rank:
+            # The rank still running is the one the watchdogs named: their reason (busy outside
+            # the collective, behind, no heartbeat) says more than "did not progress".
+            raise _failed(culprit, named[1])
         raise _failed(culprit, what + _noticed([f for f in failed if f.rank != culprit.rank]))
     found = _from_faults({f.rank: f for f in facts}, faults)
     if found is not None:
