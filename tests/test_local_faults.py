@@ -291,7 +291,7 @@ def test_interrupting_run_stops_every_rank_with_one_line(
     run = start("--nproc", "2", *SOAK)
     ranks = run.rank_pids(2)
     run.proc.send_signal(sig)
-    assert run.wait(timeout_s=30) == code
+    assert run.wait(timeout_s=120) == code  # a guard: a loaded machine stops ranks slowly
     assert run.stderr().strip().splitlines() == [
         f"error: interrupted by {sig.name}: stopped 2 ranks"
     ]

@@ -5,6 +5,8 @@ the line itself, the deploy phase); where stderr is not a terminal, one plain li
 from __future__ import annotations
 
 import io
+import itertools
+import re
 from pathlib import Path
 from typing import Any
 
@@ -195,7 +197,15 @@ def test_deploy_with_stderr_to_a_file_logs_each_change_and_the_pending_reason(
     assert seen - created <= 5, text
     assert proc.returncode == 1, text
     lines = text.splitlines()
-    pending = [line for line in lines if line.startswith(f"run {rid}: 2 unscheduled of 2 pods")]
-    assert pending and "; pending: 2 Unschedulable: 0/4 nodes are available" in pending[0], text
-    assert len(pending) == 1  # one line per change, not one per second of waiting
+    pending = [
+        line
+        for line in lines
+        if line.startswith(f"run {rid}: 2 unscheduled of 2 pods")
+        and "; pending: 2 Unschedulable: 0/4 nodes are available" in line
+    ]
+    assert len(pending) == 1, text  # one line per change, not one per second of waiting
+    # Each line says something the one before did not (the pods' phases or why they wait); the
+    # seconds alone never make a line.
+    said = [re.sub(r" \(\d+s\)", "", line) for line in lines if line.startswith(f"run {rid}:")]
+    assert all(a != b for a, b in itertools.pairwise(said)), text
     assert "\x1b[" not in text

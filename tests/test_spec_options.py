@@ -31,7 +31,7 @@ EVERY_OPTION: dict[str, object] = {
     "security": "host", "queue": "gpu-queue", "gang": "volcano", "priority_class": "high",
     "runtime_class": "nvidia",
     "active_deadline": "2h", "ttl": "10m", "rendezvous_timeout": "5m", "metrics_port": "9400",
-    "pod_monitor": True, "platform": "generic", "instance_type": "p5.48xlarge",
+    "pod_monitor": True, "platform": "generic", "instance_type": "p5.48xlarge", "launcher": "direct",
     "compute_domain": True,
 }  # fmt: skip
 
