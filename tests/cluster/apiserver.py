@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 from urllib.parse import parse_qs, urlsplit
 
 import yaml
@@ -510,12 +510,13 @@ class APIServer:
                 raise errors.bad_request("invalid continue token") from None
         labels, fields = q.get("labelSelector") or None, q.get("fieldSelector") or None
         # Each one with its sort key, so a page of rows without objects still ends somewhere.
-        keyed, rv = self.store.list(
+        got, rv = self.store.list(
             ri.key, route.namespace, labels, fields,
             after=after,  # type: ignore[arg-type]
             limit=limit + 1 if limit else None,
-            project=lambda o: (_sort_key(o), shape(o)),  # type: ignore[arg-type,return-value]
+            project=lambda o: (_sort_key(o), shape(o)),
         )  # fmt: skip
+        keyed = cast("list[tuple[tuple[str, str], Obj]]", got)
         meta: Obj = {"resourceVersion": rv}
         if limit and len(keyed) > limit:
             keyed = keyed[:limit]

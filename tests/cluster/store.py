@@ -500,7 +500,7 @@ class Store:
         *,
         after: tuple[str, str] | None = None,
         limit: int | None = None,
-        project: Callable[[Obj], Obj] | None = None,
+        project: Callable[[Obj], Any] | None = None,
     ) -> tuple[list[Obj], str]:
         """Matching objects sorted by namespace/name, and the resourceVersion to watch from.
 
@@ -514,7 +514,7 @@ class Store:
         fields = parse_field_selector(field_selector)
         take = project or clone
         with self._lock:
-            out = []
+            out: list[Any] = []
             for key, obj in sorted(self._objects[resource].items()):
                 ns = key[0]
                 if ri.namespaced and namespace and ns != namespace:
