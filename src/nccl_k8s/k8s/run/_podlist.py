@@ -36,7 +36,7 @@ from nccl_k8s.spec import LABEL_INSTANCE
 
 #: The Status cell of a pod of that phase with nothing wrong (kube-apiserver's printPod).
 FINE_CELL = {"Running": "Running", "Succeeded": "Completed"}
-#: Rows that are not fine are read one by one up to this many, else their list is read whole.
+#: Rows that are not fine are read by name up to this many, else their phase's list whole.
 FETCH_EACH = 32
 _LEADING_INT = re.compile(r"\s*(\d+)")
 
@@ -124,8 +124,7 @@ async def read_pods(
             else:
                 fine[info.name] = info
                 runs[info.name] = _run_of(row.metadata)
-        listed = functools.partial(whole, table_fields(phase))
-        for obj in (*got.objects, *await _whole_of(kc, namespace, unfine, listed)):
+        for obj in (*got.objects, *await _whole_of(unfine, table_fields(phase), whole)):
             objs[str(obj["metadata"].get("name"))] = obj
     for obj in (*rest, *elsewhere):
         objs[str(obj["metadata"].get("name"))] = obj
@@ -141,19 +140,17 @@ def _run_of(meta: Obj) -> str:
 
 
 async def _whole_of(
-    kc: KubeClient,
-    namespace: str,
-    names: list[str],
-    list_whole: Callable[[], Awaitable[list[Obj]]],
+    names: list[str], fields: str, list_whole: Callable[[str], Awaitable[list[Obj]]]
 ) -> list[Obj]:
-    """The pods of these names, whole: one by one when few, else from their list read whole
-    (a pod deleted meanwhile is left out)."""
+    """The pods of these names (of the list `fields` selects), whole: each by a list of its
+    name when few, else that whole list (a pod deleted meanwhile is left out). Lists, not gets:
+    the Role `nccl-k8s rbac` prints grants pods list and watch, not get."""
     if not names:
         return []
     if len(names) > FETCH_EACH:
         wanted = set(names)
-        return [o for o in await list_whole() if o["metadata"].get("name") in wanted]
+        return [o for o in await list_whole(fields) if o["metadata"].get("name") in wanted]
     got = await bounded(
-        16, [functools.partial(kc.get, "Pod", n, namespace=namespace) for n in names]
+        16, [functools.partial(list_whole, f"{fields},metadata.name={n}") for n in names]
     )
-    return [o for o in got if o is not None]
+    return [o for items in got for o in items]
