@@ -9,7 +9,8 @@ a user would run them (separate processes, over HTTP):
 - `nccl-k8s results`: every pod's log fetched, result lines merged, runs/<id>/ written;
 - `nccl-k8s status` (and `-o json`, and `list`): one list of the Job and one of the pods;
 
-with each command's peak RSS (its VmHWM), so "bounded memory" is a number, and the CPU time
+with each command's peak RSS (its VmHWM), so "bounded memory" is a number, its own CPU time
+(user + system: on a shared machine the wall time is mostly waiting for a core), and the CPU time
 the test cluster (API server, controllers, kubelet: threads of this process) spent meanwhile,
 its share of the machine. Goals (issues 4, 22): results within 5 s and 300 MB, status within
 1 s, at 4,096 pods. Not a test; figures go to BENCHMARKS.md, each with the commit it measured.
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -132,8 +134,10 @@ def any_rank_log(info_lines: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run_cli(args: list[str], env: dict[str, str]) -> tuple[float, float, str, str]:
-    """A CLI run with its own peak RSS: through a tiny wrapper that reports getrusage(SELF)."""
+def run_cli(args: list[str], env: dict[str, str]) -> tuple[float, float, str, str, float]:
+    """A CLI run with its own peak RSS (through a tiny wrapper that reports its VmHWM) and its
+    own CPU seconds (user + system): on a shared machine the wall time is mostly waiting for a
+    core, the CPU time is what the command costs."""
     # VmHWM, not getrusage's ru_maxrss: the latter survives exec, so a child of this (large)
     # process would report this process's size.
     wrapper = (
@@ -146,14 +150,17 @@ def run_cli(args: list[str], env: dict[str, str]) -> tuple[float, float, str, st
         "    sys.stderr.write('\\nRSS_MIB ' + str(int(hwm) / 1024) + '\\n')\n"
     )
     t0 = time.monotonic()
+    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.run(
         [sys.executable, "-c", wrapper, *args], env=env, capture_output=True, text=True, timeout=600
     )
     wall = time.monotonic() - t0
+    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = ru1.ru_utime - ru0.ru_utime + ru1.ru_stime - ru0.ru_stime
     if proc.returncode != 0:
         raise SystemExit(f"nccl-k8s {' '.join(args)} failed ({proc.returncode}): {proc.stderr}")
     rss = float(proc.stderr.rsplit("RSS_MIB ", 1)[1].split()[0])
-    return wall, rss, proc.stdout, proc.stderr
+    return wall, rss, proc.stdout, proc.stderr, cpu
 
 
 def _cpu_s() -> float:
@@ -300,7 +307,9 @@ def main() -> None:
         figures["pods_finished_s"] = round(time.monotonic() - t0, 1)
 
         env = dict(c.kubectl_env(), NCCL_K8S_RUNS_DIR=str(Path(tmp) / "runs"))
-        samples: dict[int, dict[str, list[tuple[float, float, float]]]] = {n: {} for n in sizes}
+        samples: dict[int, dict[str, list[tuple[float, float, float, float]]]] = {
+            n: {} for n in sizes
+        }
         # Interleaved rounds: every command at every size once per round, so that what else
         # runs on this shared machine falls on all of them alike.
         for _ in range(args.repeat):
@@ -309,15 +318,18 @@ def main() -> None:
                 base = ["-n", ns, "--kubeconfig", str(c.kubeconfig)]
                 for name in COMMANDS:
                     cpu0 = _cpu_s()
-                    wall, rss, out, err = run_cli(_argv(name, rid, base, args.concurrency), env)
+                    wall, rss, out, err, cli_cpu = run_cli(
+                        _argv(name, rid, base, args.concurrency), env
+                    )
                     server = _cpu_s() - cpu0
-                    samples[n].setdefault(name, []).append((wall, rss, server))
+                    samples[n].setdefault(name, []).append((wall, rss, server, cli_cpu))
                     if name == "results":
                         assert f"from {n} pods" in err, err
                     if name == "status_latest_json":
                         assert len(json.loads(out)["pods"]) == n
-        wall, rss, _, _ = run_cli(["--version"], env)
+        wall, rss, _, _, cli_cpu = run_cli(["--version"], env)
         figures["cli_startup_s"] = round(wall, 3)
+        figures["cli_startup_cpu_s"] = round(cli_cpu, 3)
         figures["load_after"] = os.getloadavg()[0]
         per_size = []
         for n in sizes:
@@ -330,6 +342,8 @@ def main() -> None:
                 fig[f"{name}_peak_rss_mib"] = round(max(v[1] for v in vals), 1)
                 servers = sorted(v[2] for v in vals)
                 fig[f"{name}_server_cpu_s_median"] = round(servers[len(servers) // 2], 3)
+                cpus = sorted(v[3] for v in vals)
+                fig[f"{name}_cpu_s_median"] = round(cpus[len(cpus) // 2], 3)
             logs = Path(tmp) / "runs" / runs[n][1] / "logs"
             fig["logs_written"] = len(list(logs.iterdir()))
             fig["logs_bytes"] = sum(p.stat().st_size for p in logs.iterdir())

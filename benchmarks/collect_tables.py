@@ -71,6 +71,10 @@ def render(folder: pathlib.Path) -> str:
     for name, label in COMMANDS:
         cells = [f"{f[f'{name}_peak_rss_mib']:g} MiB" for f in sizes]
         out.append(f"| {label} peak memory (VmHWM) | " + " | ".join(cells) + " |")
+    if all(f"{COMMANDS[0][0]}_cpu_s_median" in f for f in sizes):  # measured since c2e8d0d
+        for name, label in COMMANDS:
+            cells = [f"{f[f'{name}_cpu_s_median']:g} s" for f in sizes]
+            out.append(f"| {label}: its own CPU (user + system) | " + " | ".join(cells) + " |")
     for name, label in COMMANDS:
         cells = [f"{f[f'{name}_server_cpu_s_median']:g} s" for f in sizes]
         out.append(f"| {label}: test cluster's CPU meanwhile | " + " | ".join(cells) + " |")
@@ -94,7 +98,11 @@ def render(folder: pathlib.Path) -> str:
             "| --- |" + " ---: |" * len(COMMANDS),
             "| per doubling | " + " | ".join(cells) + " |",
         ]
-    startup = ", ".join(f"{f['run'].get('cli_startup_s')} s" for f in sizes)
+    startup = ", ".join(
+        f"{f['run'].get('cli_startup_s')} s"
+        + (f" ({f['run']['cli_startup_cpu_s']} s CPU)" if "cli_startup_cpu_s" in f["run"] else "")
+        for f in sizes
+    )
     out += ["", f"CLI start-up alone (`--version`), per column: {startup}.", "", END]
     return "\n".join(out) + "\n"
 

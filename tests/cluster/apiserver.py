@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 from urllib.parse import parse_qs, urlsplit
 
 import yaml
@@ -474,47 +474,62 @@ class APIServer:
     # ---- verbs -----------------------------------------------------------------------------
 
     def _send_obj(self, h: _Handler, code: int, obj: Obj) -> None:
-        if tables.wants_table(h.headers.get("Accept", "")):
+        accept = h.headers.get("Accept", "")
+        if tables.wants_table(accept):
             h.send_json(code, tables.table([obj], obj.get("metadata", {}).get("resourceVersion")))
+        elif tables.wants_metadata(accept) == "PartialObjectMetadata":
+            h.send_json(code, tables.partial(obj))
         else:
             h.send_json(code, obj)
 
     def _list(self, h: _Handler, route: _Route, q: dict[str, str]) -> None:
+        """A list, or one page of it (`limit`, `continue`), of whole objects, as a Table
+        (`as=Table`, with `includeObject`) or of metadata alone (`as=PartialObjectMetadataList`).
+        A page is read from the store alone, so it costs its own size (kube-apiserver serves
+        pages from its watch cache; its tokens also hold the resourceVersion, checked here only
+        for its form)."""
         ri = route.ri
-        items, rv = self.store.list(
-            ri.key,
-            route.namespace,
-            label_selector=q.get("labelSelector") or None,
-            field_selector=q.get("fieldSelector") or None,
-        )
-        meta: Obj = {"resourceVersion": rv}
+        accept = h.headers.get("Accept", "")
+        as_table = tables.wants_table(accept)
+        as_meta = not as_table and tables.wants_metadata(accept) == "PartialObjectMetadataList"
+        include = q.get("includeObject") or "Metadata"
+        if include not in ("None", "Metadata", "Object"):
+            raise errors.bad_request(f"invalid includeObject: {include!r}")
+        shape: Callable[[Obj], Obj] = clone
+        if as_table:
+            shape = lambda o: tables.row(o, ri.kind, include)  # noqa: E731
+        elif as_meta:
+            shape = tables.partial
         limit = _int(q, "limit")
         token = q.get("continue")
+        after = None
         if token:
             try:
-                start = json.loads(base64.urlsafe_b64decode(token.encode()))["start"]
+                after = tuple(json.loads(base64.urlsafe_b64decode(token.encode()))["start"])
             except (ValueError, KeyError, TypeError):
                 raise errors.bad_request("invalid continue token") from None
-            items = [i for i in items if _sort_key(i) > tuple(start)]
-        if limit and len(items) > limit:
-            last = _sort_key(items[limit - 1])
-            items = items[:limit]
+        labels, fields = q.get("labelSelector") or None, q.get("fieldSelector") or None
+        # Each one with its sort key, so a page of rows without objects still ends somewhere.
+        got, rv = self.store.list(
+            ri.key, route.namespace, labels, fields,
+            after=after,  # type: ignore[arg-type]
+            limit=limit + 1 if limit else None,
+            project=lambda o: (_sort_key(o), shape(o)),
+        )  # fmt: skip
+        keyed = cast("list[tuple[tuple[str, str], Obj]]", got)
+        meta: Obj = {"resourceVersion": rv}
+        if limit and len(keyed) > limit:
+            keyed = keyed[:limit]
             meta["continue"] = base64.urlsafe_b64encode(
-                json.dumps({"start": list(last), "rv": rv}).encode()
+                json.dumps({"start": list(keyed[-1][0]), "rv": rv}).encode()
             ).decode()
-            meta["remainingItemCount"] = 0
-        if tables.wants_table(h.headers.get("Accept", "")):
-            h.send_json(200, tables.table(items, rv, meta.get("continue"), ri.kind))
+        items = [item for _, item in keyed]
+        if as_table:
+            h.send_json(200, tables.rows_table(items, rv, meta.get("continue"), ri.kind))
             return
-        h.send_json(
-            200,
-            {
-                "kind": f"{ri.kind}List",
-                "apiVersion": ri.api_version,
-                "metadata": meta,
-                "items": items,
-            },
-        )
+        kind = "PartialObjectMetadataList" if as_meta else f"{ri.kind}List"
+        version = "meta.k8s.io/v1" if as_meta else ri.api_version
+        h.send_json(200, {"kind": kind, "apiVersion": version, "metadata": meta, "items": items})
 
     def _watch(self, h: _Handler, route: _Route, q: dict[str, str]) -> None:
         ri = route.ri

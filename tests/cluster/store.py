@@ -497,22 +497,38 @@ class Store:
         namespace: str | None = None,
         label_selector: Selector = None,
         field_selector: Selector = None,
+        *,
+        after: tuple[str, str] | None = None,
+        limit: int | None = None,
+        project: Callable[[Obj], Any] | None = None,
     ) -> tuple[list[Obj], str]:
-        """Matching objects sorted by namespace/name, and the resourceVersion to watch from."""
+        """Matching objects sorted by namespace/name, and the resourceVersion to watch from.
+
+        A page, as kube-apiserver serves one from its cache: only objects whose (namespace,
+        name) sorts after `after`, at most `limit` of them (a page costs its own size, not the
+        whole list's). `project` makes what is returned from each object under the lock in
+        place of a full copy (a Table row, the metadata alone); it must not keep references
+        into the object it is given."""
         ri = info(resource, self.resources)
         labels = parse_label_selector(label_selector)
         fields = parse_field_selector(field_selector)
+        take = project or clone
         with self._lock:
-            out = []
-            for (ns, _), obj in sorted(self._objects[resource].items()):
+            out: list[Any] = []
+            for key, obj in sorted(self._objects[resource].items()):
+                ns = key[0]
                 if ri.namespaced and namespace and ns != namespace:
+                    continue
+                if after is not None and key <= after:
                     continue
                 obj_labels = obj["metadata"].get("labels") or {}
                 if not all(r.matches(obj_labels) for r in labels):
                     continue
                 if not all((_field_value(obj, p) == v) == (op == "=") for p, op, v in fields):
                     continue
-                out.append(clone(obj))
+                if limit is not None and len(out) >= limit:
+                    break
+                out.append(take(obj))
             return out, str(self._rv)
 
     # ---- writing ---------------------------------------------------------------------------

@@ -12,6 +12,8 @@ from calendar import timegm
 from collections.abc import Callable
 from typing import Any
 
+from tests.cluster.store import clone
+
 Obj = dict[str, Any]
 
 
@@ -157,36 +159,61 @@ _COLUMNS: dict[str, tuple[list[tuple[str, str, int]], Callable[[Obj], list[Any]]
 }
 
 
+def wants_metadata(accept: str) -> str | None:
+    """`PartialObjectMetadata` or `...List` when the client asked for metadata alone (client-go's
+    metadata client: `application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1`)."""
+    for media in accept.split(","):
+        for param in media.split(";"):
+            key, _, value = param.strip().partition("=")
+            if key == "as" and value in ("PartialObjectMetadata", "PartialObjectMetadataList"):
+                return value
+    return None
+
+
+def partial(o: Obj) -> Obj:
+    """The object as `PartialObjectMetadata`: its metadata (a copy) and nothing else."""
+    return {
+        "kind": "PartialObjectMetadata",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": clone(o.get("metadata") or {}),
+    }
+
+
+def _defs(kind: str) -> list[tuple[str, str, int]]:
+    cols, _, age_at = _COLUMNS.get(kind, ([], lambda o: [], 0))
+    if kind == "Event":
+        return [("Last Seen", _S, 0), *cols, ("Name", _S, 1)]
+    return [("Name", _S, 0), *cols[:age_at], ("Age", _S, 0), *cols[age_at:]]
+
+
+def row(o: Obj, kind: str, include: str = "Metadata") -> Obj:
+    """One object's row: its cells, and (`includeObject`, kube-apiserver's default Metadata) its
+    metadata, the whole object, or nothing. Copies what it keeps (the store calls it under its
+    lock in place of a full copy)."""
+    _, printer, age_at = _COLUMNS.get(kind, ([], lambda o: [], 0))
+    meta = o.get("metadata") or {}
+    cells = printer(o)
+    if kind == "Event":
+        out = [_age(o.get("lastTimestamp") or meta.get("creationTimestamp")), *cells]
+        out.append(meta.get("name", ""))
+    else:
+        out = [meta.get("name", ""), *cells[:age_at], _age(meta.get("creationTimestamp")),
+               *cells[age_at:]]  # fmt: skip
+    got: Obj = {"cells": out}
+    if include == "Metadata":
+        got["object"] = partial(o)
+    elif include == "Object":
+        got["object"] = clone(o)
+    return got
+
+
 def table(items: list[Obj], rv: str | None, cont: str | None = None, kind: str = "") -> Obj:
     kind = kind or (items[0].get("kind", "") if items else "")
-    cols, printer, age_at = _COLUMNS.get(kind, ([], lambda o: [], 0))
-    defs = [("Name", _S, 0), *cols[:age_at], ("Age", _S, 0), *cols[age_at:]]
-    if kind == "Event":
-        defs = [("Last Seen", _S, 0), *cols, ("Name", _S, 1)]
-    rows = []
-    for o in items:
-        meta = o.get("metadata") or {}
-        cells = printer(o)
-        if kind == "Event":
-            row = [_age(o.get("lastTimestamp") or meta.get("creationTimestamp")), *cells]
-            row.append(meta.get("name", ""))
-        else:
-            row = [
-                meta.get("name", ""),
-                *cells[:age_at],
-                _age(meta.get("creationTimestamp")),
-                *cells[age_at:],
-            ]
-        rows.append(
-            {
-                "cells": row,
-                "object": {
-                    "kind": "PartialObjectMetadata",
-                    "apiVersion": "meta.k8s.io/v1",
-                    "metadata": meta,
-                },
-            }
-        )
+    return rows_table([row(o, kind) for o in items], rv, cont, kind)
+
+
+def rows_table(rows: list[Obj], rv: str | None, cont: str | None, kind: str) -> Obj:
+    defs = _defs(kind)
     metadata: Obj = {"resourceVersion": rv or ""}
     if cont:
         metadata["continue"] = cont

@@ -19,6 +19,7 @@ connection refused before the server ever answered this client is not retried at
 kubeconfig points nowhere, and the user hears it at once (exit 2).
 
 Configuration (settings, the kubeconfig) is api._config's; which kinds it handles, api._kinds'.
+Lists go in pages; tables and metadata-only lists (less to send and decode) are api._lists'.
 
 Writes carry the field manager `nccl-k8s` (managedFields shows which objects this tool wrote;
 cleanup relies on it). One client holds one connection pool of at most 100 connections
@@ -42,6 +43,7 @@ from lightkube.resources.core_v1 import PodLog
 from nccl_k8s.errors import ClusterError, NotFound, UsageError
 from nccl_k8s.k8s.api._config import ClientSettings, RetrySettings, load_config
 from nccl_k8s.k8s.api._kinds import CLUSTER_SCOPED, CUSTOM, GLOBAL, plural, resource
+from nccl_k8s.k8s.api._lists import pages
 from nccl_k8s.k8s.api._rawlogs import RawLogs, Unsupported
 from nccl_k8s.k8s.api._translate import (
     Ask,
@@ -304,37 +306,34 @@ class KubeClient:
         api_version: str | None = None,
         all_namespaces: bool = False,
         label_selector: str | None = None,
+        field_selector: str | None = None,
     ) -> tuple[list[Obj], str]:
         """(objects, the list's resourceVersion) matching the selectors; of every namespace
-        with `all_namespaces`. `label_selector` is a selector in kubectl's syntax (`a in (x,y)`,
-        `!b`), ANDed with `labels`. A custom kind the cluster does not serve is NotFound."""
+        with `all_namespaces`. `label_selector` and `field_selector` are selectors in kubectl's
+        syntax (`a in (x,y)`, `!b`, `status.phase!=Running`), ANDed with `labels` and
+        `fields`. Read in pages (api._lists). A custom kind the cluster does not serve is
+        NotFound."""
         ns = (
             ALL_NS
             if all_namespaces and kind not in CLUSTER_SCOPED and kind not in GLOBAL
             else self._ns(kind, namespace)
         )
         ask = Ask("list", kind, None if ns == ALL_NS else ns)
-        selectors = [s for s in (selector(labels), label_selector) if s]
-        params: dict[str, Any] = {
-            "labelSelector": ",".join(selectors) or None,
-            "fieldSelector": selector(fields),
+        params = {
+            "labelSelector": ",".join(s for s in (selector(labels), label_selector) if s) or None,
+            "fieldSelector": ",".join(s for s in (selector(fields), field_selector) if s) or None,
         }
         items: list[Obj] = []
-        while True:
-            br = self._request("GET", kind, namespace=ns, params=params, api_version=api_version)
-            body = self._object(await self._send(br, ask, retry="reads"), ask)
-            api_version = body.get("apiVersion")
+        bodies = await pages(self, kind, ask, params, namespace=ns, api_version=api_version)
+        for body in bodies:
+            version = body.get("apiVersion")
             for item in body.get("items") or []:
                 # List items come without kind and apiVersion; callers read both.
                 item.setdefault("kind", kind)
-                if api_version:
-                    item.setdefault("apiVersion", api_version)
+                if version:
+                    item.setdefault("apiVersion", version)
                 items.append(item)
-            meta = body.get("metadata") or {}
-            rv = str(meta.get("resourceVersion") or "")
-            if not meta.get("continue"):
-                return items, rv
-            params["continue"] = meta["continue"]
+        return items, str((bodies[-1].get("metadata") or {}).get("resourceVersion") or "")
 
     async def watch(
         self,

@@ -16,6 +16,8 @@ from typing import TypeVar
 
 from nccl_k8s.errors import ClusterError, NotFound
 from nccl_k8s.k8s.api._client import FIELD_MANAGER, KubeClient
+from nccl_k8s.k8s.api._lists import list_metadata
+from nccl_k8s.k8s.api._translate import selector
 from nccl_k8s.k8s.api._types import Kind, Obj
 from nccl_k8s.k8s.rendering._names import APP_NAME, RENDERED_ANNOTATION
 from nccl_k8s.k8s.run._outcomes import Created
@@ -71,13 +73,22 @@ async def namespace_of(kc: KubeClient, namespace: str | None) -> str:
     return namespace or kc.namespace
 
 
-async def runs_in(kc: KubeClient, namespace: str) -> dict[str, dict[str, Obj]]:
-    """run id -> {kind: object} for every labelled object of every run in the namespace."""
+async def runs_in(
+    kc: KubeClient, namespace: str, *, whole: Collection[Kind] = WORKLOADS
+) -> dict[str, dict[str, Obj]]:
+    """run id -> {kind: object} for every labelled object of every run in the namespace; the
+    kinds in `whole` whole, the others their metadata alone (a run's ConfigMap carries the
+    engine: ~100 kB a run that only its labels and creationTimestamp are read of here)."""
     found: dict[str, dict[str, Obj]] = {}
-    lists = await asyncio.gather(
-        *(kc.list(kind, namespace=namespace, labels=run_labels()) for kind in RUN_KINDS)
-    )
-    for kind, (items, _) in zip(RUN_KINDS, lists, strict=True):
+    sel = selector(run_labels())
+
+    async def one(kind: Kind) -> list[Obj]:
+        if kind in whole:
+            return (await kc.list(kind, namespace=namespace, label_selector=sel))[0]
+        return (await list_metadata(kc, kind, namespace=namespace, label_selector=sel))[0]
+
+    lists = await asyncio.gather(*(one(kind) for kind in RUN_KINDS))
+    for kind, items in zip(RUN_KINDS, lists, strict=True):
         for obj in items:
             rid = (obj["metadata"].get("labels") or {}).get(LABEL_INSTANCE)
             if rid:
@@ -93,7 +104,7 @@ async def resolve_run(kc: KubeClient, namespace: str, run_id: str | None) -> str
     """The given run id, or the latest run in the namespace; NotFound when there is none."""
     if run_id is not None:
         return run_id
-    runs = await runs_in(kc, namespace)
+    runs = await runs_in(kc, namespace, whole=())
     if not runs:
         raise NotFound(
             f"no nccl-k8s runs in namespace {namespace} (deploy one, or pass -n/--namespace)",
@@ -104,11 +115,11 @@ async def resolve_run(kc: KubeClient, namespace: str, run_id: str | None) -> str
 
 
 async def get_workload(kc: KubeClient, namespace: str, run_id: str) -> Obj | None:
-    for kind in WORKLOADS:
-        items, _ = await kc.list(kind, namespace=namespace, labels=run_labels(run_id))
-        if items:
-            return items[0]
-    return None
+    """The run's Job, else its StatefulSet (both asked at once), else None."""
+    lists = await asyncio.gather(
+        *(kc.list(kind, namespace=namespace, labels=run_labels(run_id)) for kind in WORKLOADS)
+    )
+    return next((items[0] for items, _ in lists if items), None)
 
 
 async def get_pods(kc: KubeClient, namespace: str, run_id: str) -> list[PodInfo]:

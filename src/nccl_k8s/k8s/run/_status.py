@@ -23,6 +23,7 @@ from nccl_k8s.k8s.run._plumbing import (
     run_labels,
     runs_in,
 )
+from nccl_k8s.k8s.run._podlist import read_pods, template_scheduler
 from nccl_k8s.k8s.run._pods import (
     PodInfo,
     condition,
@@ -34,7 +35,6 @@ from nccl_k8s.k8s.run._pods import (
 )
 from nccl_k8s.k8s.run._settings import WaitSettings
 from nccl_k8s.k8s.run._verdicts import gather_verdict
-from nccl_k8s.spec import LABEL_INSTANCE
 
 
 def status(
@@ -43,16 +43,20 @@ def status(
     async def main(kc: KubeClient) -> RunStatus:
         ns = await namespace_of(kc, namespace)
         rid = await resolve_run(kc, ns, run_id)
-        workload, (raw, _) = await asyncio.gather(
-            get_workload(kc, ns, rid), kc.list("Pod", namespace=ns, labels=run_labels(rid))
-        )
-        pods = sorted((pod_info(p) for p in raw), key=rank_key)
+        workload = await get_workload(kc, ns, rid)
+        if workload is None:  # no template to expect a scheduler from: every pod whole
+            raw, _ = await kc.list("Pod", namespace=ns, labels=run_labels(rid))
+            infos = [pod_info(p) for p in raw]
+        else:
+            scheduler = template_scheduler(workload)
+            infos = (await read_pods(kc, ns, run_labels(rid), scheduler=scheduler)).infos
+        pods = sorted(infos, key=rank_key)
         if workload is None and not pods:
-            runs = await runs_in(kc, ns)
+            runs = await runs_in(kc, ns, whole=())
             if rid not in runs:
                 raise no_run(kc, ns, rid)
         phase = run_phase(workload, pods)
-        detail = await _detail(kc, ns, workload, raw, phase)
+        detail = await _detail(kc, ns, rid, workload, phase)
         created = (workload or {}).get("metadata", {}).get("creationTimestamp")
         sweep = None
         if (workload or {}).get("kind") == "StatefulSet":
@@ -131,10 +135,11 @@ def sweep_per_pod(sweep: dict[str, Any], pods: list[PodInfo]) -> dict[str, str]:
 
 
 async def _detail(
-    kc: KubeClient, ns: str, workload: Obj | None, pods: list[Obj], phase: str
+    kc: KubeClient, ns: str, run_id: str, workload: Obj | None, phase: str
 ) -> str | None:
     """Why a run failed, as `deploy --wait` would have named it: the verdict nccl-k8s recorded
-    when it stopped the run, else the culprit from the pods, else the Job's condition."""
+    when it stopped the run, else the culprit from the pods (read whole: only a failed run
+    pays for that), else the Job's condition."""
     stopped = ((workload or {}).get("metadata", {}).get("annotations") or {}).get(
         STOPPED_ANNOTATION
     )
@@ -142,6 +147,7 @@ async def _detail(
         return f"stopped by nccl-k8s: {stopped}"
     if phase not in ("Failed", "Failing", "Degraded"):
         return None
+    pods, _ = await kc.list("Pod", namespace=ns, labels=run_labels(run_id))
     verdict, _ = await gather_verdict(kc, ns, pods, WaitSettings())
     if verdict is not None:
         return verdict.text()
@@ -152,14 +158,14 @@ async def _detail(
 def list_runs(*, client: ClientSettings, namespace: str | None = None) -> list[RunSummary]:
     async def main(kc: KubeClient) -> list[RunSummary]:
         ns = await namespace_of(kc, namespace)
-        runs, (pods, _) = await asyncio.gather(
-            runs_in(kc, ns), kc.list("Pod", namespace=ns, labels=run_labels())
+        runs, pods = await asyncio.gather(
+            runs_in(kc, ns), read_pods(kc, ns, run_labels(), scheduler=None)
         )
         by_run: dict[str, list[PodInfo]] = {}
-        for pod in pods:
-            rid = (pod["metadata"].get("labels") or {}).get(LABEL_INSTANCE)
+        for info in pods.infos:
+            rid = pods.runs.get(info.name)
             if rid:
-                by_run.setdefault(rid, []).append(pod_info(pod))
+                by_run.setdefault(rid, []).append(info)
         out = []
         for rid, objs in runs.items():
             workload = objs.get("Job") or objs.get("StatefulSet")
