@@ -1,5 +1,5 @@
-"""The node-slow fault: a node's pod processes get about 1/F of the CPU, by duty-cycled
-SIGSTOP/SIGCONT.
+"""The node-slow fault: a node's pod processes get about 1/F of the CPU the other nodes' pod
+processes get, by SIGSTOP/SIGCONT.
 
 Which processes: every process living in the mount namespace of a sandbox the kubelet made for a
 pod of that node, the sandbox's own `sleep` excepted. Only the kubelet's processes and their
@@ -7,20 +7,40 @@ children live there (each sandbox is a private namespace the kubelet created), s
 the machine is touched; the namespace, not the process group, is what finds torchrun's workers,
 which run in sessions of their own. Each process is held by a pidfd from the moment it is found
 (its namespace checked again after opening), so a pid reused by an unrelated process is never
-signalled.
+signalled. The pod processes of the other nodes, found the same way, are the reference.
 
-The cycle: every `PERIOD_S` (20 ms), every slowed process is continued, then each node's
-processes are stopped again after PERIOD_S / F, until the period ends. The period is short so
-that anything timed over more than a few tens of milliseconds sees the slowdown: with a long one
-(CFS bandwidth control's 100 ms), a short measurement can fit in one running slice and see none.
+The cycle, for each slowed node: its processes are continued, stopped again PERIOD_S / F (5 ms
+at F=4) later, and kept stopped until the period (20 ms) ends, or longer if in its run window
+the node used more CPU than its share: until a task getting the share of a CPU the reference
+processes get would have needed F times as long for that much CPU (the most CPU any one of its
+processes used, read from its CPU-time clock; the share, measured every 0.1-0.2 s from the
+reference processes' threads' time on a CPU and waiting for one, /proc/PID/task/TID/schedstat,
+while they were runnable for 20 ms or more; it stays as last measured while they are not, and is
+1 until then). On an idle machine that is the plain duty cycle: a CPU-bound process runs 1/F of
+the time. On a busy one the duty cycle alone is no slowdown: a process continued after a stop has
+kept its claim on the CPU (the scheduler's lag), so it is run at once and gets nearly all of its
+run window, while a process that is never stopped gets only its share. Measured at a load of
+about 10 on 2 cores, a 4x slowed pod got 0.45 of a healthy pod's CPU with the plain cycle, 0.24
+to 0.28 with the charge. The period is short so that anything timed over more than a few tens
+of milliseconds sees the slowdown: with a long one, a short measurement can fit in one running
+slice and see none.
+
+Why not the kernel's CPU controls: a cgroup's CPU bandwidth (cpu.max, cpu.cfs_quota_us) caps the
+CPU absolutely, so on a machine whose load already gives every task less than 1/F of a core it
+slows nothing; a cgroup's weight (cpu.weight, cpu.shares) slows nothing on an idle machine; and
+either needs a writable cgroup hierarchy with the cpu controller (this machine has it on cgroup
+v1 only, outside the unified hierarchy; containers often have none). Signals and /proc work
+wherever the cluster's kubelet can run its pods, and the share is relative to what the other
+nodes' pods get, whatever else runs on the machine, its scheduler's grouping (autogroups of
+sessions) included.
 
 The cycle runs in a process of its own (this file run as a script), not in a thread of the
 cluster's process: there it would wait for the GIL behind the API server and the kubelet, and a
 stop sent late lets the slowed processes run on. For the same reason it asks for real-time
 (SCHED_FIFO) priority where it may. The cluster's side (`Throttle`) sends it, every
-`refresh_s`, which namespaces belong to which slowed node; the helper finds their processes in
-/proc. When the fault is cleared, the cluster stops, or the cluster's process dies (its stdin
-closes), the helper continues every process it stopped and exits.
+`refresh_s`, which namespaces belong to which slowed node, and every pod's; the helper finds
+their processes in /proc. When the fault is cleared, the cluster stops, or the cluster's process
+dies (its stdin closes), the helper continues every process it stopped and exits.
 """
 
 from __future__ import annotations
@@ -59,7 +79,8 @@ class Throttle:
         self._thread: threading.Thread | None = None
 
     def set(self, node: str, factor: float | None) -> None:
-        """Give the node's pods 1/factor of the CPU; None (or a factor <= 1) runs them freely."""
+        """Give the node's pods 1/factor of the CPU the other nodes' pods get; None (or a factor
+        <= 1) runs them freely."""
         with self._lock:
             if factor is None or factor <= 1:
                 self._factors.pop(node, None)
