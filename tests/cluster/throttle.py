@@ -19,9 +19,9 @@ while they were runnable for 20 ms or more; it stays as last measured while they
 1 until then). On an idle machine that is the plain duty cycle: a CPU-bound process runs 1/F of
 the time. On a busy one the duty cycle alone is no slowdown: a process continued after a stop has
 kept its claim on the CPU (the scheduler's lag), so it is run at once and gets nearly all of its
-run window, while a process that is never stopped gets only its share. Measured at a load of
-about 10 on 2 cores, a 4x slowed pod got 0.45 of a healthy pod's CPU with the plain cycle, 0.24
-to 0.28 with the charge. The period is short so that anything timed over more than a few tens
+run window, while a process that is never stopped gets only its share. Measured beside two CPU
+hogs at a load of 8-18 on 2 cores (tests/test_cluster_node_faults.py), a 4x slowed pod got
+0.45-0.84 of a healthy pod's share with the plain cycle, 0.16-0.31 with the charge. The period is short so that anything timed over more than a few tens
 of milliseconds sees the slowdown: with a long one, a short measurement can fit in one running
 slice and see none.
 
