@@ -194,9 +194,9 @@ class Faults:
         self.kubelet.set_node_ready(node, ready)
 
     def node_slow(self, node: str, factor: float | None) -> None:
-        """Give the node's pod processes about 1/factor of the CPU (duty-cycled SIGSTOP/SIGCONT
-        of every process in its pods' sandboxes, pods started later included); None or a
-        factor <= 1 ends it."""
+        """Give the node's pod processes about 1/factor of the CPU the other nodes' pod processes
+        get (SIGSTOP/SIGCONT of every process in its pods' sandboxes, pods started later
+        included: tests/cluster/throttle.py); None or a factor <= 1 ends it."""
         if self.kubelet is None:
             raise RuntimeError("this cluster runs no kubelet")
         self.kubelet.set_node_slow(node, factor)

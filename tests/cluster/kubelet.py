@@ -398,8 +398,8 @@ class Kubelet:
         self._call(lambda: self._node_readiness(node, ready))
 
     def set_node_slow(self, node: str, factor: float | None) -> None:
-        """Fault injection: the node's pod processes get about 1/factor of the CPU (duty-cycled
-        SIGSTOP/SIGCONT, tests/cluster/throttle.py), pods started later too; None (or a factor
+        """Fault injection: the node's pod processes get about 1/factor of the CPU the other
+        nodes' pod processes get (SIGSTOP/SIGCONT, tests/cluster/throttle.py), pods started later too; None (or a factor
         <= 1) ends it."""
         self._throttle.set(node, factor)
 
@@ -412,14 +412,19 @@ class Kubelet:
             else:
                 self._crashing.discard(node)
 
-    def _node_namespaces(self, node: str) -> tuple[set[int], set[int]]:
-        """The mount-namespace inodes of the node's live pod sandboxes, and the sandboxes' pids."""
+    def _node_namespaces(self, node: str | None) -> tuple[set[int], set[int]]:
+        """The mount-namespace inodes of the node's live pod sandboxes (every node's for None),
+        and the sandboxes' pids."""
         inodes: set[int] = set()
         pids: set[int] = set()
         with self._lock:
             for pod in self._pods.values():
                 sb = pod.sandbox
-                if pod.node != node or sb is None or sb.returncode is not None:
+                if (
+                    (node is not None and pod.node != node)
+                    or sb is None
+                    or sb.returncode is not None
+                ):
                     continue
                 if pod.ns_inode:
                     inodes.add(pod.ns_inode)

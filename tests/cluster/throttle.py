@@ -1,5 +1,5 @@
-"""The node-slow fault: a node's pod processes get about 1/F of the CPU, by duty-cycled
-SIGSTOP/SIGCONT.
+"""The node-slow fault: a node's pod processes get about 1/F of the CPU the other nodes' pod
+processes get, by SIGSTOP/SIGCONT.
 
 Which processes: every process living in the mount namespace of a sandbox the kubelet made for a
 pod of that node, the sandbox's own `sleep` excepted. Only the kubelet's processes and their
@@ -7,20 +7,40 @@ children live there (each sandbox is a private namespace the kubelet created), s
 the machine is touched; the namespace, not the process group, is what finds torchrun's workers,
 which run in sessions of their own. Each process is held by a pidfd from the moment it is found
 (its namespace checked again after opening), so a pid reused by an unrelated process is never
-signalled.
+signalled. The pod processes of the other nodes, found the same way, are the reference.
 
-The cycle: every `PERIOD_S` (20 ms), every slowed process is continued, then each node's
-processes are stopped again after PERIOD_S / F, until the period ends. The period is short so
-that anything timed over more than a few tens of milliseconds sees the slowdown: with a long one
-(CFS bandwidth control's 100 ms), a short measurement can fit in one running slice and see none.
+The cycle, for each slowed node: its processes are continued, stopped again PERIOD_S / F (5 ms
+at F=4) later, and kept stopped until the period (20 ms) ends, or longer if in its run window
+the node used more CPU than its share: until a task getting the share of a CPU the reference
+processes get would have needed F times as long for that much CPU (the most CPU any one of its
+processes used, read from its CPU-time clock; the share, measured every 0.1-0.2 s from the
+reference processes' threads' time on a CPU and waiting for one, /proc/PID/task/TID/schedstat,
+while they were runnable for 20 ms or more; it stays as last measured while they are not, and is
+1 until then). On an idle machine that is the plain duty cycle: a CPU-bound process runs 1/F of
+the time. On a busy one the duty cycle alone is no slowdown: a process continued after a stop has
+kept its claim on the CPU (the scheduler's lag), so it is run at once and gets nearly all of its
+run window, while a process that is never stopped gets only its share. Measured beside two CPU
+hogs at a load of 8-18 on 2 cores (tests/test_cluster_node_faults.py), a 4x slowed pod got
+0.45-0.84 of a healthy pod's share with the plain cycle, 0.16-0.31 with the charge. The period is short so that anything timed over more than a few tens
+of milliseconds sees the slowdown: with a long one, a short measurement can fit in one running
+slice and see none.
+
+Why not the kernel's CPU controls: a cgroup's CPU bandwidth (cpu.max, cpu.cfs_quota_us) caps the
+CPU absolutely, so on a machine whose load already gives every task less than 1/F of a core it
+slows nothing; a cgroup's weight (cpu.weight, cpu.shares) slows nothing on an idle machine; and
+either needs a writable cgroup hierarchy with the cpu controller (this machine has it on cgroup
+v1 only, outside the unified hierarchy; containers often have none). Signals and /proc work
+wherever the cluster's kubelet can run its pods, and the share is relative to what the other
+nodes' pods get, whatever else runs on the machine, its scheduler's grouping (autogroups of
+sessions) included.
 
 The cycle runs in a process of its own (this file run as a script), not in a thread of the
 cluster's process: there it would wait for the GIL behind the API server and the kubelet, and a
 stop sent late lets the slowed processes run on. For the same reason it asks for real-time
 (SCHED_FIFO) priority where it may. The cluster's side (`Throttle`) sends it, every
-`refresh_s`, which namespaces belong to which slowed node; the helper finds their processes in
-/proc. When the fault is cleared, the cluster stops, or the cluster's process dies (its stdin
-closes), the helper continues every process it stopped and exits.
+`refresh_s`, which namespaces belong to which slowed node, and every pod's; the helper finds
+their processes in /proc. When the fault is cleared, the cluster stops, or the cluster's process
+dies (its stdin closes), the helper continues every process it stopped and exits.
 """
 
 from __future__ import annotations
@@ -36,10 +56,13 @@ import threading
 import time
 from collections.abc import Callable
 
-#: node -> (mount-namespace inodes of its pods' sandboxes, the sandboxes' own pids)
-Members = Callable[[str], tuple[set[int], set[int]]]
+#: node (None: every node) -> (mount-namespace inodes of its pods' sandboxes, the sandboxes'
+#: own pids)
+Members = Callable[[str | None], tuple[set[int], set[int]]]
 
 PERIOD_S = 0.02
+#: The longest a node is stopped for at once, however loaded the machine is.
+MAX_PERIOD_S = 0.5
 
 
 class Throttle:
@@ -56,7 +79,8 @@ class Throttle:
         self._thread: threading.Thread | None = None
 
     def set(self, node: str, factor: float | None) -> None:
-        """Give the node's pods 1/factor of the CPU; None (or a factor <= 1) runs them freely."""
+        """Give the node's pods 1/factor of the CPU the other nodes' pods get; None (or a factor
+        <= 1) runs them freely."""
         with self._lock:
             if factor is None or factor <= 1:
                 self._factors.pop(node, None)
@@ -102,6 +126,9 @@ class Throttle:
                         "inodes": sorted(inodes),
                         "exclude": sorted(sandboxes),
                     }
+                if state:  # every pod: those of the nodes not slowed are the reference
+                    inodes, sandboxes = self._members(None)
+                    state[""] = {"inodes": sorted(inodes), "exclude": sorted(sandboxes)}
                 try:
                     proc.stdin.write((json.dumps(state) + "\n").encode())
                     proc.stdin.flush()
@@ -126,29 +153,67 @@ def _mount_ns(pid: int) -> int:
         return -1
 
 
+def _cpu_s(pid: int) -> float:
+    """The CPU seconds the process (all its threads) has used: its CPU-time clock, which
+    clock_getcpuclockid(3) would name (clock id ~pid << 3 | CPUCLOCK_SCHED), to the nanosecond
+    where /proc/PID/stat counts in ticks of 10 ms. 0 once it is gone."""
+    try:
+        return time.clock_gettime_ns(((~pid) << 3) | 2) / 1e9
+    except OSError:
+        return 0.0
+
+
+def _runnable_ns(pid: int) -> dict[int, tuple[int, int]]:
+    """Each thread's nanoseconds on a CPU and waiting for one, /proc/PID/task/TID/schedstat."""
+    out: dict[int, tuple[int, int]] = {}
+    with contextlib.suppress(OSError):
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with (
+                contextlib.suppress(OSError, ValueError),
+                open(f"/proc/{pid}/task/{tid}/schedstat") as f,
+            ):
+                ran, waited = f.read().split()[:2]
+                out[int(tid)] = (int(ran), int(waited))
+    return out
+
+
 class _Helper:
     def __init__(self) -> None:
         self.factors: dict[str, float] = {}
         self.held: dict[str, dict[int, int]] = {}  # node -> pid -> pidfd
+        # The share of a CPU the other nodes' pod processes got while runnable, lately; 1 until
+        # they have been runnable long enough to tell (then the cycle alone slows the node).
+        self.share = 1.0
+        self.reference: set[int] = set()  # their pids
+        self.ref_ns: dict[int, tuple[int, int]] = {}  # their threads' _runnable_ns
+        self.measured_at = 0.0
+        # node -> (continued at, each held pid's CPU seconds then); a node not here is stopped
+        self.running: dict[str, tuple[float, dict[int, float]]] = {}
+        self.due: dict[str, float] = {}  # node -> when it is next continued or stopped
 
     def update(self, state: dict[str, dict[str, object]]) -> None:
+        everyone = state.pop("", {"inodes": [], "exclude": []})
         for node in set(self.held) - set(state):
             self.release(node)
         self.factors = {node: float(str(s["factor"])) for node, s in state.items()}
         wanted: dict[int, str] = {}
         exclude: set[int] = set()
-        for node, s in state.items():
+        for node, s in [("", everyone), *state.items()]:  # a slowed node claims its own pods
             inodes, sandboxes = s["inodes"], s["exclude"]
             assert isinstance(inodes, list) and isinstance(sandboxes, list)
             wanted.update(dict.fromkeys(inodes, node))
             exclude.update(sandboxes)
-        found: dict[str, set[int]] = {node: set() for node in state}
+            if node:
+                self.due.setdefault(node, time.monotonic())
+        found: dict[str, set[int]] = {node: set() for node in ["", *state]}
         for entry in os.listdir("/proc"):
             if not entry.isdigit() or int(entry) in exclude:
                 continue
             owner = wanted.get(_mount_ns(int(entry)))
             if owner is not None:
                 found[owner].add(int(entry))
+        self.reference = found.pop("")
+        self.measure()
         for node, pids in found.items():
             held = self.held.setdefault(node, {})
             for pid in set(held) - pids:
@@ -162,20 +227,60 @@ class _Helper:
                     os.close(fd)
                     continue
                 held[pid] = fd
+                if node in self.running:  # found while its node runs: stopped with it
+                    self.running[node][1][pid] = _cpu_s(pid)
 
-    def signal(self, nodes: list[str], sig: int) -> None:
-        for node in nodes:
-            held = self.held.get(node, {})
-            for pid, fd in list(held.items()):
-                try:
-                    signal.pidfd_send_signal(fd, sig)
-                except ProcessLookupError:
-                    os.close(fd)
-                    del held[pid]
-                except OSError:
-                    pass
+    def measure(self) -> None:
+        """Take the share of a CPU the reference processes got while runnable since the last
+        measure (at most every 0.1 s), if they were runnable for 20 ms or more meanwhile."""
+        now = time.monotonic()
+        if now - self.measured_at < 0.1:
+            return
+        self.measured_at = now
+        ran = waited = 0
+        latest: dict[int, tuple[int, int]] = {}
+        for pid in self.reference:
+            latest.update(_runnable_ns(pid))
+        for tid, (r, w) in latest.items():
+            r0, w0 = self.ref_ns.get(tid, (r, w))
+            ran, waited = ran + r - r0, waited + w - w0
+        self.ref_ns = latest
+        if ran + waited >= 20_000_000:
+            self.share = (self.share + max(0.01, ran / (ran + waited))) / 2
+
+    def step(self, now: float) -> None:
+        """Continue or stop each node that is due."""
+        for node, due in list(self.due.items()):
+            if due > now:
+                continue
+            factor = self.factors[node]
+            if node not in self.running:
+                held = self.held.get(node, {})
+                self.running[node] = (now, {pid: _cpu_s(pid) for pid in held})
+                self.signal(node, signal.SIGCONT)
+                self.due[node] = now + PERIOD_S / factor
+                continue
+            self.signal(node, signal.SIGSTOP)
+            start, cpu = self.running.pop(node)
+            used = max((_cpu_s(pid) - c for pid, c in cpu.items()), default=0.0)
+            # Stopped until the period ends or, if it ran more than its share, until a task
+            # given the fair share would have needed factor times as long for that much CPU.
+            self.due[node] = start + min(MAX_PERIOD_S, max(PERIOD_S, factor * used / self.share))
+
+    def signal(self, node: str, sig: int) -> None:
+        held = self.held.get(node, {})
+        for pid, fd in list(held.items()):
+            try:
+                signal.pidfd_send_signal(fd, sig)
+            except ProcessLookupError:
+                os.close(fd)
+                del held[pid]
+            except OSError:
+                pass
 
     def release(self, node: str) -> None:
+        self.running.pop(node, None)
+        self.due.pop(node, None)
         for fd in self.held.pop(node, {}).values():
             with contextlib.suppress(OSError):
                 signal.pidfd_send_signal(fd, signal.SIGCONT)
@@ -193,9 +298,9 @@ def _helper_main() -> None:
     sel.register(0, selectors.EVENT_READ)
     pending = b""
 
-    def until(deadline: float, *, first: bool = False) -> bool:
-        """Take the state lines that arrive until `deadline` (with `first`, until one has);
-        False at EOF (the cluster is gone or stopping)."""
+    def until(deadline: float) -> bool:
+        """Take the state lines that arrive until `deadline`; False at EOF (the cluster is
+        gone or stopping)."""
         nonlocal pending
         while (left := deadline - time.monotonic()) > 0:
             if not sel.select(left):
@@ -207,24 +312,16 @@ def _helper_main() -> None:
             *lines, pending = pending.split(b"\n")
             if lines:
                 helper.update(json.loads(lines[-1]))
-                if first:
-                    return True
+                if helper.due and min(helper.due.values()) < deadline:
+                    return True  # a node newly slowed: its cycle starts now
         return True
 
     try:
         while True:
-            start = time.monotonic()
-            if not helper.factors:
-                if not until(start + 3600, first=True):
-                    return
-                continue
-            helper.signal(list(helper.factors), signal.SIGCONT)
-            for node, factor in sorted(helper.factors.items(), key=lambda kv: -kv[1]):
-                if not until(start + PERIOD_S / factor):
-                    return
-                helper.signal([node], signal.SIGSTOP)
-            if not until(start + PERIOD_S):
+            deadline = min(helper.due.values(), default=time.monotonic() + 3600)
+            if not until(deadline):
                 return
+            helper.step(time.monotonic())
     finally:
         for node in list(helper.held):
             helper.release(node)
@@ -234,4 +331,4 @@ if __name__ == "__main__":
     _helper_main()
 
 
-__all__ = ["PERIOD_S", "Members", "Throttle"]
+__all__ = ["MAX_PERIOD_S", "PERIOD_S", "Members", "Throttle"]
