@@ -24,7 +24,7 @@ from nccl_k8s.results import (
     diagnose_files,
     dump,
     human_size,
-    import_files,
+    import_with_gaps,
     judge,
     parse_fabric,
     parse_metric,
@@ -57,13 +57,17 @@ def import_command(
     Reads any nccl-tests version, behind any launcher (Open MPI tags, srun -l, kubectl
     timestamps). When no header, command or file name names a table's collective, it is
     identified from the table and a note on stderr says how; the run's own failure line, if
-    any, is reported too."""
+    any, is reported too. A file without nccl-tests' preamble (a tail: rows and footer only) is
+    imported with a warning naming what was taken from the footer or the rows and which fields
+    (world size, GPU model, NCCL version, ...) it could not know."""
     if output is not None:
         from nccl_k8s.launch import check_writable
 
         check_writable(Path(output), what="-o", is_dir=False)
-    run = import_files(files)
+    run, gaps = import_with_gaps(files)
     path = store_run(run) if output is None else dump(run, output)
+    for gap in gaps:
+        err.print(f"warning: {gap}", markup=False)
     for ident in run.meta.op_identified:
         if ident.by in ("table", "file-name", "text"):
             err.print(f"note: {ident.op} {ident.detail}", markup=False)

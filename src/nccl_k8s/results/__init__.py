@@ -36,7 +36,7 @@ from nccl_k8s.results.diagnose import (
     diagnose_text,
     parse_fabric,
 )
-from nccl_k8s.results.imports import import_file, import_files
+from nccl_k8s.results.imports import import_file, import_files, import_with_gaps
 from nccl_k8s.results.lines import (
     RESULT_PREFIX,
     blocks,
@@ -88,6 +88,7 @@ __all__ = [
     "human_size",
     "import_file",
     "import_files",
+    "import_with_gaps",
     "judge",
     "last_block",
     "load",

@@ -11,7 +11,22 @@ from pathlib import Path
 from nccl_k8s.errors import ResultsError
 from nccl_k8s.results.nccltests import parse_text, row_key
 from nccl_k8s.results.nccltests_json import parse_json
-from nccl_k8s.results.schema import CLUSTER_FIELDS, Run, meta_differences
+from nccl_k8s.results.schema import CLUSTER_FIELDS, OpIdentification, Run, meta_differences
+
+#: What nccl-tests prints above its table and nothing in the rows can give back, by RunMeta field.
+_PREAMBLE_FIELDS = (
+    ("world_size", "world size"),
+    ("nodes", "node count"),
+    ("gpu_model", "GPU model"),
+    ("nccl", "NCCL version"),
+    ("nccl_tests", "nccl-tests version"),
+)
+_FROM = {
+    "command": "the command line",
+    "file-name": "the file name",
+    "table": "the rows",
+    "text": "the text around the table",
+}
 
 
 def import_file(path: str | Path) -> Run:
@@ -39,6 +54,42 @@ def import_file(path: str | Path) -> Run:
             )
         return parse_json(obj, origin=str(p))
     return parse_text(text, origin=str(p))
+
+
+def _op_source(ident: OpIdentification) -> str:
+    if ident.by == "unknown":
+        return "collective unknown (stored as op 'unknown')"
+    if ident.by == "header":
+        said = ident.detail.split(";")[0]
+        where = "the footer" if "concluded" in said else "the header"
+        return f"{ident.op} from {where} '{said}'"
+    return f"{ident.op} from {_FROM.get(ident.by, ident.by)}"
+
+
+def preamble_gaps(run: Run) -> str | None:
+    """For one imported file without nccl-tests' preamble (no `# nThread` line, no `# Rank` lines:
+    a tail, or a table pasted alone), one line: what import took from elsewhere and which fields
+    it could not know (left empty in the results). None when the preamble is there."""
+    meta = run.meta
+    if meta.devices or meta.config.iters is not None or meta.config.minbytes is not None:
+        return None
+    cut = any("no column header" in i.detail for i in meta.op_identified)
+    took = [_op_source(i) for i in meta.op_identified]
+    if meta.world_size is not None:
+        took.append(f"world size {meta.world_size} from the counts")
+    unknown = [name for attr, name in _PREAMBLE_FIELDS if getattr(meta, attr) is None]
+    unknown.append("iterations and warmup")
+    what = "no nccl-tests preamble ('# nThread', '# Rank' lines" + (
+        ", column header)" if cut else ")"
+    )
+    origin = meta.inputs[0] if meta.inputs else "input"
+    line = (
+        f"{origin}: {what}: took {', '.join(took)}; cannot know {', '.join(unknown)} (left empty)"
+    )
+    smallest = min((r.size_bytes for r in run.rows), default=0)
+    if cut and smallest > 0:
+        line += f"; sizes below {smallest} B, if the run had any, were above the cut"
+    return line
 
 
 def _same_run(runs: list[Run]) -> None:
@@ -74,7 +125,13 @@ def import_files(paths: Iterable[str | Path]) -> Run:
     """Import several files into one Run: rows and summaries concatenated, meta from the first
     file, completed by the others where the first left a field empty. The files must be parts of
     one run (other collectives, sizes or dtypes of the same cluster); ResultsError otherwise."""
+    return import_with_gaps(paths)[0]
+
+
+def import_with_gaps(paths: Iterable[str | Path]) -> tuple[Run, list[str]]:
+    """import_files, with preamble_gaps' line for each file that lacks nccl-tests' preamble."""
     runs = [import_file(p) for p in paths]
+    gaps = [g for run in runs if (g := preamble_gaps(run)) is not None]
     if not runs:
         raise ResultsError("no files to import")
     _same_run(runs)
@@ -95,7 +152,7 @@ def import_files(paths: Iterable[str | Path]) -> Run:
         if merged.meta.failure is None:
             merged.meta.failure = other.meta.failure
     merged.meta.config.ops = merged.ops()
-    return merged
+    return merged, gaps
 
 
-__all__ = ["import_file", "import_files"]
+__all__ = ["import_file", "import_files", "import_with_gaps", "preamble_gaps"]
