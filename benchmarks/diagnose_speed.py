@@ -37,9 +37,15 @@ PREFIX = re.compile(rb"(?m)(^|[\s>])([A-Za-z0-9][\w.-]*)(:\d+:\d+ \[)")
 
 def scaled(text: bytes, copies: int) -> bytes:
     """`copies` copies of `text`, copy k with each NCCL prefix's host renamed `<host>-k`."""
-    return b"".join(
-        PREFIX.sub(lambda m, k=k: m[1] + m[2] + b"-%d" % k + m[3], text) for k in range(copies)
-    )
+    out = []
+    for k in range(copies):
+        suffix = b"-%d" % k
+
+        def rename(m: re.Match[bytes], suffix: bytes = suffix) -> bytes:
+            return m[1] + m[2] + suffix + m[3]
+
+        out.append(PREFIX.sub(rename, text))
+    return b"".join(out)
 
 
 def _call(args: list[str]) -> tuple[float, float, int]:
