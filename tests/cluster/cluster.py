@@ -254,22 +254,34 @@ class Cluster:
         return node_address(self.number, i)
 
     def add_user(
-        self, name: str, groups: tuple[str, ...] = (), *, namespace: str = "default"
+        self,
+        name: str,
+        groups: tuple[str, ...] = (),
+        *,
+        namespace: str = "default",
+        https: bool = False,
     ) -> Path:
         """A kubeconfig that authenticates as user `name` (with `groups`) by a bearer token.
         Unlike the admin's, this user's requests are authorized by RBAC: it may do nothing until
-        a binding grants it. For a ServiceAccount: `add_user(*rbac.service_account(ns, sa))`."""
+        a binding grants it. For a ServiceAccount: `add_user(*rbac.service_account(ns, sa))`.
+        With `https`, the kubeconfig names the https listener and the cluster's CA: kubectl
+        sends a token only over https, so that is how kubectl acts as the user."""
         if self.apiserver is None or self.workdir is None:
             raise RuntimeError("Cluster is not started")
         _user, token = self.apiserver.authenticator.add(name, groups)
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
         path = self.workdir / "users" / f"{safe}-{token[:8]}.kubeconfig"
+        url, ca = self.url, None
+        if https:
+            host, port = self.apiserver.https_address
+            url, ca = f"https://{host}:{port}", (self.workdir / "pki" / "ca.crt").read_bytes()
         return write_kubeconfig(
             path,
-            self.url,
+            url,
             name=f"{safe}@nccl-k8s-test-{self.number}",
             namespace=namespace,
             token=token,
+            ca_pem=ca,
         )
 
     def record_requests(self) -> contextlib.AbstractContextManager[list[rbac.Attributes]]:
