@@ -25,7 +25,7 @@ from tests.conftest import fresh_namespace
 from typer.testing import CliRunner
 
 from nccl_k8s.cli.main import app
-from nccl_k8s.k8s.api._access import ACCESS
+from nccl_k8s.k8s.api._access import ACCESS, RENDER_APPLY
 
 K8S_VERSIONS = ("1.29", "1.33", "1.37")
 ENGINE = ["--", "--backend", "gloo", "--ops", "all_reduce", "-b", "1K", "-e", "4K",
@@ -42,7 +42,10 @@ def nccl(*args: str, kubeconfig: Path | None = None) -> Any:
 
 
 def rbac_docs(*args: str) -> list[dict[str, Any]]:
-    res = nccl("rbac", *args)
+    return rbac_docs_of(nccl("rbac", *args))
+
+
+def rbac_docs_of(res: Any) -> list[dict[str, Any]]:
     assert res.exit_code == 0, res.output
     return [d for d in yaml.safe_load_all(res.output) if d]
 
@@ -202,7 +205,7 @@ def test_a_user_bound_to_exactly_the_role_runs_a_run_and_doctor_names_a_removed_
 
         def drop_create(role: dict[str, Any]) -> None:
             for rule in role["rules"]:
-                if rule["resources"] == ["jobs"]:
+                if rule["resources"] == ["jobs"] and "create" in rule["verbs"]:
                     rule["verbs"].remove("create")
 
         cluster.store.mutate("roles", ns, "nccl-k8s", drop_create)
@@ -323,8 +326,49 @@ def test_the_commands_send_exactly_the_requests_of_the_table(
             res = nccl("nodes", "check", "-n", ns, "--gpus-per-node", "1", "--label", *ENGINE,
                        kubeconfig=kc)  # fmt: skip
             assert res.exit_code in (0, 1) and "label node node-" in res.output, res.output
+            # kubectl apply of render's output, as the user (over https: kubectl sends a token
+            # nowhere else), with every optional object, then again with the adoption objects
+            # changed (a GitOps sync: patch); cleanup then deletes them.
+            as_user = cluster.add_user(user, https=True)
+            env = {**os.environ, **cluster.kubectl_env(), "KUBECONFIG": str(as_user)}
+            with cluster.record_requests() as applied:
+                for i, extra in enumerate(
+                    (["--pod-monitor", "--compute-domain", "--gang", "volcano"],
+                     ["--gang", "coscheduling", "--workload", "statefulset"],
+                     ["--gang", "koordinator"])
+                ):  # fmt: skip
+                    docs = rbac_docs_of(
+                        nccl(
+                            "render",
+                            "-n",
+                            ns,
+                            "--run-id",
+                            f"{rid}-r{i}",
+                            "--scheduler",
+                            "nobody",
+                            *extra,
+                            *SMALL,
+                            *ENGINE,
+                        )
+                    )
+                    for again in (False, True):
+                        for d in docs[:3] if again else ():
+                            d["metadata"]["annotations"]["synced"] = "again"
+                        subprocess.run(["kubectl", "apply", "-f", "-"], env=env, check=True,
+                                       input=yaml.safe_dump_all(docs), text=True,
+                                       capture_output=True, timeout=60)  # fmt: skip
+                ok("cleanup", "-n", ns, "--all")
         assert denied(cluster, seen, user) == []
+        by_kubectl = [a for a in ACCESS if a.optional == RENDER_APPLY]
         table = {(a.group, a.resource, v, a.scope) for a in ACCESS for v in a.verbs}
         sent = requests_of(seen, user, {ns, made})
         assert sorted(sent - table) == [], "requests the table lacks"
-        assert sorted(table - sent) == [], "table entries no command used"
+        commands = {(a.group, a.resource, v, a.scope) for a in ACCESS if a not in by_kubectl
+                    for v in a.verbs}  # fmt: skip
+        assert sorted(commands - sent) == [], "table entries no command used"
+        # What kubectl apply of render's output sends is in the table, and the entries that are
+        # there only for it are all used by it.
+        kubectl_sent = requests_of(applied, user, {ns})
+        assert sorted(kubectl_sent - table) == [], "requests of kubectl apply the table lacks"
+        for_kubectl = {(a.group, a.resource, v, a.scope) for a in by_kubectl for v in a.verbs}
+        assert sorted(for_kubectl - kubectl_sent) == [], "render-apply entries kubectl never used"

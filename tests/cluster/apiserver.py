@@ -21,6 +21,7 @@ import os
 import re
 import select
 import socket
+import ssl
 import sys
 import threading
 import time
@@ -245,6 +246,8 @@ class APIServer:
         self._port = port
         self._httpd: _Server | None = None
         self._thread: threading.Thread | None = None
+        self._httpsd: _Server | None = None  # the pods' https port (start_tls)
+        self._https_thread: threading.Thread | None = None
         self._stopping = threading.Event()
         self.requests = 0  # served request count, handy when a test wants to see traffic
         self.authenticator = rbac.Authenticator()
@@ -269,9 +272,44 @@ class APIServer:
         )
         self._thread.start()
 
+    @property
+    def https_address(self) -> tuple[str, int]:
+        """(host, port) of the https listener pods use (start_tls)."""
+        if self._httpsd is None:
+            raise RuntimeError("APIServer serves no https (start_tls)")
+        host, port = self._httpsd.server_address[:2]
+        return str(host), int(port)
+
+    def start_tls(self, cert: str, key: str) -> None:
+        """Serve the same API over https on another free port of the same host: what pods
+        reach as KUBERNETES_SERVICE_HOST/PORT (tests/cluster/incluster.py). Each connection's
+        handshake happens in its own handler thread, so a client that never completes one
+        holds up nobody."""
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(cert, key)
+        self._httpsd = _TLSServer((self._host, 0), _Handler)
+        self._httpsd.api = self
+        self._httpsd.socket = ctx.wrap_socket(
+            self._httpsd.socket, server_side=True, do_handshake_on_connect=False
+        )
+        self._https_thread = threading.Thread(
+            target=self._httpsd.serve_forever,
+            kwargs={"poll_interval": 0.2},
+            name="apiserver-https",
+            daemon=True,
+        )
+        self._https_thread.start()
+
     def stop(self) -> None:
         """Stop accepting, end every watch and log stream, close idle keep-alive connections."""
         self._stopping.set()
+        if self._httpsd is not None:
+            self._httpsd.shutdown()
+            self._httpsd.close_all()
+            self._httpsd.server_close()
+            if self._https_thread is not None:
+                self._https_thread.join(timeout=5)
+            self._httpsd = None
         if self._httpd is None:
             return
         self._httpd.shutdown()
@@ -1179,6 +1217,18 @@ class _Server(ThreadingHTTPServer):
         for c in conns:
             with contextlib.suppress(OSError):
                 c.shutdown(socket.SHUT_RDWR)
+
+
+class _TLSServer(_Server):
+    """The https listener: the TLS handshake of each connection in its handler thread."""
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        try:
+            request.do_handshake()
+        except (OSError, ssl.SSLError) as e:
+            log.debug("TLS handshake with %s failed: %s", client_address, e)
+            return
+        super().finish_request(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -23,7 +23,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from tests.cluster import admission, rbac
+from tests.cluster import admission, incluster, rbac
 from tests.cluster.apiserver import APIServer
 from tests.cluster.faults import Faults
 from tests.cluster.kubeconfig import write_kubeconfig
@@ -116,6 +116,7 @@ class Cluster:
         self.statefulset_controller: Any = None
         self.resourceclaim_controller: Any = None
         self.kubelet: Any = None
+        self.token_issuer: incluster.TokenIssuer | None = None
         self._claim: socket.socket | None = None
         self._started = False
         self._lock = threading.Lock()
@@ -154,9 +155,22 @@ class Cluster:
         self._start_components()
         self.apiserver = APIServer(self.store, logs=self.kubelet, faults=self.faults)
         self.apiserver.start()
+        self._serve_pods()
         self.kubeconfig = self._kubeconfig_arg or self.workdir / "kubeconfig"
         write_kubeconfig(self.kubeconfig, self.url, name=f"nccl-k8s-test-{self.number}")
         log.info("cluster %d serving at %s (workdir %s)", self.number, self.url, self.workdir)
+
+    def _serve_pods(self) -> None:
+        """https for pods, and their service account tokens (incluster.py)."""
+        assert self.apiserver is not None and self.workdir is not None
+        tls = incluster.tls_material(self.workdir / "pki")
+        self.apiserver.start_tls(str(tls.cert), str(tls.key))
+        host, port = self.apiserver.https_address
+        self.token_issuer = incluster.TokenIssuer(self.store, self.apiserver.authenticator)
+        if self.kubelet is not None:
+            self.kubelet.in_cluster = incluster.InCluster(
+                host, port, tls.ca.read_bytes(), self.token_issuer.issue
+            )
 
     def _start_components(self) -> None:
         if not self._components:
@@ -240,22 +254,34 @@ class Cluster:
         return node_address(self.number, i)
 
     def add_user(
-        self, name: str, groups: tuple[str, ...] = (), *, namespace: str = "default"
+        self,
+        name: str,
+        groups: tuple[str, ...] = (),
+        *,
+        namespace: str = "default",
+        https: bool = False,
     ) -> Path:
         """A kubeconfig that authenticates as user `name` (with `groups`) by a bearer token.
         Unlike the admin's, this user's requests are authorized by RBAC: it may do nothing until
-        a binding grants it. For a ServiceAccount: `add_user(*rbac.service_account(ns, sa))`."""
+        a binding grants it. For a ServiceAccount: `add_user(*rbac.service_account(ns, sa))`.
+        With `https`, the kubeconfig names the https listener and the cluster's CA: kubectl
+        sends a token only over https, so that is how kubectl acts as the user."""
         if self.apiserver is None or self.workdir is None:
             raise RuntimeError("Cluster is not started")
         _user, token = self.apiserver.authenticator.add(name, groups)
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
         path = self.workdir / "users" / f"{safe}-{token[:8]}.kubeconfig"
+        url, ca = self.url, None
+        if https:
+            host, port = self.apiserver.https_address
+            url, ca = f"https://{host}:{port}", (self.workdir / "pki" / "ca.crt").read_bytes()
         return write_kubeconfig(
             path,
-            self.url,
+            url,
             name=f"{safe}@nccl-k8s-test-{self.number}",
             namespace=namespace,
             token=token,
+            ca_pem=ca,
         )
 
     def record_requests(self) -> contextlib.AbstractContextManager[list[rbac.Attributes]]:

@@ -111,6 +111,8 @@ _HOSTS_HEADER = (
 )
 _POD_RANGE_BASE = 16  # third octet of node 0's pod range
 _GPU = "nvidia.com/gpu"
+#: Where a pod finds its ServiceAccount's token, the CA bundle and its namespace.
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 _XATTR = "user.nccl-k8s.mountpoint"  # on host paths a kubelet created as mount points
 _HOLD = ".nccl-k8s-hold-"  # one per pod using such a mount point
 # In every container's environment, so what a container leaves behind can be found and killed.
@@ -262,6 +264,9 @@ class Kubelet:
         self._stopped = False
         self._throttle = Throttle(self._node_namespaces)
         self._crashing: set[str] = set()
+        #: The API server as pods reach it, and their tokens (set by the Cluster once the API
+        #: server serves https; None: pods get neither, as before in-cluster access existed).
+        self.in_cluster: Any = None
 
     # ---- public API --------------------------------------------------------------------------
 
@@ -761,7 +766,7 @@ class Kubelet:
                         self._write_downward(pod, vdir, src["downwardAPI"])
                     elif "serviceAccountToken" in src:
                         path = src["serviceAccountToken"].get("path", "token")
-                        _write_file(vdir / path, b"test-cluster-token", 0o644)
+                        _write_file(vdir / path, self._token(pod).encode(), 0o644)
                 vdir.mkdir(parents=True, exist_ok=True)
                 sources[name] = ("bind", str(vdir))
             elif "downwardAPI" in vol:
@@ -785,6 +790,9 @@ class Kubelet:
                 vdir.mkdir(parents=True, exist_ok=True)  # unsupported kinds: an empty dir
                 sources[name] = ("bind", str(vdir))
         mounts: dict[str, tuple[str, str, str]] = {}
+        account = self._service_account_dir(pod, vols_dir)
+        if account is not None:
+            mounts[SERVICE_ACCOUNT_DIR] = ("bind-ro", str(account), SERVICE_ACCOUNT_DIR)
         for c in pod.containers:
             for vm in c.spec.get("volumeMounts") or []:
                 target = os.path.normpath(vm["mountPath"])
@@ -811,6 +819,52 @@ class Kubelet:
                     kind = "bind-ro"
                 mounts[target] = (kind, src, target)
         return [mounts[t] for t in sorted(mounts, key=lambda t: (t.count("/"), t))]
+
+    def _automount(self, pod: _Pod) -> bool:
+        """Does the pod get its ServiceAccount's token: the pod's automountServiceAccountToken,
+        else the ServiceAccount's, else yes (as the ServiceAccount admission plugin decides)."""
+        if self.in_cluster is None:
+            return False
+        own = pod.spec.get("automountServiceAccountToken")
+        if own is not None:
+            return bool(own)
+        name = pod.spec.get("serviceAccountName") or "default"
+        try:
+            sa = self._store.get("serviceaccounts", pod.namespace, name)
+        except ApiError:
+            return True
+        return sa.get("automountServiceAccountToken") is not False
+
+    def _token(self, pod: _Pod) -> str:
+        """A token of the pod's ServiceAccount; a missing ServiceAccount fails the mount."""
+        name = pod.spec.get("serviceAccountName") or "default"
+        if self.in_cluster is None:
+            return "test-cluster-token"
+        try:
+            return str(self.in_cluster.issue(pod.namespace, name))
+        except ApiError:
+            raise _PodError(
+                "ContainerCreating",
+                f'MountVolume.SetUp failed for volume "kube-api-access": serviceaccount "{name}" '
+                "not found",
+                event="FailedMount",
+            ) from None
+
+    def _service_account_dir(self, pod: _Pod, vols_dir: Path) -> Path | None:
+        """The token, CA bundle and namespace a pod finds under SERVICE_ACCOUNT_DIR (what the
+        ServiceAccount admission plugin's kube-api-access volume gives it), unless it opted
+        out or mounts something of its own there."""
+        if not self._automount(pod):
+            return None
+        for c in pod.containers:
+            for vm in c.spec.get("volumeMounts") or []:
+                if os.path.normpath(vm["mountPath"]) == SERVICE_ACCOUNT_DIR:
+                    return None
+        vdir = vols_dir / "kube-api-access"
+        _write_file(vdir / "token", self._token(pod).encode(), 0o644)
+        _write_file(vdir / "ca.crt", self.in_cluster.ca_pem, 0o644)
+        _write_file(vdir / "namespace", pod.namespace.encode(), 0o644)
+        return vdir
 
     def _write_keyed(self, pod: _Pod, vdir: Path, ref: Obj, resource: str) -> None:
         """A configMap or secret volume (or projected source): one file per key or item."""
@@ -1642,6 +1696,19 @@ class Kubelet:
 
     def _container_env(self, pod: _Pod, c: _Container) -> dict[str, str]:
         env = {"PATH": _PATH, "HOME": "/root", "HOSTNAME": pod.hostname}
+        if self.in_cluster is not None:
+            # As a kubelet sets them in every container for the `kubernetes` Service (with or
+            # without enableServiceLinks): where the API server is, over https.
+            host, port = self.in_cluster.host, str(self.in_cluster.port)
+            env.update(
+                {
+                    "KUBERNETES_SERVICE_HOST": host,
+                    "KUBERNETES_SERVICE_PORT": port,
+                    "KUBERNETES_SERVICE_PORT_HTTPS": port,
+                    "KUBERNETES_PORT": f"tcp://{host}:{port}",
+                    f"KUBERNETES_PORT_{port}_TCP": f"tcp://{host}:{port}",
+                }
+            )
         if c.gpu_ids:
             env["NVIDIA_VISIBLE_DEVICES"] = ",".join(str(g) for g in c.gpu_ids)
         for src in c.spec.get("envFrom") or []:

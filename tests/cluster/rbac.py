@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import secrets
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -112,15 +112,19 @@ class Authenticator:
     """Bearer tokens -> users. No token: ADMIN (see the module's docstring)."""
 
     def __init__(self) -> None:
-        self._tokens: dict[str, User] = {}
+        self._tokens: dict[str, tuple[User, Callable[[], bool] | None]] = {}
         self._lock = threading.Lock()
 
-    def add(self, name: str, groups: tuple[str, ...] = ()) -> tuple[User, str]:
-        """A new token for user `name` (also in system:authenticated, as every user is)."""
+    def add(
+        self, name: str, groups: tuple[str, ...] = (), *, valid: Callable[[], bool] | None = None
+    ) -> tuple[User, str]:
+        """A new token for user `name` (also in system:authenticated, as every user is);
+        `valid()`, when given, is asked at each request (a bound ServiceAccount token stops
+        authenticating once its ServiceAccount is gone: incluster.TokenIssuer)."""
         user = User(name, (*groups, AUTHENTICATED))
         token = secrets.token_hex(16)
         with self._lock:
-            self._tokens[token] = user
+            self._tokens[token] = (user, valid)
         return user, token
 
     def user(self, authorization: str | None) -> User:
@@ -128,10 +132,10 @@ class Authenticator:
             return ADMIN
         scheme, _, token = authorization.partition(" ")
         with self._lock:
-            user = self._tokens.get(token.strip()) if scheme.lower() == "bearer" else None
-        if user is None:
+            found = self._tokens.get(token.strip()) if scheme.lower() == "bearer" else None
+        if found is None or (found[1] is not None and not found[1]()):
             raise ApiError(401, "Unauthorized", "Unauthorized")
-        return user
+        return found[0]
 
 
 def service_account(namespace: str, name: str) -> tuple[str, tuple[str, ...]]:

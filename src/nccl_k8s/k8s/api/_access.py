@@ -40,7 +40,8 @@ class Access:
     feature: Feature = "run"
     optional: str = ""
     """Non-empty: only runs with this option send these requests, and doctor asks about them
-    only for such a run: `--gang NAME`, `--pod-monitor`, `--queue`, `--scheduler/--gang`."""
+    only for such a run: `--gang NAME`, `--pod-monitor`, `--queue`, `--scheduler/--gang`;
+    RENDER_APPLY: no command sends them, `kubectl apply` of `render`'s output does."""
 
     @property
     def qualified(self) -> str:
@@ -64,6 +65,17 @@ def _platform_objects() -> dict[tuple[str, str], list[str]]:
 
 
 _RUN_WRITES = "deploy creates it, sets its owner (patch), deletes it when the deploy fails"
+
+#: The `optional` of the entries a user needs to apply `render`'s output with kubectl (which
+#: gets each object, then creates or patches it) beyond what deploy needs: its adoption objects
+#: (rendering._adopt) and get on every kind. RBAC's escalation rule asks the same of whoever
+#: creates the run's Role: it must hold the get and patch that Role grants.
+RENDER_APPLY = "render | kubectl apply"
+_APPLY_WHY = "kubectl apply of render's output (get, then create or patch)"
+_ADOPTION_WHY = (
+    "a rendered run's adoption objects: kubectl apply of render's output creates them (get, "
+    "create, patch); cleanup deletes them"
+)
 
 ACCESS: tuple[Access, ...] = (
     Access(
@@ -143,9 +155,39 @@ ACCESS: tuple[Access, ...] = (
     Access(
         "monitoring.coreos.com",
         "podmonitors",
-        ("create", "delete", "patch"),
-        f"deploy --pod-monitor creates the PodMonitor ({_RUN_WRITES})",
+        ("create", "delete", "list", "patch"),
+        f"deploy --pod-monitor creates the PodMonitor ({_RUN_WRITES}); cleanup lists them",
         optional="--pod-monitor",
+    ),
+    *(
+        Access(group, resource, ("delete", "list"), f"{_ADOPTION_WHY} (list, delete)")
+        for group, resource in (
+            ("", "serviceaccounts"),
+            ("rbac.authorization.k8s.io", "roles"),
+            ("rbac.authorization.k8s.io", "rolebindings"),
+        )
+    ),
+    *(
+        Access(group, resource, verbs, why, optional=RENDER_APPLY)
+        for group, resource, verbs, why in (
+            ("", "serviceaccounts", ("create", "get", "patch"), _ADOPTION_WHY),
+            ("rbac.authorization.k8s.io", "roles", ("create", "get", "patch"), _ADOPTION_WHY),
+            (
+                "rbac.authorization.k8s.io",
+                "rolebindings",
+                ("create", "get", "patch"),
+                _ADOPTION_WHY,
+            ),
+            ("", "services", ("get",), _APPLY_WHY),
+            ("batch", "jobs", ("get",), _APPLY_WHY),
+            ("apps", "statefulsets", ("get",), _APPLY_WHY),
+            ("monitoring.coreos.com", "podmonitors", ("get",), f"{_APPLY_WHY}, --pod-monitor"),
+            *(
+                (g.group, g.plural, ("get",), f"{_APPLY_WHY}, --gang {name}")
+                for name, g in GANGS.items()
+            ),
+            ("resource.nvidia.com", "computedomains", ("get",), f"{_APPLY_WHY}, --compute-domain"),
+        )
     ),
     Access(
         "kueue.x-k8s.io",
@@ -253,4 +295,4 @@ def access_for(features: tuple[Feature, ...] | list[Feature]) -> list[Access]:
     return [a for a in ACCESS if a.feature in features]
 
 
-__all__ = ["ACCESS", "FEATURES", "Access", "Feature", "Scope", "access_for"]
+__all__ = ["ACCESS", "FEATURES", "RENDER_APPLY", "Access", "Feature", "Scope", "access_for"]

@@ -20,7 +20,9 @@ from lightkube.resources.core_v1 import (
     Pod,
     ResourceQuota,
     Service,
+    ServiceAccount,
 )
+from lightkube.resources.rbac_authorization_v1 import Role, RoleBinding
 from lightkube.resources.resource_v1 import ResourceSlice
 
 from nccl_k8s.errors import ClusterError
@@ -43,6 +45,10 @@ RESOURCES: dict[str, Any] = {
     "DaemonSet": DaemonSet,
     "CustomResourceDefinition": CustomResourceDefinition,
     "ResourceSlice": ResourceSlice,
+    # A rendered run's adoption objects (rendering._adopt), which cleanup deletes.
+    "ServiceAccount": ServiceAccount,
+    "Role": Role,
+    "RoleBinding": RoleBinding,
 }
 #: Kinds without a namespace (the client sends no namespace for them).
 CLUSTER_SCOPED = frozenset({"Namespace", "Node", "CustomResourceDefinition", "ResourceSlice"})

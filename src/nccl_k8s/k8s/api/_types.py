@@ -39,6 +39,9 @@ Kind = Literal[
     "DaemonSet",
     "CustomResourceDefinition",
     "ResourceSlice",
+    "ServiceAccount",
+    "Role",
+    "RoleBinding",
 ]
 
 #: A pod's phase as Kubernetes reports it.

@@ -25,11 +25,13 @@ bracketed block, and a bounded digest of NCCL's lines as another: kubelets rotat
 the first result lines of a noisy run are gone from it while the blocks, printed last, are not.
 `results` reads the last complete block (k8s.run._collect).
 
-Ownership: the ConfigMap and Service should be deleted with the workload, so they carry an
+Ownership: the other objects should be deleted with the workload, so they get an
 ownerReference to it. An ownerReference needs the owner's uid, which the API server assigns at
-creation; `render` therefore prints them without one (a made-up uid would make the garbage
-collector delete them at once as orphans) and the deployer calls `attach_owner` with the created
-workload and applies the ConfigMap and Service again (k8s.run._deploy).
+creation, so no rendered object carries one (a made-up uid would make the garbage collector
+delete them at once as orphans). The deployer patches them on once the workload exists
+(`attach_owner`, k8s.run._deploy); a run rendered with `adopt` (what `nccl-k8s render` prints
+unless --no-adopt) carries a ServiceAccount, Role and RoleBinding with which its pod of index 0
+patches them itself (rendering._adopt).
 
 The facts the objects are made of live elsewhere, so that a module wanting one does not import
 the renderer: names and ports in rendering._names, the pods' requests and limits in
@@ -46,6 +48,7 @@ import shlex
 from nccl_k8s.bench.config import METRICS_ADDR_ENV, NODE_NAME_ENV
 from nccl_k8s.errors import UsageError
 from nccl_k8s.k8s.api._types import Obj
+from nccl_k8s.k8s.rendering._adopt import with_adoption
 from nccl_k8s.k8s.rendering._computedomain import (
     COMPUTE_DOMAIN_API_VERSION,
     COMPUTE_DOMAIN_KIND,
@@ -351,7 +354,7 @@ def _pod_spec(spec: RunSpec) -> Obj:
     host_network = uses_host_network(spec)
     pod: Obj = {
         "restartPolicy": "Never" if spec.workload == "job" else "Always",
-        # The pods need no API access: no token, no RBAC objects.
+        # The benchmark needs no API access: no token (adoption, rendering._adopt, turns it on).
         "automountServiceAccountToken": False,
         # Service links would put every Service of the namespace into the environment; a Service
         # named `master` would then shadow torchrun's MASTER_PORT.
@@ -522,8 +525,10 @@ def pod_monitor(spec: RunSpec) -> Obj:
     }
 
 
-def render(spec: RunSpec) -> list[Obj]:
-    """The run's objects in apply order; the same spec always gives the same objects."""
+def render(spec: RunSpec, *, adopt: bool = False) -> list[Obj]:
+    """The run's objects in apply order; the same spec always gives the same objects. With
+    `adopt`, the objects with which the run's pods make the others dependents of the workload
+    come first (rendering._adopt): `nccl-k8s render` prints them, `deploy` adopts itself."""
     check_platform(spec)
     objs: list[Obj] = []
     if spec.engine == "zipapp":
@@ -543,6 +548,10 @@ def render(spec: RunSpec) -> list[Obj]:
     if spec.compute_domain:
         objs.append(compute_domain(spec))  # its controller makes the template the pods claim
     objs.append(job(spec) if spec.workload == "job" else statefulset(spec))
+    if adopt:
+        return with_adoption(
+            objs, lambda name: _metadata(spec, name, **{LABEL_COMPONENT: "adoption"})
+        )
     return objs
 
 

@@ -1,6 +1,11 @@
 """What runs first in every pod: a standard-library wrapper around torchrun that replays the
 run's result lines and a digest of its NCCL lines as blocks at the end of the log, so that
-kubelet log rotation cannot take them (k8s.run._collect reads the last complete block)."""
+kubelet log rotation cannot take them (k8s.run._collect reads the last complete block).
+
+In a run rendered with adoption (rendering._adopt: `render`, not `deploy`), the wrapper of the pod
+of index 0 also makes the run's other objects dependents of its workload: it reads the
+workload's uid and patches an ownerReference onto each object named in ADOPT_ENV, through the
+in-cluster API with the pod's service account token, while the command runs."""
 
 from __future__ import annotations
 
@@ -12,19 +17,115 @@ from nccl_k8s.bench.report import BLOCK_BEGIN, BLOCK_END
 
 WRAPPER_ENV = "NCCL_K8S_WRAPPER"
 
+#: JSON naming the workload (`owner`) and the objects it adopts (`objects`), each as
+#: {"apiVersion", "kind", "plural", "name"}; set on the pods of a rendered run with adoption.
+ADOPT_ENV = "NCCL_K8S_ADOPT"
+
+#: Where Kubernetes mounts a pod's service account token, CA bundle and namespace.
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+
 #: The container's wrapper: `python3 -c POD_WRAPPER COMMAND...`. It must run on any image with
 #: Python >= 3.8, so it uses the standard library only. Blocks are printed only when the command
-#: succeeded: a failed pod's last log lines (what `deploy` shows) stay its own error. The NCCL digest keeps every WARN and the
-#: first 400 INFO lines of each process and device (initialization prints what diagnose reads:
-#: version, network, HCAs, transports), 8,000 lines at most: bounded however long the run.
+#: succeeded: a failed pod's last log lines (what `deploy` shows) stay its own error. The NCCL
+#: digest keeps every WARN and the first 400 INFO lines of each process and device
+#: (initialization prints what diagnose reads: version, network, HCAs, transports), 8,000 lines
+#: at most: bounded however long the run.
+#:
+#: Adoption (ADOPT_ENV set, pod of index 0: JOB_COMPLETION_INDEX, else the StatefulSet ordinal
+#: ending POD_NAME) runs in a thread beside the command, so it delays no rank; it is idempotent
+#: (an object that already names the workload's uid is left alone; a 409 from a concurrent
+#: write is retried), prints exactly one line, and never changes the exit code: a 403 or an
+#: unreachable API server is said on that line, and `nccl-k8s cleanup --run` still removes
+#: what was not adopted.
 POD_WRAPPER = """\
 # nccl-k8s: run the command and stream its output; then print the result lines (rank 0 prints
 # them) and a digest of the NCCL lines again, as blocks, last: log rotation keeps the newest.
-import re, signal, subprocess, sys
+import json, os, re, signal, ssl, subprocess, sys, threading, urllib.error, urllib.request
+out = sys.stdout.buffer
+
+
+def adopt(plan):
+    # The pod of index 0 makes the run's objects dependents of its workload (ownerReferences),
+    # so that deleting the workload deletes them: render | kubectl apply leaves no orphans.
+    d = "__SA_DIR__/"
+    ns = open(d + "namespace").read().strip()
+    auth = {"Authorization": "Bearer " + open(d + "token").read().strip()}
+    ctx = ssl.create_default_context(cafile=d + "ca.crt")
+    host, port = os.environ["KUBERNETES_SERVICE_HOST"], os.environ["KUBERNETES_SERVICE_PORT"]
+    base = "https://%s:%s" % ("[%s]" % host if ":" in host else host, port)
+
+    def call(o, patch=None):
+        v = o["apiVersion"]
+        url = "%s/%s/%s/namespaces/%s/%s/%s" % (
+            base, "apis" if "/" in v else "api", v, ns, o["plural"], o["name"])
+        data = None if patch is None else json.dumps(patch).encode()
+        req = urllib.request.Request(url, data, dict(auth), method="PATCH" if data else "GET")
+        if data:
+            req.add_header("Content-Type", "application/merge-patch+json")
+        with urllib.request.urlopen(req, timeout=15, context=ctx) as r:
+            return json.loads(r.read().decode())
+
+    w = plan["owner"]
+    who = "%s/%s" % (w["kind"], w["name"])
+    try:
+        uid = call(w)["metadata"]["uid"]
+    except Exception as e:
+        return "cannot read %s (%s), so nothing was adopted" % (who, why(e))
+    ref = {"apiVersion": w["apiVersion"], "kind": w["kind"], "name": w["name"], "uid": uid,
+           "controller": False, "blockOwnerDeletion": False}
+    done, failed = [], []
+    for o in plan["objects"]:
+        what = "%s/%s" % (o["kind"], o["name"])
+        try:
+            for attempt in range(3):
+                meta = call(o)["metadata"]
+                refs = meta.get("ownerReferences") or []
+                if any(r.get("uid") == uid for r in refs):
+                    break
+                try:
+                    call(o, {"metadata": {"resourceVersion": meta["resourceVersion"],
+                                          "ownerReferences": refs + [ref]}})
+                    break
+                except urllib.error.HTTPError as e:
+                    if e.code != 409 or attempt == 2:
+                        raise
+            done.append(what)
+        except Exception as e:
+            failed.append("%s: %s" % (what, why(e)))
+    if not failed:
+        return "%s owns %s (deleting it deletes them)" % (who, ", ".join(done))
+    return "%s could not adopt %s; deleting %s leaves them: nccl-k8s cleanup --run %s " \\
+        "removes them" % (who, "; ".join(failed), who, w["name"])
+
+
+def why(e):
+    if isinstance(e, urllib.error.HTTPError):
+        try:
+            return "%d %s" % (e.code, json.loads(e.read().decode())["message"])
+        except Exception:
+            return "%d %s" % (e.code, e.reason)
+    return "%s: %s" % (type(e).__name__, e)
+
+
+def adoption(plan):
+    try:
+        line = adopt(plan)
+    except Exception as e:  # never the run's failure
+        line = "adoption failed (%s)" % why(e)
+    out.write(("nccl-k8s: %s\\n" % line).encode())
+    out.flush()
+
+
+index = os.environ.get("JOB_COMPLETION_INDEX", os.environ.get("POD_NAME", "").rpartition("-")[2])
+adopter = None
+if os.environ.get("__ADOPT_ENV__") and index == "0":
+    adopter = threading.Thread(target=adoption, args=(json.loads(os.environ["__ADOPT_ENV__"]),))
+    adopter.daemon = True
+    adopter.start()
 child = subprocess.Popen(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 for s in (signal.SIGTERM, signal.SIGINT):
     signal.signal(s, lambda n, _: child.send_signal(n))
-out, results, nccl, count, last, framed = sys.stdout.buffer, [], [], {}, b"\\n", False
+results, nccl, count, last, framed = [], [], {}, b"\\n", False
 who = re.compile(rb"(\\S+:\\d+):\\d+ (\\[\\d+\\])")
 for line in iter(child.stdout.readline, b""):
     out.write(line)
@@ -43,6 +144,8 @@ for line in iter(child.stdout.readline, b""):
         if len(nccl) < 8000 and (b"NCCL WARN" in line or count[k] <= 400):
             nccl.append(line)
 code = child.wait()
+if adopter is not None:
+    adopter.join(30)
 if not last.endswith(b"\\n"):
     out.write(b"\\n")
 for name, lines in ((b"nccl", nccl), (b"results", results)):
@@ -52,6 +155,13 @@ for name, lines in ((b"nccl", nccl), (b"results", results)):
         out.write(b"NCCL_K8S_END %s %d\\n" % (name, len(lines)))
 out.flush()
 sys.exit(code if code >= 0 else 128 - code)
-"""
+""".replace("__SA_DIR__", SERVICE_ACCOUNT_DIR).replace("__ADOPT_ENV__", ADOPT_ENV)
 
-__all__ = ["BLOCK_BEGIN", "BLOCK_END", "POD_WRAPPER", "WRAPPER_ENV"]
+__all__ = [
+    "ADOPT_ENV",
+    "BLOCK_BEGIN",
+    "BLOCK_END",
+    "POD_WRAPPER",
+    "SERVICE_ACCOUNT_DIR",
+    "WRAPPER_ENV",
+]

@@ -8,6 +8,13 @@ with it), the render mark (`nccl-k8s/rendered-for: <run id>`, on every object `r
 a run applied with `render | kubectl apply -f -` is cleaned up the same way), or an ownerReference to a workload of the run that nccl-k8s created (the Job's pods).
 Everything else is skipped, and the result says what and why. Each delete carries the object's
 uid as a precondition, so an object replaced meanwhile under the same name is not touched.
+
+Beyond the workload, Service and ConfigMap, cleanup deletes the run's optional objects (a
+--gang's PodGroup, a --pod-monitor's PodMonitor, a --compute-domain's ComputeDomain; custom
+kinds a cluster may not serve, which then have nothing to delete) and a rendered run's adoption
+objects (ServiceAccount, Role, RoleBinding: rendering._adopt), last. A deployed run's are owned
+by its workload and mostly gone with it already; a run applied from `render --no-adopt`, or
+whose adoption failed, has nothing else that deletes them.
 """
 
 from __future__ import annotations
@@ -15,10 +22,12 @@ from __future__ import annotations
 import asyncio
 import time
 
-from nccl_k8s.errors import Conflict, RunFailed, UsageError
+from nccl_k8s.errors import Conflict, NotFound, RunFailed, UsageError
 from nccl_k8s.k8s.api._client import ClientSettings, KubeClient
 from nccl_k8s.k8s.api._sync import run_sync
 from nccl_k8s.k8s.api._types import Kind, Obj
+from nccl_k8s.k8s.rendering._computedomain import COMPUTE_DOMAIN_API_VERSION
+from nccl_k8s.k8s.rendering._names import PODMONITOR_API_VERSION
 from nccl_k8s.k8s.run._outcomes import Cleaned
 from nccl_k8s.k8s.run._plumbing import (
     RUN_KINDS,
@@ -31,7 +40,21 @@ from nccl_k8s.k8s.run._plumbing import (
     wait_pods_gone,
 )
 from nccl_k8s.k8s.run._watch import WatchSettings
-from nccl_k8s.spec import LABEL_INSTANCE
+from nccl_k8s.spec import GANGS, LABEL_INSTANCE
+
+#: (kind, apiVersion) of every kind cleanup deletes, in delete order: the workload first (its
+#: pods go with it), then what it used; None: the kind's only version. Custom kinds may not be
+#: served (NotFound when listed: nothing of theirs to delete).
+_KINDS: tuple[tuple[Kind, str | None], ...] = (
+    *((k, None) for k in RUN_KINDS),
+    *(("PodGroup", api) for api in sorted({g.api_version for g in GANGS.values()})),
+    ("PodMonitor", PODMONITOR_API_VERSION),
+    ("ComputeDomain", COMPUTE_DOMAIN_API_VERSION),
+    ("RoleBinding", None),
+    ("Role", None),
+    ("ServiceAccount", None),
+)
+_CUSTOM = frozenset({"PodGroup", "PodMonitor", "ComputeDomain"})
 
 _NOT_OURS = (
     "carries the run's labels but nccl-k8s did not create it (no nccl-k8s field manager, no "
@@ -90,11 +113,11 @@ async def cleanup_async(
     for rid in rids:
         before = len(deleted)
         objs = found.get(rid, {})
-        workloads = [o for kind in WORKLOADS for o in objs.get(kind, []) if made_by_us(o)]
+        workloads = [o for k in WORKLOADS for o in objs.get((k, None), []) if made_by_us(o)]
         run_uids = {str(w["metadata"]["uid"]) for w in workloads}
         uids |= run_uids
-        for kind in (*RUN_KINDS, "Pod"):
-            for obj in objs.get(kind, []):
+        for kind, api_version in (*_KINDS, ("Pod", None)):
+            for obj in objs.get((kind, api_version), []):
                 name = str(obj["metadata"]["name"])
                 if not ours(obj, run_uids):
                     skipped.append(f"{kind}/{name}: {_why_not(obj)}")
@@ -109,6 +132,7 @@ async def cleanup_async(
                         namespace=ns,
                         propagation="Background",
                         uid=str(obj["metadata"]["uid"]),
+                        api_version=api_version,
                     )
                 except Conflict:
                     skipped.append(f"{kind}/{name}: replaced by another object meanwhile")
@@ -146,16 +170,28 @@ def _why_not(obj: Obj) -> str:
     return _NOT_OURS
 
 
+_Key = tuple[Kind, str | None]
+
+
 async def _labelled(
     kc: KubeClient, ns: str, labels: dict[str, str]
-) -> dict[str, dict[str, list[Obj]]]:
-    """run id -> kind -> every object with the labels (pods included)."""
-    kinds: tuple[Kind, ...] = (*RUN_KINDS, "Pod")
-    lists = await asyncio.gather(*(kc.list(k, namespace=ns, labels=labels) for k in kinds))
-    found: dict[str, dict[str, list[Obj]]] = {}
-    for kind, (items, _) in zip(kinds, lists, strict=True):
+) -> dict[str, dict[_Key, list[Obj]]]:
+    """run id -> (kind, apiVersion) -> every object with the labels (pods included)."""
+    kinds: tuple[_Key, ...] = (*_KINDS, ("Pod", None))
+
+    async def one(kind: Kind, api_version: str | None) -> list[Obj]:
+        try:
+            return (await kc.list(kind, namespace=ns, labels=labels, api_version=api_version))[0]
+        except NotFound:
+            if kind in _CUSTOM:
+                return []  # the cluster does not serve the kind: none of them to delete
+            raise
+
+    lists = await asyncio.gather(*(one(k, v) for k, v in kinds))
+    found: dict[str, dict[_Key, list[Obj]]] = {}
+    for key, items in zip(kinds, lists, strict=True):
         for obj in items:
             rid = (obj["metadata"].get("labels") or {}).get(LABEL_INSTANCE)
             if rid:
-                found.setdefault(rid, {}).setdefault(kind, []).append(obj)
+                found.setdefault(rid, {}).setdefault(key, []).append(obj)
     return found

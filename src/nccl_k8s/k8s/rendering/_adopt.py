@@ -1,0 +1,114 @@
+"""Adoption: a rendered run that makes its own objects dependents of its workload.
+
+An ownerReference needs the owner's uid, which the API server assigns when the workload is
+created, so `render` cannot print one (a made-up uid makes the garbage collector delete the
+object at once). `deploy` patches them from the CLI once the workload exists (run._deploy).
+A run applied from `render` (`render | kubectl apply -f -`, a GitOps repository) has no CLI
+after the apply, so it adopts its objects from inside: `render` adds
+
+    ServiceAccount <run>   the pods run as it (its own token mount is off; the pods turn it on)
+    Role <run>             get on the workload; get and patch on each other object of the run,
+                           the three adoption objects included, each rule by resourceNames
+    RoleBinding <run>      the Role to the ServiceAccount
+
+and the wrapper of the pod of index 0 (rendering._wrapper) reads the workload's uid and patches
+an ownerReference (controller false, blockOwnerDeletion false) onto each object named in its
+ADOPT_ENV. Deleting the workload (by hand, or its ttlSecondsAfterFinished) then deletes all of
+them, and `nccl-k8s cleanup --run` still removes whatever was not adopted.
+
+The Role grants nothing beyond the run's own objects, and only get and patch: a patch can change
+more than ownerReferences, but only of objects the run's own pods already depend on. RBAC's
+escalation rule lets the ServiceAccount patch its own Role and RoleBinding: it holds every
+permission the Role grants (through that RoleBinding).
+
+`deploy` does not render these (its objects get their owner from the CLI); `render --no-adopt`
+leaves them out where the applying user may not create RBAC objects.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+
+from nccl_k8s.k8s.api._types import Obj
+from nccl_k8s.k8s.rendering._names import CONTAINER_NAME
+from nccl_k8s.k8s.rendering._wrapper import ADOPT_ENV
+
+RBAC_VERSION = "rbac.authorization.k8s.io/v1"
+
+#: The kinds of a run's adoption objects, in apply order (the ServiceAccount before the pods).
+ADOPTION_KINDS = ("ServiceAccount", "Role", "RoleBinding")
+
+
+def plural(kind: str) -> str:
+    """The resource of a kind the renderer makes (all of them are `<kind in lower case>s`;
+    tests check it against the API client's table)."""
+    return kind.lower() + "s"
+
+
+def _group(api_version: str) -> str:
+    return api_version.rpartition("/")[0]
+
+
+def _ref(obj: Obj) -> Obj:
+    return {
+        "apiVersion": obj["apiVersion"],
+        "kind": obj["kind"],
+        "plural": plural(obj["kind"]),
+        "name": obj["metadata"]["name"],
+    }
+
+
+def _rule(ref: Obj, verbs: list[str]) -> Obj:
+    return {
+        "apiGroups": [_group(ref["apiVersion"])],
+        "resources": [ref["plural"]],
+        "resourceNames": [ref["name"]],
+        "verbs": verbs,
+    }
+
+
+def with_adoption(objs: list[Obj], meta: Callable[[str], Obj]) -> list[Obj]:
+    """The run's objects (the workload last) with the adoption objects first and the pods set
+    to adopt: run as the ServiceAccount, with its token, and the plan in ADOPT_ENV.
+
+    `meta(name)` gives the metadata of an adoption object (the run's labels and marks)."""
+    workload = copy.deepcopy(objs[-1])
+    name = workload["metadata"]["name"]
+    namespace = workload["metadata"].get("namespace")
+    account: Obj = {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": meta(name),
+        # Only pods that ask for the token get it (ours do); others naming it by mistake do not.
+        "automountServiceAccountToken": False,
+    }
+    role: Obj = {"apiVersion": RBAC_VERSION, "kind": "Role", "metadata": meta(name)}
+    subject: Obj = {"kind": "ServiceAccount", "name": name}
+    if namespace is not None:
+        subject["namespace"] = namespace  # else the RoleBinding's own, wherever it is applied
+    binding: Obj = {
+        "apiVersion": RBAC_VERSION,
+        "kind": "RoleBinding",
+        "metadata": meta(name),
+        "roleRef": {"apiGroup": _group(RBAC_VERSION), "kind": "Role", "name": name},
+        "subjects": [subject],
+    }
+    adopted = [_ref(o) for o in [account, role, binding, *objs[:-1]]]
+    owner = _ref(workload)
+    role["rules"] = [_rule(owner, ["get"]), *(_rule(r, ["get", "patch"]) for r in adopted)]
+    plan = {"owner": owner, "objects": adopted}
+
+    pod = workload["spec"]["template"]["spec"]
+    pod["serviceAccountName"] = name
+    pod["automountServiceAccountToken"] = True
+    for container in pod["containers"]:
+        if container["name"] == CONTAINER_NAME:
+            container.setdefault("env", []).append(
+                {"name": ADOPT_ENV, "value": json.dumps(plan, separators=(",", ":"))}
+            )
+    return [account, role, binding, *objs[:-1], workload]
+
+
+__all__ = ["ADOPTION_KINDS", "plural", "with_adoption"]
