@@ -220,6 +220,9 @@ EXPECTED = {
     # (nccl-tests-worker-0 and -1), 8 ranks each, NET/IB between them, GDRDMA on the connections.
     "aks-rdma-infiniband-30_mpijob_ib_gdrdma_connections.log": (2, True, "ib", True),
     "aks-rdma-infiniband-30_mpijob_ib_init.log": (2, True, "ib", None),
+    # Issue 22 (diagnose on a large log): one p4d pod, 4 ranks on llama-3-8b-node-0-0, `nNodes 1`
+    # (line 607), `Using network Libfabric` but every channel via P2P/CUMEM: no inter-node traffic.
+    "training-on-eks_p4d_1pod_4proc_deepspeed_efa.log": (1, False, None, None),
 }
 
 
