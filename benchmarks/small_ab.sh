@@ -14,6 +14,9 @@
 #      pyloop  n200, ours with NCCL_K8S_NATIVE_LOOP=0 (the Python loop instead of the C one)
 #      proto   n200, both with NCCL_PROTO=Simple NCCL_ALGO=Ring (reduce, sendrecv)
 #   nvidia-smi logs the clocks meanwhile (read only). No round starts past DEADLINE_S.
+#   PARTS=modes  benchmarks/memcpy_latency.cu (the one cudaMemcpyAsync NCCL makes of an
+#              out-of-place op at one rank, and an empty kernel, without NCCL): 12 processes of 8
+#              streams each, then one process pinned to each CPU; into modes/.
 # Writes $OUT/small_ab.tgz (every output; rewritten after each round) and prints the tables of
 # benchmarks/small_ab_tables.py.
 set -uo pipefail
@@ -28,7 +31,7 @@ NCCL_HOME=$(python3 -c "import nvidia.nccl as m; print(list(m.__path__)[0])")
 mkdir -p /tmp/ncclfix/lib; ln -sf "$NCCL_HOME/lib/libnccl.so.2" /tmp/ncclfix/lib/libnccl.so; ln -sf "$NCCL_HOME/include" /tmp/ncclfix/include
 NT=/tmp/nt/nccl-tests; mkdir -p /tmp/nt && tar xzf .ref/nccl-tests-2.19.6.tar.gz -C /tmp/nt
 BINS=$(for op in $OPS; do printf '%s ' "$op"; done)
-( cd $NT && make -j14 MPI=0 NCCL_HOME=/tmp/ncclfix CUDA_HOME=/usr/local/cuda BIN_FILES_LIST="$BINS" \
+[[ $PARTS == *ab* ]] && ( cd $NT && make -j14 MPI=0 NCCL_HOME=/tmp/ncclfix CUDA_HOME=/usr/local/cuda BIN_FILES_LIST="$BINS" \
     NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" > "$R/build.log" 2>&1; echo "build exit $?" >> "$R/build.log" ) &
 BUILD=$!
 { date -u +%FT%TZ; nvidia-smi -L; python3 -c 'import torch; print("torch", torch.__version__, torch.cuda.nccl.version())';
@@ -54,7 +57,17 @@ if [[ $PARTS == *pod* ]]; then
   PYTHONPATH=$PWD/src "$VENV/bin/python" benchmarks/pod_entry.py check "$R/pod_entry.log" --ops 10 | tee -a "$R/pod.txt"
   pack
 fi
-wait $BUILD; tail -1 "$R/build.log"
+wait $BUILD; [[ $PARTS == *ab* ]] && tail -1 "$R/build.log"
+
+if [[ $PARTS == *modes* ]]; then
+  M=$R/modes; mkdir -p "$M"; NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+  { date -u +%FT%TZ; nvidia-smi -L; nproc; cat COMMIT 2>/dev/null || git log -1 --format=%H; } > "$M/versions.txt" 2>&1
+  "$NVCC" -O2 -gencode=arch=compute_90,code=sm_90 -o /tmp/memcpy_latency benchmarks/memcpy_latency.cu > "$M/build.log" 2>&1; echo "nvcc rc=$?" | tee -a "$M/build.log"
+  for p in $(seq 1 12); do /tmp/memcpy_latency 8 400 8 > "$M/proc_$p.txt" 2>&1; done
+  for c in $(seq 0 $(( $(nproc) - 1 ))); do taskset -c "$c" /tmp/memcpy_latency 4 400 8 > "$M/cpu_$c.txt" 2>&1; done
+  cat "$M/proc_1.txt"
+  pack
+fi
 
 variant() {  # sets FL PIN ENV_BOTH ENV_OURS VOPS for variant $1
   FL="$SIZES -n 200 -w 20"; PIN=""; ENV_BOTH=""; ENV_OURS=""; VOPS=$OPS

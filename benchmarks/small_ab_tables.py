@@ -172,6 +172,54 @@ def clocks(folder: pathlib.Path) -> str:
     )
 
 
+def _streams(path: pathlib.Path) -> list[tuple[int, float, float]]:
+    """(cpu, memcpy us, kernel us) per stream of one memcpy_latency process, medians of reps."""
+    out = []
+    for line in path.read_text().splitlines():
+        t = line.split()
+        if len(t) > 5 and t[0] == "stream" and "kernel_us" in t:
+            k = t.index("kernel_us")
+            memcpy = statistics.median(float(x) for x in t[5:k])
+            kernel = statistics.median(float(x) for x in t[k + 1 :])
+            out.append((int(t[3]), memcpy, kernel))
+    return out
+
+
+def modes(folder: pathlib.Path) -> list[str]:
+    """benchmarks/memcpy_latency.cu: per process, each stream's us per op."""
+    m = folder / "modes"
+    if not m.is_dir():
+        return []
+    versions = (m / "versions.txt").read_text().splitlines()
+    out = [
+        f"`benchmarks/memcpy_latency.cu` (no NCCL, no benchmark; run {versions[0]}, another "
+        "machine of the same kind): back-to-back 8 B cudaMemcpyAsync D2D, the call NCCL makes "
+        "for an out-of-place op at one rank, and empty kernels, 400 a repetition, on new "
+        "non-blocking streams of one process; µs per op, median of 5 repetitions.",
+        "",
+        "| process | CPU | memcpy µs, stream 1..8 | empty kernel µs, stream 1..8 |",
+        "| --- | ---: | --- | --- |",
+    ]
+    procs = sorted(m.glob("proc_*.txt"), key=lambda p: int(p.stem.split("_")[1]))
+    cpus = sorted(m.glob("cpu_*.txt"), key=lambda p: int(p.stem.split("_")[1]))
+    every: list[float] = []
+    for path in [*procs, *cpus]:
+        streams = _streams(path)
+        if not streams:
+            out.append(f"| {path.stem} | | failed | |")
+            continue
+        every += [x[1] for x in streams]
+        cpu = ",".join(sorted({str(x[0]) for x in streams}))
+        name = path.stem.replace("proc_", "").replace("cpu_", "pinned to CPU ")
+        memcpy = " ".join(f"{x[1]:.2f}" for x in streams)
+        kernel = " ".join(f"{x[2]:.2f}" for x in streams)
+        out.append(f"| {name} | {cpu} | {memcpy} | {kernel} |")
+    if every:
+        out += ["", f"Streams: {len(every)}; memcpy µs per op {min(every):.2f}-{max(every):.2f}, "
+                f"median {statistics.median(every):.2f}."]  # fmt: skip
+    return out
+
+
 def pod(folder: pathlib.Path) -> str:
     path = folder / "pod.txt"
     lines = path.read_text().splitlines() if path.exists() else []
@@ -184,6 +232,7 @@ def pod(folder: pathlib.Path) -> str:
 def render(folder: pathlib.Path) -> str:
     versions = (folder / "versions.txt").read_text().splitlines()
     t = load(folder)
+    memcpy = modes(folder)
     cmd = f"python benchmarks/small_ab_tables.py {folder.as_posix()} --write BENCHMARKS.md"
     gpu = versions[1].split(":", 1)[1].split("(")[0].strip()
     parts = [
@@ -202,6 +251,7 @@ def render(folder: pathlib.Path) -> str:
         "",
         clocks(folder),
         "",
+        *([*memcpy, ""] if memcpy else []),
         f"`--launcher direct` pod entrypoint (`benchmarks/pod_entry.py`, venv without torch): {pod(folder)}",
         "",
         END,
