@@ -13,6 +13,8 @@
 #      pin     n200, both under `taskset -c 4-7`
 #      pyloop  n200, ours with NCCL_K8S_NATIVE_LOOP=0 (the Python loop instead of the C one)
 #      proto   n200, both with NCCL_PROTO=Simple NCCL_ALGO=Ring (reduce, sendrecv)
+#      fast    n200, both pinned to the one CPU with the lowest memcpy latency (PARTS=modes runs
+#      slow    first and picks it), or to the one with the highest
 #   nvidia-smi logs the clocks meanwhile (read only). No round starts past DEADLINE_S.
 #   PARTS=modes  benchmarks/memcpy_latency.cu (the one cudaMemcpyAsync NCCL makes of an
 #              out-of-place op at one rank, and an empty kernel, without NCCL): 12 processes of 8
@@ -66,6 +68,8 @@ if [[ $PARTS == *modes* ]]; then
   for p in $(seq 1 12); do /tmp/memcpy_latency 8 400 8 > "$M/proc_$p.txt" 2>&1; done
   for c in $(seq 0 $(( $(nproc) - 1 ))); do taskset -c "$c" /tmp/memcpy_latency 4 400 8 > "$M/cpu_$c.txt" 2>&1; done
   cat "$M/proc_1.txt"
+  read -r FAST SLOW < <(python3 benchmarks/small_ab_tables.py --pick-cpus "$M")
+  echo "fast $FAST slow $SLOW" | tee "$R/ab/pinned.txt"
   pack
 fi
 
@@ -76,6 +80,8 @@ variant() {  # sets FL PIN ENV_BOTH ENV_OURS VOPS for variant $1
     pin) PIN="taskset -c 4-7" ;;
     pyloop) ENV_OURS="NCCL_K8S_NATIVE_LOOP=0" ;;
     proto) ENV_BOTH="NCCL_PROTO=Simple NCCL_ALGO=Ring"; VOPS="reduce sendrecv" ;;
+    fast) PIN="taskset -c ${FAST:?PARTS=modes picks it}" ;;
+    slow) PIN="taskset -c ${SLOW:?PARTS=modes picks it}" ;;
   esac
 }
 ours() {  # ours OP FILE
