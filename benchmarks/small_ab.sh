@@ -15,7 +15,9 @@
 #      proto   n200, both with NCCL_PROTO=Simple NCCL_ALGO=Ring (reduce, sendrecv)
 #      fast    n200, both pinned to the one CPU with the lowest memcpy latency (PARTS=modes runs
 #      slow    first and picks it), or to the one with the highest
-#   nvidia-smi logs the clocks meanwhile (read only). No round starts past DEADLINE_S.
+#   nvidia-smi logs the clocks meanwhile (read only). No round starts past DEADLINE_S. Both sides
+#   load the same libnccl, the wheel's (LIBNCCL; empty: the engine's own choice, which without
+#   torch is whatever `libnccl.so.2` the loader finds first, the image's 2.28.3 on this machine).
 #   PARTS=modes  benchmarks/memcpy_latency.cu (the one cudaMemcpyAsync NCCL makes of an
 #              out-of-place op at one rank, and an empty kernel, without NCCL): 12 processes of 8
 #              streams each, then one process pinned to each CPU; into modes/.
@@ -84,8 +86,9 @@ variant() {  # sets FL PIN ENV_BOTH ENV_OURS VOPS for variant $1
     slow) PIN="taskset -c ${SLOW:?PARTS=modes picks it}" ;;
   esac
 }
+LIBNCCL=${LIBNCCL-$NCCL_HOME/lib/libnccl.so.2}
 ours() {  # ours OP FILE
-  $PIN env $ENV_BOTH $ENV_OURS PYTHONPATH="$PWD/src" "$VENV/bin/python" -m nccl_k8s.bench --backend nccl --ops "$1" $FL > "$2" 2>&1
+  $PIN env $ENV_BOTH $ENV_OURS ${LIBNCCL:+NCCL_K8S_LIBNCCL=$LIBNCCL} PYTHONPATH="$PWD/src" "$VENV/bin/python" -m nccl_k8s.bench --backend nccl --ops "$1" $FL > "$2" 2>&1
 }
 ref() {  # ref OP FILE
   $PIN env $ENV_BOTH LD_LIBRARY_PATH="$NCCL_HOME/lib" "$NT/build/$1_perf" $FL -g 1 > "$2" 2>&1

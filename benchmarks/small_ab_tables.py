@@ -254,6 +254,19 @@ def pod(folder: pathlib.Path) -> str:
     )
 
 
+def libraries(folder: pathlib.Path) -> str:
+    """The NCCL each side loaded, from the outputs (our meta line, nccl-tests' header)."""
+    ours, ref = set(), set()
+    for path in (folder / "ab").glob("*_r*_*.txt"):
+        text = path.read_text(errors="replace")
+        ours.update(re.findall(r'"nccl":"([^"]+)","nccl_code":\d+,"nccl_library":"([^"]+)"', text))
+        ref.update(
+            re.findall(r"nccl-library=(\d+)", text) if path.name.endswith("_ref.txt") else ()
+        )
+    mine = "; ".join(f"{v} ({p})" for v, p in sorted(ours))
+    return f"NCCL loaded: ours {mine}; nccl-tests nccl-library={', '.join(sorted(ref))}."
+
+
 def section(folder: pathlib.Path) -> list[str]:
     versions = (folder / "versions.txt").read_text().splitlines()
     t = load(folder)
@@ -264,7 +277,7 @@ def section(folder: pathlib.Path) -> list[str]:
         out += [
             f"Run {versions[0]} on one {gpu}, 8 B-64 KB (-f 2, 14 sizes), one process per op "
             "and side, nccl-tests 2.19.6 built in the same call; ours from a virtual environment "
-            f"without torch. Ratios < 1: ours faster.{pinned(folder)}",
+            f"without torch. Ratios < 1: ours faster.{pinned(folder)} {libraries(folder)}",
             "",
             *ab_table(t),
             "",
