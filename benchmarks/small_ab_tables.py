@@ -194,8 +194,8 @@ def modes(folder: pathlib.Path) -> list[str]:
         return []
     versions = (m / "versions.txt").read_text().splitlines()
     out = [
-        f"`benchmarks/memcpy_latency.cu` (no NCCL, no benchmark; run {versions[0]}, another "
-        "machine of the same kind): back-to-back 8 B cudaMemcpyAsync D2D, the call NCCL makes "
+        f"`benchmarks/memcpy_latency.cu` (no NCCL, no benchmark; run {versions[0]}): "
+        "back-to-back 8 B cudaMemcpyAsync D2D, the call NCCL makes "
         "for an out-of-place op at one rank, and empty kernels, 400 a repetition, on new "
         "non-blocking streams of one process; µs per op, median of 5 repetitions.",
         "",
@@ -256,7 +256,8 @@ def pod(folder: pathlib.Path) -> str:
 
 def libraries(folder: pathlib.Path) -> str:
     """The NCCL each side loaded, from the outputs (our meta line, nccl-tests' header)."""
-    ours, ref = set(), set()
+    ours: set[tuple[str, str]] = set()
+    ref: set[str] = set()
     for path in (folder / "ab").glob("*_r*_*.txt"):
         text = path.read_text(errors="replace")
         ours.update(re.findall(r'"nccl":"([^"]+)","nccl_code":\d+,"nccl_library":"([^"]+)"', text))
