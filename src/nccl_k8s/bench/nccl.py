@@ -62,14 +62,32 @@ def _path_of(fn: Any) -> str | None:
 
 
 def _candidates() -> list[str]:
+    """Where libnccl is looked for, in order: NCCL_K8S_LIBNCCL alone when set; else the copy
+    already in the process (torch's, when torch was imported: loading a second libnccl beside it
+    would split NCCL's state), then the nvidia-nccl wheel's (or torch's own) on sys.path, and the
+    system's last. The wheel comes before the system library because it is the NCCL that torch
+    and nccl-tests built against it use on the same image: without torch in the process, a bare
+    `libnccl.so.2` found an image's older /usr/lib copy (2.28.3 beside the wheel's 2.28.9 on the
+    H200's image, benchmarks/data/2026-12-05-h200x1-small-ab), so the same command measured a
+    different NCCL with and without torch installed."""
     override = os.environ.get("NCCL_K8S_LIBNCCL")
     if override:
         return [override]
-    found = ["libnccl.so.2"]  # the copy torch already loaded, when it did
+    found = []
     for base in sys.path:
         found += sorted(glob.glob(os.path.join(base, "nvidia", "nccl", "lib", "libnccl.so*")))
         found += sorted(glob.glob(os.path.join(base, "torch", "lib", "libnccl.so*")))
-    return found
+    return [*found, "libnccl.so.2"]
+
+
+def _already_loaded() -> ctypes.CDLL | None:
+    """The libnccl this process already has (RTLD_NOLOAD: nothing new is loaded)."""
+    if os.environ.get("NCCL_K8S_LIBNCCL"):
+        return None
+    try:
+        return ctypes.CDLL("libnccl.so.2", mode=ctypes.RTLD_GLOBAL | os.RTLD_NOLOAD)
+    except OSError:
+        return None
 
 
 class Library:
@@ -77,8 +95,8 @@ class Library:
 
     def __init__(self) -> None:
         errors = []
-        lib = None
-        for path in _candidates():
+        lib = _already_loaded()
+        for path in [] if lib is not None else _candidates():
             try:
                 lib = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
                 break
