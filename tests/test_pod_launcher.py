@@ -11,13 +11,13 @@ image. Rendering: the pods' command, and the culprit still reads G from it.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from tests._helpers import free_port
 
 from nccl_k8s.k8s import render
 from nccl_k8s.k8s.rendering._wrapper import POD_WRAPPER
@@ -28,12 +28,6 @@ from nccl_k8s.spec import build_run_spec
 
 LAUNCHER = [sys.executable, "-m", "nccl_k8s.launch._pod"]
 GLOO = ["--backend", "gloo", "-b", "1K", "-e", "4K", "-f", "4", "-n", "2", "-w", "1", "-T", "20"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def node_argv(node: int, nodes: int, port: int, *, nproc: int = 2, rdzv: int = 120) -> list[str]:
