@@ -156,7 +156,9 @@ EXIT_7 = textwrap.dedent(
 def test_a_failed_rank_ends_its_pod_with_its_exit_code_and_is_named(tmp_path: Path) -> None:
     (tmp_path / "sitecustomize.py").write_text(EXIT_7)
     path = os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p)
-    procs = start_nodes(2, GLOO, {"PYTHONPATH": path, "NCCL_K8S_TEST_EXIT": "7"})
+    # -T 5: node 0's ranks wait that long for rank 3, which never comes (the verdict is node 1's).
+    engine = [*GLOO[: GLOO.index("-T")], "-T", "5"]
+    procs = start_nodes(2, engine, {"PYTHONPATH": path, "NCCL_K8S_TEST_EXIT": "7"})
     outs = [p.communicate(timeout=240) for p in procs]
     assert procs[1].returncode == 7, outs[1][1][-2000:]
     culprit = [x for x in outs[1][1].splitlines() if x.startswith("nccl-k8s launcher: ")]
