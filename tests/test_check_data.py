@@ -149,12 +149,12 @@ def test_no_blind_spot_for_a_dropped_doubled_or_substituted_rank(
 
     # Rank by rank in blocks (all four sabotages of 4,096 ranks at once held 2 GB).
     base = clean.to(torch.float64)[None, :]
+    nears = torch.roll(terms, shifts=-1, dims=0)  # rank d + 1's term
+    fars = torch.roll(terms, shifts=-(nranks // 2 + 1), dims=0)
     blind: dict[str, list[int]] = {}
     for lo in range(0, nranks, BLOCK):
         ranks = torch.arange(lo, min(lo + BLOCK, nranks))
-        t = terms[ranks].to(torch.float64)
-        near = terms[(ranks + 1) % nranks].to(torch.float64)  # rank d + 1's term
-        far = terms[(ranks + nranks // 2 + 1) % nranks].to(torch.float64)
+        t, near, far = (x[lo : lo + BLOCK].to(torch.float64) for x in (terms, nears, fars))
         sabotaged = {
             "dropped": base - t,
             "doubled": base + t,
