@@ -41,12 +41,14 @@ contracts: $(STAMP_TEST)
 	$(VENV)/bin/lint-imports
 
 # The fast loop: the suite without the tests marked slow (multi-process engine runs, whole
-# deploys); `make pytest` is all of it, as `make test` runs it.
+# deploys); `make pytest` is all of it, as `make test` runs it. Both end with their slowest
+# tests and times (--durations), so a test that grows shows up in every run's tail: CI runs
+# `make test` on 2 cores and the whole suite must stay under 15 minutes.
 unit: $(STAMP_TEST)
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m "not slow" --durations=15
 
 pytest: $(STAMP_TEST)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=15
 
 test: lint typecheck contracts pytest check-dist
 

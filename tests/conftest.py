@@ -3,6 +3,7 @@
 `cluster` is one cluster for the whole session, because starting one costs about a second on a
 busy machine; tests keep out of each other's way by working in their own namespace (`namespace`).
 Tests that need a cluster of their own shape ask `cluster_factory`, which stops what it started.
+In-process engine tests ask `world_of_one`: one gloo rank (tests/_helpers.py has its clock).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -27,7 +28,11 @@ _ROOT = str(Path(__file__).resolve().parent.parent)
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
+from tests._helpers import free_port, one_rank_env  # noqa: E402
 from tests.cluster.cluster import Cluster  # noqa: E402
+
+if TYPE_CHECKING:
+    from nccl_k8s.bench.rank import Rank
 
 Obj = dict[str, Any]
 
@@ -159,3 +164,17 @@ def kubectl(cluster: Cluster) -> Callable[..., subprocess.CompletedProcess[str]]
         return proc
 
     return run
+
+
+@pytest.fixture
+def world_of_one(monkeypatch: pytest.MonkeyPatch) -> Iterator[Rank]:
+    """One gloo rank in this process (a world of one on a free port), closed at the end."""
+    from nccl_k8s.bench.rank import Rank
+
+    for k, v in one_rank_env(free_port()).items():
+        monkeypatch.setenv(k, v)
+    rank = Rank("gloo", 0)
+    try:
+        yield rank
+    finally:
+        rank.close()

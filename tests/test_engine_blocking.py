@@ -11,12 +11,10 @@ clock failed when a loaded machine made 1 KB ops take more than 10 ms).
 from __future__ import annotations
 
 import io
-import socket
-import time
-from collections.abc import Iterator
 
 import pytest
 import torch.distributed as dist
+from tests._helpers import FakeClock
 
 from nccl_k8s.bench import engine as engine_module
 from nccl_k8s.bench.collectives import COLLECTIVES
@@ -30,30 +28,11 @@ from nccl_k8s.bench.watch import Watchdog
 BARRIER_S = 1 / 16  # 62.5 ms: a sum of these on the test clock is exact in binary
 
 
-class _Clock:
-    """The engine module's `time` in this test: perf_counter reads `now`, all else is real."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def perf_counter(self) -> float:
-        return self.now
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(time, name)
-
-
 @pytest.fixture
-def world_of_one(monkeypatch: pytest.MonkeyPatch) -> Iterator[Rank]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    for k, v in dict(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
-                     MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)).items():  # fmt: skip
-        monkeypatch.setenv(k, v)
-    rank = Rank("gloo", 0)
+def barrier_world(world_of_one: Rank, monkeypatch: pytest.MonkeyPatch) -> Rank:
+    """The one-rank world whose barrier moves the engine's clock by BARRIER_S."""
     slow = dist.barrier
-    clock = _Clock()
+    clock = FakeClock()
 
     def barrier(*args: object, **kwargs: object) -> None:
         clock.now += BARRIER_S
@@ -61,10 +40,7 @@ def world_of_one(monkeypatch: pytest.MonkeyPatch) -> Iterator[Rank]:
 
     monkeypatch.setattr(engine_module, "time", clock)
     monkeypatch.setattr(dist, "barrier", barrier)
-    try:
-        yield rank
-    finally:
-        rank.close()
+    return world_of_one
 
 
 def _per_op_s(rank: Rank, blocking: int) -> float:
@@ -77,8 +53,8 @@ def _per_op_s(rank: Rank, blocking: int) -> float:
     return engine._timed(b)
 
 
-def test_z3_excludes_the_barrier_z1_includes_it(world_of_one: Rank) -> None:
-    t = {z: _per_op_s(world_of_one, z) for z in (0, 1, 2, 3)}
+def test_z3_excludes_the_barrier_z1_includes_it(barrier_world: Rank) -> None:
+    t = {z: _per_op_s(barrier_world, z) for z in (0, 1, 2, 3)}
     assert t[1] >= BARRIER_S, t  # every op waited for a 62.5 ms barrier, and it was timed
     assert t[1] == pytest.approx(BARRIER_S), t  # one barrier per op, nothing else on this clock
     for z in (0, 2, 3):

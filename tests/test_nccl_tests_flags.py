@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests._helpers import FakeClock, free_port, one_rank_env
 
 from nccl_k8s.bench import engine as engine_module
 from nccl_k8s.bench.collectives import COLLECTIVES
@@ -97,41 +95,13 @@ def test_g_and_t_are_ranks_or_refused_naming_the_equivalent() -> None:
     assert "nccl-k8s run -g 8" in str(info.value)
 
 
-class _Clock:
-    """The engine's `time`: perf_counter reads `now`, which only the test's ops move."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def perf_counter(self) -> float:
-        return self.now
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(time, name)
-
-
-@pytest.fixture
-def world_of_one(monkeypatch: pytest.MonkeyPatch) -> Iterator[Rank]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    for k, v in dict(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
-                     MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)).items():  # fmt: skip
-        monkeypatch.setenv(k, v)
-    rank = Rank("gloo", 0)
-    try:
-        yield rank
-    finally:
-        rank.close()
-
-
 @pytest.mark.parametrize("cputime", [0, 1])
 def test_m_aggregates_and_c_reports_the_issue_time(
     world_of_one: Rank, monkeypatch: pytest.MonkeyPatch, cputime: int
 ) -> None:
     """-n 2 -m 4: 8 ops, each 1 s on the test clock, then a final wait of 10 s; the time per op
     is 18/8 s, or with -C 1 the issue time alone, 8/8 s (nccl-tests' cputime)."""
-    clock = _Clock()
+    clock = FakeClock()
     monkeypatch.setattr(engine_module, "time", clock)
     rank = world_of_one
     monkeypatch.setattr(rank, "finish", lambda: setattr(clock, "now", clock.now + 10))
@@ -158,11 +128,7 @@ def test_m_aggregates_and_c_reports_the_issue_time(
 
 
 def _engine(*flags: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {**os.environ, "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0",
-           "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}  # fmt: skip
+    env = {**os.environ, **one_rank_env(free_port())}
     return subprocess.run(
         [sys.executable, "-m", "nccl_k8s.bench", "--backend", "gloo", *flags],
         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=240, check=False,

@@ -11,13 +11,13 @@ image. Rendering: the pods' command, and the culprit still reads G from it.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from tests._helpers import free_port
 
 from nccl_k8s.k8s import render
 from nccl_k8s.k8s.rendering._wrapper import POD_WRAPPER
@@ -28,12 +28,6 @@ from nccl_k8s.spec import build_run_spec
 
 LAUNCHER = [sys.executable, "-m", "nccl_k8s.launch._pod"]
 GLOO = ["--backend", "gloo", "-b", "1K", "-e", "4K", "-f", "4", "-n", "2", "-w", "1", "-T", "20"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def node_argv(node: int, nodes: int, port: int, *, nproc: int = 2, rdzv: int = 120) -> list[str]:
@@ -162,7 +156,9 @@ EXIT_7 = textwrap.dedent(
 def test_a_failed_rank_ends_its_pod_with_its_exit_code_and_is_named(tmp_path: Path) -> None:
     (tmp_path / "sitecustomize.py").write_text(EXIT_7)
     path = os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p)
-    procs = start_nodes(2, GLOO, {"PYTHONPATH": path, "NCCL_K8S_TEST_EXIT": "7"})
+    # -T 5: node 0's ranks wait that long for rank 3, which never comes (the verdict is node 1's).
+    engine = [*GLOO[: GLOO.index("-T")], "-T", "5"]
+    procs = start_nodes(2, engine, {"PYTHONPATH": path, "NCCL_K8S_TEST_EXIT": "7"})
     outs = [p.communicate(timeout=240) for p in procs]
     assert procs[1].returncode == 7, outs[1][1][-2000:]
     culprit = [x for x in outs[1][1].splitlines() if x.startswith("nccl-k8s launcher: ")]

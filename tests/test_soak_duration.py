@@ -9,11 +9,9 @@ from __future__ import annotations
 import io
 import itertools
 import re
-import socket
-import time
-from collections.abc import Iterator
 
 import pytest
+from tests._helpers import FakeClock
 
 from nccl_k8s.bench import soak as soak_module
 from nccl_k8s.bench.config import parse_args
@@ -25,35 +23,9 @@ from nccl_k8s.bench.watch import Watchdog
 OP_S = 0.5
 
 
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def perf_counter(self) -> float:
-        return self.now
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(time, name)
-
-
-@pytest.fixture
-def world_of_one(monkeypatch: pytest.MonkeyPatch) -> Iterator[Rank]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    for k, v in dict(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
-                     MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)).items():  # fmt: skip
-        monkeypatch.setenv(k, v)
-    rank = Rank("gloo", 0)
-    try:
-        yield rank
-    finally:
-        rank.close()
-
-
 def _soak(rank: Rank, monkeypatch: pytest.MonkeyPatch, check_s: float) -> tuple[float, list[float]]:
     """Soak 60 s with reports every 10 s; the clock at the end and each report's t."""
-    clock = _Clock()
+    clock = FakeClock()
     monkeypatch.setattr(soak_module, "time", clock)
 
     def batch(engine: object, b: object, n: int) -> list[float]:
