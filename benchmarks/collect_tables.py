@@ -9,7 +9,7 @@ Every `collect-*.json` of DIR is a column (one collect_scale.py run each; a run 
 sizes, `--pods 1024,2048,4096`, gives a column per size).
 
 With --write, the text between `<!-- collect-tables:begin -->` and `<!-- collect-tables:end -->`
-is replaced; tests/test_benchmarks_md.py checks the committed file against this script.
+is replaced.
 """
 
 from __future__ import annotations
@@ -98,6 +98,12 @@ def render(folder: pathlib.Path) -> str:
             "| --- |" + " ---: |" * len(COMMANDS),
             "| per doubling | " + " | ".join(cells) + " |",
         ]
+        if all(f"{n}_cpu_s_median" in f for f in (first, last) for n, _ in COMMANDS):
+            cells = [
+                f"{(last[f'{n}_cpu_s_median'] / first[f'{n}_cpu_s_median']) ** (1 / doublings):.2f}x"
+                for n, _ in COMMANDS
+            ]
+            out.append("| its own CPU, per doubling | " + " | ".join(cells) + " |")
     startup = ", ".join(
         f"{f['run'].get('cli_startup_s')} s"
         + (f" ({f['run']['cli_startup_cpu_s']} s CPU)" if "cli_startup_cpu_s" in f["run"] else "")
