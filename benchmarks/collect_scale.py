@@ -24,7 +24,9 @@ Imports nothing of nccl_k8s.k8s: the commands run as the user runs them.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+import math
 import os
 import resource
 import subprocess
@@ -270,7 +272,7 @@ def main() -> None:
         apiserver._Handler.disable_nagle_algorithm = True
         apiserver._Server.request_queue_size = 1024
 
-    sizes = [int(x) for x in str(args.pods).split(",")]
+    sizes = sorted(int(x) for x in str(args.pods).split(","))
     total = sum(sizes)
     gpus = max(1, -(-total // args.nodes))
     figures: dict[str, Any] = {
@@ -355,15 +357,21 @@ def main() -> None:
         figures.update({k: v for k, v in per_size[0].items() if k != "pods"})
     else:
         figures["sizes"] = per_size
-        # Growth per doubling: a figure at 2n over the same figure at n (2.0 = linear).
+        # Growth per doubling: from each size to the next, (figure at m / figure at n) **
+        # (1 / log2(m / n)); 2.0 is linear in the pods. Of the wall time (the median) and of
+        # the command's own CPU (the median; what the load on a shared machine moves least).
         growth: dict[str, dict[str, float]] = {}
-        by_n = {f["pods"]: f for f in per_size}
-        for n in sizes:
-            if 2 * n in by_n:
-                growth[f"{n}->{2 * n}"] = {
-                    name: round(by_n[2 * n][f"{name}_s_median"] / by_n[n][f"{name}_s_median"], 2)
-                    for name in COMMANDS
-                }
+        for small, large in itertools.pairwise(per_size):
+            doublings = math.log2(large["pods"] / small["pods"])
+            growth[f"{small['pods']}->{large['pods']}"] = {
+                f"{name}{what}": round(
+                    (large[f"{name}{what}_median"] / small[f"{name}{what}_median"])
+                    ** (1 / doublings),
+                    2,
+                )
+                for name in COMMANDS
+                for what in ("_s", "_cpu_s")
+            }
         figures["growth_per_doubling"] = growth
     print(json.dumps(figures, indent=1))
 

@@ -97,7 +97,9 @@ def _click_commands() -> dict[str, Any]:
     found: dict[str, Any] = {"nccl-k8s": root}
 
     def walk(group: Any, prefix: str) -> None:
-        for name, cmd in group.commands.items():
+        # Through click's own calls: the root loads its commands' modules when asked (main).
+        for name in group.list_commands(None):
+            cmd = group.get_command(None, name)
             found[f"{prefix}{name}"] = cmd
             if hasattr(cmd, "commands"):
                 walk(cmd, f"{prefix}{name} ")
@@ -167,3 +169,44 @@ def test_run_help_exit_codes_are_one_line_each_at_any_width() -> None:
         r"killed or hung \(named, not the rank that noticed\)",
         res.stdout,
     ), res.stdout
+
+
+def test_the_lazy_command_table_names_what_each_module_registers() -> None:
+    """main.COMMANDS says which module adds each command: every module's commands, no other."""
+    import importlib
+
+    from nccl_k8s.cli import main
+
+    registered: dict[str, str] = {}
+    for module in dict.fromkeys(main.COMMANDS.values()):
+        sub = typer.Typer()
+        importlib.import_module(f"nccl_k8s.cli.{module}").register(sub)
+        names = [c.name for c in sub.registered_commands]
+        names += [g.typer_instance.info.name for g in sub.registered_groups if g.typer_instance]
+        registered.update(dict.fromkeys(names, module))  # type: ignore[arg-type]
+    assert registered == main.COMMANDS
+    assert sorted(main.COMMANDS) == sorted(COMMANDS)
+
+
+def test_a_command_imports_only_its_own_module() -> None:
+    """`status` answers within a second at 4,096 pods (issue 22): it does not import the
+    results parsers, the deploy options or the other commands' modules."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from nccl_k8s.cli.main import app\n"
+        "try:\n"
+        "    app(['status', '--help'], standalone_mode=False)\n"
+        "finally:\n"
+        "    print(' '.join(sorted(m for m in sys.modules if m.startswith('nccl_k8s.'))))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    loaded = out.split()
+    assert "nccl_k8s.cli._cluster" in loaded
+    for module in ("nccl_k8s.cli._results", "nccl_k8s.cli._deploy", "nccl_k8s.cli._doctor",
+                   "nccl_k8s.cli._run", "nccl_k8s.results"):  # fmt: skip
+        assert module not in loaded, module

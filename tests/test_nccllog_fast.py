@@ -1,8 +1,9 @@
 """The NCCL log reader's fast paths read exactly what the line-by-line reader reads.
 
-`PLAIN` takes lines in NCCL's own form out of a whole log at once, `LineInterest` keeps only the
-lines the rules read, `TIMESTAMP_CLUE` skips the timestamp pass: each is checked here against
-the reader without it, on every log of tests/data and on lines made to sit on the edges.
+`PLAIN` takes lines in NCCL's own form out of a whole log at once, `CONNECTION` reads its
+connection lines in one step, `LineInterest` keeps only the lines the rules read,
+`TIMESTAMP_CLUE` skips the timestamp pass: each is checked here against the reader without it, on
+every log of tests/data and on lines made to sit on the edges.
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from nccl_k8s.results._ncclfast import PLAIN, TIMESTAMP_CLUE
+from nccl_k8s.results._ncclfast import CONNECTION, PLAIN, TIMESTAMP_CLUE
 from nccl_k8s.results.diagnose import analyse
-from nccl_k8s.results.nccllog import _PREFIX, _REPEAT, LogParser, ParsedLog
+from nccl_k8s.results.nccllog import _CHAN, _PREFIX, _REPEAT, LogParser, ParsedLog
 from nccl_k8s.results.pastes import TIMESTAMP
 from nccl_k8s.results.rules import LINES_READ
 
@@ -39,6 +40,28 @@ EDGES = [
     "h:1:2 [0] NCCL TRACE something",
     ":1:2 [0] NCCL INFO empty host",
     "h:1:2 [0] NCCL INFO transport.cc:88 -> 2",
+    # Connection lines on the edges of CONNECTION (each read as PLAIN and _CHAN read it, or
+    # left to them); one between a process's error trace and NCCL's giving up on a plugin (an
+    # INFO line between ends the trace: the WARN stays fatal); bare version lines after one
+    # (the line before names the process whose version it is).
+    "c:1:2 [1] misc/socket.cc:50 NCCL WARN socket connect failed",
+    "c:1:2 [1] NCCL INFO transport.cc:88 -> 2",
+    "c:1:2 [1] NCCL INFO Channel 00/0 : 1[1] -> 0[0] [receive] via NET/IB/0/GDRDMA",
+    "c:1:2 [1] NCCL INFO Failed to initialize any GIN plugin",
+    "c:7:8 [0] NCCL INFO Channel 01/0 : 7[0] -> 8[1] [send] via NET/IB/1",
+    "NCCL version 2.18.1+cuda12.1",
+    "c:9:9 [0] NCCL INFO Channel 01/0 : 9[0] -> 8[1] via P2P/IPC",
+    "NCCL version 2.19.3+cuda12.2",
+    "h:3:4 [2] NCCL INFO Ring 00 : 2 -> 3 [receive] via NET/Socket/0",
+    "h:3:4 [2] NCCL INFO Ring 01 : 2 -> 3 via P2P/IPC",
+    "h:3:4 [2] NCCL INFO  Channel 02/1 : 2[2] -> 3[3] via  P2P/IPC/read  ",
+    "h:3:4 [2] NCCL INFOChannel 03/0 : 2[2] -> 3[3] via SHM/direct/direct",
+    "h:3:4 [2] NCCL INFO Channel 04/0 : 2[2] -> 3[3] via direct shared memory\t",
+    "h:3:4 [2] NCCL INFO Channel 05/0 : 2[2] -> 3[3] via NET/x:3 INFO y",
+    "h:3:4 [2] NCCL INFO Channel 06/0 : 2[2] -> 3[3] via P2P/IPC | h:3:4 [2] NCCL INFO Channel",
+    "h:3:4 [2] NCCL INFO Channel 07/0 : 2[2a000] -> 3[3b000] via NET/AWS Libfabric/0/GDRDMA",
+    "h:3:4 [2] NCCL WARN Channel 08/0 : 2[2] -> 3[3] via P2P/IPC",
+    "h:5:6 [0] NCCL INFO Channel 00/0 : 5[0] -> 6[1] via P2P/CUMEM",
 ]
 
 
@@ -78,6 +101,33 @@ def test_plain_reads_what_prefix_reads() -> None:
             assert line in text.splitlines(), line  # one whole line, as splitlines cuts them
             taken += 1
     assert taken > 300  # the corpus is mostly NCCL's own lines
+
+
+def test_connection_reads_what_plain_and_chan_read() -> None:
+    """Every line CONNECTION takes is one PLAIN takes whole, whose message _CHAN reads as
+    CONNECTION's groups give it."""
+    taken = 0
+    for text in _corpus():
+        for c in CONNECTION.finditer(text):
+            m = PLAIN.match(text, c.start())
+            assert m is not None and m.end() == c.end(), c.group(0)
+            assert "|" not in m["msg"] and m["level"] == "INFO", c.group(0)
+            ch = _CHAN.match(m["msg"].strip())
+            assert ch is not None, c.group(0)
+            assert c.groups() == (m["host"], m["pid"], m["dev"], ch["ch"], ch["src"], ch["dst"],
+                                  ch["dir"], ch["via"]), c.group(0)  # fmt: skip
+            taken += 1
+    assert taken > 150
+
+
+def test_connection_leaves_lines_it_cannot_read_alike() -> None:
+    for line in (
+        "h:3:4 [2] NCCL INFO Channel 05/0 : 2[2] -> 3[3] via NET/x:3 INFO y",  # PLAIN's location
+        "h:3:4 [2] NCCL INFO Channel 06/0 : 2[2] -> 3[3] via P2P/IPC | h:3:4 [2] NCCL INFO x",
+        "h:3:4 [2] NCCL WARN Channel 08/0 : 2[2] -> 3[3] via P2P/IPC",
+        " h:3:4 [2] NCCL INFO Channel 08/0 : 2[2] -> 3[3] via P2P/IPC",
+    ):
+        assert CONNECTION.search(line + "\n") is None, line
 
 
 def test_plain_leaves_location_lines_to_prefix() -> None:

@@ -2,19 +2,76 @@
 
 from __future__ import annotations
 
+import importlib
 import os
+from typing import Any, ClassVar
 
 import typer
+import typer.main
 
 from nccl_k8s import __version__
 from nccl_k8s.cli._common import EXIT_CODES, Group, install_interrupt_handlers
+
+#: Each command and the module of nccl_k8s.cli whose `register(app)` adds it, in --help's order.
+#: A command imports only its own module (`status` need not load the results parsers or the
+#: deploy options); tests/test_cli_help.py checks this table against what the modules register.
+COMMANDS = {
+    "run": "_run",
+    "render": "_deploy",
+    "deploy": "_deploy",
+    "wait": "_deploy",
+    "status": "_cluster",
+    "logs": "_cluster",
+    "results": "_cluster",
+    "cleanup": "_cluster",
+    "list": "_cluster",
+    "import": "_results",
+    "diagnose": "_results",
+    "compare": "_results",
+    "report": "_results",
+    "doctor": "_doctor",
+    "bundle": "_doctor",
+    "rbac": "_rbac",
+    "nodes": "_doctor",  # a group: typer lists groups after commands
+}
+
+
+class RootGroup(Group):
+    """The `nccl-k8s` group, whose commands are loaded from their modules when first asked for."""
+
+    #: The click commands each module registers, once it is loaded (module -> name -> command).
+    loaded: ClassVar[dict[str, dict[str, Any]]] = {}
+
+    @classmethod
+    def load(cls, module: str) -> dict[str, Any]:
+        if module not in cls.loaded:
+            sub = typer.Typer(cls=Group)
+            importlib.import_module(f"nccl_k8s.cli.{module}").register(sub)
+            cls.loaded[module] = dict(typer.main.get_group(sub).commands)
+        return cls.loaded[module]
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        if cmd_name not in self.commands and cmd_name in COMMANDS:
+            command = self.load(COMMANDS[cmd_name]).get(cmd_name)
+            if command is not None:
+                self.add_command(command, cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        for name in COMMANDS:
+            self.get_command(ctx, name)
+        # In the table's order, whichever command was loaded first.
+        return [n for n in COMMANDS if n in self.commands] + [
+            n for n in super().list_commands(ctx) if n not in COMMANDS
+        ]
+
 
 app = typer.Typer(
     name="nccl-k8s",
     help="Measure NCCL collective performance on this machine or across a Kubernetes cluster, "
     "and tell whether the numbers are right.",
     epilog=EXIT_CODES,
-    cls=Group,
+    cls=RootGroup,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -38,31 +95,6 @@ def _root(
 ) -> None:
     if debug:
         os.environ["NCCL_K8S_DEBUG"] = "1"
-
-
-def _register() -> None:
-    # One import per command module; each defines `register(app)`.
-    from nccl_k8s.cli import _run
-
-    _run.register(app)
-    from nccl_k8s.cli import _deploy
-
-    _deploy.register(app)
-    from nccl_k8s.cli import _cluster
-
-    _cluster.register(app)
-    from nccl_k8s.cli import _results
-
-    _results.register(app)
-    from nccl_k8s.cli import _doctor
-
-    _doctor.register(app)
-    from nccl_k8s.cli import _rbac
-
-    _rbac.register(app)
-
-
-_register()
 
 
 def main() -> None:

@@ -5,6 +5,8 @@
   otherwise are left to it.
 - `TIMESTAMP_CLUE`: a log without it holds no timestamp, and is not searched for one.
 - `LineInterest`: which lines the diagnosis rules read, so that the reader keeps only those.
+- `CONNECTION`: a connection line in NCCL's own form (most lines of a large run's log), read by
+  one expression instead of `PLAIN` and then `nccllog._CHAN`; every other line is left to those.
 - `via_parts`: a connection's transport, read once per distinct `via`.
 """
 
@@ -24,6 +26,21 @@ PLAIN = re.compile(
     rf"^(?P<line>(?P<host>[^\s:\[\]]+):(?P<pid>\d+):\d+ \[(?P<dev>\d+)\]"
     rf"(?![^\[\]{_SEP}]*?:\d+(?: \([^(){_SEP}]*\))? (?:NCCL )?(?:INFO|WARN|ABORT|TRACE))"
     rf" NCCL (?P<level>INFO|WARN)[^\S{_SEP}]?(?P<msg>[^{_SEP}]*))(?:\r?\n|\Z)",
+    re.MULTILINE,
+)
+# A connection line as NCCL prints it (`host:pid:tid [dev] NCCL INFO Channel 02/0 : 0[0] -> 1[1]
+# [send] via NET/IB/0/GDRDMA`, or the older forms `nccllog._CHAN` reads), only where PLAIN and
+# _CHAN would read the same: groups host, pid, dev, channel, source, destination, direction, via
+# as they give them. Its via holds no `:` (so nothing in the line can be PLAIN's source location,
+# whose lookahead it then need not repeat) and no `|` (a paste's repeat, which `nccllog` cuts),
+# and starts and ends with a character `str.strip` keeps (the via _CHAN reads from the stripped
+# message); any other line is not matched, and is read the ordinary way.
+_IN_LINE = rf"[^\S{_SEP}]"
+_VIA_END = rf"[^\s|:{_SEP}]"
+CONNECTION = re.compile(
+    rf"^([^\s:\[\]]+):(\d+):\d+ \[(\d+)\] NCCL INFO{_IN_LINE}*(?:Channel|Ring) (\d+)(?:/\d+)? : "
+    rf"(\d+)(?:\[[0-9a-fx]+\])? -> (\d+)(?:\[[0-9a-fx]+\])? (?:\[(send|receive)\] )?"
+    rf"via ({_VIA_END}(?:[^|:{_SEP}]*{_VIA_END})?){_IN_LINE}*(?:\r?\n|\Z)",
     re.MULTILINE,
 )
 # What every TIMESTAMP holds, from a literal on: searched far faster than TIMESTAMP itself.
@@ -85,4 +102,4 @@ def via_parts(via: str) -> tuple[str, int | None, bool | None]:
     return via.split("/")[0], None, None
 
 
-__all__ = ["PLAIN", "TIMESTAMP_CLUE", "LineInterest", "via_parts"]
+__all__ = ["CONNECTION", "PLAIN", "TIMESTAMP_CLUE", "LineInterest", "via_parts"]

@@ -55,7 +55,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from nccl_k8s.results._ncclfast import PLAIN, TIMESTAMP_CLUE, LineInterest
+from nccl_k8s.results._ncclfast import CONNECTION, PLAIN, TIMESTAMP_CLUE, LineInterest
 from nccl_k8s.results._ncclinfo import (
     LIBIBVERBS,
     add_once,
@@ -289,6 +289,8 @@ class LogParser:
         self._who: dict[tuple[str, str, str], RankReport] = {}
         self.hosts: set[str] = set()
         self.channels: dict[str, set[int]] = {}
+        #: (process key, via) of the connection lines read (CONNECTION's).
+        self._vias: set[tuple[str, str]] = set()
         #: The runs' own failure lines (nccl-tests' "Test NCCL failure ..."), first per log.
         self.failures: list[str] = []
         self.torch_events: list[TorchEvent] = []
@@ -321,11 +323,23 @@ class LogParser:
         # Whether any placed line of this text may be one `keep` wants: its patterns searched
         # once in the whole text (C speed) rather than in every line.
         notable = keep is None or keep.notable(text)
+        self._connections(text, log, notable)
+        # A bare version line names the version of the process printing it; a log in which all
+        # such lines agree gives it to the processes that printed none.
+        if len(set(log.bare_versions)) == 1:
+            for rep in log.fed.values():
+                if rep.nccl_version is None:
+                    set_version(rep, log.bare_versions[0])
+        if log.failure is not None:
+            self.failures.append(log.failure)
+
+    def _lines(self, text: str, start: int, end: int, log: _Log, notable: bool) -> None:
+        """The lines of text[start:end] (whole lines), read in order."""
         who = self._who
-        pos = 0
+        pos = start
         # Lines in NCCL's own form (most of a log) are found by one regex over the text; the
         # lines between them go through `_place`, which reads every other form.
-        for m in PLAIN.finditer(text):
+        for m in PLAIN.finditer(text, start, end):
             if m.start() > pos:
                 for line in text[pos : m.start()].splitlines():
                     self._line(line, log, notable)
@@ -337,16 +351,47 @@ class LogParser:
             if "|" in msg:
                 msg = _REPEAT.split(msg)[0]
             self._placed(line.strip(), rep, level, msg.strip(), log, notable)
-        for line in text[pos:].splitlines():
+        for line in text[pos:end].splitlines():
             self._line(line, log, notable)
-        # A bare version line names the version of the process printing it; a log in which all
-        # such lines agree gives it to the processes that printed none.
-        if len(set(log.bare_versions)) == 1:
-            for rep in log.fed.values():
-                if rep.nccl_version is None:
-                    set_version(rep, log.bare_versions[0])
-        if log.failure is not None:
-            self.failures.append(log.failure)
+
+    def _connections(self, text: str, log: _Log, notable: bool) -> None:
+        """The text's lines in order: CONNECTION's read here, what `_placed` and `_connection`
+        would read from each (an INFO line of its process: it ends the process's error trace),
+        with less done per line (most of a large run's log); the lines between through `_lines`."""
+        keep, who, channels, vias, fed = self.keep, self._who, self.channels, self._vias, log.fed
+        pos = 0
+        rep: RankReport | None = None
+        for c in CONNECTION.finditer(text):
+            if c.start() > pos:
+                if rep is not None:
+                    log.prev = rep  # what the lines between may read
+                self._lines(text, pos, c.start(), log, notable)
+            pos = c.end()
+            host, pid, dev, ch, src, dst, direction, via = c.groups()
+            rep = who.get((host, pid, dev))
+            if rep is None:
+                rep = who[host, pid, dev] = self.report(host, int(pid), int(dev))
+            if keep is None or (notable and keep.wants(c.group(0).strip())):
+                self.lines.append(NcclLine(c.group(0).strip(), rep.key, "INFO"))
+            if log.pending:
+                set_version(rep, log.pending.pop())
+                log.pending.clear()
+            key = rep.key
+            fed[key] = rep
+            if log.chain:
+                log.chain.pop((rep.host, rep.pid), None)
+            channels[key].add(int(ch))
+            me, peer = (dst, src) if direction == "receive" else (src, dst)
+            if rep.rank is None:
+                rep.rank = int(me)
+            if int(peer) not in rep.peers:
+                rep.peers.append(int(peer))
+            if (key, via) not in vias:  # read_via reads a via the same each time
+                vias.add((key, via))
+                read_via(rep, via)
+        if rep is not None:
+            log.prev = rep
+        self._lines(text, pos, len(text), log, notable)
 
     def _line(self, line: str, log: _Log, notable: bool) -> None:
         """One line in any other form: placed on its process, or kept when it mentions NCCL."""

@@ -18,17 +18,32 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
+import sys
 import urllib.parse
 import urllib.request
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any, TypeVar
 
 import httpx2 as httpx
 from lightkube.config.client_adapter import verify_cluster
 from lightkube.config.kubeconfig import SingleConfig
 
+T = TypeVar("T")
+
 #: Bytes read from the socket at a time.
 _CHUNK = 1 << 16
+
+
+if sys.version_info >= (3, 11):
+
+    async def _within(aw: Awaitable[T], timeout_s: float) -> T:
+        """`aw`, or TimeoutError after `timeout_s`: asyncio.timeout schedules one timer, where
+        wait_for (3.11) wraps every read in a task of its own (~20 us, thousands per results)."""
+        async with asyncio.timeout(timeout_s):
+            return await aw
+
+else:  # pragma: no cover - Python 3.10
+    _within = asyncio.wait_for
 
 
 class Unsupported(Exception):
@@ -80,7 +95,7 @@ class RawLogs:
     async def _connection(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         if self._idle:
             return self._idle.pop()
-        return await asyncio.wait_for(
+        return await _within(
             asyncio.open_connection(self._host, self._port, ssl=self._ssl, limit=_CHUNK * 4),
             self._timeout,
         )
@@ -117,7 +132,7 @@ class RawLogs:
                 await _close(conn[1])
 
     async def _headers(self, reader: asyncio.StreamReader) -> tuple[int, int | None, bool, bool]:
-        raw = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self._timeout)
+        raw = await _within(reader.readuntil(b"\r\n\r\n"), self._timeout)
         lines = raw.decode("latin-1").split("\r\n")
         version, status = lines[0].split(" ", 2)[:2]
         fields = {}
@@ -139,7 +154,7 @@ class RawLogs:
     ) -> AsyncIterator[bytes]:
         left = length
         while left is None or left > 0:
-            data = await asyncio.wait_for(
+            data = await _within(
                 reader.read(_CHUNK if left is None else min(_CHUNK, left)), self._timeout
             )
             if not data:
@@ -152,13 +167,13 @@ class RawLogs:
 
     async def _chunked(self, reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
         while True:
-            line = await asyncio.wait_for(reader.readuntil(b"\r\n"), self._timeout)
+            line = await _within(reader.readuntil(b"\r\n"), self._timeout)
             size = int(line.split(b";", 1)[0].strip() or b"0", 16)
             if size == 0:
-                while (await asyncio.wait_for(reader.readuntil(b"\r\n"), self._timeout)) != b"\r\n":
+                while (await _within(reader.readuntil(b"\r\n"), self._timeout)) != b"\r\n":
                     pass  # trailers
                 return
-            yield await asyncio.wait_for(reader.readexactly(size), self._timeout)
+            yield await _within(reader.readexactly(size), self._timeout)
             await reader.readexactly(2)
 
     async def aclose(self) -> None:

@@ -16,6 +16,7 @@ collect, which is an error (exit 1), never an empty results file.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import functools
@@ -33,13 +34,14 @@ from nccl_k8s.k8s.rendering._wrapper import BLOCK_END
 from nccl_k8s.k8s.run._outcomes import Collected, CollectedSweep
 from nccl_k8s.k8s.run._plumbing import (
     bounded,
-    get_pods,
     get_workload,
     namespace_of,
     no_run,
     rank_text,
     resolve_run,
+    run_labels,
 )
+from nccl_k8s.k8s.run._podlist import read_pods
 from nccl_k8s.k8s.run._pods import PodInfo, latest_per_rank, run_phase
 from nccl_k8s.k8s.run._tracing import annotate, span
 
@@ -108,10 +110,14 @@ async def collect_async(
         ns = await namespace_of(kc, namespace)
         rid = await resolve_run(kc, ns, run_id)
         annotate(trace, run_id=rid, namespace=ns)
-        pods = latest_per_rank(await get_pods(kc, ns, rid))
+        # The pods as table rows (whole objects only for those not Running or Succeeded): a
+        # tenth of the bytes of a list of whole pods, and all that is read of them here.
+        workload, listed = await asyncio.gather(
+            get_workload(kc, ns, rid), read_pods(kc, ns, run_labels(rid), scheduler=None)
+        )
+        pods = latest_per_rank(listed.infos)
         if not pods:
             raise no_run(kc, ns, rid)
-        workload = await get_workload(kc, ns, rid)
         continuous = (workload or {}).get("kind") == "StatefulSet"
         base = (runs_dir if runs_dir is not None else default_runs_dir()) / rid
         log_dir = base / "logs"

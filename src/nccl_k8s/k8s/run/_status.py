@@ -33,8 +33,6 @@ from nccl_k8s.k8s.run._pods import (
     rank_key,
     run_phase,
 )
-from nccl_k8s.k8s.run._settings import WaitSettings
-from nccl_k8s.k8s.run._verdicts import gather_verdict
 
 
 def status(
@@ -147,6 +145,11 @@ async def _detail(
         return f"stopped by nccl-k8s: {stopped}"
     if phase not in ("Failed", "Failing", "Degraded"):
         return None
+    # The culprit's readers (and the engine's fault format they read) load only for a run
+    # that failed: most `status` calls never need them.
+    from nccl_k8s.k8s.run._settings import WaitSettings
+    from nccl_k8s.k8s.run._verdicts import gather_verdict
+
     pods, _ = await kc.list("Pod", namespace=ns, labels=run_labels(run_id))
     verdict, _ = await gather_verdict(kc, ns, pods, WaitSettings())
     if verdict is not None:
