@@ -93,8 +93,11 @@ class PairTest:
     result: PairResult
     run_id: str
     seconds: float
+    """From its deploy to its result (its removal runs on beside the next tests)."""
     culprit_node: str | None = None
     """The node the failed run's message named as its culprit's, when it named one."""
+    deploy_s: float | None = None
+    """Of `seconds`, the deploy followed to the run's end (the rest: collect)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,6 +131,7 @@ class NodesChecked:
                     **dataclasses.asdict(t.result),
                     "run_id": t.run_id,
                     "seconds": round(t.seconds, 1),
+                    "deploy_s": None if t.deploy_s is None else round(t.deploy_s, 1),
                     "culprit_node": t.culprit_node,
                 }
                 for t in self.tests
@@ -176,6 +180,8 @@ class _Runner:
         self._creating: set[str] = set()
         """Runs whose objects are being created: abandon() waits for them, then removes all."""
         self._tasks: dict[asyncio.Task[PairTest], str] = {}
+        self._removals: set[asyncio.Task[None]] = set()
+        """Removals of ended tests, running beside the next ones; drain() waits for them."""
         self.at_once = 1
         """Tests the client carries at once (set by _capacity before the first round)."""
 
@@ -228,6 +234,7 @@ class _Runner:
                 a, b, None, error=first, pass_no=pass_no, inconclusive=never_ran, culprit=culprit
             )
             return PairTest(result, spec.run_id, time.monotonic() - start, e.node)
+        deployed = time.monotonic() - start
         try:
             got = await collect_async(
                 self.kc, spec.run_id, namespace=spec.namespace, runs_dir=self.runs_dir
@@ -243,10 +250,19 @@ class _Runner:
             )
         except ResultsError as e:
             score, error = None, str(e)
-        finally:
+        except BaseException:
             await self._remove(spec)
+            raise
+        # The run has ended and its pods hold no GPU: its removal need not hold up the round.
+        self._removals.add(asyncio.create_task(self._remove(spec)))
         result = PairResult(a, b, score if error is None else None, error=error, pass_no=pass_no)
-        return PairTest(result, spec.run_id, time.monotonic() - start)
+        return PairTest(result, spec.run_id, time.monotonic() - start, deploy_s=deployed)
+
+    async def drain(self) -> None:
+        """Wait for the removals still running (each says what it could not remove)."""
+        while self._removals:
+            task = self._removals.pop()
+            await task
 
     async def _remove(self, spec: RunSpec) -> None:
         try:
@@ -289,6 +305,8 @@ class _Runner:
         """Interrupted: stop every test, wait (briefly) for those creating their objects, then
         remove every test run this check started (best effort)."""
         self.cancelled = True
+        for removal in self._removals:
+            removal.cancel()  # every run started is removed below
         live = [t for t in self._tasks if not t.done()]
         creating = [t for t in live if self._tasks[t] in self._creating]
         for task in live:
@@ -415,6 +433,7 @@ async def nodes_check_async(
         if links is not None:
             tests += await _links(runner, findings, tests, links, at_once, say)
             findings = verdicts(candidates, [t.result for t in tests], threshold)
+        await runner.drain()
     except BaseException:
         await runner.abandon()
         raise
