@@ -32,7 +32,7 @@ import time
 from typing import Any
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-BEGIN, END = "<!-- nodes-cluster-tables:begin -->", "<!-- nodes-cluster-tables:end -->"
+BEGIN, END = "<!-- nodecheck-tables:begin -->", "<!-- nodecheck-tables:end -->"
 NODES = 8
 SLOW = "node-5"
 FACTOR = 4
@@ -139,7 +139,8 @@ def _check(ns: str, tag: str, env: dict[str, str], out: pathlib.Path) -> dict[st
         "verdicts": {v["node"]: v["verdict"] for v in doc["nodes"]},
         "passes": doc["passes"],
         "tests": [
-            {k: t[k] for k in ("a", "b", "pass_no", "busbw", "error", "seconds")} for t in tests
+            {k: t.get(k) for k in ("a", "b", "pass_no", "busbw", "error", "seconds", "deploy_s")}
+            for t in tests
         ],
         "reference_busbw": doc["reference_busbw"],
         "cut": doc["cut"],
@@ -197,26 +198,39 @@ def render(folder: pathlib.Path) -> str:
             f"`{' '.join(doc['engine'])}`; the machine's 1-minute load average "
             f"{min(loads):.1f}-{max(loads):.1f} around the items (other sessions' work).",
             "",
-            "| item | wall | check / median round | passes | tests | flagged | exit |",
-            "|---|---|---|---|---|---|---|",
+            "| item | wall | check / median round | passes | tests | bad | unknown | exit |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         for i in doc["items"]:
             if i["kind"] == "round":
                 codes = ",".join(str(x) for x in i["exit_codes"])
                 lines.append(f"| {i['tag']} (4 deploys at once) | {i['wall_s']:.1f} s | | | "
-                             f"| | {codes} |")  # fmt: skip
+                             f"| | | {codes} |")  # fmt: skip
             else:
                 ratio = i["wall_s"] / unit
-                flagged = ", ".join(i["flagged"]) or "none"
+                bad, unknown = (
+                    ", ".join(n for n, v in i["verdicts"].items() if v == what) or "none"
+                    for what in ("bad", "unknown")
+                )
                 lines.append(
                     f"| {i['tag']} | {i['wall_s']:.1f} s | {ratio:.2f}x | {i['passes']} | "
-                    f"{len(i['tests'])} | {flagged} | {i['exit_code']} |"
+                    f"{len(i['tests'])} | {bad} | {unknown} | {i['exit_code']} |"
                 )
+        lines.append("")
+        for i in checks:
+            said = "; ".join(
+                f"{t['pass_no']}: {t['a']} + {t['b']} "
+                + (f"{t['busbw']:.3g} GB/s" if t["busbw"] is not None else "failed")
+                + f", {t['seconds']:.0f} s"
+                + (f" (deploy {t['deploy_s']:.0f} s)" if t.get("deploy_s") is not None else "")
+                for t in i["tests"]
+            )
+            lines.append(f"- {i['tag']}'s tests (pass: pair, busbw, time): {said}")
         exact = sum(i["flagged"] == [doc["slow"]] for i in checks)
         worst = max(i["wall_s"] for i in checks) / unit
         lines += [
             "",
-            f"Median round {unit:.1f} s. Checks that flagged exactly {doc['slow']}: {exact} of "
+            f"Median round {unit:.1f} s. Checks that flagged exactly {doc['slow']} (bad, every other node good): {exact} of "
             f"{len(checks)}; the slowest check took {worst:.2f}x the median round (goal <= "
             f"{GOAL}x).",
         ]
