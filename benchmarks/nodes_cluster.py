@@ -230,7 +230,7 @@ def render(folder: pathlib.Path) -> str:
         worst = max(i["wall_s"] for i in checks) / unit
         lines += [
             "",
-            f"Median round {unit:.1f} s. Checks that flagged exactly {doc['slow']} (bad, every other node good): {exact} of "
+            f"Median round {unit:.1f} s. Checks whose flagged nodes (bad or unknown, as `nodes check` counts them) were exactly {doc['slow']}: {exact} of "
             f"{len(checks)}; the slowest check took {worst:.2f}x the median round (goal <= "
             f"{GOAL}x).",
         ]
