@@ -22,9 +22,11 @@ Configuration (settings, the kubeconfig) is api._config's; which kinds it handle
 Lists go in pages; tables and metadata-only lists (less to send and decode) are api._lists'.
 
 Writes carry the field manager `nccl-k8s` (managedFields shows which objects this tool wrote;
-cleanup relies on it). One client holds one connection pool of at most 100 connections
-(httpx's default), which bounds how many log streams run at once; `log_chunks` (many pods' logs
-at once, `results`) goes over connections of its own (api._rawlogs).
+cleanup relies on it). One client holds one connection pool of at most POOL_CONNECTIONS (httpx's
+default), which bounds how many streams (watches, followed logs) run at once; a caller that
+knows it will hold more at once widens it (`widen_pool`: `nodes check` sizes it for a round of
+its tests). `log_chunks` (many pods' logs at once, `results`) goes over connections of its own
+(api._rawlogs).
 """
 
 from __future__ import annotations
@@ -67,6 +69,9 @@ FIELD_MANAGER = "nccl-k8s"
 #: or change it the same way twice (get, list, watch, logs, delete, patch), "creates" for
 #: requests the server must not see twice (only when it cannot have acted on the first).
 Retry = Literal["reads", "creates"]
+
+#: Connections one client's pool holds at once unless widened (httpx's default).
+POOL_CONNECTIONS = 100
 
 
 class KubeClient:
@@ -118,6 +123,18 @@ class KubeClient:
     async def aclose(self) -> None:
         await self._raw.aclose()
         await self._client.close()
+
+    def widen_pool(self, connections: int) -> int:
+        """Let the pool hold up to `connections` at once (never fewer than it does now): for a
+        caller that knows how many streams it holds together. The number it now holds; where
+        the transport is not httpx's own pool, POOL_CONNECTIONS, as it was."""
+        pool = getattr(getattr(self._gc._client, "_transport", None), "_pool", None)
+        held = getattr(pool, "_max_connections", None)
+        if not isinstance(held, int):
+            return POOL_CONNECTIONS
+        # httpcore reads the bound at each request it assigns, so raising it takes effect at once.
+        pool._max_connections = max(held, connections)  # type: ignore[union-attr]  # httpcore's pool
+        return int(pool._max_connections)  # type: ignore[union-attr]
 
     # ---- sending -----------------------------------------------------------------------------
 

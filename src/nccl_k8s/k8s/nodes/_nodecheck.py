@@ -11,9 +11,10 @@ node. A round's pairs share no node, so the cluster can place them all: by defau
 all at once; `parallel` caps that (a test box whose "nodes" share CPUs needs it: different nodes
 do not share what they measure, its "nodes" do). The whole check is one event loop over one
 client: every test is a task composing the async cores of deploy, collect and cleanup (no
-thread per test), and at most MAX_PARALLEL run at once, what the client's one connection pool of
-100 carries (a test holds up to STREAMS_PER_TEST); a round of more pairs runs in waves of that
-many, and the check says so before it starts.
+thread per test). A test holds up to STREAMS_PER_TEST of the client's connections at once, so
+before the first round the client's pool is widened to carry the largest round (or `parallel`
+tests), bounded only by the files this process may open (_capacity); a round larger than what
+it carries runs in waves, said before it starts.
 
 `links` (--links): after the verdicts, rounds that cover every link among the good nodes (or a
 random sample of such rounds), for a slow link between two good nodes; their cost is said
@@ -35,6 +36,7 @@ import contextlib
 import dataclasses
 import functools
 import re
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -79,9 +81,11 @@ ProgressFn = Callable[[str], None]
 #: pods, Job, StatefulSet, events), plus a request (or one of collect's two log fetches, or
 #: cleanup's watch of the pods) beside them.
 STREAMS_PER_TEST = 6
-#: Tests at once over the check's one client, whose pool has httpx's 100 connections; more
-#: would wait for a connection (and time out) rather than run.
-MAX_PARALLEL = 100 // STREAMS_PER_TEST
+#: Sockets a test holds beside those: collect's log fetches (api._rawlogs), one per pod.
+RAW_PER_TEST = 2
+#: Files the check keeps for itself beside its tests' sockets (the kubeconfig, results files,
+#: the interpreter's own).
+RESERVED_FILES = 64
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,8 +93,11 @@ class PairTest:
     result: PairResult
     run_id: str
     seconds: float
+    """From its deploy to its result (its removal runs on beside the next tests)."""
     culprit_node: str | None = None
     """The node the failed run's message named as its culprit's, when it named one."""
+    deploy_s: float | None = None
+    """Of `seconds`, the deploy followed to the run's end (the rest: collect)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,6 +131,7 @@ class NodesChecked:
                     **dataclasses.asdict(t.result),
                     "run_id": t.run_id,
                     "seconds": round(t.seconds, 1),
+                    "deploy_s": None if t.deploy_s is None else round(t.deploy_s, 1),
                     "culprit_node": t.culprit_node,
                 }
                 for t in self.tests
@@ -172,6 +180,10 @@ class _Runner:
         self._creating: set[str] = set()
         """Runs whose objects are being created: abandon() waits for them, then removes all."""
         self._tasks: dict[asyncio.Task[PairTest], str] = {}
+        self._removals: set[asyncio.Task[None]] = set()
+        """Removals of ended tests, running beside the next ones; drain() waits for them."""
+        self.at_once = 1
+        """Tests the client carries at once (set by _capacity before the first round)."""
 
     def _spec(self, a: str, b: str) -> RunSpec:
         self.count += 1
@@ -222,6 +234,7 @@ class _Runner:
                 a, b, None, error=first, pass_no=pass_no, inconclusive=never_ran, culprit=culprit
             )
             return PairTest(result, spec.run_id, time.monotonic() - start, e.node)
+        deployed = time.monotonic() - start
         try:
             got = await collect_async(
                 self.kc, spec.run_id, namespace=spec.namespace, runs_dir=self.runs_dir
@@ -237,10 +250,19 @@ class _Runner:
             )
         except ResultsError as e:
             score, error = None, str(e)
-        finally:
+        except BaseException:
             await self._remove(spec)
+            raise
+        # The run has ended and its pods hold no GPU: its removal need not hold up the round.
+        self._removals.add(asyncio.create_task(self._remove(spec)))
         result = PairResult(a, b, score if error is None else None, error=error, pass_no=pass_no)
-        return PairTest(result, spec.run_id, time.monotonic() - start)
+        return PairTest(result, spec.run_id, time.monotonic() - start, deploy_s=deployed)
+
+    async def drain(self) -> None:
+        """Wait for the removals still running (each says what it could not remove)."""
+        while self._removals:
+            task = self._removals.pop()
+            await task
 
     async def _remove(self, spec: RunSpec) -> None:
         try:
@@ -283,6 +305,8 @@ class _Runner:
         """Interrupted: stop every test, wait (briefly) for those creating their objects, then
         remove every test run this check started (best effort)."""
         self.cancelled = True
+        for removal in self._removals:
+            removal.cancel()  # every run started is removed below
         live = [t for t in self._tasks if not t.done()]
         creating = [t for t in live if self._tasks[t] in self._creating]
         for task in live:
@@ -298,7 +322,7 @@ class _Runner:
             with contextlib.suppress(ClusterError, UsageError):
                 await cleanup_async(self.kc, rid, namespace=self.spec.namespace, timeout_s=30)
 
-        await bounded(MAX_PARALLEL, [functools.partial(remove, rid) for rid in self.started])
+        await bounded(self.at_once, [functools.partial(remove, rid) for rid in self.started])
 
 
 def _said(t: PairTest) -> str:
@@ -401,25 +425,15 @@ async def nodes_check_async(
             f"{spec.gpu_resource} fits; {len(candidates)} of the nodes{where} do ({out})",
             key="--selector",
         )
-    at_once = min(parallel or MAX_PARALLEL, MAX_PARALLEL)
-    pairs1 = len(candidates) // 2
-    if pairs1 > at_once:
-        asked = f"--parallel {parallel}" if parallel else "the default (every pair at once)"
-        why = "" if parallel and parallel <= MAX_PARALLEL else (
-            f" (the check's one connection pool of 100 carries {MAX_PARALLEL} tests at once, "
-            f"up to {STREAMS_PER_TEST} connections a test)"
-        )  # fmt: skip
-        say(
-            f"{asked}: {at_once} tests at once{why}; pass 1's {pairs1} pairs run in "
-            f"{-(-pairs1 // at_once)} waves"
-        )
     runner = _Runner(kc, spec, wait_settings or WaitSettings(), runs_dir, say)
+    at_once = runner.at_once = _capacity(kc, len(candidates) // 2, parallel, say)
     try:
         tests = await _passes(runner, candidates, threshold, at_once, say)
         findings = verdicts(candidates, [t.result for t in tests], threshold)
         if links is not None:
             tests += await _links(runner, findings, tests, links, at_once, say)
             findings = verdicts(candidates, [t.result for t in tests], threshold)
+        await runner.drain()
     except BaseException:
         await runner.abandon()
         raise
@@ -427,6 +441,47 @@ async def nodes_check_async(
     if label or taint:
         actions = await _write_verdicts(kc, findings, label=label, taint=taint, dry_run=dry_run)
     return NodesChecked(candidates, left_out, tests, findings, actions, dry_run)
+
+
+def _open_files(want: int) -> int:
+    """The files this process may open, its soft limit raised towards `want` (up to the hard
+    limit, which needs no privilege); unbounded where the platform has no such limit."""
+    if sys.platform == "win32":
+        return want
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < want:
+        new = want if hard == resource.RLIM_INFINITY else min(want, hard)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+            soft = new
+    return want if soft == resource.RLIM_INFINITY else int(soft)
+
+
+def _capacity(kc: KubeClient, pairs: int, parallel: int | None, say: ProgressFn) -> int:
+    """Tests at once: the largest round (`pairs`, pass 1's), or `parallel`, with the client's
+    pool widened to carry them; fewer only where the open-file limit bounds the sockets (then
+    said, with the waves pass 1 takes)."""
+    want = max(1, min(parallel or pairs, pairs))
+    per_test = STREAMS_PER_TEST + RAW_PER_TEST
+    files = _open_files(RESERVED_FILES + want * per_test)
+    by_files = max(1, (files - RESERVED_FILES) // per_test)
+    held = kc.widen_pool(min(want, by_files) * STREAMS_PER_TEST)
+    at_once = max(1, min(want, by_files, held // STREAMS_PER_TEST))
+    if at_once < pairs:
+        if at_once == want:
+            why = "as asked"
+        elif by_files < want:
+            why = f"this process may open {files} files, {per_test} sockets a test"
+        else:
+            why = f"the API client's pool holds {held} connections, {STREAMS_PER_TEST} a test"
+        asked = f"--parallel {parallel}" if parallel else "the default (every pair at once)"
+        say(
+            f"{asked}: {at_once} tests at once ({why}); pass 1's {pairs} pairs run in "
+            f"{-(-pairs // at_once)} waves"
+        )
+    return at_once
 
 
 async def _passes(
@@ -525,7 +580,6 @@ async def _set_taint(kc: KubeClient, node: str, on: bool, *, dry_run: bool) -> s
 __all__ = [
     "CHECK_LABEL",
     "LABEL_KEY",
-    "MAX_PARALLEL",
     "TAINT",
     "TAINT_KEY",
     "NodesChecked",

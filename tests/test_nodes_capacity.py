@@ -1,0 +1,87 @@
+"""How many 2-node tests `nodes check` runs at once (issue 22): every pair of the round, or
+--parallel, with the API client's pool widened to carry them (6 connections a test); fewer only
+where the process may not open the sockets, and then it says so. The 34-node end-to-end test
+(tests/test_nodes_parallel_e2e.py) shows a round of 17 in flight on the test cluster."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from lightkube.config.kubeconfig import KubeConfig
+
+from nccl_k8s.k8s.api._client import POOL_CONNECTIONS, KubeClient
+from nccl_k8s.k8s.nodes import _nodecheck
+from nccl_k8s.k8s.nodes._nodecheck import RESERVED_FILES, STREAMS_PER_TEST, _capacity
+
+PER_TEST = STREAMS_PER_TEST + _nodecheck.RAW_PER_TEST
+
+
+def _client() -> KubeClient:
+    config = KubeConfig.from_dict(
+        {
+            "clusters": [{"name": "c", "cluster": {"server": "http://127.0.0.1:1"}}],
+            "users": [{"name": "u", "user": {"token": "t"}}],
+            "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+            "current-context": "x",
+        }
+    ).get()
+    return KubeClient(config)
+
+
+def _pool_bound(kc: KubeClient) -> Any:
+    return kc._gc._client._transport._pool._max_connections
+
+
+def test_the_pool_widens_and_never_narrows() -> None:
+    kc = _client()
+    try:
+        assert _pool_bound(kc) == POOL_CONNECTIONS == 100
+        assert kc.widen_pool(17 * STREAMS_PER_TEST) == 102
+        assert _pool_bound(kc) == 102
+        assert kc.widen_pool(30) == 102  # never narrowed under streams already open
+    finally:
+        asyncio.run(kc.aclose())
+
+
+def test_every_pair_of_the_round_at_once_by_default() -> None:
+    kc, said = _client(), []
+    try:
+        assert _capacity(kc, 40, None, said.append) == 40
+        assert _pool_bound(kc) == 40 * STREAMS_PER_TEST  # past httpx's 100
+        assert said == []
+        assert _capacity(kc, 40, 4, said.append) == 4
+        assert said == [
+            "--parallel 4: 4 tests at once (as asked); pass 1's 40 pairs run in 10 waves"
+        ]
+        assert _capacity(kc, 3, 8, said.append) == 3  # never more than the round
+    finally:
+        asyncio.run(kc.aclose())
+
+
+def test_the_open_file_limit_bounds_it_and_is_said(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_nodecheck, "_open_files", lambda want: RESERVED_FILES + 5 * PER_TEST)
+    kc, said = _client(), []
+    try:
+        assert _capacity(kc, 17, None, said.append) == 5
+        assert said == [
+            f"the default (every pair at once): 5 tests at once (this process may open "
+            f"{RESERVED_FILES + 5 * PER_TEST} files, {PER_TEST} sockets a test); pass 1's 17 "
+            "pairs run in 4 waves"
+        ]
+    finally:
+        asyncio.run(kc.aclose())
+
+
+def test_the_soft_open_file_limit_is_raised_towards_what_the_round_needs() -> None:
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+        want = 256 + 100 if hard == resource.RLIM_INFINITY else min(256 + 100, hard)
+        assert _nodecheck._open_files(256 + 100) == want
+        assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == want
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
