@@ -27,11 +27,13 @@ def _client() -> KubeClient:
             "current-context": "x",
         }
     ).get()
+    assert config is not None
     return KubeClient(config)
 
 
 def _pool_bound(kc: KubeClient) -> Any:
-    return kc._gc._client._transport._pool._max_connections
+    transport: Any = kc._gc._client._transport
+    return transport._pool._max_connections
 
 
 def test_the_pool_widens_and_never_narrows() -> None:
@@ -46,7 +48,7 @@ def test_the_pool_widens_and_never_narrows() -> None:
 
 
 def test_every_pair_of_the_round_at_once_by_default() -> None:
-    kc, said = _client(), []
+    kc, said = _client(), list[str]()
     try:
         assert _capacity(kc, 40, None, said.append) == 40
         assert _pool_bound(kc) == 40 * STREAMS_PER_TEST  # past httpx's 100
@@ -62,7 +64,7 @@ def test_every_pair_of_the_round_at_once_by_default() -> None:
 
 def test_the_open_file_limit_bounds_it_and_is_said(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_nodecheck, "_open_files", lambda want: RESERVED_FILES + 5 * PER_TEST)
-    kc, said = _client(), []
+    kc, said = _client(), list[str]()
     try:
         assert _capacity(kc, 17, None, said.append) == 5
         assert said == [
