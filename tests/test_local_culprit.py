@@ -178,6 +178,24 @@ def test_the_culprit_most_fault_files_name_wins() -> None:
     assert "(named by rank 0)" in str(blame(facts, faults))
 
 
+def test_the_culprits_own_account_of_itself_is_shown_before_a_peers() -> None:
+    # Rank 0 read rank 1 through heartbeats a busy machine delayed; rank 1's own watchdog read
+    # its own CPU and stack. Both name rank 1; rank 1's first-hand words are shown.
+    peer = Fault(rank=0, culprit=1, host="vm", pid=4241, where="all_reduce 1024 B soak",
+                 reason="alive but behind: at step 1 while rank 0 is at step 6")  # fmt: skip
+    own = Fault(rank=1, culprit=1, host="vm", pid=4241, where="all_reduce 1024 B soak",
+                reason="alive but busy outside the collective (running spin.py:9; 12% of a "
+                       "CPU, in its own code) while the other ranks wait in it")  # fmt: skip
+    facts = [ended(0, 1, 5.0, TIMEOUT), ended(1, 1, 5.1, TIMEOUT)]
+    assert str(blame(facts, [peer, own])) == (
+        "rank 1 (pid 4241) failed: alive but busy outside the collective (running spin.py:9; "
+        "12% of a CPU, in its own code) while the other ranks wait in it (its own watchdog in "
+        "all_reduce 1024 B soak)"
+    )
+    # Without its own record, the lowest noticing rank's words, as before.
+    assert "(named by rank 0 in all_reduce 1024 B soak)" in str(blame(facts, [peer]))
+
+
 def test_verdicts_are_exit_codes_not_crashes() -> None:
     assert attribute([ended(0, 0, 2.0), ended(1, 0, 2.0)]) == 0
     # A check failed on every rank: the table said so; exit 1, no error line.

@@ -14,9 +14,10 @@ at F=4) later, and kept stopped until the period (20 ms) ends, or longer if in i
 the node used more CPU than its share: until a task getting the share of a CPU the reference
 processes get would have needed F times as long for that much CPU (the most CPU any one of its
 processes used, read from its CPU-time clock; the share, measured every 0.1-0.2 s from the
-reference processes' threads' time on a CPU and waiting for one, /proc/PID/task/TID/schedstat,
-while they were runnable for 20 ms or more; it stays as last measured while they are not, and is
-1 until then). On an idle machine that is the plain duty cycle: a CPU-bound process runs 1/F of
+time on a CPU and waiting for one, /proc/PID/task/TID/schedstat, of the reference processes'
+CPU-bound threads (slices of MIN_SLICE_NS or more: a thread that sleeps and wakes briefly
+measures wakeup latency, not a share), while those were runnable for 20 ms or more; it stays as
+last measured while they are not, and is 1 until then). On an idle machine that is the plain duty cycle: a CPU-bound process runs 1/F of
 the time. On a busy one the duty cycle alone is no slowdown: a process continued after a stop has
 kept its claim on the CPU (the scheduler's lag), so it is run at once and gets nearly all of its
 run window, while a process that is never stopped gets only its share. Measured beside two CPU
@@ -63,6 +64,9 @@ Members = Callable[[str | None], tuple[set[int], set[int]]]
 PERIOD_S = 0.02
 #: The longest a node is stopped for at once, however loaded the machine is.
 MAX_PERIOD_S = 0.5
+#: The shortest average slice on a CPU of a reference thread whose share is measured: CPU-bound
+#: threads run about a millisecond a slice, threads that only wake up tens of microseconds.
+MIN_SLICE_NS = 250_000
 
 
 class Throttle:
@@ -163,17 +167,18 @@ def _cpu_s(pid: int) -> float:
         return 0.0
 
 
-def _runnable_ns(pid: int) -> dict[int, tuple[int, int]]:
-    """Each thread's nanoseconds on a CPU and waiting for one, /proc/PID/task/TID/schedstat."""
-    out: dict[int, tuple[int, int]] = {}
+def _runnable_ns(pid: int) -> dict[int, tuple[int, int, int]]:
+    """Each thread's nanoseconds on a CPU and waiting for one, and how many times it ran (its
+    slices), /proc/PID/task/TID/schedstat."""
+    out: dict[int, tuple[int, int, int]] = {}
     with contextlib.suppress(OSError):
         for tid in os.listdir(f"/proc/{pid}/task"):
             with (
                 contextlib.suppress(OSError, ValueError),
                 open(f"/proc/{pid}/task/{tid}/schedstat") as f,
             ):
-                ran, waited = f.read().split()[:2]
-                out[int(tid)] = (int(ran), int(waited))
+                ran, waited, slices = f.read().split()[:3]
+                out[int(tid)] = (int(ran), int(waited), int(slices))
     return out
 
 
@@ -185,7 +190,7 @@ class _Helper:
         # they have been runnable long enough to tell (then the cycle alone slows the node).
         self.share = 1.0
         self.reference: set[int] = set()  # their pids
-        self.ref_ns: dict[int, tuple[int, int]] = {}  # their threads' _runnable_ns
+        self.ref_ns: dict[int, tuple[int, int, int]] = {}  # their threads' _runnable_ns
         self.measured_at = 0.0
         # node -> (continued at, each held pid's CPU seconds then); a node not here is stopped
         self.running: dict[str, tuple[float, dict[int, float]]] = {}
@@ -231,19 +236,30 @@ class _Helper:
                     self.running[node][1][pid] = _cpu_s(pid)
 
     def measure(self) -> None:
-        """Take the share of a CPU the reference processes got while runnable since the last
-        measure (at most every 0.1 s), if they were runnable for 20 ms or more meanwhile."""
+        """Take the share of a CPU the reference processes' CPU-bound threads got since the last
+        measure (at most every 0.1 s), if they were runnable for 20 ms or more meanwhile.
+
+        CPU-bound: threads whose slices averaged MIN_SLICE_NS or more. A thread that sleeps and
+        wakes briefly (an agent's monitor, a socket reader, a rank waiting for its peer) runs
+        for microseconds a slice and, on a loaded machine, waits for a CPU at each wakeup about
+        as long whatever it then runs: its ran / (ran + waited) is wakeup latency, not the share
+        a task that wants the CPU gets. Beside two CPU hogs a thread waking every 2 ms measured
+        0.006 where a CPU-bound one got 0.13 (slices of 0.02 ms against 1 ms). Counted, such
+        threads can pull the share toward its floor and the charge to MAX_PERIOD_S: in a
+        `nodes check` beside two hogs, a pair with the 4x slowed node measured 1/30 of a healthy
+        pair's bandwidth and took 305 s, mostly its pods starting."""
         now = time.monotonic()
         if now - self.measured_at < 0.1:
             return
         self.measured_at = now
         ran = waited = 0
-        latest: dict[int, tuple[int, int]] = {}
+        latest: dict[int, tuple[int, int, int]] = {}
         for pid in self.reference:
             latest.update(_runnable_ns(pid))
-        for tid, (r, w) in latest.items():
-            r0, w0 = self.ref_ns.get(tid, (r, w))
-            ran, waited = ran + r - r0, waited + w - w0
+        for tid, (r, w, n) in latest.items():
+            r0, w0, n0 = self.ref_ns.get(tid, (r, w, n))
+            if n > n0 and (r - r0) / (n - n0) >= MIN_SLICE_NS:
+                ran, waited = ran + r - r0, waited + w - w0
         self.ref_ns = latest
         if ran + waited >= 20_000_000:
             self.share = (self.share + max(0.01, ran / (ran + waited))) / 2

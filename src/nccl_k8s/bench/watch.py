@@ -10,7 +10,16 @@ Under torchrun the store server lives in the agent, so it outlives a stopped or 
 The same thread is the collective timeout: when the main thread has made no progress for the
 timeout (-T, or POD_TIMEOUT_S in a pod), or when a collective fails because a peer went away,
 the rank that noticed reads every heartbeat twice a few seconds apart and names the culprit: a
-rank whose heartbeat stopped (SIGSTOP, a dead process or node), else the rank furthest behind.
+rank whose heartbeat stopped (SIGSTOP, a dead process or node), else a rank whose main thread
+burns CPU outside the collective without progressing (a hang in its own code), else the rank
+furthest behind. A rank whose own watchdog fired while its own main thread is that busy names
+itself, from its own /proc and stack: first-hand, whatever the store shows of it.
+
+A heartbeat's content (step, CPU, stack) is read when the heartbeat is built, and on a busy machine
+the write can land seconds later: a thread waits for the GIL behind a main thread that spins, or
+that loads a shared library. So the noticing rank judges each rank by a heartbeat built after its
+first read (the second to land after it: the beats of one thread land in order), waiting a while
+longer for it when the machine is slow, never by one that only landed late.
 It prints one FAULT_PREFIX line on stdout and one human line on stderr, aborts the NCCL
 communicator (bounded), and exits 1. The heartbeat write waits while a timed loop runs (up to
 3 s, so a long loop still beats), so it does not land inside the short ones whose times it could
@@ -38,8 +47,20 @@ FAULT_DIR_ENV = "NCCL_K8S_FAULT_DIR"
 INTERVAL_S = 1.0
 #: How long the noticing rank watches the heartbeats before it decides which one stopped.
 _GRACE_BEATS = 3
+#: How much longer than the grace it waits for heartbeats built after its first read.
+_SLOW_GRACES = 2
 #: Longest a heartbeat waits for a timed loop to end before it is written anyway.
 _MAX_DEFER_S = 3.0
+#: Where a main thread waits for its peers or its device, whatever CPU the wait burns: torch's
+#: collectives and CUDA waits, and the direct NCCL path's own (libnccl, the driver, the store).
+_WAITING_IN = (
+    "/torch/distributed/", "/torch/cuda/", "/nccl_k8s/bench/nccl.py", "/nccl_k8s/bench/cuda.py",
+    "/nccl_k8s/bench/store.py", "/nccl_k8s/bench/direct.py",
+)  # fmt: skip
+#: Share of one CPU above which a main thread that is not waiting counts as burning CPU: one
+#: that waits in a collective sleeps (~0); a spinning one gets a CPU's share even on a machine
+#: loaded 10 times over.
+_BUSY_SHARE = 0.05
 _KEY = "nccl_k8s/heartbeat"
 
 
@@ -140,26 +161,30 @@ class Watchdog:
 
         return TCPStore(host, port, is_master=False, timeout=datetime.timedelta(seconds=10))
 
-    def _main_busy(self) -> bool:
-        """Whether the main thread is running its own code rather than waiting (Linux: its
-        state, utime and stime in /proc). A rank blocked in a CPU collective waiting for its
-        peers sleeps (state S) and uses almost no CPU; one spinning in its own code uses all of
-        one CPU, or on a machine busy with other work whatever share it gets, and is runnable
-        (state R) whenever it is looked at. Either sign counts: more than half a CPU since the
-        last beat, or runnable now and more than a twentieth of a CPU since then."""
+    def _main_cpu(self) -> float | None:
+        """The main thread's CPU seconds, user and system (Linux /proc; None elsewhere)."""
         try:
             with open(f"/proc/self/task/{self._main_tid}/stat", "rb") as f:
                 fields = f.read().rsplit(b")", 1)[1].split()
-            state = fields[0]
-            cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
         except (OSError, ValueError, IndexError):
+            return None
+
+    def _main_busy(self) -> bool:
+        """Whether the main thread burned CPU since the last beat (Linux: utime and stime in
+        /proc). A rank blocked in a collective waiting for its peers sleeps and uses almost no
+        CPU; one spinning in its own code uses a whole CPU, or on a machine busy with other
+        work whatever share it gets: more than _BUSY_SHARE even loaded 10 times over. Its state
+        letter is no evidence: while this thread holds the GIL a spinning main thread waits for
+        it, asleep (S)."""
+        sample = self._main_cpu()
+        if sample is None:
             return False
         now = time.monotonic()
-        last, self._cpu = self._cpu, (now, cpu)
+        last, self._cpu = self._cpu, (now, sample)
         if last is None or now <= last[0]:
             return False
-        share = (cpu - last[1]) / (now - last[0])
-        return share > 0.5 or (state == b"R" and share > 0.05)
+        return (sample - last[1]) / (now - last[0]) >= _BUSY_SHARE
 
     def _main_at(self) -> str:
         """The main thread's innermost Python frame (file:line), via sys._current_frames."""
@@ -168,10 +193,11 @@ class Watchdog:
 
     def _beat(self) -> None:
         self._beats += 1
+        moving, at = self._main_busy(), self._main_at()  # /proc first: its read may wait
         value = {
             "t": time.time(), "n": self._beats, "step": self.step, "where": self.where,
-            "host": self.host, "pid": self.pid, "moving": self._main_busy(),
-            "at": self._main_at(),
+            "idle": round(time.monotonic() - self._mark, 3), "host": self.host, "pid": self.pid,
+            "moving": moving, "at": at,
         }  # fmt: skip
         if self._store_lost:
             return
@@ -190,7 +216,10 @@ class Watchdog:
             now = time.monotonic()
             idle = now - self._mark
             if self.timeout_s and idle > self.timeout_s:
-                self.fault(f"no progress for {idle:.0f} s (timeout -T {self.timeout_s:g} s)")
+                self.fault(
+                    f"no progress for {idle:.0f} s (timeout -T {self.timeout_s:g} s)",
+                    timed_out=True,
+                )
 
     # -- naming the culprit --------------------------------------------------------------------
     def _read(self) -> dict[int, dict[str, Any]] | None:
@@ -205,21 +234,24 @@ class Watchdog:
             return None
         return out
 
-    def diagnose(self) -> dict[str, Any]:
-        """The culprit: a rank whose heartbeat stopped, else the one furthest behind, else None."""
+    def diagnose(self, *, timed_out: bool = False) -> dict[str, Any]:
+        """The culprit: this rank when its own main thread is the busy one (`timed_out`: its
+        own watchdog fired), else a rank whose heartbeat stopped, else one busy outside the
+        collective, else the one furthest behind, else None."""
         if self.world == 1:
             return {"culprit": 0, "host": self.host, "pid": self.pid, "reason": "the only rank",
                     "where": self.where}  # fmt: skip
         if self._store is None:
             return {"culprit": None, "host": None, "pid": None, "where": None,
                     "reason": "heartbeats are off (NCCL_K8S_HEARTBEAT_S=0)"}  # fmt: skip
+        mine = (time.monotonic(), self._main_cpu())
         first = self._read()
-        grace = _GRACE_BEATS * max(self.interval_s, 0.2)
-        end = time.monotonic() + grace
-        while time.monotonic() < end:  # keep beating: the others may be diagnosing us
-            time.sleep(min(max(self.interval_s, 0.2), max(0.0, end - time.monotonic())))
-            self._beat()
-        second = self._read()
+        second = self._settle(first)
+        if timed_out:
+            here = self._busy_here(*mine)
+            if here is not None:
+                return self._named(self.rank, {"host": self.host, "pid": self.pid,
+                                               "where": self.where}, here)  # fmt: skip
         if first is None or second is None:
             hosted = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True"
             return {
@@ -228,19 +260,65 @@ class Watchdog:
                 "reason": "the rendezvous store does not answer"
                 + (" (rank 0 hosts it)" if hosted else ""),
             }  # fmt: skip
-        now = time.time()
-        stale = [
-            r for r in range(self.world)
-            if r != self.rank and (r not in second or second[r]["n"] == first.get(r, {}).get("n"))
-        ]  # fmt: skip
+        stale = [r for r in range(self.world) if r != self.rank and _beats(first, second, r) == 0]
         if stale:
             culprit = min(stale, key=lambda r: second[r]["t"] if r in second else -1.0)
             hb = second.get(culprit)
             if hb is None:
                 reason = "never sent a heartbeat"
             else:
-                reason = f"no heartbeat for {max(now - float(hb['t']), grace):.0f} s"
+                grace = _GRACE_BEATS * max(self.interval_s, 0.2)
+                reason = f"no heartbeat for {max(time.time() - float(hb['t']), grace):.0f} s"
             return self._named(culprit, hb, reason)
+        return self._from_progress(second)
+
+    def _settle(self, first: dict[int, dict[str, Any]] | None) -> dict[int, dict[str, Any]] | None:
+        """The heartbeats again, after the grace, once every other rank's latest was built
+        after `first` was read (two have landed since), or _SLOW_GRACES graces later: a rank
+        whose beat has not landed by then is not beating. Keeps beating: the others may be
+        diagnosing this rank."""
+        tick = max(self.interval_s, 0.2)
+        grace = _GRACE_BEATS * tick
+        start = time.monotonic()
+        second = None
+        while True:
+            time.sleep(tick)
+            self._beat()
+            waited = time.monotonic() - start
+            if waited < grace:
+                continue
+            second = self._read()
+            if first is None or second is None or waited >= grace * (1 + _SLOW_GRACES):
+                return second
+            if all(_beats(first, second, r) >= 2 for r in range(self.world) if r != self.rank):
+                return second
+
+    def _busy_here(self, since: float, before: float | None) -> str | None:
+        """Why this rank is the culprit itself, when its own main thread (which made no
+        progress for the timeout) is outside any collective and burned CPU since `since`."""
+        after, at = self._main_cpu(), self._main_at()
+        if before is None or after is None or _waiting(at):
+            return None
+        share = (after - before) / max(time.monotonic() - since, 1e-3)
+        if share < _BUSY_SHARE:
+            return None
+        return _busy_reason(at, f"{share:.0%} of a CPU, in its own code")
+
+    def _from_progress(self, second: dict[int, dict[str, Any]]) -> dict[str, Any]:
+        """Every rank beats: a rank busy outside the collective without progressing, else the
+        one furthest behind, else None (the collective itself does not complete)."""
+        tick = max(self.interval_s, 0.2)
+        busy = sorted(
+            (int(hb["step"]), r)
+            for r, hb in second.items()
+            if r != self.rank and hb.get("moving") and not _waiting(str(hb.get("at") or ""))
+            and float(hb.get("idle") or 0.0) >= 2 * tick
+        )  # fmt: skip
+        if busy:
+            culprit = busy[0][1]
+            hb = second[culprit]
+            return self._named(culprit, hb, _busy_reason(hb.get("at"), "no progress for "
+                                                         f"{float(hb['idle']):.0f} s"))  # fmt: skip
         steps = {r: int(hb["step"]) for r, hb in second.items()}
         steps[self.rank] = self.step
         low = min(steps.values())
@@ -253,17 +331,6 @@ class Watchdog:
                 f"({second.get(ahead, {}).get('where', self.where)})"
             )
             return self._named(culprit, hb, reason)
-        # All at one step: a rank whose main thread keeps running Python while the others sit
-        # in the collective is busy elsewhere (a hang in its own code), not waiting.
-        moving = sorted(r for r, hb in second.items() if hb.get("moving"))
-        if moving and len(moving) < len(second):
-            culprit = moving[0]
-            hb = second[culprit]
-            reason = (
-                f"alive but busy outside the collective (running {hb.get('at') or 'Python'}) "
-                "while the other ranks wait in it"
-            )
-            return self._named(culprit, hb, reason)
         return {"culprit": None, "host": None, "pid": None, "where": self.where,
                 "reason": "every rank is alive at the same step: the collective itself does not "
                           "complete (network or library)"}  # fmt: skip
@@ -274,7 +341,7 @@ class Watchdog:
         return {"culprit": culprit, "host": hb.get("host"), "pid": hb.get("pid"),
                 "reason": reason, "where": hb.get("where")}  # fmt: skip
 
-    def fault(self, noticed: str, *, raised_here: bool = False) -> None:
+    def fault(self, noticed: str, *, raised_here: bool = False, timed_out: bool = False) -> None:
         """Name the culprit, print the FAULT line, abort the communicator and exit 1.
 
         Called by the watchdog thread (timeout) or by the main thread when a collective raised
@@ -286,7 +353,7 @@ class Watchdog:
             while True:
                 time.sleep(3600)
         try:
-            found = self.diagnose()
+            found = self.diagnose(timed_out=timed_out)
         except Exception as exc:  # naming must never hide the fault itself
             found = {"culprit": None, "host": None, "pid": None, "where": self.where,
                      "reason": f"could not read the heartbeats: {exc}"}  # fmt: skip
@@ -329,6 +396,28 @@ class Watchdog:
             f"rank {self.rank}: {noticed}; culprit {who}: {found['reason']}{at}; aborting\n"
         )
         sys.stderr.flush()
+
+
+def _beats(first: dict[int, dict[str, Any]], second: dict[int, dict[str, Any]], r: int) -> int:
+    """How many of rank r's heartbeats landed between two reads (one from a rank first seen in
+    the second)."""
+    if r not in second:
+        return 0
+    if r not in first:
+        return 1
+    return int(second[r]["n"]) - int(first[r]["n"])
+
+
+def _waiting(at: str) -> bool:
+    """Whether a main thread at `at` (file:line) waits for its peers or its device."""
+    return any(part in at for part in _WAITING_IN)
+
+
+def _busy_reason(at: object, evidence: str) -> str:
+    return (
+        f"alive but busy outside the collective (running {at or 'Python'}; {evidence}) "
+        "while the other ranks wait in it"
+    )
 
 
 __all__ = ["FAULT_DIR_ENV", "INTERVAL_S", "Watchdog"]

@@ -9,7 +9,8 @@ ended, its process state) and decides in this order:
 2. a rank that was stopped (state T or t in /proc/<pid>/stat) or did not progress (the only rank
    still running after its peers timed out waiting);
 3. the culprit a rank named in its fault file ($NCCL_K8S_FAULT_DIR/fault-<rank>.json, written by
-   the engine when it notices a peer's failure);
+   the engine when it notices a peer's failure), in the culprit's own words where it named
+   itself (first-hand: its own CPU and stack), else the lowest noticing rank's;
 4. the first rank that failed with a message that is not an echo of another rank's death.
 
 Pure: `attribute` takes the facts and returns an exit code or raises RunFailed, so every rule is
@@ -252,9 +253,13 @@ def _from_faults(
     for f in named:
         votes.setdefault(int(f.culprit or 0), []).append(f)
     culprit = max(votes, key=lambda c: (len(votes[c]), -min(f.rank for f in votes[c])))
-    first = min(votes[culprit], key=lambda f: f.rank)
+    # The culprit's own record, where it wrote one, is first-hand (its own step, CPU and stack,
+    # read when its watchdog fired); a peer's comes through heartbeats, which a busy machine
+    # delays.
+    first = min(votes[culprit], key=lambda f: (f.rank != culprit, f.rank))
     where = f" in {first.where}" if first.where else ""
-    return by_rank[culprit], f"failed: {first.reason} (named by rank {first.rank}{where})"
+    who = "its own watchdog" if first.rank == culprit else f"named by rank {first.rank}"
+    return by_rank[culprit], f"failed: {first.reason} ({who}{where})"
 
 
 def _first_failure(facts: Sequence[RankFacts], failed: Sequence[RankFacts]) -> RankFacts:
