@@ -14,12 +14,15 @@ is replaced.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import pathlib
 import sys
 from typing import Any
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+
+from benchmarks._blocks import table_main
 
 BEGIN, END = "<!-- collect-tables:begin -->", "<!-- collect-tables:end -->"
 COMMANDS = (
@@ -115,22 +118,8 @@ def render(folder: pathlib.Path) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("folder", type=pathlib.Path)
-    ap.add_argument("--write", type=pathlib.Path)
-    args = ap.parse_args()
-    text = render(args.folder)
-    if not args.write:
-        sys.stdout.write(text)
-        return
-    doc = args.write.read_text()
-    if BEGIN in doc:
-        start, end = doc.index(BEGIN), doc.index(END) + len(END) + 1
-        args.write.write_text(doc[:start] + text + doc[end:])
-    else:
-        anchor = "<!-- scale-tables:end -->\n"
-        at = doc.index(anchor) + len(anchor)
-        args.write.write_text(doc[:at] + "\n" + text + doc[at:])
+    anchor = "<!-- scale-tables:end -->\n"
+    table_main(render, BEGIN, END, lambda doc: doc.index(anchor) + len(anchor))
 
 
 if __name__ == "__main__":

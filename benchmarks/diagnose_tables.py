@@ -8,11 +8,14 @@ is replaced (or put at the end of the section "diagnose on a large log" the firs
 
 from __future__ import annotations
 
-import argparse
 import json
 import pathlib
 import statistics
 import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+
+from benchmarks._blocks import table_main
 
 BEGIN, END = "<!-- diagnose-tables:begin -->", "<!-- diagnose-tables:end -->"
 LABELS = {"import": "`nccl-k8s --version`", "log": "the log"}
@@ -48,24 +51,15 @@ def render(folder: pathlib.Path) -> str:
     return "\n".join(out) + "\n"
 
 
+def _end_of_section(doc: str) -> int:
+    """The first time: at the end of the section "diagnose on a large log"."""
+    section = doc.index("## diagnose on a large log")
+    nxt = doc.find("\n## ", section + 1)
+    return len(doc) if nxt < 0 else nxt + 1
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("folder", type=pathlib.Path)
-    ap.add_argument("--write", type=pathlib.Path)
-    args = ap.parse_args()
-    text = render(args.folder)
-    if not args.write:
-        sys.stdout.write(text)
-        return
-    doc = args.write.read_text()
-    if BEGIN in doc:
-        start, end = doc.index(BEGIN), doc.index(END) + len(END) + 1
-        args.write.write_text(doc[:start] + text + doc[end:])
-    else:
-        section = doc.index("## diagnose on a large log")
-        nxt = doc.find("\n## ", section + 1)
-        at = len(doc) if nxt < 0 else nxt + 1
-        args.write.write_text(doc[:at] + text + "\n" + doc[at:])
+    table_main(render, BEGIN, END, _end_of_section)
 
 
 if __name__ == "__main__":

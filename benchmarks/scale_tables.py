@@ -11,11 +11,14 @@ is replaced; tests/test_benchmarks_md.py checks the committed file against this 
 
 from __future__ import annotations
 
-import argparse
 import json
 import pathlib
 import sys
 from typing import Any
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+
+from benchmarks._blocks import table_main
 
 BEGIN, END = "<!-- scale-tables:begin -->", "<!-- scale-tables:end -->"
 
@@ -70,17 +73,7 @@ def render(folder: pathlib.Path) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("folder", type=pathlib.Path)
-    ap.add_argument("--write", type=pathlib.Path)
-    args = ap.parse_args()
-    text = render(args.folder)
-    if not args.write:
-        sys.stdout.write(text)
-        return
-    doc = args.write.read_text()
-    start, end = doc.index(BEGIN), doc.index(END) + len(END) + 1
-    args.write.write_text(doc[:start] + text + doc[end:])
+    table_main(render, BEGIN, END)
 
 
 if __name__ == "__main__":
