@@ -38,6 +38,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks._common import commit
 from tests.cluster.cluster import Cluster
 
 OPS = (
@@ -171,20 +172,6 @@ def _cpu_s() -> float:
     return time.process_time()
 
 
-def _commit() -> str:
-    root = Path(__file__).resolve().parent.parent
-    rev = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True
-    ).stdout.strip()
-    dirty = subprocess.run(
-        ["git", "status", "--porcelain", "--untracked-files=no", "src"],
-        cwd=root,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    return rev + ("+dirty" if dirty else "")
-
-
 def _start_run(store: Any, ns: str, rid: str, pods: int, args: argparse.Namespace) -> int:
     """One run of `pods` pods in namespace `ns` (its own ConfigMap and Indexed Job); the bytes
     of rank 0's log."""
@@ -281,7 +268,7 @@ def main() -> None:
         "cpus": os.cpu_count(),
         "server_as_real": not args.as_is,
         "concurrency": args.concurrency,
-        "commit": _commit(),
+        "commit": commit(),
         "load_before": os.getloadavg()[0],
     }
     with (

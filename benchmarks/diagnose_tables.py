@@ -15,7 +15,7 @@ import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
-from benchmarks._blocks import table_main
+from benchmarks._common import table_main
 
 BEGIN, END = "<!-- diagnose-tables:begin -->", "<!-- diagnose-tables:end -->"
 LABELS = {"import": "`nccl-k8s --version`", "log": "the log"}

@@ -32,6 +32,10 @@ import time
 from typing import Any
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks._common import commit  # noqa: E402
+
 BEGIN, END = "<!-- nodecheck-tables:begin -->", "<!-- nodecheck-tables:end -->"
 NODES = 8
 SLOW = "node-5"
@@ -46,19 +50,6 @@ CLI = "from nccl_k8s.cli.main import main; main()"
 
 def _cli(*args: str) -> list[str]:
     return [sys.executable, "-c", CLI, *args]
-
-
-def _commit() -> str:
-    rev = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-    ).stdout.strip()
-    dirty = subprocess.run(
-        ["git", "status", "--porcelain", "--untracked-files=no", "src"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    return rev + ("+dirty" if dirty else "")
 
 
 def _say(text: str) -> None:
@@ -150,7 +141,6 @@ def _check(ns: str, tag: str, env: dict[str, str], out: pathlib.Path) -> dict[st
 
 
 def measure(rounds: int, out: pathlib.Path) -> dict[str, Any]:
-    sys.path.insert(0, str(ROOT))
     from tests.cluster.cluster import Cluster
 
     out.mkdir(parents=True, exist_ok=True)
@@ -172,7 +162,7 @@ def measure(rounds: int, out: pathlib.Path) -> dict[str, Any]:
                 items.append(item)
         c.faults.node_slow(SLOW, None)
     return {
-        "commit": _commit(),
+        "commit": commit(),
         "cpus": os.cpu_count(),
         "nodes": NODES,
         "slow": SLOW,

@@ -18,7 +18,7 @@ from typing import Any
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
-from benchmarks._blocks import table_main
+from benchmarks._common import table_main
 
 BEGIN, END = "<!-- scale-tables:begin -->", "<!-- scale-tables:end -->"
 

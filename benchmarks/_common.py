@@ -1,4 +1,6 @@
-"""The one `main` of the benchmarks/*_tables.py scripts that own a generated BENCHMARKS.md block.
+"""What several benchmarks share: `commit()`, the commit a measurement says it measured, and
+`table_main`, the one `main` of the benchmarks/*_tables.py scripts that own a generated
+BENCHMARKS.md block.
 
     python benchmarks/X_tables.py DIR                         # print the block
     python benchmarks/X_tables.py DIR --write BENCHMARKS.md   # put it in place
@@ -12,8 +14,25 @@ from __future__ import annotations
 
 import argparse
 import pathlib
+import subprocess
 import sys
 from collections.abc import Callable
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def commit() -> str:
+    """HEAD's short hash, `+dirty` when src/ has uncommitted changes."""
+    rev = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no", "src"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    return rev + ("+dirty" if dirty else "")
 
 
 def write_block(
