@@ -294,6 +294,60 @@ def test_noisy_measurements_widen_the_cut_and_flag_no_good_node() -> None:
     assert lv.noise == 0.0 and lv.cut == 0.9  # no spread: the threshold rules
 
 
+def _measured(tests: list[tuple[int, int, int, float]]) -> list[PairResult]:
+    return [PairResult(f"node-{a}", f"node-{b}", bw, pass_no=p) for p, a, b, bw in tests]
+
+
+def test_few_noisy_tests_measure_the_noise_without_the_slow_nodes_own_tests() -> None:
+    # `nodes check` on the test cluster (benchmarks/data/2026-12-04-nodes-cluster, run 3,
+    # check 1): 8 nodes on 2 shared cores, node-5 slowed 4x; healthy pairs measured 0.57-0.97
+    # GB/s. Six fine tests, fewer than the two-sided spread needs: before, no noise was
+    # measured, the threshold ruled, and node-2 (0.62 with node-7) and node-3 (0.77 with
+    # node-4) were flagged bad beside node-5.
+    results = _measured([
+        (1, 0, 7, 0.966), (1, 1, 6, 0.574), (1, 2, 5, 0.263), (1, 3, 4, 0.768),
+        (2, 1, 0, 0.896), (2, 2, 7, 0.620), (2, 3, 5, 0.290), (2, 4, 6, 0.964),
+        (3, 5, 0, 0.342),
+    ])  # fmt: skip
+    nodes = [f"node-{i}" for i in range(8)]
+    f = verdicts(nodes, results, 0.9)
+    assert flagged(f) == {"node-5": "bad"}
+    assert f.noise is not None and 0.08 < f.noise < 0.2
+
+
+def test_with_few_tests_a_slow_nodes_own_tests_do_not_pass_for_noise() -> None:
+    # 4 nodes, 3% noise, node-3 at 0.72 with both partners: two of five tests are its own. A
+    # spread taken over all five (or above a median they pull down) calls them noise and
+    # clears node-3; left out, the other three say the noise is small.
+    results = _measured([
+        (1, 0, 3, 0.72), (1, 1, 2, 0.93), (2, 0, 1, 0.99), (2, 3, 2, 0.73), (3, 0, 2, 0.99),
+    ])  # fmt: skip
+    f = verdicts([f"node-{i}" for i in range(4)], results, 0.9)
+    assert flagged(f) == {"node-3": "bad"}
+
+
+def _noisy_cluster(extra: list[tuple[str, str, float]]) -> list[PairResult]:
+    """Ten fine tests among node-0..node-9 spread +-25% around 1.0 (noise ~22%), plus extra."""
+    spread = [0.75, 0.8, 0.85, 0.9, 1.0, 1.0, 1.1, 1.15, 1.2, 1.25]
+    fine = [PairResult(f"node-{i}", f"node-{(i + 1) % 10}", bw) for i, bw in enumerate(spread)]
+    return fine + [PairResult(a, b, bw, pass_no=2) for a, b, bw in extra]
+
+
+def test_two_tests_each_within_the_noise_flag_a_node_together() -> None:
+    # At ~22% noise one test at 0.4 of the level is ~2.7 sigmas down: within the noise
+    # (unknown). Two of them with different cleared partners are 3.8 together: bad.
+    nodes = [f"node-{i}" for i in range(10)] + ["node-x"]
+    once = verdicts(nodes, _noisy_cluster([("node-x", "node-1", 0.40)]), 0.9)
+    assert flagged(once) == {"node-x": "unknown"}
+    assert "within the measured noise" in once.flagged[0].why
+    twice = _noisy_cluster([("node-x", "node-1", 0.40), ("node-x", "node-4", 0.42)])
+    f = verdicts(nodes, twice, 0.9)
+    assert flagged(f) == {"node-x": "bad"}
+    assert (
+        "0.4 GB/s with good node node-1, then 0.42 GB/s with good node node-4" in f.flagged[0].why
+    )
+
+
 def test_links_rounds_cover_every_link_once_or_sample_rounds() -> None:
     rounds = link_rounds(NODES)
     links = [frozenset(p) for r in rounds for p in r]

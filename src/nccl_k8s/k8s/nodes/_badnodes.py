@@ -18,9 +18,13 @@ The level: the highest bus bandwidth a set of tests agrees on, the highest fixed
 median of the tests at or above `cut` x it" (a lone fast outlier does not set it; slow tests do
 not pull it down). `cut` is the threshold, widened to the measured noise: with at least
 NOISE_MIN_TESTS such tests, their spread (1.4826 x the median absolute deviation, relative to the
-level) is the noise sigma, and a test flags a node only below `flag` = min(threshold, 1 -
-NOISE_Z x sigma) x the level, where noise alone puts a test of two healthy nodes about once in
-4,000 (one such test with a cleared node flags a node: that is the false-flag rate per retest).
+level) is the noise sigma; with fewer (a small cluster: 8 nodes have about 6 after two passes),
+the same spread of them less the tests of the node whose median test is lowest, since with so
+few a slow node's own tests would pass for noise. A test flags a node only below `flag` =
+min(threshold, 1 - NOISE_Z x sigma) x the level, where noise alone puts a test of two healthy
+nodes about once in 4,000 (one such test with a cleared node flags a node: that is the
+false-flag rate per retest); so do a node's tests with two or more cleared partners that are
+NOISE_Z sigmas down together (Stouffer's sum), each of them less.
 The cut is that too, but never below half the threshold: a test under threshold/2 x the level
 never clears a node, whatever the noise; between flag and cut a test neither clears nor flags
 (the node is `unknown`: within the noise). A slowdown smaller than NOISE_Z sigmas cannot be told
@@ -33,7 +37,7 @@ nodes ever measured together: no node is called good (they are `unknown`, the ch
 inconclusive, naming the test that would settle it), and the next pass asks for such a test.
 
 Verdicts. A cleared node is good. A suspect is bad on a test with a cleared node that was slow
-or failed (a failed run that named the cleared node itself as its culprit is not held against
+(below the flag, alone or together with its other such tests) or failed (a failed run that named the cleared node itself as its culprit is not held against
 the other one), and unknown without one. Bad verdicts hold even when the level is not confirmed:
 the cleared node reached the level, so a test below the cut is the other node's doing, whatever
 the true healthy level is. A test that was slow (or failed) while both of its nodes end up good
@@ -52,6 +56,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import math
 import random
 import statistics
 from collections import defaultdict
@@ -68,10 +73,18 @@ ROUNDS = 1
 MAX_PASSES = 3
 #: A test is slow only this many noise sigmas below the level (see the module docstring).
 NOISE_Z = 3.5
-#: Fine tests needed before their spread is taken as the noise: fewer say little about it.
+#: Fine tests needed before their two-sided spread is taken as the noise.
 NOISE_MIN_TESTS = 8
+#: Fewer fine tests than NOISE_MIN_TESTS, but this many: the noise is read from them less the
+#: tests of one node (see `_spread`). An 8-node check has about this many after its two passes;
+#: with fewer, a test below the threshold flags a node whatever the noise, and on a noisy
+#: cluster that flags healthy nodes.
+NOISE_MIN_SMALL = 5
 #: A test flags a node only below this fraction of the level at the least, whatever the noise.
 MIN_FLAG = 0.05
+#: The cut never falls below this fraction of the threshold, whatever the noise: a test below
+#: it never clears a node.
+CUT_FLOOR = 0.5
 #: Where the noise is first measured from: the tests within half of the level (a node slowed
 #: 2x or more is outside it; the spread of what is inside then sets the cut).
 NOISE_WINDOW = 0.5
@@ -205,25 +218,49 @@ def _fixed_point(values: list[float], cut: float) -> tuple[float, int]:
         ref = values[mid] if n % 2 else (values[mid - 1] + values[mid]) / 2
 
 
+def _spread(fine: Sequence[PairResult], ref: float) -> float | None:
+    """The noise sigma, relative to the level, of the tests at or above the cut; None when
+    they are too few to say. From NOISE_MIN_TESTS of them, 1.4826 x their median absolute
+    deviation from `ref`. With fewer (NOISE_MIN_SMALL or more), the same of them less the
+    tests of the node whose median test is lowest: a slow node only lowers its tests, and with
+    few tests its two or three make a third of them, enough to widen the spread until they
+    pass for noise. Without a slow node, leaving one healthy node out narrows the spread a
+    little; the cut then stays nearer the threshold, which is the rule without a noise."""
+    if ref <= 0:
+        return 0.0
+    values = [r.busbw or 0.0 for r in fine]
+    if len(values) >= NOISE_MIN_TESTS:
+        return 1.4826 * statistics.median(abs(v - ref) for v in values) / ref
+    if len(values) < NOISE_MIN_SMALL:
+        return None
+    mine = _by_node(fine)
+    low = min(mine, key=lambda n: (statistics.median(r.busbw or 0.0 for r in mine[n]), n))
+    rest = [r.busbw or 0.0 for r in fine if low not in (r.a, r.b)]
+    if len(rest) < NOISE_MIN_SMALL - 1:
+        return None
+    mid = statistics.median(rest)
+    return 1.4826 * statistics.median(abs(v - mid) for v in rest) / mid if mid > 0 else 0.0
+
+
 def level(results: Sequence[PairResult], threshold: float) -> Level:
     """The level the tests agree on, its cut, its fine tests, and the nodes they all share."""
-    values = sorted(r.busbw for r in results if r.ok and r.busbw is not None)
+    ok = [r for r in results if r.ok and r.busbw is not None]
+    values = sorted(r.busbw or 0.0 for r in ok)
     if not values:
         return Level(None, threshold, threshold, None, [], frozenset())
     cut, flag, noise = threshold, threshold, None
     ref, start = _fixed_point(values, cut)
-    if len(values) >= NOISE_MIN_TESTS:  # the spread first from a wide window, then settled
+    if len(values) >= NOISE_MIN_SMALL:  # the spread first from a wide window, then settled
         cut = min(threshold, NOISE_WINDOW)
         ref, start = _fixed_point(values, cut)
     for _ in range(8):  # cut and noise settle together (a cut too high trims the spread)
-        if len(values) - start < NOISE_MIN_TESTS:
+        noise = _spread([r for r in ok if (r.busbw or 0.0) >= values[start]], ref)
+        if noise is None:
             cut = flag = threshold
             ref, start = _fixed_point(values, cut)
             break
-        mad = statistics.median(abs(v - ref) for v in values[start:])
-        noise = 1.4826 * mad / ref if ref > 0 else 0.0
         flag = max(MIN_FLAG, min(threshold, 1.0 - NOISE_Z * noise))
-        new = max(threshold / 2, flag)
+        new = max(CUT_FLOOR * threshold, flag)
         if abs(new - cut) < 1e-3:
             break
         cut = new
@@ -451,7 +488,7 @@ def _suspect_verdict(
     ]
     of = "the cluster's" if why_not is None else "the best level measured,"
     ref = f"{lv.busbw or 0.0:.3g} GB/s"
-    if not any(not r.ok or lv.flags(r) for r in evidence):
+    if not any(not r.ok or lv.flags(r) for r in evidence) and _combined_z(evidence, lv) < NOISE_Z:
         why = (
             f"{', then '.join(parts)}: below {lv.cut:.2g} x {of} {ref}, but within the "
             f"measured noise ({lv.noise or 0.0:.0%}) of it: rerun the check to settle it"
@@ -459,6 +496,23 @@ def _suspect_verdict(
         return NodeVerdict(node, "unknown", score, why)
     why = f"{', then '.join(parts)}, below {_cut_text(lv, threshold)} x {of} {ref}"
     return NodeVerdict(node, "bad", score, why)
+
+
+def _combined_z(evidence: Sequence[PairResult], lv: Level) -> float:
+    """How far below the level a node's measured tests with cleared partners are together, in
+    noise sigmas: Stouffer's sum (each partner's sigmas, over the root of the partner count; a
+    partner met twice counts once, with its mean). 0 without a measured noise or with fewer than
+    two partners. Two partners' tests 2.5 sigmas down each are 3.5 together: as unlikely from a
+    healthy node as one test 3.5 down."""
+    if not lv.noise or lv.busbw is None:
+        return 0.0
+    per: dict[frozenset[str], list[float]] = defaultdict(list)
+    for r in evidence:
+        if r.ok and r.busbw is not None:
+            per[frozenset((r.a, r.b))].append((1.0 - r.busbw / lv.busbw) / lv.noise)
+    if len(per) < 2:
+        return 0.0
+    return sum(statistics.fmean(z) for z in per.values()) / math.sqrt(len(per))
 
 
 def _cut_text(lv: Level, threshold: float) -> str:
