@@ -3,7 +3,8 @@
 8 one-GPU nodes of the local test cluster, one of them slowed 4x (the cluster's `node-slow`
 fault). Measured as a user runs them (separate CLI processes over HTTP), in interleaved rounds:
 
-- `nodes check` with its default flags (threshold, parallelism) and the engine flags below:
+- `nodes check` with its default flags (threshold, parallelism) and the engine flags below
+  (`-n` from --iters, 20 by default):
   its wall, passes, tests, and which nodes it flagged (the goal: exactly the slowed one);
 - the unit it is compared with: 4 `deploy --nodes 2 --gpus-per-node 1` with the same engine
   flags, started at once, timed until the last returns (the "nodes" share this machine's cores,
@@ -43,9 +44,16 @@ FACTOR = 4
 #: tests/test_nodes_check_e2e.py's engine flags: gloo sizes whose timing spans many of the
 #: node-slow fault's 20 ms duty cycles.
 ENGINE = ["--backend", "gloo", "--ops", "all_reduce", "-b", "32M", "-e", "64M", "-f", "2"]
-ENGINE += ["-n", "3", "-w", "1", "-c", "0"]
+#: Iterations per size (-n), where the e2e test takes 3: with 8 nodes' pods on 2 cores, healthy
+#: pairs measured 0.59-1.29 of their median at -n 3 and 0.84-1.13 at -n 20 (-n 60: no tighter,
+#: twice as long); benchmarks/data/2026-12-04-nodes-cluster-iters.
+ITERS = 20
 GOAL = 2.5
 CLI = "from nccl_k8s.cli.main import main; main()"
+
+
+def engine(iters: int) -> list[str]:
+    return [*ENGINE, "-n", str(iters), "-w", "1", "-c", "0"]
 
 
 def _cli(*args: str) -> list[str]:
@@ -56,7 +64,9 @@ def _say(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
-def _unit(c: Any, ns: str, tag: str, env: dict[str, str], out: pathlib.Path) -> dict[str, Any]:
+def _unit(
+    c: Any, ns: str, tag: str, env: dict[str, str], out: pathlib.Path, flags: list[str]
+) -> dict[str, Any]:
     """4 two-node deploys started at once: the wall until the last returns; then removed."""
     rids = [f"{tag}-d{k}" for k in range(NODES // 2)]
     load = os.getloadavg()[0]
@@ -74,7 +84,7 @@ def _unit(c: Any, ns: str, tag: str, env: dict[str, str], out: pathlib.Path) -> 
                 "--gpus-per-node",
                 "1",
                 "--",
-                *ENGINE,
+                *flags,
             ),
             env=env,
             stdout=subprocess.PIPE,
@@ -109,12 +119,14 @@ def _unit(c: Any, ns: str, tag: str, env: dict[str, str], out: pathlib.Path) -> 
     }
 
 
-def _check(ns: str, tag: str, env: dict[str, str], out: pathlib.Path) -> dict[str, Any]:
+def _check(
+    ns: str, tag: str, env: dict[str, str], out: pathlib.Path, flags: list[str]
+) -> dict[str, Any]:
     """`nodes check` with its default flags: wall, passes, tests, flagged nodes."""
     load = os.getloadavg()[0]
     t0 = time.monotonic()
     proc = subprocess.run(
-        _cli("nodes", "check", "-n", ns, "--gpus-per-node", "1", "-o", "json", "--", *ENGINE),
+        _cli("nodes", "check", "-n", ns, "--gpus-per-node", "1", "-o", "json", "--", *flags),
         env=env, capture_output=True, text=True, timeout=1800,
     )  # fmt: skip
     wall = time.monotonic() - t0
@@ -140,7 +152,7 @@ def _check(ns: str, tag: str, env: dict[str, str], out: pathlib.Path) -> dict[st
     }
 
 
-def measure(rounds: int, out: pathlib.Path) -> dict[str, Any]:
+def measure(rounds: int, out: pathlib.Path, iters: int = ITERS) -> dict[str, Any]:
     from tests.cluster.cluster import Cluster
 
     out.mkdir(parents=True, exist_ok=True)
@@ -157,7 +169,11 @@ def measure(rounds: int, out: pathlib.Path) -> dict[str, Any]:
             for what in order:
                 tag = f"{what}{i + 1}"
                 _say(f"{tag} (load {os.getloadavg()[0]:.1f}) ...")
-                item = _check(ns, tag, env, out) if what == "check" else _unit(c, ns, tag, env, out)
+                flags = engine(iters)
+                if what == "check":
+                    item = _check(ns, tag, env, out, flags)
+                else:
+                    item = _unit(c, ns, tag, env, out, flags)
                 _say(f"{tag}: {item['wall_s']} s")
                 items.append(item)
         c.faults.node_slow(SLOW, None)
@@ -167,7 +183,7 @@ def measure(rounds: int, out: pathlib.Path) -> dict[str, Any]:
         "nodes": NODES,
         "slow": SLOW,
         "factor": FACTOR,
-        "engine": ENGINE,
+        "engine": engine(iters),
         "items": items,
     }
 
@@ -237,6 +253,7 @@ def write(doc_path: pathlib.Path, text: str, generated_by: str) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--iters", type=int, default=ITERS, help="the engine's -n (iterations)")
     ap.add_argument("--out", type=pathlib.Path, help="where each item's raw output goes")
     ap.add_argument("--table", type=pathlib.Path, help="render a folder of outputs instead")
     ap.add_argument("--write", type=pathlib.Path, help="with --table: replace the block in it")
@@ -250,7 +267,7 @@ def main() -> None:
         write(args.write, text, by)
         return
     out = args.out or pathlib.Path(tempfile.mkdtemp(prefix="nodes-cluster-"))
-    json.dump(measure(args.rounds, out.resolve()), sys.stdout, indent=1)
+    json.dump(measure(args.rounds, out.resolve(), args.iters), sys.stdout, indent=1)
     print()
 
 
