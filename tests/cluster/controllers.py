@@ -24,6 +24,7 @@ import logging
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,13 +40,14 @@ from tests.cluster.node_common import (
     pod_terminal,
     set_condition,
 )
+from tests.cluster.worker import StoreWorker
 
 log = logging.getLogger(__name__)
 
 INDEX_KEY = "batch.kubernetes.io/job-completion-index"
 
 
-class _Controller:
+class _Controller(StoreWorker):
     """A work queue of owner keys, fed by store changes, drained by one thread."""
 
     resource = ""
@@ -54,33 +56,20 @@ class _Controller:
     batch_s = 0.1  # pod changes within this window share one sync of their owner
 
     def __init__(self, store: StoreLike) -> None:
-        self._store = store
-        self._cond = threading.Condition()
+        super().__init__(store)
         self._due: dict[tuple[str, str], float] = {}
-        self._thread: threading.Thread | None = None
-        self._stopping = False
         self._cache_lock = threading.Lock()
         self._cache: dict[str, dict[str, Obj]] = {}  # owner uid -> pod uid -> pod
         self._pod_owner: dict[str, str] = {}
 
-    def start(self) -> None:
-        self._store.subscribe(self._on_change)
+    def _prime(self) -> None:
         for pod in self._store.list("pods")[0]:
             self._cache_pod("ADDED", pod)
         for obj in self._store.list(self.resource)[0]:
             self._enqueue(_key(obj))
-        self._thread = threading.Thread(target=self._run, name=self.component, daemon=True)
-        self._thread.start()
 
-    def stop(self) -> None:
-        with self._cond:
-            self._stopping = True
-            self._cond.notify_all()
-        unsubscribe = getattr(self._store, "unsubscribe", None)
-        if unsubscribe is not None:
-            unsubscribe(self._on_change)
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+    def _loops(self) -> list[tuple[str, Callable[[], None]]]:
+        return [(self.component, self._run)]
 
     def _on_change(self, etype: str, resource: str, obj: Obj) -> None:
         if resource == self.resource:

@@ -27,11 +27,12 @@ from __future__ import annotations
 
 import copy
 import logging
-import threading
+from collections.abc import Callable
 from typing import Any
 
 from tests.cluster.errors import ApiError
 from tests.cluster.node_common import Obj, StoreLike, match_expression, pod_terminal
+from tests.cluster.worker import StoreWorker
 
 log = logging.getLogger(__name__)
 
@@ -167,35 +168,22 @@ def allocate(
 # ---- kube-controller-manager's resourceclaim controller ----------------------------------------
 
 
-class ResourceClaimController:
+class ResourceClaimController(StoreWorker):
     """Creates the ResourceClaims of pods' template entries (see the module); start() / stop()."""
 
     component = "resource_claim"
 
     def __init__(self, store: StoreLike) -> None:
-        self._store = store
-        self._cond = threading.Condition()
+        super().__init__(store)
         self._queue: dict[tuple[str, str], None] = {}
         self._waiting: dict[tuple[str, str], set[tuple[str, str]]] = {}  # template -> pods
-        self._thread: threading.Thread | None = None
-        self._stopping = False
 
-    def start(self) -> None:
-        self._store.subscribe(self._on_change)
+    def _prime(self) -> None:
         for pod in self._store.list("pods")[0]:
             self._on_change("ADDED", "pods", pod)
-        self._thread = threading.Thread(target=self._run, name="resourceclaims", daemon=True)
-        self._thread.start()
 
-    def stop(self) -> None:
-        with self._cond:
-            self._stopping = True
-            self._cond.notify_all()
-        unsubscribe = getattr(self._store, "unsubscribe", None)
-        if unsubscribe is not None:
-            unsubscribe(self._on_change)
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+    def _loops(self) -> list[tuple[str, Callable[[], None]]]:
+        return [("resourceclaims", self._run)]
 
     def _on_change(self, etype: str, resource: str, obj: Obj) -> None:
         meta = obj.get("metadata") or {}

@@ -27,8 +27,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
-import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -44,6 +44,7 @@ from tests.cluster.node_common import (
     pod_requests,
     set_condition,
 )
+from tests.cluster.worker import StoreWorker
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +95,7 @@ class _Queued:
     since: float
 
 
-class Scheduler:
+class Scheduler(StoreWorker):
     """Schedules pods for the schedulerNames in `names`; start() / stop() / set_delay(s)."""
 
     def __init__(
@@ -104,44 +105,26 @@ class Scheduler:
         names: tuple[str, ...] | list[str] = ("default-scheduler",),
         delay_s: float = 0.0,
     ) -> None:
-        self._store = store
+        super().__init__(store)
         self._names = tuple(names)
         self._delay_s = float(delay_s)
-        self._cond = threading.Condition()
         self._nodes: dict[str, Obj] = {}
         self._placed: dict[str, _Placed] = {}
         self._queue: dict[str, _Queued] = {}
         self._unschedulable: dict[str, Obj] = {}
         self._last_failure: dict[str, tuple[str, float]] = {}
-        self._thread: threading.Thread | None = None
-        self._lease_thread: threading.Thread | None = None
-        self._stopping = False
         self.bound = 0  # pods bound so far, for benchmarks and tests
 
     # ---- public ------------------------------------------------------------------------------
 
-    def start(self) -> None:
-        self._store.subscribe(self._on_change)
+    def _prime(self) -> None:
         for node in self._store.list("nodes")[0]:
             self._on_change("ADDED", "nodes", node)
         for pod in self._store.list("pods")[0]:
             self._on_change("ADDED", "pods", pod)
-        self._thread = threading.Thread(target=self._run, name="scheduler", daemon=True)
-        self._thread.start()
-        self._lease_thread = threading.Thread(target=self._hold_leases, name="leases", daemon=True)
-        self._lease_thread.start()
 
-    def stop(self) -> None:
-        with self._cond:
-            self._stopping = True
-            self._cond.notify_all()
-        unsubscribe = getattr(self._store, "unsubscribe", None)
-        if unsubscribe is not None:
-            unsubscribe(self._on_change)
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-        if self._lease_thread is not None:
-            self._lease_thread.join(timeout=10)
+    def _loops(self) -> list[tuple[str, Callable[[], None]]]:
+        return [("scheduler", self._run), ("leases", self._hold_leases)]
 
     def set_delay(self, s: float) -> None:
         """Hold each pending pod this many seconds before scheduling it (fault injection).
