@@ -325,24 +325,7 @@ def run_ranks(
         store, port = _host_store(torch_store)
     else:
         store, port = None, node.master_port
-    elastic_id = os.environ.get("NCCL_K8S_RUN_ID") or f"nccl-k8s-{uuid.uuid4().hex[:8]}"
-    envs = [
-        rank_env(
-            r,
-            nproc,
-            port=port,
-            run_id=elastic_id,
-            fault_dir=fault_dir,
-            stored_as=run_id,
-            node=node,
-            typed=typed,
-        )
-        for r in range(nproc)
-    ]
-    for env in envs:
-        env["TORCHELASTIC_ERROR_FILE"] = str(errors / f"{env['RANK']}.json")
-        if not torch_store:
-            env[STORE_ENV] = STORE_OURS
+    envs = _rank_envs(nproc, port, work, run_id, node, typed, torch_store)
     ranks: list[_Rank] = []
     started = time.monotonic()
     try:
@@ -383,6 +366,38 @@ def run_ranks(
         for r in ranks
     ]
     return attribute(facts, read_faults(fault_dir))
+
+
+def _rank_envs(
+    nproc: int,
+    port: int,
+    work: Path,
+    run_id: str | None,
+    node: Node,
+    typed: Sequence[str] | None,
+    torch_store: bool,
+) -> list[dict[str, str]]:
+    """Each rank's environment (rank_env), with where it writes its error file and, without
+    torch's store, which store it speaks."""
+    elastic_id = os.environ.get("NCCL_K8S_RUN_ID") or f"nccl-k8s-{uuid.uuid4().hex[:8]}"
+    envs = [
+        rank_env(
+            r,
+            nproc,
+            port=port,
+            run_id=elastic_id,
+            fault_dir=work / "faults",
+            stored_as=run_id,
+            node=node,
+            typed=typed,
+        )
+        for r in range(nproc)
+    ]
+    for env in envs:
+        env["TORCHELASTIC_ERROR_FILE"] = str(work / "errors" / f"{env['RANK']}.json")
+        if not torch_store:
+            env[STORE_ENV] = STORE_OURS
+    return envs
 
 
 def _host_store(torch_store: bool) -> tuple[Any, int]:

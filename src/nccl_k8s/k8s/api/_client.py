@@ -44,17 +44,19 @@ from lightkube.resources.core_v1 import PodLog
 
 from nccl_k8s.errors import ClusterError, NotFound, UsageError
 from nccl_k8s.k8s.api._config import ClientSettings, RetrySettings, load_config
-from nccl_k8s.k8s.api._kinds import CLUSTER_SCOPED, CUSTOM, GLOBAL, plural, resource
+from nccl_k8s.k8s.api._kinds import CLUSTER_SCOPED, CUSTOM, GLOBAL, resource
 from nccl_k8s.k8s.api._lists import pages
 from nccl_k8s.k8s.api._rawlogs import RawLogs, Unsupported
 from nccl_k8s.k8s.api._translate import (
     Ask,
     decode,
-    fields_of,
+    event_status,
+    not_an_object,
     not_served,
     retry_after,
     selector,
     status_error,
+    status_parts,
     transport_error,
 )
 from nccl_k8s.k8s.api._types import Kind, Obj
@@ -223,16 +225,9 @@ class KubeClient:
     # ---- error translation -------------------------------------------------------------------
 
     def _raise_status(self, resp: httpx.Response, ask: Ask) -> NoReturn:
-        status = resp.status_code
-        try:
-            body = decode(resp)
-        except (msgspec.DecodeError, httpx.ResponseNotRead):
-            body = None
-        body = body if isinstance(body, dict) else {}
-        message = str(body.get("message") or resp.reason_phrase or "")
-        reason = body.get("reason")
+        message, reason = status_parts(resp)
         e = httpx.HTTPStatusError(message, request=resp.request, response=resp)
-        raise self._status_error(status, reason, message, ask) from e
+        raise self._status_error(resp.status_code, reason, message, ask) from e
 
     def _status_error(
         self, status: int, reason: str | None, message: str, ask: Ask
@@ -259,17 +254,11 @@ class KubeClient:
         try:
             out = decode(resp)
         except msgspec.DecodeError as e:
-            self._not_an_object(e, ask)
+            raise not_an_object(e, ask, self.server) from e
         if not isinstance(out, dict):
-            self._not_an_object(TypeError(f"got {type(out).__name__}"), ask)
+            wrong = TypeError(f"got {type(out).__name__}")
+            raise not_an_object(wrong, ask, self.server) from wrong
         return out
-
-    def _not_an_object(self, e: BaseException, ask: Ask) -> NoReturn:
-        raise ClusterError(
-            f"{self.server} sent something that is not a Kubernetes object for {ask.verb} "
-            f"{plural(ask.kind)}: {e}",
-            **fields_of(ask, self.server),
-        ) from e
 
     def _user(self) -> str:
         user = self.config.context.user
@@ -392,18 +381,13 @@ class KubeClient:
                 etype = str(event.get("type"))
                 obj = event.get("object") or {}
                 if etype == "ERROR":
-                    raise self._status_error(
-                        int(obj.get("code") or 500),
-                        obj.get("reason"),
-                        str(obj.get("message") or ""),
-                        ask,
-                    )
+                    raise self._status_error(*event_status(obj), ask)
                 obj.setdefault("kind", kind)
                 yield etype, obj
         except (httpx.TransportError, httpx.StreamError) as e:
             self._raise_transport(e, ask)
         except (msgspec.DecodeError, AttributeError) as e:
-            self._not_an_object(e, ask)
+            raise not_an_object(e, ask, self.server) from e
         finally:
             await resp.aclose()
 

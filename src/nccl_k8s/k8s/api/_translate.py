@@ -66,6 +66,30 @@ _NEEDS = {
 }
 
 
+def status_parts(resp: httpx.Response) -> tuple[str, str | None]:
+    """(message, reason) of an error response: its Status body's, else the reason phrase."""
+    try:
+        body = decode(resp)
+    except (msgspec.DecodeError, httpx.ResponseNotRead):
+        body = None
+    body = body if isinstance(body, dict) else {}
+    return str(body.get("message") or resp.reason_phrase or ""), body.get("reason")
+
+
+def event_status(obj: Mapping[str, Any]) -> tuple[int, str | None, str]:
+    """(code, reason, message) of the Status a watch's ERROR event carries."""
+    return int(obj.get("code") or 500), obj.get("reason"), str(obj.get("message") or "")
+
+
+def not_an_object(e: BaseException, ask: Ask, server: str) -> ClusterError:
+    """The error for a response whose body is not the Kubernetes object asked for."""
+    return ClusterError(
+        f"{server} sent something that is not a Kubernetes object for {ask.verb} "
+        f"{plural(ask.kind)}: {e}",
+        **fields_of(ask, server),
+    )
+
+
 def not_served(
     server: str, kind: str, api_version: str, namespace: str | None, name: str | None
 ) -> NotFound:
