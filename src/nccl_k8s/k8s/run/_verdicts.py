@@ -23,6 +23,7 @@ from nccl_k8s.k8s.run._culprit import (
 )
 from nccl_k8s.k8s.run._plumbing import (
     rank_text,
+    run_labels,
 )
 from nccl_k8s.k8s.run._pods import (
     PodInfo,
@@ -228,6 +229,14 @@ async def failure(
     pods = list(run.seen.values())
     verdict, texts = await gather_verdict(kc, namespace, pods, settings)
     workload = run.workload()
+    if verdict is None and condition(workload, "Failed") is not None:
+        # The Job's Failed condition can arrive before the event of the pod that failed it (a
+        # busy API server or client): read the pods again before taking the Job's own words.
+        with contextlib.suppress(ClusterError):
+            fresh, _ = await kc.list("Pod", namespace=namespace, labels=run_labels(run.run_id))
+            run.seen.update((str(pod["metadata"]["name"]), pod) for pod in fresh)
+            pods = list(run.seen.values())
+            verdict, texts = await gather_verdict(kc, namespace, pods, settings)
     if verdict is None:
         cond = condition(workload, "Failed") or {}
         kind = workload.get("kind") if workload else "workload"
