@@ -9,6 +9,7 @@ run's bundle holds its objects, events and pods' state and `doctor --run` says w
 from __future__ import annotations
 
 import json
+import re
 import tarfile
 import uuid
 from collections.abc import Iterator
@@ -278,10 +279,13 @@ def test_bundle_on_failure_is_written_before_the_failed_run_is_deleted(
     assert "(deleted what this deploy created" in res.output
     assert labelled(cluster, namespace) == []  # deleted after the bundle was written
     files = members(path)
-    # The rank that failed first; the other may be gone already (the Job deletes it once failed).
-    culprit = f"{rid}/objects/pod-{rid}-0-"
+    # The rank that failed first, as the failure names it (both crash at start: which one is
+    # first is the machine's doing); the other may be gone (the Job deletes it once failed).
+    named = re.search(rf"rank \d \(pod ({rid}-\d-\w+), node (node-[12])\)", res.output)
+    assert named, res.output
     pods = {k: yaml.safe_load(v) for k, v in files.items() if "/objects/pod-" in k}
-    assert [k for k in pods if k.startswith(culprit)], sorted(files)
+    assert f"{rid}/objects/pod-{named.group(1)}.yaml" in pods, sorted(files)
+    assert f"{rid}/logs/{named.group(1)}.log" in files, sorted(files)
     nodes = {p["spec"]["nodeName"] for p in pods.values()}
     assert nodes <= {"node-1", "node-2"}  # --node pinned them (matchFields metadata.name)
     assert {f"{rid}/nodes/{n}.yaml" for n in nodes} <= set(files)
