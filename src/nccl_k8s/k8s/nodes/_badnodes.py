@@ -15,8 +15,9 @@ reached, ends the check. With a minority of bad nodes this is two passes: pass 1
 retest of each suspect, which settles it.
 
 The level: the highest bus bandwidth a set of tests agrees on, the highest fixed point of "the
-median of the tests at or above `cut` x it" (a lone fast outlier does not set it; slow tests do
-not pull it down). `cut` is the threshold, widened to the measured noise: with at least
+median of the tests at or above `cut` x it" (slow tests do not pull it down; a lone fast test
+sets it only when no other test is within the cut of it, and a level of one test is never
+confirmed, below). `cut` is the threshold, widened to the measured noise: with at least
 NOISE_MIN_TESTS such tests (8 nodes have about 6 after two passes), their spread less the tests
 of the node whose median test is lowest (1.4826 x the median absolute deviation, relative to
 their median) is the noise sigma: on a small cluster a slow node's own tests, or a second slow
@@ -37,8 +38,9 @@ nodes ever measured together: no node is called good (they are `unknown`, the ch
 inconclusive, naming the test that would settle it), and the next pass asks for such a test.
 
 Verdicts. A cleared node is good. A suspect is bad on a test with a cleared node that was slow
-(below the flag, alone or together with its other such tests) or failed (a failed run that named the cleared node itself as its culprit is not held against
-the other one), and unknown without one. Bad verdicts hold even when the level is not confirmed:
+(below the flag, alone or together with its other such tests) or failed (a failed run that
+named the cleared node itself as its culprit is not held against the other one), and unknown
+without one. Bad verdicts hold even when the level is not confirmed:
 the cleared node reached the level, so a test below the cut is the other node's doing, whatever
 the true healthy level is. A test that was slow (or failed) while both of its nodes end up good
 is a slow link between two good nodes: reported (measured once, unless a later pass happened to
