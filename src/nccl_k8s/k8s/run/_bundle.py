@@ -11,7 +11,11 @@ attach to a ticket, read without access to the cluster.
     <run-id>/nodes/<node>.yaml  the nodes the pods were placed on
 
 Read-only, and taken while the run is still there: `deploy --bundle-on-failure` writes it
-before a failed run's objects are deleted.
+before a failed run's objects are deleted. A failed Job deletes its pods that were still
+running by then, the culprit among them at times (it failed first, but its pod had not yet
+said so when another's failure failed the Job): deploy hands over what its monitor saw, and
+such pods are kept as last seen, the culprit's log as the lines the failure message quotes
+(README.txt says which).
 """
 
 from __future__ import annotations
@@ -114,7 +118,14 @@ async def _logs(kc: KubeClient, ns: str, pods: list[Obj], missing: list[str]) ->
     return {file: text for file, text in got if text is not None}
 
 
-def _readme(run_id: str, ns: str, server: str, counts: dict[str, int], missing: list[str]) -> str:
+def _readme(
+    run_id: str,
+    ns: str,
+    server: str,
+    counts: dict[str, int],
+    missing: list[str],
+    gone: list[str],
+) -> str:
     stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     lines = [
         f"nccl-k8s debug bundle of run {run_id} in namespace {ns}",
@@ -128,6 +139,8 @@ def _readme(run_id: str, ns: str, server: str, counts: dict[str, int], missing: 
         "",
         "The engine zipapp in the ConfigMap's binaryData is elided (its size is kept).",
     ]
+    if gone:
+        lines += ["", "Kept from what the deploy saw:", *(f"  {g}" for g in gone)]
     if missing:
         lines += ["", "Not available:", *(f"  {m}" for m in missing)]
     return "\n".join(lines) + "\n"
@@ -153,12 +166,47 @@ def _tar(path: Path, root: str, files: dict[str, bytes]) -> None:
         raise
 
 
-async def write_bundle(kc: KubeClient, ns: str, run_id: str, path: Path) -> Bundled:
-    """Read everything about the run and write it to `path` (.tar.gz)."""
+def gone_pods(
+    seen: dict[str, Obj], present: set[str], culprit: str | None, tail: list[str]
+) -> tuple[list[Obj], dict[str, str], list[str]]:
+    """The pods seen that the API no longer has (as last seen), the culprit's log from the
+    lines the failure quotes (`tail`: a header, then lines indented by two spaces), and what
+    README.txt says of them."""
+    gone = [_elide(p) for name, p in sorted(seen.items()) if name not in present]
+    logs: dict[str, str] = {}
+    notes = [
+        f"objects/pod-{p['metadata']['name']}.yaml: gone when the bundle was taken (a failed "
+        "Job deletes its pods still running); as the deploy last saw it"
+        for p in gone
+    ]
+    if culprit is not None and culprit not in present and tail[1:]:
+        logs[f"{culprit}.log"] = "".join(line.removeprefix("  ") + "\n" for line in tail[1:])
+        notes.append(
+            f"logs/{culprit}.log: only the last {len(tail) - 1} lines, as the failure quoted "
+            "them (the pod was gone)"
+        )
+    return gone, logs, notes
+
+
+async def write_bundle(
+    kc: KubeClient,
+    ns: str,
+    run_id: str,
+    path: Path,
+    *,
+    seen: dict[str, Obj] | None = None,
+    culprit: str | None = None,
+    tail: list[str] | None = None,
+) -> Bundled:
+    """Read everything about the run and write it to `path` (.tar.gz). `seen`, `culprit` and
+    `tail`: what a monitor saw of the failed run (gone_pods)."""
     missing: list[str] = []
     explained = await gather(kc, ns, run_id)  # NotFound when there is no such run
     objects = await _objects(kc, ns, run_id, missing)
     pods = [o for o in objects if o.get("kind") == "Pod"]
+    present = {str(p["metadata"]["name"]) for p in pods}
+    gone, gone_logs, gone_notes = gone_pods(seen or {}, present, culprit, tail or [])
+    objects += gone
     names = {str(o["metadata"]["name"]) for o in objects}
     uids = {str(o["metadata"].get("uid")) for o in objects}
     try:
@@ -175,8 +223,11 @@ async def write_bundle(kc: KubeClient, ns: str, run_id: str, path: Path) -> Bund
     events.sort(key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
     logs, nodes = await asyncio.gather(
         _logs(kc, ns, pods, missing),
-        node_objects(kc, {str(n) for p in pods if (n := (p.get("spec") or {}).get("nodeName"))}),
+        node_objects(
+            kc, {str(n) for p in pods + gone if (n := (p.get("spec") or {}).get("nodeName"))}
+        ),
     )
+    logs.update(gone_logs)
     files: dict[str, bytes] = {
         "doctor.txt": table_text(explained).encode(),
         "doctor.json": (json.dumps(explained.to_dict(), indent=1) + "\n").encode(),
@@ -194,12 +245,13 @@ async def write_bundle(kc: KubeClient, ns: str, run_id: str, path: Path) -> Bund
         files[f"nodes/{name}.yaml"] = _yaml(node)
     counts = {
         "objects": len(objects),
-        "pods": len(pods),
+        "pods": len(pods) + len(gone),
         "events": len(events),
         "logs": len(logs),
         "nodes": sum(1 for n in nodes.values() if n is not None),
     }
-    files = {"README.txt": _readme(run_id, ns, kc.server, counts, missing).encode(), **files}
+    readme = _readme(run_id, ns, kc.server, counts, missing, gone_notes)
+    files = {"README.txt": readme.encode(), **files}
     await asyncio.to_thread(_tar, path, run_id, files)
     return Bundled(run_id, ns, path, missing=missing, **counts)
 

@@ -28,7 +28,7 @@ from nccl_k8s.k8s.rendering._manifests import render
 from nccl_k8s.k8s.rendering._names import APP_NAME
 from nccl_k8s.k8s.run._bundle import write_bundle
 from nccl_k8s.k8s.run._fabric import check_fabric
-from nccl_k8s.k8s.run._monitor import Ending, follow_run
+from nccl_k8s.k8s.run._monitor import Ending, Seen, follow_run
 from nccl_k8s.k8s.run._outcomes import Created, Deployed, ProgressFn, WaitOutcome
 from nccl_k8s.k8s.run._plumbing import WORKLOADS, delete_created
 from nccl_k8s.k8s.run._settings import WaitSettings
@@ -151,9 +151,10 @@ def _span_attributes(spec: RunSpec) -> dict[str, object]:
     }
 
 
-async def _bundle_note(kc: KubeClient, namespace: str, run_id: str, path: Path) -> str:
+async def _bundle_note(kc: KubeClient, namespace: str, run_id: str, path: Path, seen: Seen) -> str:
     """Write the failed run's debug bundle (before it is ended); what the message adds."""
-    await write_bundle(kc, namespace, run_id, path)
+    culprit, tail = seen.failure.pod, seen.tail
+    await write_bundle(kc, namespace, run_id, path, seen=seen.pods, culprit=culprit, tail=tail)
     return f"(debug bundle: {path})"
 
 

@@ -84,9 +84,23 @@ class Ending:
     delete: Sequence[Created] | None = None
     """Delete these instead (what this deploy created, each by uid), then wait until the
     run's pods are gone."""
-    before: Callable[[], Awaitable[str]] | None = None
+    before: Callable[[Seen], Awaitable[str]] | None = None
     """Called before the run is ended, while all of it is still there (deploy
-    --bundle-on-failure writes the debug bundle); what it returns is added to the message."""
+    --bundle-on-failure writes the debug bundle), with what the monitor saw; what it returns
+    is added to the message."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Seen:
+    """What the monitor saw of a failed run, for `Ending.before`: pods the Job has deleted by
+    then (the ones still running when it failed, the culprit among them at times) are here."""
+
+    failure: RunFailed
+    tail: list[str]
+    """The culprit's last log lines as the failure message quotes them (a header line, then
+    the lines indented by two spaces); empty when none were read."""
+    pods: dict[str, Obj]
+    """Every pod seen, by name, as last seen."""
 
 
 def wait(
@@ -211,7 +225,7 @@ class _Follower:
         self.run = RunState(run_id)
         self.scheduler_checked = False
         self.failing_since: float | None = None
-        self.end = _Ender(kc, namespace, run_id, ending, settings)
+        self.end = _Ender(kc, namespace, run_id, ending, settings, self.run)
         # Rank 0's log, followed once its container runs (only when someone looks: the live
         # summary or a trace): what it measures, and when the ranks met (the rendezvous phase
         # ends there).
@@ -382,9 +396,10 @@ class _Ender:
         run_id: str,
         ending: Ending,
         settings: WaitSettings,
+        run: RunState,
     ) -> None:
         self.kc, self.namespace, self.run_id = kc, namespace, run_id
-        self.ending, self.settings = ending, settings
+        self.ending, self.settings, self.run = ending, settings, run
 
     async def __call__(
         self, failure: RunFailed, workload: Obj | None, tail: list[str]
@@ -393,7 +408,7 @@ class _Ender:
         kept = ""
         if self.ending.before is not None:
             try:
-                kept = await self.ending.before()
+                kept = await self.ending.before(Seen(failure, tail, dict(self.run.seen)))
             except (ClusterError, OSError) as e:
                 kept = f"(no debug bundle: {e})"
         try:
