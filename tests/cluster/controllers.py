@@ -61,6 +61,7 @@ class _Controller(StoreWorker):
         self._cache_lock = threading.Lock()
         self._cache: dict[str, dict[str, Obj]] = {}  # owner uid -> pod uid -> pod
         self._pod_owner: dict[str, str] = {}
+        self._deleted: set[str] = set()  # uids of pods gone for good
 
     def _prime(self) -> None:
         for pod in self._store.list("pods")[0]:
@@ -98,7 +99,12 @@ class _Controller(StoreWorker):
             ):
                 self._cache.get(before, {}).pop(uid, None)
                 del self._pod_owner[uid]
-            if etype == "DELETED" or mine is None:
+            if etype == "DELETED":
+                # A pod's DELETED can come before our own delete call has returned (the kubelet
+                # ends a pod at once); the terminating copy that call then records must not
+                # bring the pod back (it stayed in the cache and the status counted it forever).
+                self._deleted.add(uid)
+            if etype == "DELETED" or mine is None or uid in self._deleted:
                 return mine
             owner = str(mine.get("uid"))
             pods = self._cache.setdefault(owner, {})
