@@ -49,6 +49,11 @@ ENGINE = ["--backend", "gloo", "--ops", "all_reduce", "-b", "32M", "-e", "64M", 
 #: twice as long); benchmarks/data/2026-12-04-nodes-cluster-iters.
 ITERS = 20
 GOAL = 2.5
+#: The share of this machine's CPUs the test nodes get together (the rest: the API server,
+#: kubelet, controllers and CLI processes), split evenly among them: nodes of fixed CPUs, as
+#: real ones, so that a pair's bandwidth does not depend on what the other pairs run at the
+#: time (benchmarks/data/2026-12-04-nodes-cluster-cpus).
+NODE_SHARE = 0.8
 CLI = "from nccl_k8s.cli.main import main; main()"
 
 
@@ -152,12 +157,20 @@ def _check(
     }
 
 
-def measure(rounds: int, out: pathlib.Path, iters: int = ITERS) -> dict[str, Any]:
+def node_cpus() -> float:
+    """Each test node's CPUs: NODE_SHARE of the CPUs this process may run on, split evenly."""
+    return round(NODE_SHARE * len(os.sched_getaffinity(0)) / NODES, 3)
+
+
+def measure(
+    rounds: int, out: pathlib.Path, iters: int = ITERS, cpus: float | None = None
+) -> dict[str, Any]:
     from tests.cluster.cluster import Cluster
 
     out.mkdir(parents=True, exist_ok=True)
     items: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory() as tmp, Cluster(nodes=NODES, gpus_per_node=1) as c:
+    cluster = Cluster(nodes=NODES, gpus_per_node=1, node_cpus=cpus or None)
+    with tempfile.TemporaryDirectory() as tmp, cluster as c:
         ns = "bench"
         c.store.create("namespaces", {"metadata": {"name": ns}})
         env = dict(c.kubectl_env(), NCCL_K8S_RUNS_DIR=str(pathlib.Path(tmp) / "runs"))
@@ -183,6 +196,7 @@ def measure(rounds: int, out: pathlib.Path, iters: int = ITERS) -> dict[str, Any
         "nodes": NODES,
         "slow": SLOW,
         "factor": FACTOR,
+        "node_cpus": cpus or None,
         "engine": engine(iters),
         "items": items,
     }
@@ -200,7 +214,9 @@ def render(folder: pathlib.Path) -> str:
         lines += [
             "",
             f"`{path.relative_to(ROOT)}`: commit `{doc['commit']}`, {doc['cpus']} CPUs, "
-            f"{doc['nodes']} one-GPU test nodes, {doc['slow']} slowed {doc['factor']}x, engine "
+            f"{doc['nodes']} one-GPU test nodes"
+            + (f" of {doc['node_cpus']} CPUs each" if doc.get("node_cpus") else "")
+            + f", {doc['slow']} slowed {doc['factor']}x, engine "
             f"`{' '.join(doc['engine'])}`; the machine's 1-minute load average "
             f"{min(loads):.1f}-{max(loads):.1f} around the items (other sessions' work).",
             "",
@@ -254,6 +270,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--iters", type=int, default=ITERS, help="the engine's -n (iterations)")
+    ap.add_argument(
+        "--node-cpus",
+        type=float,
+        default=None,
+        help=f"each test node's CPUs (default: {NODE_SHARE} of this machine's, split evenly; "
+        "0: the nodes share the machine as they come)",
+    )
     ap.add_argument("--out", type=pathlib.Path, help="where each item's raw output goes")
     ap.add_argument("--table", type=pathlib.Path, help="render a folder of outputs instead")
     ap.add_argument("--write", type=pathlib.Path, help="with --table: replace the block in it")
@@ -267,7 +290,8 @@ def main() -> None:
         write(args.write, text, by)
         return
     out = args.out or pathlib.Path(tempfile.mkdtemp(prefix="nodes-cluster-"))
-    json.dump(measure(args.rounds, out.resolve(), args.iters), sys.stdout, indent=1)
+    cpus = node_cpus() if args.node_cpus is None else args.node_cpus
+    json.dump(measure(args.rounds, out.resolve(), args.iters, cpus), sys.stdout, indent=1)
     print()
 
 

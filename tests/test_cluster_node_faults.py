@@ -112,6 +112,26 @@ def test_node_slow_gives_its_pods_processes_a_fraction_of_the_cpu(
     assert busy(cluster, namespace, "again")[2] == 0
 
 
+def test_nodes_of_fixed_cpus_hold_their_pods_to_them_and_a_slowed_one_to_a_fraction() -> None:
+    # Nodes of 0.5 CPUs, as benchmarks/nodes_cluster.py makes them so that one node's pods
+    # neither speed up nor slow down another's: each pod's busy child gets at most half a CPU
+    # however idle the machine (alone it would take a whole one), and node-0, slowed 2x, at
+    # most a quarter. Upper bounds: other load only lowers what a pod gets.
+    ns = "capped"
+    with Cluster(nodes=2, gpus_per_node=1, node_cpus=0.5) as c:
+        c.store.create("namespaces", {"metadata": {"name": ns}})
+        c.faults.node_slow("node-0", 2)
+        c.store.create("pods", pod("slow", ns, "node-0", BUSY))
+        c.store.create("pods", pod("held", ns, "node-1", BUSY))
+        wait_for("pod slow ended", lambda: ended(c, ns, "slow"))
+        wait_for("pod held ended", lambda: ended(c, ns, "held"))
+        got = {n: busy(c, ns, n) for n in ("slow", "held")}
+    for name, most in (("held", 0.5), ("slow", 0.25)):
+        cpu, wall, conts = got[name]
+        assert conts > 1, got  # stopped and continued over and over
+        assert cpu / wall < most * 1.2, got
+
+
 def test_node_crash_fails_every_container_that_starts_there_until_healed(
     cluster: Cluster, namespace: str
 ) -> None:

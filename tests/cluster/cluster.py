@@ -70,7 +70,10 @@ class Cluster:
     `node_resources` adds resources to every node (e.g. {"rdma/ib": "4"}), `node_labels` adds
     labels, `schedulers` names the schedulerNames served, `image_pull_fail_pattern` makes images
     matching it fail with ErrImagePull, `log_max_bytes`/`log_max_files` rotate container logs as
-    the kubelet's containerLogMaxSize/containerLogMaxFiles do, `components=False` runs only
+    the kubelet's containerLogMaxSize/containerLogMaxFiles do, `node_cpus` holds each node's
+    pods together to that many of this machine's CPUs (tests/cluster/throttle.py: nodes that do
+    not speed up or slow down each other, as real ones; None, the default, lets them share the
+    machine as they come), `components=False` runs only
     store + API server. Pod Security Admission is always on (it acts on namespaces labelled
     pod-security.kubernetes.io/enforce), as in every cluster since Kubernetes 1.25.
     """
@@ -92,6 +95,7 @@ class Cluster:
         components: bool = True,
         log_max_bytes: int | None = None,
         log_max_files: int = 5,
+        node_cpus: float | None = None,
     ) -> None:
         self.nodes = nodes
         self.gpus_per_node = gpus_per_node
@@ -105,6 +109,7 @@ class Cluster:
         self._kubeconfig_arg = Path(kubeconfig) if kubeconfig else None
         self._components = components
         self._log_max = (log_max_bytes, log_max_files)
+        self._node_cpus = node_cpus
         self.store = Store(history=history, admission=[admission.pod_security])
         self.faults = Faults()
         self.number = 0
@@ -188,6 +193,7 @@ class Cluster:
                 image_pull_fail_pattern=self._pull_fail,
                 log_max_bytes=self._log_max[0],
                 log_max_files=self._log_max[1],
+                node_cpus=self._node_cpus,
             )
         if scheduler_cls is not None:
             self.scheduler = scheduler_cls(self.store, names=self._schedulers)

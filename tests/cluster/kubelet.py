@@ -222,6 +222,7 @@ class Kubelet:
         image_pull_backoff_s: float = 1.0,
         log_max_bytes: int | None = None,
         log_max_files: int = 5,
+        node_cpus: float | None = None,
     ) -> None:
         """`restart_backoff_s` doubles per restart up to `max_restart_backoff_s` (Kubernetes uses
         10 s and 300 s; tests want restarts they can watch within seconds).
@@ -231,7 +232,10 @@ class Kubelet:
         renamed `<n>.log.<k>` once it reaches the size, at a line boundary, a new one is
         started, and at most `log_max_files` files are kept, the current one included. The log
         API (kubectl logs, `-f` included) serves only the current file, as kubelets do. None
-        (the default) writes one unbounded file per run."""
+        (the default) writes one unbounded file per run.
+
+        `node_cpus` holds each node's pod processes together to that many CPUs of this machine
+        (tests/cluster/throttle.py), a slowed node's to 1/factor of it."""
         self._store = store
         self._root = Path(workdir) / "kubelet"
         self._pattern = re.compile(image_pull_fail_pattern) if image_pull_fail_pattern else None
@@ -262,7 +266,9 @@ class Kubelet:
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._stopped = False
-        self._throttle = Throttle(self._node_namespaces)
+        self._throttle = Throttle(
+            self._node_namespaces, node_cpus=node_cpus, nodes=self._node_names
+        )
         self._crashing: set[str] = set()
         #: The API server as pods reach it, and their tokens (set by the Cluster once the API
         #: server serves https; None: pods get neither, as before in-cluster access existed).
@@ -281,6 +287,7 @@ class Kubelet:
             self._post(functools.partial(self._pod_event, "ADDED", pod))
         self._thread = threading.Thread(target=self._run, name="kubelet", daemon=True)
         self._thread.start()
+        self._throttle.start()
 
     def stop(self) -> None:
         """Kill every process, let every namespace (and its mounts) go, remove our files."""
@@ -416,6 +423,10 @@ class Kubelet:
                 self._crashing.add(node)
             else:
                 self._crashing.discard(node)
+
+    def _node_names(self) -> list[str]:
+        with self._lock:
+            return list(self._nodes)
 
     def _node_namespaces(self, node: str | None) -> tuple[set[int], set[int]]:
         """The mount-namespace inodes of the node's live pod sandboxes (every node's for None),

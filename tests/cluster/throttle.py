@@ -70,11 +70,26 @@ MIN_SLICE_NS = 250_000
 
 
 class Throttle:
-    """Slows the pods of chosen nodes; `set(node, factor)`, `set(node, None)` to clear, `stop()`."""
+    """Slows the pods of chosen nodes; `set(node, factor)`, `set(node, None)` to clear, `stop()`.
 
-    def __init__(self, members: Members, *, refresh_s: float = 0.2) -> None:
+    With `node_cpus`, every node's pods together get at most that many of this machine's CPUs,
+    as a real node's pods get its own cores and no more, and a slowed node's 1/factor of that:
+    what one node's pods run then neither speeds up nor slows down another's (as long as the
+    nodes' CPUs add up to no more than the machine has), where without it the nodes share the
+    machine's CPUs as they come. `nodes()` names them."""
+
+    def __init__(
+        self,
+        members: Members,
+        *,
+        refresh_s: float = 0.2,
+        node_cpus: float | None = None,
+        nodes: Callable[[], list[str]] = list,
+    ) -> None:
         self._members = members
         self._refresh_s = refresh_s
+        self._node_cpus = node_cpus
+        self._nodes = nodes
         self._lock = threading.Lock()
         self._factors: dict[str, float] = {}
         self._wake = threading.Event()
@@ -90,10 +105,19 @@ class Throttle:
                 self._factors.pop(node, None)
             else:
                 self._factors[node] = float(factor)
-            if self._thread is None and self._factors:
-                self._thread = threading.Thread(target=self._feed, name="node-slow", daemon=True)
-                self._thread.start()
+            self._start()
         self._wake.set()
+
+    def start(self) -> None:
+        """With `node_cpus`: hold every node to it from now on (without: nothing to do until a
+        node is slowed)."""
+        with self._lock:
+            self._start()
+
+    def _start(self) -> None:
+        if self._thread is None and (self._factors or self._node_cpus) and not self._stopping:
+            self._thread = threading.Thread(target=self._feed, name="node-slow", daemon=True)
+            self._thread.start()
 
     def factor(self, node: str) -> float | None:
         with self._lock:
@@ -122,11 +146,14 @@ class Throttle:
                     if self._stopping:
                         return
                     factors = dict(self._factors)
+                if self._node_cpus:
+                    factors = {node: factors.get(node, 1.0) for node in self._nodes()} | factors
                 state = {}
                 for node, factor in factors.items():
                     inodes, sandboxes = self._members(node)
                     state[node] = {
                         "factor": factor,
+                        "cpus": self._node_cpus,
                         "inodes": sorted(inodes),
                         "exclude": sorted(sandboxes),
                     }
@@ -185,6 +212,7 @@ def _runnable_ns(pid: int) -> dict[int, tuple[int, int, int]]:
 class _Helper:
     def __init__(self) -> None:
         self.factors: dict[str, float] = {}
+        self.cpus: dict[str, float] = {}  # node -> the CPUs its pods get at most (capped nodes)
         self.held: dict[str, dict[int, int]] = {}  # node -> pid -> pidfd
         # The share of a CPU the other nodes' pod processes got while runnable, lately; 1 until
         # they have been runnable long enough to tell (then the cycle alone slows the node).
@@ -201,6 +229,7 @@ class _Helper:
         for node in set(self.held) - set(state):
             self.release(node)
         self.factors = {node: float(str(s["factor"])) for node, s in state.items()}
+        self.cpus = {node: float(str(s["cpus"])) for node, s in state.items() if s.get("cpus")}
         wanted: dict[int, str] = {}
         exclude: set[int] = set()
         for node, s in [("", everyone), *state.items()]:  # a slowed node claims its own pods
@@ -270,18 +299,26 @@ class _Helper:
             if due > now:
                 continue
             factor = self.factors[node]
+            cpus = self.cpus.get(node)
             if node not in self.running:
                 held = self.held.get(node, {})
                 self.running[node] = (now, {pid: _cpu_s(pid) for pid in held})
                 self.signal(node, signal.SIGCONT)
-                self.due[node] = now + PERIOD_S / factor
+                rate = factor if cpus is None else max(1.0, factor / cpus)
+                self.due[node] = now + PERIOD_S / rate
                 continue
             self.signal(node, signal.SIGSTOP)
             start, cpu = self.running.pop(node)
-            used = max((_cpu_s(pid) - c for pid, c in cpu.items()), default=0.0)
-            # Stopped until the period ends or, if it ran more than its share, until a task
-            # given the fair share would have needed factor times as long for that much CPU.
-            self.due[node] = start + min(MAX_PERIOD_S, max(PERIOD_S, factor * used / self.share))
+            used = [_cpu_s(pid) - c for pid, c in cpu.items()]
+            if cpus is None:
+                # Stopped until the period ends or, if it ran more than its share, until a task
+                # given the fair share would have needed factor times as long for that much CPU.
+                charge = factor * max(used, default=0.0) / self.share
+            else:
+                # Capped: until its processes together have had no more than cpus/factor CPUs
+                # since it was continued (a CPU bandwidth quota of cpus/factor per period).
+                charge = factor * sum(used) / cpus
+            self.due[node] = start + min(MAX_PERIOD_S, max(PERIOD_S, charge))
 
     def signal(self, node: str, sig: int) -> None:
         held = self.held.get(node, {})
