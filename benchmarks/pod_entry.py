@@ -27,24 +27,15 @@ import base64
 import json
 import os
 import pathlib
-import re
 import socket
 import subprocess
 import sys
 from typing import Any
 
-_REF = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
-
-def expand(text: str, env: dict[str, str]) -> str:
-    """Kubernetes' $(VAR) expansion: a defined VAR is replaced, an undefined one kept, $$ is $."""
-
-    def one(m: re.Match[str]) -> str:
-        if m.group(0) == "$$":
-            return "$"
-        return env.get(m.group(1), m.group(0))
-
-    return _REF.sub(one, text)
+# Kubernetes' $(VAR) expansion, the test cluster's kubelet's own (standard library only).
+from tests.cluster.expansion import expand
 
 
 def _field(path: str, job: str, index: int) -> str:

@@ -70,6 +70,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.cluster.errors import ApiError
+from tests.cluster.expansion import expand
 from tests.cluster.node_common import (
     Obj,
     StoreLike,
@@ -103,7 +104,6 @@ _PATH = os.pathsep.join(
         "/bin",
     ]
 )
-_VAR_REF = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
 _HOSTS_HEADER = (
     "# Kubernetes-managed hosts file (tests/cluster kubelet).\n"
     "127.0.0.1\tlocalhost\n"
@@ -1205,8 +1205,8 @@ class Kubelet:
             self._event(pod, "Failed", f"Error: {e.message}", type_="Warning")
             c.restart_timer = self._timer(1.0, lambda: self._retry_container(pod, c))
             return
-        argv = [_expand(a, env) for a in (c.spec.get("command") or [])]
-        argv += [_expand(a, env) for a in (c.spec.get("args") or [])]
+        argv = [expand(a, env) for a in (c.spec.get("command") or [])]
+        argv += [expand(a, env) for a in (c.spec.get("args") or [])]
         if not argv:
             argv = ["sleep", "infinity"]
         if pod.node in self._crashing:
@@ -1746,7 +1746,7 @@ class Kubelet:
         for item in c.spec.get("env") or []:
             name = item["name"]
             if "value" in item:
-                env[name] = _expand(str(item["value"]), env)
+                env[name] = expand(str(item["value"]), env)
                 continue
             vf = item.get("valueFrom") or {}
             value: str | None = ""
@@ -1878,17 +1878,6 @@ def _pod_ready(pod: _Pod) -> bool:
     return pod.phase == "Running" and all(
         "running" in c.state for c in pod.containers if not c.init
     )
-
-
-def _expand(text: str, env: dict[str, str]) -> str:
-    """Kubernetes' $(VAR) expansion: defined names are replaced, $$ escapes, others stay."""
-
-    def sub(m: re.Match[str]) -> str:
-        if m.group(0) == "$$":
-            return "$"
-        return env.get(m.group(1), m.group(0))
-
-    return _VAR_REF.sub(sub, text)
 
 
 def _write_file(path: Path, data: bytes, mode: int) -> None:
