@@ -62,6 +62,10 @@ from collections.abc import Callable
 Members = Callable[[str | None], tuple[set[int], set[int]]]
 
 PERIOD_S = 0.02
+#: The period of nodes of fixed CPUs (`node_cpus`): two nodes of a pair are cycled each on its
+#: own, so how much their run windows overlap, which a pair's bandwidth follows, depends on
+#: their phases; windows much shorter than a transfer (a few socket buffers) average that out.
+CAP_PERIOD_S = 0.005
 #: The longest a node is stopped for at once, however loaded the machine is.
 MAX_PERIOD_S = 0.5
 #: The shortest average slice on a CPU of a reference thread whose share is measured: CPU-bound
@@ -304,8 +308,10 @@ class _Helper:
                 held = self.held.get(node, {})
                 self.running[node] = (now, {pid: _cpu_s(pid) for pid in held})
                 self.signal(node, signal.SIGCONT)
-                rate = factor if cpus is None else max(1.0, factor / cpus)
-                self.due[node] = now + PERIOD_S / rate
+                if cpus is None:
+                    self.due[node] = now + PERIOD_S / factor
+                else:
+                    self.due[node] = now + CAP_PERIOD_S / max(1.0, factor / cpus)
                 continue
             self.signal(node, signal.SIGSTOP)
             start, cpu = self.running.pop(node)
@@ -318,7 +324,8 @@ class _Helper:
                 # Capped: until its processes together have had no more than cpus/factor CPUs
                 # since it was continued (a CPU bandwidth quota of cpus/factor per period).
                 charge = factor * sum(used) / cpus
-            self.due[node] = start + min(MAX_PERIOD_S, max(PERIOD_S, charge))
+            period = PERIOD_S if cpus is None else CAP_PERIOD_S
+            self.due[node] = start + min(MAX_PERIOD_S, max(period, charge))
 
     def signal(self, node: str, sig: int) -> None:
         held = self.held.get(node, {})
@@ -384,4 +391,4 @@ if __name__ == "__main__":
     _helper_main()
 
 
-__all__ = ["MAX_PERIOD_S", "PERIOD_S", "Members", "Throttle"]
+__all__ = ["CAP_PERIOD_S", "MAX_PERIOD_S", "PERIOD_S", "Members", "Throttle"]
