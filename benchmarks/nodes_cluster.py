@@ -193,6 +193,7 @@ def measure(
     return {
         "commit": commit(),
         "cpus": os.cpu_count(),
+        "cpus_usable": len(os.sched_getaffinity(0)),
         "nodes": NODES,
         "slow": SLOW,
         "factor": FACTOR,
@@ -202,10 +203,10 @@ def measure(
     }
 
 
-def render(folder: pathlib.Path) -> str:
-    """The markdown between the markers, from every nodes-cluster*.json of `folder`."""
+def render(*folders: pathlib.Path) -> str:
+    """The markdown between the markers, from every nodes-cluster*.json of the folders."""
     lines: list[str] = []
-    for path in sorted(folder.glob("nodes-cluster*.json")):
+    for path in [p for f in folders for p in sorted(f.glob("nodes-cluster*.json"))]:
         doc = json.loads(path.read_text())
         checks = [i for i in doc["items"] if i["kind"] == "check"]
         rounds = [i for i in doc["items"] if i["kind"] == "round"]
@@ -213,7 +214,13 @@ def render(folder: pathlib.Path) -> str:
         loads = [x for i in doc["items"] for x in (i["load_before"], i["load_after"])]
         lines += [
             "",
-            f"`{path.relative_to(ROOT)}`: commit `{doc['commit']}`, {doc['cpus']} CPUs, "
+            f"`{path.relative_to(ROOT)}`: commit `{doc['commit']}`, {doc['cpus']} CPUs"
+            + (
+                f" ({doc['cpus_usable']} usable)"
+                if doc.get("cpus_usable", doc["cpus"]) != doc["cpus"]
+                else ""
+            )
+            + ", "
             f"{doc['nodes']} one-GPU test nodes"
             + (f" of {doc['node_cpus']} CPUs each" if doc.get("node_cpus") else "")
             + f", {doc['slow']} slowed {doc['factor']}x, engine "
@@ -278,15 +285,18 @@ def main() -> None:
         "0: the nodes share the machine as they come)",
     )
     ap.add_argument("--out", type=pathlib.Path, help="where each item's raw output goes")
-    ap.add_argument("--table", type=pathlib.Path, help="render a folder of outputs instead")
+    ap.add_argument(
+        "--table", type=pathlib.Path, nargs="+", help="render folders of outputs instead"
+    )
     ap.add_argument("--write", type=pathlib.Path, help="with --table: replace the block in it")
     args = ap.parse_args()
     if args.table is not None:
-        text = render(args.table.resolve())
+        text = render(*(t.resolve() for t in args.table))
         if args.write is None:
             sys.stdout.write(text)
             return
-        by = f"python benchmarks/nodes_cluster.py --table {args.table} --write {args.write}"
+        tables = " ".join(str(t) for t in args.table)
+        by = f"python benchmarks/nodes_cluster.py --table {tables} --write {args.write}"
         write(args.write, text, by)
         return
     out = args.out or pathlib.Path(tempfile.mkdtemp(prefix="nodes-cluster-"))
