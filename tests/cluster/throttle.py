@@ -304,14 +304,14 @@ class _Helper:
                 continue
             factor = self.factors[node]
             cpus = self.cpus.get(node)
+            period = PERIOD_S if cpus is None else CAP_PERIOD_S
             if node not in self.running:
                 held = self.held.get(node, {})
                 self.running[node] = (now, {pid: _cpu_s(pid) for pid in held})
                 self.signal(node, signal.SIGCONT)
-                if cpus is None:
-                    self.due[node] = now + PERIOD_S / factor
-                else:
-                    self.due[node] = now + CAP_PERIOD_S / max(1.0, factor / cpus)
+                self.due[node] = now + period / (
+                    factor if cpus is None else max(1.0, factor / cpus)
+                )
                 continue
             self.signal(node, signal.SIGSTOP)
             start, cpu = self.running.pop(node)
@@ -324,7 +324,6 @@ class _Helper:
                 # Capped: until its processes together have had no more than cpus/factor CPUs
                 # since it was continued (a CPU bandwidth quota of cpus/factor per period).
                 charge = factor * sum(used) / cpus
-            period = PERIOD_S if cpus is None else CAP_PERIOD_S
             self.due[node] = start + min(MAX_PERIOD_S, max(period, charge))
 
     def signal(self, node: str, sig: int) -> None:
