@@ -42,6 +42,9 @@ stop sent late lets the slowed processes run on. For the same reason it asks for
 `refresh_s`, which namespaces belong to which slowed node, and every pod's; the helper finds
 their processes in /proc. When the fault is cleared, the cluster stops, or the cluster's process
 dies (its stdin closes), the helper continues every process it stopped and exits.
+
+Nodes of fixed CPUs (`node_cpus`) are held otherwise: by a quota of CPU time per period, as a
+cgroup's cpu.max (`_Helper.step_capped`).
 """
 
 from __future__ import annotations
@@ -62,12 +65,10 @@ from collections.abc import Callable
 Members = Callable[[str | None], tuple[set[int], set[int]]]
 
 PERIOD_S = 0.02
-#: The period of nodes of fixed CPUs (`node_cpus`): two nodes of a pair are cycled each on its
-#: own, so how much their run windows overlap, which a pair's bandwidth follows, depends on
-#: their phases; windows much shorter than a transfer (a few socket buffers) average that out.
-CAP_PERIOD_S = 0.005
 #: The longest a node is stopped for at once, however loaded the machine is.
 MAX_PERIOD_S = 0.5
+#: The shortest wait between two looks at a capped node's CPU time in its period.
+MIN_CHECK_S = 0.0005
 #: The shortest average slice on a CPU of a reference thread whose share is measured: CPU-bound
 #: threads run about a millisecond a slice, threads that only wake up tens of microseconds.
 MIN_SLICE_NS = 250_000
@@ -198,6 +199,11 @@ def _cpu_s(pid: int) -> float:
         return 0.0
 
 
+def _used(since: dict[int, float]) -> list[float]:
+    """The CPU seconds each process of `since` (pid -> its `_cpu_s` then) has used since."""
+    return [_cpu_s(pid) - c for pid, c in since.items()]
+
+
 def _runnable_ns(pid: int) -> dict[int, tuple[int, int, int]]:
     """Each thread's nanoseconds on a CPU and waiting for one, and how many times it ran (its
     slices), /proc/PID/task/TID/schedstat."""
@@ -298,33 +304,63 @@ class _Helper:
             self.share = (self.share + max(0.01, ran / (ran + waited))) / 2
 
     def step(self, now: float) -> None:
-        """Continue or stop each node that is due."""
+        """Continue, check or stop each node that is due."""
         for node, due in list(self.due.items()):
-            if due > now:
-                continue
-            factor = self.factors[node]
-            cpus = self.cpus.get(node)
-            period = PERIOD_S if cpus is None else CAP_PERIOD_S
-            if node not in self.running:
-                held = self.held.get(node, {})
-                self.running[node] = (now, {pid: _cpu_s(pid) for pid in held})
-                self.signal(node, signal.SIGCONT)
-                self.due[node] = now + period / (
-                    factor if cpus is None else max(1.0, factor / cpus)
-                )
-                continue
-            self.signal(node, signal.SIGSTOP)
-            start, cpu = self.running.pop(node)
-            used = [_cpu_s(pid) - c for pid, c in cpu.items()]
-            if cpus is None:
-                # Stopped until the period ends or, if it ran more than its share, until a task
-                # given the fair share would have needed factor times as long for that much CPU.
-                charge = factor * max(used, default=0.0) / self.share
-            else:
-                # Capped: until its processes together have had no more than cpus/factor CPUs
-                # since it was continued (a CPU bandwidth quota of cpus/factor per period).
-                charge = factor * sum(used) / cpus
-            self.due[node] = start + min(MAX_PERIOD_S, max(period, charge))
+            if due <= now:
+                if node in self.cpus:
+                    self.step_capped(node, now)
+                else:
+                    self.step_slowed(node, now)
+
+    def step_slowed(self, node: str, now: float) -> None:
+        """Continued for PERIOD_S / factor, then stopped until the period ends or, if it ran
+        more than its share, until a task given the fair share would have needed factor times as
+        long for that much CPU."""
+        factor = self.factors[node]
+        if node not in self.running:
+            self.running[node] = (now, self.cpu_times(node))
+            self.signal(node, signal.SIGCONT)
+            self.due[node] = now + PERIOD_S / factor
+            return
+        self.signal(node, signal.SIGSTOP)
+        start, cpu = self.running.pop(node)
+        used = max(_used(cpu), default=0.0)
+        charge = factor * used / self.share
+        self.due[node] = start + min(MAX_PERIOD_S, max(PERIOD_S, charge))
+
+    def step_capped(self, node: str, now: float) -> None:
+        """A CPU bandwidth quota, as a cgroup's cpu.max: in each period of PERIOD_S the node's
+        processes together may use cpus / factor CPUs; they run freely until they have, and are
+        stopped until the period ends (longer, by what they overran, if they used more before
+        they were looked at). A node waiting for its peer uses none of its quota and has it when
+        the data comes: stopping it after a fixed run window instead, as the slowed nodes' cycle
+        does, made a pair's bandwidth follow how its two nodes' windows overlapped, and a pair
+        with a node slowed 4x measured only half a healthy pair's on this 2-core machine.
+
+        It is looked at, while running, as soon as it could have used its quota (all this
+        machine's CPUs at once), then again as soon as it could have used what is left."""
+        rate = self.cpus[node] / self.factors[node]
+        width = float(os.cpu_count() or 1)
+        if node not in self.running:  # a new period
+            self.running[node] = (now, self.cpu_times(node))
+            self.signal(node, signal.SIGCONT)
+            self.due[node] = now + max(MIN_CHECK_S, rate * PERIOD_S / width)
+            return
+        start, cpu = self.running[node]
+        left = rate * PERIOD_S - sum(_used(cpu))
+        if left > MIN_CHECK_S * rate:  # quota left
+            if now - start < PERIOD_S:
+                self.due[node] = min(start + PERIOD_S, now + max(MIN_CHECK_S, left / width))
+            else:  # the period ended with quota left: the next one starts running
+                self.running[node] = (now, self.cpu_times(node))
+                self.due[node] = now + max(MIN_CHECK_S, rate * PERIOD_S / width)
+            return
+        self.signal(node, signal.SIGSTOP)
+        del self.running[node]
+        self.due[node] = start + min(MAX_PERIOD_S, PERIOD_S + max(0.0, -left) / rate)
+
+    def cpu_times(self, node: str) -> dict[int, float]:
+        return {pid: _cpu_s(pid) for pid in self.held.get(node, {})}
 
     def signal(self, node: str, sig: int) -> None:
         held = self.held.get(node, {})
@@ -390,4 +426,4 @@ if __name__ == "__main__":
     _helper_main()
 
 
-__all__ = ["CAP_PERIOD_S", "MAX_PERIOD_S", "PERIOD_S", "Members", "Throttle"]
+__all__ = ["MAX_PERIOD_S", "MIN_CHECK_S", "PERIOD_S", "Members", "Throttle"]
