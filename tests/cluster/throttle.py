@@ -68,7 +68,7 @@ PERIOD_S = 0.02
 #: The longest a node is stopped for at once, however loaded the machine is.
 MAX_PERIOD_S = 0.5
 #: The shortest wait between two looks at a capped node's CPU time in its period.
-MIN_CHECK_S = 0.0005
+MIN_CHECK_S = 0.001
 #: The shortest average slice on a CPU of a reference thread whose share is measured: CPU-bound
 #: threads run about a millisecond a slice, threads that only wake up tens of microseconds.
 MIN_SLICE_NS = 250_000
@@ -257,7 +257,8 @@ class _Helper:
             if owner is not None:
                 found[owner].add(int(entry))
         self.reference = found.pop("")
-        self.measure()
+        if set(self.factors) - set(self.cpus):  # only the slowed nodes' cycle reads the share
+            self.measure()
         for node, pids in found.items():
             held = self.held.setdefault(node, {})
             for pid in set(held) - pids:
@@ -337,27 +338,30 @@ class _Helper:
         does, made a pair's bandwidth follow how its two nodes' windows overlapped, and a pair
         with a node slowed 4x measured only half a healthy pair's on this 2-core machine.
 
-        It is looked at, while running, as soon as it could have used its quota (all this
-        machine's CPUs at once), then again as soon as it could have used what is left."""
+        It is looked at, while running, as soon as it could have used its quota (on every CPU
+        this helper may use, at once), then again as soon as it could have used what is left,
+        but not more often than every MIN_CHECK_S; a node without pods only once a period: this
+        helper runs at real-time priority, and what it takes is taken from the nodes."""
         rate = self.cpus[node] / self.factors[node]
-        width = float(os.cpu_count() or 1)
+        width = float(len(os.sched_getaffinity(0)))
         if node not in self.running:  # a new period
             self.running[node] = (now, self.cpu_times(node))
             self.signal(node, signal.SIGCONT)
-            self.due[node] = now + max(MIN_CHECK_S, rate * PERIOD_S / width)
-            return
-        start, cpu = self.running[node]
-        left = rate * PERIOD_S - sum(_used(cpu))
-        if left > MIN_CHECK_S * rate:  # quota left
-            if now - start < PERIOD_S:
-                self.due[node] = min(start + PERIOD_S, now + max(MIN_CHECK_S, left / width))
-            else:  # the period ended with quota left: the next one starts running
+            left = rate * PERIOD_S
+        else:
+            start, cpu = self.running[node]
+            left = rate * PERIOD_S - sum(_used(cpu))
+            if left <= MIN_CHECK_S * rate:  # its quota is used: stopped
+                self.signal(node, signal.SIGSTOP)
+                del self.running[node]
+                self.due[node] = start + min(MAX_PERIOD_S, PERIOD_S + max(0.0, -left) / rate)
+                return
+            if now - start >= PERIOD_S:  # the period ended with quota left: the next one runs
                 self.running[node] = (now, self.cpu_times(node))
-                self.due[node] = now + max(MIN_CHECK_S, rate * PERIOD_S / width)
-            return
-        self.signal(node, signal.SIGSTOP)
-        del self.running[node]
-        self.due[node] = start + min(MAX_PERIOD_S, PERIOD_S + max(0.0, -left) / rate)
+                left = rate * PERIOD_S
+        start, cpu = self.running[node]
+        soonest = now + max(MIN_CHECK_S, left / width) if cpu else start + PERIOD_S
+        self.due[node] = min(start + PERIOD_S, soonest)
 
     def cpu_times(self, node: str) -> dict[int, float]:
         return {pid: _cpu_s(pid) for pid in self.held.get(node, {})}
