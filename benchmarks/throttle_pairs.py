@@ -50,6 +50,18 @@ dist.destroy_process_group()
 """.replace("SIZE", str(SIZE))
 
 
+def _own_namespace(pid: int) -> int:
+    """The mount namespace of `unshare -m`'s process once it has its own: until it has made it,
+    it is in ours, and the helper would then hold every process of this machine."""
+    ours = os.stat("/proc/self/ns/mnt").st_ino
+    for _ in range(1000):
+        inode = os.stat(f"/proc/{pid}/ns/mnt").st_ino
+        if inode != ours:
+            return inode
+        time.sleep(0.01)
+    raise SystemExit(f"process {pid} never left this mount namespace")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cpus", type=float, default=0.2, help="each node's CPUs (0: uncapped)")
@@ -69,7 +81,7 @@ def main() -> None:
                     text=True,
                 )
             )
-    inodes = [os.stat(f"/proc/{rank.pid}/ns/mnt").st_ino for rank in ranks]
+    inodes = [_own_namespace(rank.pid) for rank in ranks]
     state: dict[str, dict[str, object]] = {}
     for i, inode in enumerate(inodes):
         factor = args.factor if i == 1 else 1.0
