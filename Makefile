@@ -47,8 +47,11 @@ contracts: $(STAMP_TEST)
 unit: $(STAMP_TEST)
 	$(PY) -m pytest -q -m "not slow" --durations=15
 
+# Two workers, a test file's tests on one of them (its module-scoped test cluster is made once):
+# many tests wait on ranks, pods or a timeout rather than use the CPU, so two files at a time
+# fit the 2 cores CI has.
 pytest: $(STAMP_TEST)
-	$(PY) -m pytest -q --durations=15
+	$(PY) -m pytest -q -n 2 --dist loadfile --durations=15
 
 test: lint typecheck contracts pytest check-dist
 
