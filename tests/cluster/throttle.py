@@ -233,6 +233,10 @@ class _Helper:
         # node -> (continued at, each held pid's CPU seconds then); a node not here is stopped
         self.running: dict[str, tuple[float, dict[int, float]]] = {}
         self.due: dict[str, float] = {}  # node -> when it is next continued or stopped
+        # capped nodes: the CPU seconds its processes may use in this period; what they used
+        # beyond it, to be paid from the next periods'
+        self.quota: dict[str, float] = {}
+        self.debt: dict[str, float] = {}
 
     def update(self, state: dict[str, dict[str, object]]) -> None:
         everyone = state.pop("", {"inodes": [], "exclude": []})
@@ -332,34 +336,49 @@ class _Helper:
     def step_capped(self, node: str, now: float) -> None:
         """A CPU bandwidth quota, as a cgroup's cpu.max: in each period of PERIOD_S the node's
         processes together may use cpus / factor CPUs; they run freely until they have, and are
-        stopped until the period ends (longer, by what they overran, if they used more before
-        they were looked at). A node waiting for its peer uses none of its quota and has it when
-        the data comes: stopping it after a fixed run window instead, as the slowed nodes' cycle
-        does, made a pair's bandwidth follow how its two nodes' windows overlapped, and a pair
-        with a node slowed 4x measured only half a healthy pair's on this 2-core machine.
+        stopped until the period ends. What they used beyond it before they were looked at is a
+        debt the next periods' quota pays first (as the kernel's runtime that goes negative). A
+        node waiting for its peer uses none of its quota and has it when the data comes:
+        stopping it after a fixed run window instead, as the slowed nodes' cycle does, made a
+        pair's bandwidth follow how its two nodes' windows overlapped.
+
+        Every node's periods start on one grid (multiples of PERIOD_S on the monotonic clock), so
+        the two nodes of a pair are continued together. With each node's own phase, moved by
+        how far it overran, a pair's nodes drifted apart: one stopped while the other waited for
+        it with quota it then lost at its period's end. Two healthy pairs on this 2-core machine
+        measured 0.95-1.08 of each other then, 1.00-1.03 on the grid
+        (benchmarks/data/2026-12-04-throttle-pairs).
 
         It is looked at, while running, as soon as it could have used its quota (on every CPU
         this helper may use, at once), then again as soon as it could have used what is left,
         but not more often than every MIN_CHECK_S; a node without pods only once a period: this
         helper runs at real-time priority, and what it takes is taken from the nodes."""
         rate = self.cpus[node] / self.factors[node]
-        width = float(len(os.sched_getaffinity(0)))
-        if node not in self.running:  # a new period
-            self.running[node] = (now, self.cpu_times(node))
-            self.signal(node, signal.SIGCONT)
-            left = rate * PERIOD_S
-        else:
+        quota = rate * PERIOD_S
+        period = (now + 1e-6) // PERIOD_S * PERIOD_S  # this period's start on the grid
+        if node in self.running:
             start, cpu = self.running[node]
-            left = rate * PERIOD_S - sum(_used(cpu))
-            if left <= MIN_CHECK_S * rate:  # its quota is used: stopped
+            left = self.quota[node] - sum(_used(cpu))
+            if left <= MIN_CHECK_S * rate:  # its quota is used: stopped until the period ends
                 self.signal(node, signal.SIGSTOP)
                 del self.running[node]
-                self.due[node] = start + min(MAX_PERIOD_S, PERIOD_S + max(0.0, -left) / rate)
+                self.debt[node] = min(max(0.0, -left), quota * MAX_PERIOD_S / PERIOD_S)
+                self.due[node] = start + PERIOD_S
                 return
-            if now - start >= PERIOD_S:  # the period ended with quota left: the next one runs
-                self.running[node] = (now, self.cpu_times(node))
-                left = rate * PERIOD_S
+            if period > start:  # the period ended with quota left: the next one runs on
+                self.running[node] = (period, self.cpu_times(node))
+                self.quota[node] = left = quota
+        else:  # a new period: the quota, less what it still owes
+            left = quota - self.debt.pop(node, 0.0)
+            if left <= 0:
+                self.debt[node] = -left
+                self.due[node] = period + PERIOD_S
+                return
+            self.running[node] = (period, self.cpu_times(node))
+            self.quota[node] = left
+            self.signal(node, signal.SIGCONT)
         start, cpu = self.running[node]
+        width = float(len(os.sched_getaffinity(0)))
         soonest = now + max(MIN_CHECK_S, left / width) if cpu else start + PERIOD_S
         self.due[node] = min(start + PERIOD_S, soonest)
 
@@ -380,6 +399,8 @@ class _Helper:
     def release(self, node: str) -> None:
         self.running.pop(node, None)
         self.due.pop(node, None)
+        self.quota.pop(node, None)
+        self.debt.pop(node, None)
         for fd in self.held.pop(node, {}).values():
             with contextlib.suppress(OSError):
                 signal.pidfd_send_signal(fd, signal.SIGCONT)
