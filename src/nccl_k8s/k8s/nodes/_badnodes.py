@@ -151,21 +151,29 @@ def suspects(
 
 
 def plan(
-    nodes: Sequence[str], results: Sequence[PairResult], threshold: float, pass_no: int
+    nodes: Sequence[str],
+    results: Sequence[PairResult],
+    threshold: float,
+    pass_no: int,
+    at_once: int | None = None,
 ) -> list[tuple[str, str]]:
     """Pass `pass_no`'s round: pass 1's pairing, then next_round up to MAX_PASSES; empty when
     the check is done. The runner and benchmarks/badnode_sim.py both plan through this."""
     if pass_no == 1:
         rounds = first_pass(nodes)
         return rounds[0] if rounds else []
-    return next_round(nodes, results, threshold) if pass_no <= MAX_PASSES else []
+    return next_round(nodes, results, threshold, at_once) if pass_no <= MAX_PASSES else []
 
 
 def next_round(
-    nodes: Sequence[str], results: Sequence[PairResult], threshold: float
+    nodes: Sequence[str],
+    results: Sequence[PairResult],
+    threshold: float,
+    at_once: int | None = None,
 ) -> list[tuple[str, str]]:
     """The next round of disjoint pairs (see the module docstring); empty when nothing is left
-    to learn."""
+    to learn. `at_once`: the tests the runner runs at once (None: all), which the round's
+    controls never outgrow into another wave."""
     lv = level(results, threshold)
     sus, cleared = suspects(nodes, results, threshold, lv=lv)
     met = {frozenset((r.a, r.b)) for r in results}  # a test that could not run: another partner
@@ -190,6 +198,11 @@ def next_round(
             start += 1
     pairs += _among(left, met, busy)
     pairs += confirmation(nodes, results, threshold, busy, lv=lv)
+    room = max(2, len(pairs))
+    if at_once is not None:
+        room = min(room, -len(pairs) % at_once)  # what the last wave has free
+    if pairs and room >= 2:
+        pairs += controls(nodes, results, lv, {n for p in pairs for n in p}, room)
     return pairs
 
 
@@ -223,11 +236,45 @@ def confirmation(
     met = {frozenset((r.a, r.b)) for r in results if not r.inconclusive}
     cleared = lv.cleared
     free = [n for n in nodes if n in cleared and n not in lv.shared and n not in busy]
+    return _unmet(free, met, 1)
+
+
+def controls(
+    nodes: Sequence[str],
+    results: Sequence[PairResult],
+    lv: Level,
+    busy: Collection[str],
+    count: int,
+) -> list[tuple[str, str]]:
+    """A retest round's controls: up to `count` tests of cleared nodes the round leaves idle,
+    which measure the round's own level (nodes._level). next_round asks for as many as the
+    round has other tests (two at the least) or, when the runner caps the tests at once, for
+    what fills the round's last wave: they run beside the retests and cost no pass and no
+    wave; on a real cluster, only nodes that would wait anyway."""
+    met = {frozenset((r.a, r.b)) for r in results if not r.inconclusive}
+    cleared = lv.cleared
+    free = [n for n in nodes if n in cleared and n not in busy]
+    return _unmet(free, met, count)
+
+
+def _unmet(
+    free: Sequence[str], met: Collection[frozenset[str]], count: int
+) -> list[tuple[str, str]]:
+    """Up to `count` disjoint pairs of `free` nodes that have not met, in their order."""
+    pairs: list[tuple[str, str]] = []
+    taken: set[str] = set()
     for i, a in enumerate(free):
-        for b in free[i + 1 :]:
-            if frozenset((a, b)) not in met:
-                return [(a, b)]
-    return []
+        if len(pairs) == count:
+            break
+        if a in taken:
+            continue
+        b = next(
+            (b for b in free[i + 1 :] if b not in taken and frozenset((a, b)) not in met), None
+        )
+        if b is not None:
+            pairs.append((a, b))
+            taken.update((a, b))
+    return pairs
 
 
 def link_rounds(
@@ -330,7 +377,7 @@ def _suspect_verdict(
         for r in evidence
     ]
     of = "the cluster's" if why_not is None else "the best level measured,"
-    ref = f"{lv.busbw or 0.0:.3g} GB/s"
+    ref = f"{lv.busbw or 0.0:.3g} GB/s{_own(evidence, lv)}"
     if not any(not r.ok or lv.flags(r) for r in evidence) and _combined_z(evidence, lv) < NOISE_Z:
         why = (
             f"{', then '.join(parts)}: below {lv.cut:.2g} x {of} {ref}, but within the "
@@ -352,7 +399,7 @@ def _combined_z(evidence: Sequence[PairResult], lv: Level) -> float:
     per: dict[frozenset[str], list[float]] = defaultdict(list)
     for r in evidence:
         if r.ok and r.busbw is not None:
-            per[frozenset((r.a, r.b))].append((1.0 - r.busbw / lv.busbw) / lv.noise)
+            per[frozenset((r.a, r.b))].append((1.0 - r.busbw / (lv.at(r) or 1.0)) / lv.noise)
     if len(per) < 2:
         return 0.0
     return sum(statistics.fmean(z) for z in per.values()) / math.sqrt(len(per))
@@ -411,8 +458,15 @@ def _link_why(r: PairResult, threshold: float, lv: Level) -> str:
         return f"the test between two good nodes failed: {r.error}"
     return (
         f"{r.busbw:.3g} GB/s between two good nodes, below {_cut_text(lv, threshold)} x the "
-        f"cluster's {lv.busbw or 0.0:.3g} GB/s"
+        f"cluster's {lv.busbw or 0.0:.3g} GB/s{_own([r], lv)}"
     )
+
+
+def _own(tests: Sequence[PairResult], lv: Level) -> str:
+    """The round levels the tests were judged against, where their rounds measured one."""
+    own = sorted({r.pass_no for r in tests if r.ok and r.pass_no in lv.rounds})
+    said = [f"pass {p}'s own: {lv.rounds[p]:.3g} GB/s" for p in own]
+    return f" ({', '.join(said)})" if said else ""
 
 
 __all__ = [
@@ -425,6 +479,7 @@ __all__ = [
     "SlowLink",
     "Verdict",
     "confirmation",
+    "controls",
     "first_pass",
     "level",
     "link_rounds",

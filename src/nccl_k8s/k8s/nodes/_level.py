@@ -23,6 +23,15 @@ must not all share one node (two of them without a node in common, or three in a
 When every fine test included node X, X may be slow and that level its own, with no two healthy
 nodes ever measured together: no node is called good (they are `unknown`, the check
 inconclusive, naming the test that would settle it), and the next pass asks for such a test.
+
+A round's own level. A retest round also tests pairs of nodes cleared in earlier passes
+(controls, planned by _badnodes.controls); where two or more of them agree on a level (the same
+fixed point, over the round's controls), that round's tests are judged against it, not against
+the cluster's level measured minutes earlier: whatever moved every test since (the hosts' load,
+the fabric's) would otherwise look like the doing of the suspect beside a good partner. On the
+test cluster (8 nodes on 2 shared cores) a retest of two good nodes measured 0.85-0.9 of pass 1's
+level, twice, and the threshold of 0.9 flagged it; its round's other tests had moved alike. The
+suspect's own retests are never controls, so a slow node cannot set the level it is judged by.
 """
 
 from __future__ import annotations
@@ -85,6 +94,8 @@ class Level:
     """The tests at or above cut x busbw: their nodes are cleared."""
     shared: frozenset[str]
     """The nodes every fine test includes: empty when the level is confirmed."""
+    rounds: dict[int, float] = dataclasses.field(default_factory=dict)
+    """Pass -> the level its own controls measured (GB/s), for the passes that had them."""
 
     @property
     def confirmed(self) -> bool:
@@ -94,11 +105,17 @@ class Level:
     def cleared(self) -> set[str]:
         return {n for r in self.fine for n in (r.a, r.b)}
 
+    def at(self, r: PairResult) -> float | None:
+        """The level `r` is judged against: its round's own, or the cluster's."""
+        return self.rounds.get(r.pass_no, self.busbw)
+
     def slow(self, r: PairResult) -> bool:
-        return self.busbw is not None and (r.busbw or 0.0) < self.cut * self.busbw
+        at = self.at(r)
+        return at is not None and (r.busbw or 0.0) < self.cut * at
 
     def flags(self, r: PairResult) -> bool:
-        return self.busbw is not None and (r.busbw or 0.0) < self.flag * self.busbw
+        at = self.at(r)
+        return at is not None and (r.busbw or 0.0) < self.flag * at
 
 
 def _fixed_point(values: list[float], cut: float) -> tuple[float, int]:
@@ -157,13 +174,31 @@ def level(results: Sequence[PairResult], threshold: float) -> Level:
             break
         cut = new
         ref, start = _fixed_point(values, cut)
-    fine = [r for r in results if r.ok and (r.busbw or 0.0) >= cut * ref]
-    shared = {fine[0].a, fine[0].b}
+    rounds = _round_levels(ok, ref, cut)
+    fine = [r for r in ok if (r.busbw or 0.0) >= cut * rounds.get(r.pass_no, ref)]
+    shared = {fine[0].a, fine[0].b} if fine else set()
     for r in fine[1:]:
         if not shared:
             break
         shared &= {r.a, r.b}
-    return Level(ref, cut, flag, noise, fine, frozenset(shared))
+    return Level(ref, cut, flag, noise, fine, frozenset(shared), rounds)
+
+
+def _round_levels(ok: Sequence[PairResult], ref: float, cut: float) -> dict[int, float]:
+    """Pass -> the level of its controls (its tests of two nodes cleared in earlier passes),
+    where two or more of them agree on one (see the module docstring)."""
+    out: dict[int, float] = {}
+    cleared: set[str] = set()
+    for p in sorted({r.pass_no for r in ok}):
+        mine = [r for r in ok if r.pass_no == p]
+        controls = sorted(r.busbw or 0.0 for r in mine if r.a in cleared and r.b in cleared)
+        if len(controls) >= 2:
+            at, start = _fixed_point(controls, cut)
+            if len(controls) - start >= 2:
+                out[p] = at
+        at = out.get(p, ref)
+        cleared.update(n for r in mine if (r.busbw or 0.0) >= cut * at for n in (r.a, r.b))
+    return out
 
 
 def by_node(results: Sequence[PairResult]) -> dict[str, list[PairResult]]:

@@ -56,6 +56,7 @@ from nccl_k8s.k8s.api._types import Obj
 from nccl_k8s.k8s.nodes._badnodes import (
     Findings,
     PairResult,
+    level,
     link_rounds,
     plan,
     verdicts,
@@ -491,8 +492,11 @@ async def _passes(
     suspect with a distinct cleared node, the test that would confirm the level): every test."""
     tests: list[PairTest] = []
     pass_no = 1
-    while pairs := plan(candidates, [t.result for t in tests], threshold, pass_no):
-        say(f"pass {pass_no}: {', '.join(f'{a} + {b}' for a, b in pairs)}")
+    while pairs := plan(candidates, [t.result for t in tests], threshold, pass_no, parallel):
+        lv = level([t.result for t in tests], threshold)
+        cleared = lv.cleared if tests and lv.confirmed else set()  # else: confirmation tests
+        said = [f"{a} + {b}" + (" (control)" if {a, b} <= cleared else "") for a, b in pairs]
+        say(f"pass {pass_no}: {', '.join(said)}")
         tests += await runner.run(pairs, pass_no, parallel)
         pass_no += 1
     return tests
