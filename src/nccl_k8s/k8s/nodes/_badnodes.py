@@ -9,8 +9,9 @@ round: the candidates paired off (the circle method's first round; with an odd c
 waits for pass 2). Each later pass is one round planned from everything measured so far: every
 node that is neither cleared nor judged (a suspect) is tested with a distinct cleared node it
 has not met (no cleared node is given two tests at once); suspects left over when the cleared
-nodes run out are paired with each other (never with a node they met); and, while the level is
-not confirmed (below), the test that would confirm it. Nothing left to learn, or MAX_PASSES
+nodes run out are paired with each other (never with a node they met); while the level is not
+confirmed (below), the test that would confirm it; and controls, tests of idle cleared nodes
+that measure the round's own level (`controls`, nodes._level). Nothing left to learn, or MAX_PASSES
 reached, ends the check. With a minority of bad nodes this is two passes: pass 1, then one
 retest of each suspect, which settles it.
 

@@ -489,7 +489,8 @@ async def _passes(
     runner: _Runner, candidates: list[str], threshold: float, parallel: int, say: ProgressFn
 ) -> list[PairTest]:
     """Pass 1 pairs the nodes off; each later pass is one round of what is still open (each
-    suspect with a distinct cleared node, the test that would confirm the level): every test."""
+    suspect with a distinct cleared node, the test that would confirm the level, the controls
+    that fit beside them in its last wave): every test."""
     tests: list[PairTest] = []
     pass_no = 1
     while pairs := plan(candidates, [t.result for t in tests], threshold, pass_no, parallel):
