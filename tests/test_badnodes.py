@@ -369,7 +369,7 @@ def test_two_tests_each_within_the_noise_flag_a_node_together() -> None:
     )
 
 
-@pytest.mark.parametrize("drift", [0.85, 0.88, 1.1])
+@pytest.mark.parametrize("drift", [0.85, 0.88, 1.1, 1.15])
 def test_a_retest_round_measured_lower_or_higher_throughout_flags_only_the_slow_node(
     drift: float,
 ) -> None:

@@ -32,6 +32,9 @@ the fabric's) would otherwise look like the doing of the suspect beside a good p
 test cluster (8 nodes on 2 shared cores) a retest of two good nodes measured 0.85-0.9 of pass 1's
 level, twice, and the threshold of 0.9 flagged it; its round's other tests had moved alike. The
 suspect's own retests are never controls, so a slow node cannot set the level it is judged by.
+The cluster's level is then that of the passes without one of their own (pass 1's), and the
+nodes pass 1 cleared are those within the cut of pass 1's own level: a round that measured more
+than pass 1 throughout would otherwise raise the level above pass 1's healthy tests.
 """
 
 from __future__ import annotations
@@ -175,28 +178,44 @@ def level(results: Sequence[PairResult], threshold: float) -> Level:
         cut = new
         ref, start = _fixed_point(values, cut)
     rounds = _round_levels(ok, ref, cut)
+    if rounds:  # the cluster's level from the passes judged against it
+        ref = _fixed_point(sorted(r.busbw or 0.0 for r in ok if r.pass_no not in rounds), cut)[0]
     fine = [r for r in ok if (r.busbw or 0.0) >= cut * rounds.get(r.pass_no, ref)]
+    return Level(ref, cut, flag, noise, fine, _shared(fine), rounds)
+
+
+def _shared(fine: Sequence[PairResult]) -> frozenset[str]:
+    """The nodes every one of the tests includes (none when two share no node)."""
     shared = {fine[0].a, fine[0].b} if fine else set()
     for r in fine[1:]:
         if not shared:
             break
         shared &= {r.a, r.b}
-    return Level(ref, cut, flag, noise, fine, frozenset(shared), rounds)
+    return frozenset(shared)
 
 
 def _round_levels(ok: Sequence[PairResult], ref: float, cut: float) -> dict[int, float]:
     """Pass -> the level of its controls (its tests of two nodes cleared in earlier passes),
-    where two or more of them agree on one (see the module docstring)."""
+    where two or more of them agree on one (see the module docstring). The nodes pass 1
+    cleared are those of its tests within the cut of its own level (where no single node could
+    explain that level; else of `ref`, all passes' level): a later round that measured more
+    than pass 1 throughout must not take pass 1's healthy tests for slow ones."""
     out: dict[int, float] = {}
     cleared: set[str] = set()
-    for p in sorted({r.pass_no for r in ok}):
+    passes = sorted({r.pass_no for r in ok})
+    for p in passes:
         mine = [r for r in ok if r.pass_no == p]
-        controls = sorted(r.busbw or 0.0 for r in mine if r.a in cleared and r.b in cleared)
-        if len(controls) >= 2:
-            at, start = _fixed_point(controls, cut)
-            if len(controls) - start >= 2:
-                out[p] = at
-        at = out.get(p, ref)
+        at = ref
+        if p == passes[0]:
+            own, _ = _fixed_point(sorted(r.busbw or 0.0 for r in mine), cut)
+            if not _shared([r for r in mine if (r.busbw or 0.0) >= cut * own]):
+                at = own
+        else:
+            controls = sorted(r.busbw or 0.0 for r in mine if r.a in cleared and r.b in cleared)
+            if len(controls) >= 2:
+                level_p, start = _fixed_point(controls, cut)
+                if len(controls) - start >= 2:
+                    at = out[p] = level_p
         cleared.update(n for r in mine if (r.busbw or 0.0) >= cut * at for n in (r.a, r.b))
     return out
 
