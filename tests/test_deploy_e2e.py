@@ -244,7 +244,9 @@ def test_statefulset_mode_waits_until_every_rank_runs_then_cleans_up(
 def marked_zipapp(tmp_path: Path) -> bytes:
     """The engine zipapp with one line added to its entry point, printing where it runs from:
     proof that the pods run the ConfigMap's engine, not the package installed in the venv."""
-    marker = 'print("engine-from", __file__, flush=True)  # test marker\n'
+    # One write: the pod's local ranks share its log, and print's pieces (a write each, with
+    # unbuffered output) interleaved there once, the path printed apart from its marker.
+    marker = 'import os; os.write(1, f"engine-from {__file__}\\n".encode())  # test marker\n'
     return engine_zipapp_with(tmp_path, marker)
 
 
@@ -277,8 +279,8 @@ def test_pod_killed_mid_run_fails_the_run_naming_rank_pod_node(
         with contextlib.suppress(BaseException):
             # The log as it was when it showed the engine starting (kept for the assertion below).
             def started() -> str:
-                text = log_of(1)
-                return text if "engine-from" in text else ""
+                text = log_of(1)  # the marker's whole line, not a read mid-write
+                return text if re.search(r"engine-from \S+\n", text) else ""
 
             killed["log1"] = wait_for("rank 1 engine started", started, 120)
             wait_for("rank 0 measuring", lambda: "# Using devices" in log_of(0), 120)
