@@ -59,16 +59,24 @@ def simulate(n: int, bad: int, noise: float, seed: int) -> dict[str, Any]:
         bw = max(0.01 * BASE, BASE * speed * (1.0 + noise * rng.gauss(0.0, 1.0)))
         return PairResult(a, b, bw, pass_no=pass_no)
 
-    results: list[PairResult] = []
-    plan_s, rounds = 0.0, []
-    for pass_no in range(1, MAX_PASSES + 1):
-        start = time.perf_counter()
-        pairs = plan(nodes, results, THRESHOLD, pass_no)
-        plan_s += time.perf_counter() - start
-        if not pairs:
-            break
-        rounds.append(len(pairs))
-        results += [test(a, b, pass_no) for a, b in pairs]
+    def check(at_once: int | None) -> tuple[list[PairResult], list[int], float]:
+        """The runner's passes, `at_once` tests at a time (None: every pair of a round)."""
+        results: list[PairResult] = []
+        plan_s, rounds = 0.0, []
+        for pass_no in range(1, MAX_PASSES + 1):
+            start = time.perf_counter()
+            pairs = plan(nodes, results, THRESHOLD, pass_no, at_once)
+            plan_s += time.perf_counter() - start
+            if not pairs:
+                break
+            rounds.append(len(pairs))
+            results += [test(a, b, pass_no) for a, b in pairs]
+        return results, rounds, plan_s
+
+    state = rng.getstate()
+    results, rounds, plan_s = check(None)
+    rng.setstate(state)  # the same measurements, planned as --parallel 16 plans them
+    rounds_k16 = check(16)[1]
     start = time.perf_counter()
     f = verdicts(nodes, results, THRESHOLD)
     plan_s += time.perf_counter() - start
@@ -87,7 +95,7 @@ def simulate(n: int, bad: int, noise: float, seed: int) -> dict[str, Any]:
         "passes": len(rounds),
         "tests": len(results),
         "wall": len(rounds) + plan_s / 60.0,  # in pair tests of a minute: planning counted
-        "wall_k16": sum(math.ceil(p / 16) for p in rounds),
+        "wall_k16": sum(math.ceil(p / 16) for p in rounds_k16),
         "plan_s": round(plan_s, 4),
         "noise_measured": None if f.noise is None else round(f.noise, 4),
         "cut": f.cut,
