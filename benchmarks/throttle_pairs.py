@@ -105,8 +105,8 @@ def main() -> None:
         time.sleep(0.2)
     helper.stdin.close()
     ran = time.monotonic() - started
-    _, _, usage = os.wait4(helper.pid, 0)  # the helper's own CPU: taken from the nodes
-    helper.returncode = 0
+    _, status, usage = os.wait4(helper.pid, 0)  # the helper's own CPU: taken from the nodes
+    helper.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
     gbs = []
     for rank in ranks[::2]:
         n, seconds = rank.communicate()[0].split()
