@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import compileall
 import gc
+import importlib.util
 import itertools
 import json
 import math
@@ -267,8 +268,11 @@ def main() -> None:
         apiserver._Server.request_queue_size = 1024
     # The commands run as installed from the wheel: pip byte-compiles what it installs, an
     # editable install never is where PYTHONDONTWRITEBYTECODE is set (as on our machines),
-    # and compiling ~40 modules in every command is ~50 ms of each.
-    compileall.compile_dir(Path(__file__).resolve().parent.parent / "src", quiet=1)
+    # and compiling ~40 modules in every command is ~50 ms of each. The package the commands
+    # import, wherever that is (PYTHONPATH may name another checkout's sources).
+    package = importlib.util.find_spec("nccl_k8s")
+    for where in (package.submodule_search_locations or []) if package else []:
+        compileall.compile_dir(where, quiet=1)
 
     sizes = sorted(int(x) for x in str(args.pods).split(","))
     total = sum(sizes)
