@@ -6,8 +6,10 @@ The reference is the committed raw data BENCHMARKS.md's collection table is gene
 and its wall time also by how much busier the machine is than when the reference was measured
 (the ratio of the 1-minute load averages per core, plus one):
 - its own CPU time (user + system: what the code costs, whatever else the machine runs) by
-  MIN_BAND (the same code took 0.45 s of CPU for `status` at 1,024 pods idle and 0.49 s at a
-  load of 8: benchmarks/data/2026-12-04-collect-3 and -2);
+  CPU_BAND. The load hardly moves it (the same code took 0.45 s of CPU for `status` at 1,024
+  pods idle and 0.49 s at a load of 8: benchmarks/data/2026-12-04-collect-3 and -2), but this
+  virtual machine's own speed does: on 2026-12-05 the same commit's `status` took 0.37 s in
+  one run and 0.48 s in another, both idle, so a third more than the reference's is noise;
 - its wall time by the spread its own rounds showed (max over median), never less than
   MIN_BAND, widened for the load (a command waits for a core in proportion to the run queue)
   and by its CPU time's own growth over the reference's, as the wall time is the CPU time
@@ -38,6 +40,8 @@ BADNODES = ROOT / "benchmarks" / "badnode_sim.py"
 PODS = 1024
 #: The least a wall time may move between runs on this shared 2-core machine and still pass.
 MIN_BAND = 0.5
+#: A command's CPU time: twice the spread seen for one commit on this machine (module doc).
+CPU_BAND = 0.75
 MEM_BAND = 0.25
 FIGURES = ("results", "status", "status_latest_json", "list")
 
@@ -74,10 +78,10 @@ def compare(ref: dict[str, Any], new: dict[str, Any]) -> list[str]:
         cpu, got_cpu = ref.get(f"{name}_cpu_s_median"), new.get(f"{name}_cpu_s_median")
         inflated = 1.0
         if cpu is not None and got_cpu is not None:
-            cpu_limit = cpu * (1 + MIN_BAND)
+            cpu_limit = cpu * (1 + CPU_BAND)
             ok = got_cpu <= cpu_limit
             print(
-                f"{name} CPU: {got_cpu:.3f} s (reference {cpu:.3f} s, band +{MIN_BAND:.0%}: "
+                f"{name} CPU: {got_cpu:.3f} s (reference {cpu:.3f} s, band +{CPU_BAND:.0%}: "
                 f"up to {cpu_limit:.3f} s): {'ok' if ok else 'worse'}"
             )
             if not ok:
