@@ -40,7 +40,7 @@ BADNODES = ROOT / "benchmarks" / "badnode_sim.py"
 PODS = 1024
 #: The least a wall time may move between runs on this shared 2-core machine and still pass.
 MIN_BAND = 0.5
-#: A command's CPU time: twice the spread seen for one commit on this machine (module doc).
+#: A command's CPU time: over twice the spread seen for one commit on this machine (module doc).
 CPU_BAND = 0.75
 MEM_BAND = 0.25
 FIGURES = ("results", "status", "status_latest_json", "list")

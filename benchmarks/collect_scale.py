@@ -248,12 +248,12 @@ def main() -> None:
     ap.add_argument(
         "--as-is",
         action="store_true",
-        help="leave the test API server's sockets as they are. By default two of its settings "
-        "are made what a real API server's are (Go's net/http): TCP_NODELAY (the test server "
+        help="leave the test API server as it is. By default three things about it are made "
+        "what a real API server's are (Go's net/http): TCP_NODELAY (the test server "
         "writes headers and body separately, so with Nagle each answer on a kept-alive "
         "connection waits ~40 ms for the client's delayed ACK) and a listen backlog of 1024 "
         "(socketserver's default is 5: a burst of new connections loses SYNs, which the client "
-        "retransmits after 1 s). Both measure the test server, not the collector. Third, once "
+        "retransmits after 1 s): both measure the test server, not the collector. Third, once "
         "the pods have finished, the objects of this process (the test cluster's store, logs "
         "and threads) are moved out of Python's collected generations (gc.freeze): else a full "
         "collection, which frees nothing of them, stops every thread of the test server for "
@@ -266,10 +266,10 @@ def main() -> None:
 
         apiserver._Handler.disable_nagle_algorithm = True
         apiserver._Server.request_queue_size = 1024
-    # The commands run as installed from the wheel: pip byte-compiles what it installs, an
-    # editable install never is where PYTHONDONTWRITEBYTECODE is set (as on our machines),
-    # and compiling ~40 modules in every command is ~50 ms of each. The package the commands
-    # import, wherever that is (PYTHONPATH may name another checkout's sources).
+    # The commands run as installed from the wheel: pip byte-compiles what it installs, while
+    # an editable install is never compiled where PYTHONDONTWRITEBYTECODE is set (as on our
+    # machines), and compiling ~40 modules is ~50 ms of every command. Compiled: the package
+    # the commands import, wherever it is (PYTHONPATH may name another checkout's sources).
     package = importlib.util.find_spec("nccl_k8s")
     for where in (package.submodule_search_locations or []) if package else []:
         compileall.compile_dir(where, quiet=1)
