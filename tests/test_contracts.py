@@ -49,7 +49,7 @@ def test_an_import_planted_in_the_engine_breaks_the_contracts(tmp_path: Path, fo
     assert "nccl_k8s.bench.counts ->" in res.stdout, res.stdout
 
 
-LAYERS = "Layers: cli > k8s | local > results | launch > spec > errors > bench"
+LAYERS = "Layers: cli > k8s | local > results | launch > spec > errors | fabrics > bench"
 K8S_LAYERS = "Inside the Kubernetes layer: nodes > run > preflight > rendering > api"
 #: (module planted in, the planted import, the contract it must break)
 LAYER_PLANTS = [
@@ -84,7 +84,10 @@ LAYER_PLANTS = [
     ("launch/local.py", "import httpx2", "Only the Kubernetes layer talks HTTP"),
     ("spec/_values.py", "from nccl_k8s.k8s import render", "The spec is pure"),
     ("spec/_values.py", "from nccl_k8s import results", LAYERS),
-    ("errors.py", "from nccl_k8s import spec", "errors is the leaf"),
+    ("errors.py", "from nccl_k8s import spec", "errors and the fabric table are the leaves"),
+    ("fabrics.py", "from nccl_k8s import spec", "errors and the fabric table are the leaves"),
+    ("fabrics.py", "from nccl_k8s import errors", LAYERS),
+    ("bench/counts.py", "from nccl_k8s import fabrics", "The engine runs in pods"),
     ("bench/counts.py", "from nccl_k8s import errors", "The engine runs in pods"),
 ]
 

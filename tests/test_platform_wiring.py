@@ -6,10 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from nccl_k8s.fabrics import Fabric
 from nccl_k8s.k8s.preflight import _prereqs
 from nccl_k8s.k8s.preflight._platforms import resolve
 from nccl_k8s.k8s.preflight._preflight import Read
-from nccl_k8s.k8s.run._fabric import judge, rank_ranges
+from nccl_k8s.k8s.run._fabric import judge
+from nccl_k8s.results.platform_gate import rank_ranges
 from nccl_k8s.spec import build_run_spec
 from nccl_k8s.spec.platforms import PLATFORMS, Detect, Platform, Prerequisite
 
@@ -61,7 +63,7 @@ def test_only_the_nodes_the_run_may_use_are_read() -> None:
 
 
 def test_dra_drivers_come_from_resource_slices(monkeypatch: Any) -> None:
-    fake = Platform(name="fake-dra", title="fake", fabric="ib",
+    fake = Platform(name="fake-dra", title="fake", fabric=Fabric.IB,
                     detect=Detect(drivers=("gpu.example.com",)))  # fmt: skip
     monkeypatch.setitem(PLATFORMS, fake.name, fake)
     slices = [{"spec": {"driver": "gpu.example.com", "nodeName": "n1"}}]
@@ -83,7 +85,7 @@ def test_each_prerequisite_kind_passes_or_fails_with_its_hint() -> None:
         Prerequisite(kind="daemonset", name="plugin", namespace="kube-system", what="the plugin",
                      hint="h4"),
     )  # fmt: skip
-    p = Platform(name="x", title="x", fabric="ib", prerequisites=reqs)
+    p = Platform(name="x", title="x", fabric=Fabric.IB, prerequisites=reqs)
     spec = build_run_spec(world_size=16, run_id="r")
     empty = [Read(items=[]), Read(items=[]), Read(items=[]), Read(items=[])]
     checks = _prereqs.check(p, spec, empty, Read(items=[]))

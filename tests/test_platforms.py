@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from nccl_k8s.errors import UsageError
+from nccl_k8s.fabrics import Fabric
 from nccl_k8s.k8s import render
 from nccl_k8s.spec import build_run_spec, with_platform
 from nccl_k8s.spec.platforms import PLATFORMS, Detect, Instance, NodeFacts, Platform, detect
@@ -18,7 +19,7 @@ from nccl_k8s.spec.platforms import PLATFORMS, Detect, Instance, NodeFacts, Plat
 FAKE = Platform(
     name="fake-rdma",
     title="a made-up RDMA cloud",
-    fabric="ib",
+    fabric=Fabric.IB,
     network="ib",
     resource="example.com/hca",
     instances=(Instance(name="big.8gpu", gpus=8, devices=4),),
@@ -123,7 +124,7 @@ def test_auto_renders_as_generic() -> None:
 MULTI_NIC = Platform(
     name="fake-nics",
     title="a made-up cloud whose pods name one network interface per GPU NIC",
-    fabric="roce",
+    fabric=Fabric.ROCE,
     instances=(
         Instance(
             name="four.nic",

@@ -287,17 +287,17 @@ OTHER_LOGS = (
 
 @pytest.mark.parametrize("platform", sorted(CASES))
 def test_a_platform_fabric_passes_on_its_logs_and_fails_on_the_others(platform: str) -> None:
-    fabric = PLATFORMS[platform].fabric
+    fabric = str(PLATFORMS[platform].fabric)
     own, sibling = (IB_LOGS, ROCE_LOGS) if fabric == "ib" else (ROCE_LOGS, IB_LOGS)
     runner = CliRunner()
     for name in own:
         res = runner.invoke(app, ["diagnose", str(LOGS / name), "--expect-fabric", fabric])
         assert res.exit_code == 0, (name, res.stderr)
         assert f"info expect-{fabric}: inter-node traffic uses {fabric}, as expected" in res.stderr
-    for name in sibling:  # NCCL's IB transport carries both: a warning, not a pass
-        d = diagnose_files([LOGS / name], expect_fabric=fabric)  # type: ignore[arg-type]
-        assert not d.failed
-        assert [f.severity for f in d.findings if f.code == f"expect-{fabric}"] == ["warning"]
+    for name in sibling:  # NCCL's IB transport carries both, but the gate asked for one of them
+        d = diagnose_files([LOGS / name], expect_fabric=fabric)
+        assert d.failed
+        assert [f.severity for f in d.findings if f.code == f"expect-{fabric}"] == ["error"]
     for name in OTHER_LOGS:
         res = runner.invoke(app, ["diagnose", str(LOGS / name), "--expect-fabric", fabric])
         assert res.exit_code == 1, name

@@ -145,9 +145,10 @@ def test_roce_is_told_from_ib() -> None:
     d = diagnose_text(text, expect_fabric="roce")
     assert (d.inter_node, d.gdr, d.failed) == ("roce", True, False)
     assert d.ranks[0].ib_devices == ["mlx5_0:1/RoCE", "mlx5_1:1/RoCE"]
+    # The gate asked for InfiniBand: RoCE links fail it, as they fail a deploy for an ib platform.
     mismatch = diagnose_text(text, expect_fabric="ib")
-    assert not mismatch.failed
-    assert [f.severity for f in mismatch.findings if f.code == "expect-ib"] == ["warning"]
+    assert mismatch.failed
+    assert [f.severity for f in mismatch.findings if f.code == "expect-ib"] == ["error"]
 
 
 def test_bad_input(tmp_path: Path) -> None:
@@ -260,10 +261,9 @@ def test_roce_efa_and_socket_are_told_apart() -> None:
     roce = str(LOGS / "nccl-tests-185_roce_h100x2.log")
     assert _diagnose(roce, "--expect-fabric", "roce")[0] == 0
     d = diagnose_files([roce], expect_fabric="ib")
-    assert not d.failed
-    assert [f.message for f in d.findings if f.code == "expect-ib"] == [
-        "inter-node traffic uses RoCE links, expected ib"
-    ]
+    assert d.failed
+    (message,) = [f.message for f in d.findings if f.code == "expect-ib"]
+    assert message.endswith(" use RoCE links, expected ib"), message
     code, stdout, stderr = _diagnose(str(EFA), "--expect-fabric", "efa")
     assert code == 0 and "inter-node: efa" in stdout
     code, _, stderr = _diagnose(str(EFA), "--expect-fabric", "ib")
@@ -402,9 +402,9 @@ def test_google_gib_plugin_is_rdma_over_roce() -> None:
     d = diagnose_files([log], expect_fabric="roce")
     assert {t for r in d.ranks for t in r.transports} == {"NET/gIB"}
     assert (d.inter_node, d.gdr, d.failed) == ("roce", True, False)
-    # gIB runs on RoCE (A3 Ultra, A4): expecting ib is the IB/RoCE warning, not a failure.
+    # gIB runs on RoCE (A3 Ultra, A4): a gate that asks for InfiniBand fails on its RoCE links.
     code, _, stderr = _diagnose(log, "--expect-fabric", "ib")
-    assert code == 0 and "warning expect-ib: inter-node traffic uses RoCE links" in stderr
+    assert code == 1 and "use RoCE links, expected ib" in stderr, stderr
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from nccl_k8s.results.diagnose import facts_of
+from nccl_k8s.results.diagnose import facts_of, parse_fabric
 from nccl_k8s.results.fabrics import FABRICS, Fabric
 from nccl_k8s.results.findings import Finding, Rule
 from nccl_k8s.results.nccllog import LogParser
@@ -29,7 +29,7 @@ def _h(n: int, line: str) -> str:
 
 
 # Logs, built from NCCL's and PyTorch's format strings, for the codes no public log shows.
-BUILT: dict[str, tuple[str, Fabric | None]] = {
+BUILT: dict[str, tuple[str, Fabric | str | None]] = {
     "two NCCL versions": (
         "\n".join(
             _h(n, line)
@@ -91,14 +91,14 @@ BUILT: dict[str, tuple[str, Fabric | None]] = {
 }
 
 
-def by_rule(text: str, expect: Fabric | None) -> list[tuple[Rule, Finding]]:
+def by_rule(text: str, expect: Fabric | str | None) -> list[tuple[Rule, Finding]]:
     """Every finding with the rule that made it, the rules run in the registry's order."""
     parser = LogParser()
     parser.feed(text)
     log = parser.finish()
     if not log.reports:
         return []
-    facts = facts_of(log, expect)
+    facts = facts_of(log, parse_fabric(expect))
     made = []
     for rule in RULES:
         found = rule.check(facts)
@@ -111,6 +111,7 @@ def everything() -> list[tuple[str, Rule, Finding]]:
     out = []
     for path in CORPUS:
         text = path.read_text(encoding="utf-8", errors="replace")
+        expect: Fabric | str | None
         for expect in (None, *FABRICS):
             out += [(f"{path.name} {expect}", r, f) for r, f in by_rule(text, expect)]
     for name, (text, expect) in BUILT.items():

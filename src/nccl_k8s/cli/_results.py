@@ -17,6 +17,8 @@ from rich.text import Text
 
 from nccl_k8s.cli._common import Command, err, handle_errors, out, print_table, with_default
 from nccl_k8s.cli._options import Output, output_format
+from nccl_k8s.errors import UsageError
+from nccl_k8s.fabrics import FABRICS
 from nccl_k8s.results import (
     Comparison,
     Diagnosis,
@@ -29,6 +31,7 @@ from nccl_k8s.results import (
     parse_fabric,
     parse_metric,
     parse_tolerance,
+    platform_named,
     store_run,
     write_report,
 )
@@ -144,21 +147,41 @@ def diagnose_command(
         typer.Option(
             "--expect-fabric",
             metavar="FABRIC",
-            help="ib, roce, efa, socket, nvlink, mnnvl, tcpx, tcpxo or gib (GKE's GPUDirect "
-            "plugins): fail (exit 1) when any rank used something else, or when the log cannot "
-            "confirm it (nvlink: one node and no SHM; mnnvl: every rank MNNVL 1, no network "
-            "connection).",
+            help=f"{', '.join(FABRICS)}: fail (exit 1) when any rank used something else, or "
+            "when the log cannot confirm it (nvlink: one node and no SHM; mnnvl: every rank "
+            "MNNVL 1, no network connection).",
+        ),
+    ] = None,
+    platform: Annotated[
+        str | None,
+        typer.Option(
+            "--platform",
+            metavar="PLATFORM",
+            help="judge the log as a deploy for this platform judges its pods' logs (its "
+            "fabric gate): the fabric it must show, failing (exit 1) with the ranks and hosts "
+            "that used another.",
         ),
     ] = None,
     output: Output = "text",
 ) -> None:
     """Say which transport each rank used and what is wrong, from NCCL_DEBUG=INFO logs."""
     fmt = output_format(output)
-    d = diagnose_files(logs, expect_fabric=parse_fabric(expect_fabric))
+    if platform is not None and expect_fabric is not None:
+        raise UsageError(
+            f"--platform {platform!r} with --expect-fabric {expect_fabric!r}: the platform names "
+            "its fabric, expected one of the two"
+        )
+    d = diagnose_files(
+        logs,
+        expect_fabric=parse_fabric(expect_fabric),
+        platform=None if platform is None else platform_named(platform),
+    )
     if fmt == "json":
         typer.echo(json.dumps(d.to_dict(), indent=1))
     else:
         _print_diagnosis(d)
+        if d.platform is not None and not d.platform.ok:
+            err.print(f"[red]error:[/red] {escape(d.platform.message())}", markup=True)
     if d.failed:
         raise typer.Exit(1)
 

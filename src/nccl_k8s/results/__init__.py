@@ -45,6 +45,7 @@ from nccl_k8s.results.lines import (
     parse_result_lines,
     parse_sweeps,
 )
+from nccl_k8s.results.platform_gate import platform_named
 from nccl_k8s.results.report import write_report
 from nccl_k8s.results.schema import (
     SCHEMA_VERSION,
@@ -100,6 +101,7 @@ __all__ = [
     "parse_result_lines",
     "parse_sweeps",
     "parse_tolerance",
+    "platform_named",
     "resolve",
     "results_path",
     "runs_dir",

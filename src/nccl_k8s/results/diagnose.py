@@ -24,13 +24,18 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nccl_k8s.errors import ResultsError, UsageError
+from nccl_k8s.fabrics import parse
 from nccl_k8s.results.fabrics import FABRICS, Fabric, link_layers, rank_fabric
 from nccl_k8s.results.findings import SEVERITIES, Facts, Finding
 from nccl_k8s.results.nccllog import ListedRank, LogParser, ParsedLog, RankReport
 from nccl_k8s.results.rules import LINES_READ, RULES
+
+if TYPE_CHECKING:
+    from nccl_k8s.results.platform_gate import FabricCheck
+    from nccl_k8s.spec.platforms import Platform
 
 
 @dataclass
@@ -53,13 +58,22 @@ class Diagnosis:
     nodes_evidence: str = ""
     #: The runs' own failure lines ("Test NCCL failure common.cu:392 ...").
     failures: list[str] = field(default_factory=list)
+    #: With `--platform P`: the fabric gate a deploy for P applies, on this log.
+    platform: FabricCheck | None = None
 
     @property
     def failed(self) -> bool:
+        if self.platform is not None and not self.platform.ok:
+            return True
         return any(f.severity == "error" for f in self.findings)
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
+        check, self.platform = self.platform, None
+        try:
+            d = asdict(self)
+        finally:
+            self.platform = check
+        d["platform"] = None if check is None else check.to_dict()
         d["failed"] = self.failed
         for f in d["findings"]:
             del f["evidence"]  # what the fail-safe reads, not a conclusion
@@ -129,14 +143,18 @@ def facts_of(log: ParsedLog, expect_fabric: Fabric | None = None) -> Facts:
     )
 
 
-def analyse(log: ParsedLog, *, expect_fabric: Fabric | None = None) -> Diagnosis:
-    """Run every rule of the registry over the log's facts, in order; errors first."""
+def analyse(
+    log: ParsedLog, *, expect_fabric: Fabric | str | None = None, platform: Platform | None = None
+) -> Diagnosis:
+    """Run every rule of the registry over the log's facts, in order; errors first. With a
+    platform, its fabric is the expected one and its gate (the deploy's) is judged too."""
     if not log.reports:
         raise ResultsError(
             "no NCCL log lines found: run with NCCL_DEBUG=INFO (and NCCL_DEBUG_SUBSYS=INIT,NET "
             "or unset) and pass the pods' logs"
         )
-    facts = facts_of(log, expect_fabric)
+    want = platform.fabric if platform is not None else parse_fabric(expect_fabric)
+    facts = facts_of(log, want)
     for rule in RULES:
         facts.found += rule.check(facts)
     distinct = sorted({f for f in facts.fabrics.values() if f})
@@ -150,22 +168,30 @@ def analyse(log: ParsedLog, *, expect_fabric: Fabric | None = None) -> Diagnosis
         network_needed=facts.network_needed,
         inter_node=inter_node,
         gdr=facts.gdr,
-        expect_fabric=expect_fabric,
+        expect_fabric=want,
         nodes_evidence=facts.nodes_evidence,
         failures=list(log.failures),
+        platform=None if platform is None else _platform_check(platform, facts),
     )
+
+
+def _platform_check(platform: Platform, facts: Facts) -> FabricCheck:
+    from nccl_k8s.results.platform_gate import judge
+
+    return judge(platform, facts)
 
 
 def diagnose_text(
     texts: Iterable[str] | str,
     *,
-    expect_fabric: Fabric | None = None,
+    expect_fabric: Fabric | str | None = None,
+    platform: Platform | None = None,
 ) -> Diagnosis:
     """Diagnose one or more logs (e.g. one per pod) as one communicator's evidence."""
     p = log_reader()
     for t in [texts] if isinstance(texts, str) else texts:
         p.feed(t)
-    return analyse(p.finish(), expect_fabric=expect_fabric)
+    return analyse(p.finish(), expect_fabric=expect_fabric, platform=platform)
 
 
 def log_reader() -> LogParser:
@@ -175,7 +201,10 @@ def log_reader() -> LogParser:
 
 
 def diagnose_files(
-    paths: Iterable[str | Path], *, expect_fabric: Fabric | None = None
+    paths: Iterable[str | Path],
+    *,
+    expect_fabric: Fabric | str | None = None,
+    platform: Platform | None = None,
 ) -> Diagnosis:
     texts = []
     names = []
@@ -191,20 +220,21 @@ def diagnose_files(
             raise ResultsError(f"{pth}: cannot read: {e.strerror}", path=str(pth)) from None
         names.append(str(pth))
     try:
-        d = diagnose_text(texts, expect_fabric=expect_fabric)
+        d = diagnose_text(texts, expect_fabric=expect_fabric, platform=platform)
     except ResultsError as e:
         raise ResultsError(f"{', '.join(names)}: {e}") from None
     d.sources = names
     return d
 
 
-def parse_fabric(value: str | None) -> Fabric | None:
-    if value is None:
-        return None
-    v = value.strip().lower()
-    for f in FABRICS:
-        if v == f:
-            return f
+def parse_fabric(value: Fabric | str | None) -> Fabric | None:
+    """`--expect-fabric`'s value as the fabric table's member; a usage error naming the table's
+    fabrics for anything else."""
+    if value is None or isinstance(value, Fabric):
+        return value
+    fabric = parse(value)
+    if fabric is not None:
+        return fabric
     raise UsageError(
         f"--expect-fabric {value!r}: expected one of {', '.join(FABRICS)}", key="expect_fabric"
     )

@@ -1,73 +1,20 @@
 """What carries a rank's inter-node traffic: the fabric a network NCCL selected stands for.
 
 A plugin's name says little (`IBext_v8`, `gIB`, `AWS Libfabric`): what it carries does. The reader
-(`nccllog`) records what each process printed; this module names the fabric; the diagnosis rules
-and the `--expect-fabric` gate compare it with what was expected.
+(`nccllog`) records what each process printed; this module names each rank's fabric by the fabric
+table (`nccl_k8s.fabrics`, which it re-exports for results' readers); the diagnosis rules and the
+fabric gate (`results.rules.gates`) compare it with what was expected.
 """
 
 from __future__ import annotations
 
-from typing import Literal, get_args
-
+from nccl_k8s.fabrics import FABRICS, Fabric, fabric_of, named
 from nccl_k8s.results.nccllog import RankReport
-
-#: What `--expect-fabric` may ask for. tcpx and tcpxo are Google's GPUDirect-TCPX (A3 High) and
-#: GPUDirect-TCPXO (A3 Mega) plugins; gib is Google's gIB plugin (A3 Ultra, A4, A4X), RDMA over
-#: RoCE: its ranks are `roce` to every other reader, and `gib` only to a gate that asks for it.
-#: mnnvl: multi-node NVLink (GB200/GB300 NVL72 ComputeDomains).
-Fabric = Literal["ib", "roce", "efa", "socket", "nvlink", "mnnvl", "tcpx", "tcpxo", "gib"]
-FABRICS: tuple[Fabric, ...] = get_args(Fabric)
 
 
 def link_layers(rep: RankReport) -> set[str]:
     """The link layers ("IB", "RoCE") of the devices NCCL's IB transport listed for this rank."""
     return {d.rsplit("/", 1)[-1] for d in rep.ib_devices}
-
-
-#: What libfabric providers carry, for aws-ofi-nccl (`NET/OFI Selected Provider is <p>`).
-_OFI_FABRICS = {"efa": "efa", "cxi": "cxi", "tcp": "socket", "sockets": "socket", "udp": "socket"}
-
-#: Fabrics named for a reader, where the identifier alone says little.
-FABRIC_NAMES = {
-    "cxi": "cxi (HPE Slingshot)",
-    "tcpx": "tcpx (GPUDirect-TCPX)",
-    "tcpxo": "tcpxo (GPUDirect-TCPXO)",
-}
-
-#: Fabrics named for the NCCL network plugin that carries them rather than for the link: a rank
-#: is on one when its network is that plugin (lower-cased, as NCCL prints it: `NET/gIB`).
-PLUGIN_FABRICS: dict[str, str] = {"gib": "gib"}
-
-
-def fabric_of(network: str, links: set[str], provider: str | None = None) -> str:
-    """What a network NCCL selected carries, by what the plugin is rather than its name:
-    NCCL's IB transport and HPC-X's IBext/IBext_v8 plugin carry InfiniBand or RoCE (told apart
-    by the device's link layer, InfiniBand when the log lists no device); Google's gIB plugin
-    (A3 Ultra, A4) carries RDMA over RoCE unless its devices say IB; aws-ofi-nccl ("AWS
-    Libfabric", "OFI") carries what its libfabric provider does (efa -> EFA, cxi -> HPE
-    Slingshot, tcp/sockets -> TCP, verbs -> IB or RoCE), EFA when the log does not name the
-    provider; "Socket" is TCP. Another plugin keeps its name."""
-    name = network.strip().lower()
-    if name == "socket":
-        return "socket"
-    if name == "ib" or name.startswith("ibext"):
-        return "roce" if links == {"RoCE"} else "ib"
-    if name == "gib":
-        return "ib" if links == {"IB"} else "roce"
-    # Google's plugins: NCCL prints the plugin's name, "GPUDirectTCPX_v7" (nccl-plugin-
-    # gpudirecttcpx src/nccl_plugin.cc) and "FasTrak" (GPUDirect-TCPXO).
-    if name.startswith("gpudirecttcpx"):
-        return "tcpx"
-    if name == "fastrak":
-        return "tcpxo"
-    if "libfabric" in name or name.startswith("ofi") or name == "efa":
-        if provider is None:
-            return "efa"
-        prov = provider.split(";")[0]
-        if prov == "verbs":
-            return "roce" if links == {"RoCE"} else "ib"
-        return _OFI_FABRICS.get(prov, prov)
-    return network
 
 
 def rank_fabric(rep: RankReport, links: set[str], provider: str | None = None) -> str | None:
@@ -99,22 +46,21 @@ def rank_network(rep: RankReport) -> str | None:
     return rep.network.strip().lower() if rep.network else None
 
 
-def on_fabric(want: str, rep: RankReport, fabric: str | None) -> bool:
+def on_fabric(want: Fabric, rep: RankReport, fabric: str | None) -> bool:
     """Whether a rank whose inter-node traffic `fabric` carried is on the fabric `want`: by its
-    plugin for a plugin's fabric (gib), else by the fabric."""
-    plugin = PLUGIN_FABRICS.get(want)
-    if plugin is None:
+    plugin for a fabric the table asks for by plugin (gib), else by the fabric."""
+    if not want.by_plugin:
         return fabric == want
-    return fabric is not None and rank_network(rep) == plugin
+    network = rank_network(rep)
+    return fabric is not None and network is not None and network.startswith(want.plugins)
 
 
 __all__ = [
     "FABRICS",
-    "FABRIC_NAMES",
-    "PLUGIN_FABRICS",
     "Fabric",
     "fabric_of",
     "link_layers",
+    "named",
     "on_fabric",
     "rank_fabric",
     "rank_network",

@@ -5,16 +5,16 @@ A run rendered for a platform (EFA devices, GKE's daemons, RDMA resources) that 
 TCP still completes, at a fraction of the bandwidth; only its NCCL lines show it. deploy ends
 a followed run that succeeded with this check and fails it (RunFailed, exit 1) naming the ranks
 that used another fabric and their hosts; `nodes check` deploys its pair tests the same way.
+The judgement is results.platform_gate's, the one `diagnose --platform` applies to any log:
+this module only reads the pods' lines.
 The pods run with NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS=INIT,NET unless the user set them
 (rendering._presets), which is what the reader (results.nccllog) needs.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import re
-from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from nccl_k8s.errors import ClusterError
@@ -25,101 +25,23 @@ from nccl_k8s.k8s.run._plumbing import bounded
 from nccl_k8s.k8s.run._pods import PodInfo
 from nccl_k8s.spec.platforms import Platform
 
-if TYPE_CHECKING:
-    from nccl_k8s.results.nccllog import RankReport
+if TYPE_CHECKING:  # the results readers load when a gate runs, not with deploy's imports
+    from nccl_k8s.results.platform_gate import FabricCheck
 
 _NCCL_LINE = re.compile(r"^.*NCCL (?:INFO|WARN).*$", re.MULTILINE)
 
 
-@dataclasses.dataclass(frozen=True)
-class Wrong:
-    """Ranks that used another fabric than the platform's, grouped by what they used."""
-
-    used: str
-    """As NCCL names it: `NET/Socket`, `NET/IB` ..."""
-    ranks: list[int]
-    hosts: list[str]
-
-
-@dataclasses.dataclass(frozen=True)
-class FabricCheck:
-    platform: str
-    expected: str
-    used: str | None
-    """What the inter-node traffic used (results.fabrics' names; "mixed"), None when the
-    logs do not say or no byte had to leave a node."""
-    wrong: list[Wrong] = dataclasses.field(default_factory=list)
-    fallback: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return not self.wrong
-
-    def message(self) -> str:
-        """`rendered for eks-efa, but ranks 0-15 (hosts a, b) used NET/Socket: <fallback>`."""
-        parts = [
-            f"ranks {rank_ranges(w.ranks)} (hosts {', '.join(w.hosts) or '?'}) used {w.used}"
-            for w in self.wrong
-        ]
-        why = f": {self.fallback}" if self.fallback else ""
-        return f"rendered for {self.platform}, but {'; '.join(parts)}{why}"
-
-
-def rank_ranges(ranks: Iterable[int]) -> str:
-    """`0-3, 8, 10-11`."""
-    out: list[str] = []
-    for r in sorted(set(ranks)):
-        if out and out[-1].split("-")[-1] == str(r - 1):
-            out[-1] = f"{out[-1].split('-')[0]}-{r}"
-        else:
-            out.append(str(r))
-    return ", ".join(out)
-
-
-def _shown(rep: RankReport) -> str:
-    """What a rank used as NCCL names it: its connections' `NET/<network>`, else the network
-    it selected."""
-    nets = [t for t in rep.transports if t.startswith("NET/")]
-    if nets:
-        return "/".join(nets[0].split("/")[:2])
-    return f"NET/{rep.network}" if rep.network else "another fabric"
-
-
 def judge(platform: Platform, nccl_texts: list[str]) -> FabricCheck:
-    """Compare what each rank's NCCL lines say it used with the platform's fabric. Pure.
-    Ranks whose lines do not say are not counted against the run (nothing proves them wrong);
-    a run on one node needed no fabric."""
-    from nccl_k8s.results.diagnose import facts_of
-    from nccl_k8s.results.nccllog import LogParser
+    """The platform's fabric gate (results.platform_gate.judge, the rule `diagnose --platform`
+    applies) on the pods' NCCL lines. Pure."""
+    from nccl_k8s.results.diagnose import facts_of, log_reader
+    from nccl_k8s.results.platform_gate import judge as judge_facts
 
-    parser = LogParser()
+    reader = log_reader()
     for text in nccl_texts:
-        parser.feed(text)
-    log = parser.finish()
-    if not log.reports:
-        return FabricCheck(platform.name, platform.fabric, None)
-    facts = facts_of(log)
-    if facts.network_needed is False:
-        return FabricCheck(platform.name, platform.fabric, None)
-    groups: dict[str, tuple[set[int], set[str]]] = {}
-    for rep in log.reports:
-        fabric = facts.fabrics.get(rep.key)
-        if fabric is None or fabric == platform.fabric:
-            continue
-        ranks, hosts = groups.setdefault(_shown(rep), (set(), set()))
-        if rep.rank is not None:
-            ranks.add(rep.rank)
-        if rep.host:
-            hosts.add(rep.host)
-    used = sorted({f for f in facts.fabrics.values() if f})
-    wrong = [Wrong(k, sorted(r), sorted(h)) for k, (r, h) in sorted(groups.items())]
-    return FabricCheck(
-        platform.name,
-        platform.fabric,
-        used[0] if len(used) == 1 else ("mixed" if used else None),
-        wrong,
-        platform.fallback,
-    )
+        reader.feed(text)
+    log = reader.finish()
+    return judge_facts(platform, facts_of(log, platform.fabric) if log.reports else None)
 
 
 async def _nccl_lines(kc: KubeClient, namespace: str, pod: PodInfo) -> str:
@@ -145,4 +67,4 @@ async def check_fabric(
     return judge(platform, [t for t in await bounded(concurrency, reads) if t])
 
 
-__all__ = ["FabricCheck", "Wrong", "check_fabric", "judge", "rank_ranges"]
+__all__ = ["check_fabric", "judge"]

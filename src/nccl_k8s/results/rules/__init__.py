@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 
 from nccl_k8s.results.findings import Code, Rule
+from nccl_k8s.fabrics import fabrics_table
 from nccl_k8s.results.nccllog import LineInterest
 from nccl_k8s.results.rules.errors import RUN_FAILED, TORCH, WARNS
 from nccl_k8s.results.rules.fabric import GDR, LIBIBVERBS, LOOPBACK, SOCKET
@@ -44,6 +45,9 @@ LINES_READ: LineInterest = functools.reduce(
 #: The generated block of docs/diagnosis.md lies between these lines.
 BEGIN = "<!-- codes: generated from nccl_k8s.results.rules.RULES; do not edit by hand -->"
 END = "<!-- end of codes -->"
+#: And the fabric table's (nccl_k8s.fabrics) between these.
+FABRICS_BEGIN = "<!-- fabrics: generated from nccl_k8s.fabrics.Fabric; do not edit by hand -->"
+FABRICS_END = "<!-- end of fabrics -->"
 
 
 def _severity(c: Code) -> str:
@@ -59,12 +63,26 @@ def codes_table() -> str:
     return "\n".join(rows)
 
 
+def _with_block(doc: str, begin: str, end: str, table: str) -> str:
+    start, stop = doc.find(begin), doc.find(end)
+    if start < 0 or stop < start:
+        raise ValueError(f"no block between {begin!r} and {end!r} to put the table in")
+    return doc[: start + len(begin)] + "\n" + table + "\n" + doc[stop:]
+
+
 def with_codes_table(doc: str) -> str:
-    """`doc` (docs/diagnosis.md) with the block between BEGIN and END replaced by the table."""
-    start, end = doc.find(BEGIN), doc.find(END)
-    if start < 0 or end < start:
-        raise ValueError(f"no block between {BEGIN!r} and {END!r} to put the table of codes in")
-    return doc[: start + len(BEGIN)] + "\n" + codes_table() + "\n" + doc[end:]
+    """`doc` (docs/diagnosis.md) with the generated blocks replaced: the table of codes
+    (between BEGIN and END) and the fabric table (FABRICS_BEGIN, FABRICS_END)."""
+    doc = _with_block(doc, BEGIN, END, codes_table())
+    return _with_block(doc, FABRICS_BEGIN, FABRICS_END, fabrics_table())
 
 
-__all__ = ["BEGIN", "END", "RULES", "codes_table", "with_codes_table"]
+__all__ = [
+    "BEGIN",
+    "END",
+    "FABRICS_BEGIN",
+    "FABRICS_END",
+    "RULES",
+    "codes_table",
+    "with_codes_table",
+]

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from nccl_k8s.results.fabrics import Fabric
+from nccl_k8s.results.fabrics import FABRICS, Fabric
 from nccl_k8s.results.findings import (
     Code,
     Facts,
@@ -16,10 +16,11 @@ from nccl_k8s.results.findings import (
 )
 from nccl_k8s.results.nccllog import RankReport
 
-#: The fabrics a fall back to NCCL's Socket transport betrays (an error when expected): the RDMA
-#: ones, and Google's GPUDirect plugins (TCPX and TCPXO move TCP through their own plugin and
-#: GPU NICs, not through NCCL's sockets on eth0).
-_RDMA: tuple[str, ...] = ("ib", "roce", "efa", "tcpx", "tcpxo", "gib")
+#: The fabrics a fall back to NCCL's Socket transport betrays (an error when expected; the fabric
+#: table's `rdma`): the RDMA ones, and Google's GPUDirect plugins (TCPX and TCPXO move TCP
+#: through their own plugin and GPU NICs, not through NCCL's sockets on eth0).
+_RDMA: tuple[Fabric, ...] = tuple(f for f in FABRICS if f.rdma)
+_ON_SOCKET_ERROR = ", ".join(f"`{f}`" for f in (*_RDMA, Fabric.NVLINK))
 
 _SOCKET_HINT = (
     "NCCL found no usable RDMA device, so inter-node traffic runs over TCP at a fraction of the "
@@ -233,8 +234,7 @@ SOCKET = Rule(
             "inter-node traffic goes (or, nodes unknown, would go) over TCP sockets; when only "
             "some ranks are on TCP, it names them and their hosts; the hint says when "
             "`NCCL_IB_DISABLE=1` turned IB off",
-            "warning; **error** with `--expect-fabric ib`/`roce`/`efa`/`tcpx`/`tcpxo`/`gib`/"
-            "`nvlink`; none with `socket`",
+            f"warning; **error** with `--expect-fabric` {_ON_SOCKET_ERROR}; none with `socket`",
         ),
         Code("single-node-socket", ("info",), "one node, `Using network Socket`"),
     ),

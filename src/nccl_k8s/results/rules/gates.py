@@ -1,19 +1,57 @@
-"""`--expect-fabric`: whether every rank used the fabric the user expects, and a gate that the log
-cannot confirm fails (a passing gate must mean the fabric was seen).
+"""The fabric gate: whether every rank used the fabric expected of it, one rule for every reader.
+
+`--expect-fabric`, `diagnose --platform P` and the deploy's check of a run rendered for platform
+P (k8s.run._fabric) all call `fabric_gate` on the same facts, so a log passes or fails them
+alike. A gate the log cannot confirm fails: a passing gate must mean the fabric was seen.
 """
 
 from __future__ import annotations
 
-from nccl_k8s.results.fabrics import FABRIC_NAMES, FABRICS, Fabric, on_fabric
+import enum
+from dataclasses import dataclass
+
+from nccl_k8s.fabrics import member
+from nccl_k8s.results.fabrics import FABRICS, Fabric, named, on_fabric
 from nccl_k8s.results.findings import Code, Facts, Finding, Rule, ranks_of, where_of
 from nccl_k8s.results.nccllog import RankReport
 
 _RERUN = "rerun with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET"
 
 
-def _cannot_confirm(want: Fabric, why: str, reports: list[RankReport]) -> Finding:
+class GateStatus(str, enum.Enum):
+    """What the gate found; only `confirmed` and `not-exercised` pass."""
+
+    CONFIRMED = "confirmed"
+    """Every rank that says used the fabric, and at least one says."""
+    NOT_EXERCISED = "not-exercised"
+    """All ranks on one node: no byte crossed a network, so a network fabric was not asked."""
+    WRONG = "wrong"
+    """Ranks used another fabric (`FabricGate.wrong`)."""
+    UNCONFIRMED = "unconfirmed"
+    """The log does not show what the ranks used."""
+
+
+@dataclass(frozen=True)
+class FabricGate:
+    """The gate's verdict on one log, with the ranks that fail it."""
+
+    want: Fabric
+    status: GateStatus
+    findings: tuple[Finding, ...]
+    """What diagnose prints for it (none where another rule's error already says it)."""
+    wrong: tuple[RankReport, ...] = ()
+    """The ranks on another fabric, or those the log leaves unconfirmed."""
+    why: str = ""
+    """Why the log cannot confirm the fabric (status unconfirmed)."""
+
+    @property
+    def passed(self) -> bool:
+        return self.status in (GateStatus.CONFIRMED, GateStatus.NOT_EXERCISED)
+
+
+def _unconfirmed(want: Fabric, why: str, reports: list[RankReport]) -> FabricGate:
     """A gate the log cannot check fails: a passing gate must mean the fabric was seen."""
-    return Finding(
+    finding = Finding(
         "error",
         f"expect-{want}",
         f"cannot confirm {want}: {why}; {_RERUN}",
@@ -21,16 +59,24 @@ def _cannot_confirm(want: Fabric, why: str, reports: list[RankReport]) -> Findin
         "diagnose reads).",
         ranks_of(reports),
     )
+    return FabricGate(want, GateStatus.UNCONFIRMED, (finding,), tuple(reports), why)
+
+
+def _gate(want: Fabric, findings: list[Finding], wrong: list[RankReport]) -> FabricGate:
+    """nvlink's and mnnvl's verdicts: an error finding fails the gate."""
+    failed = any(f.severity == "error" for f in findings)
+    status = GateStatus.WRONG if failed else GateStatus.CONFIRMED
+    return FabricGate(want, status, tuple(findings), tuple(wrong) if failed else ())
 
 
 def _expect_nvlink(
     reports: list[RankReport], network_needed: bool | None, mnnvl: bool, nodes: int | None
-) -> list[Finding]:
-    out: list[Finding] = []
+) -> FabricGate:
+    want = Fabric.NVLINK
     net = [r for r in reports if any(t.startswith("NET/") for t in r.transports)]
     if net or (network_needed and not mnnvl):
         used = sorted({t for r in net for t in r.transports if t.startswith("NET/")})
-        out.append(
+        finding = (
             Finding(
                 "error",
                 "expect-nvlink",
@@ -38,12 +84,12 @@ def _expect_nvlink(
                 + (" and use " + ", ".join(used) if used else ""),
                 "an NVLink-only run must keep all ranks in one node (or one MNNVL domain).",
                 ranks_of(net or reports),
-            )
+            ),
         )
-        return out
+        return _gate(want, list(finding), net or reports)
     shm = [r for r in reports if "SHM" in r.transports]
     if shm:
-        return [
+        found = [
             Finding(
                 "error",
                 "expect-nvlink",
@@ -52,15 +98,15 @@ def _expect_nvlink(
                 ranks_of(shm),
             )
         ]
+        return _gate(want, found, shm)
     if network_needed is None and not mnnvl:
-        return [
-            _cannot_confirm(
-                "nvlink",
-                "the log does not say that the ranks share one node (no nNodes, and not every "
-                "rank it names is a GPU of one host)",
-                reports,
-            )
-        ]
+        return _unconfirmed(
+            want,
+            "the log does not say that the ranks share one node (no nNodes, and not every "
+            "rank it names is a GPU of one host)",
+            reports,
+        )
+    out: list[Finding] = []
     pcie = [r for r in reports if r.intra_path and r.intra_path not in ("NVL", "LOC")]
     if pcie:
         out.append(
@@ -86,7 +132,7 @@ def _expect_nvlink(
                 ranks=ranks_of(reports),
             )
         )
-    return out
+    return _gate(want, out, [])
 
 
 _MNNVL_HINT = (
@@ -97,13 +143,13 @@ _MNNVL_HINT = (
 )
 
 
-def _expect_mnnvl(reports: list[RankReport], fabrics: dict[str, str | None]) -> list[Finding]:
+def _expect_mnnvl(reports: list[RankReport], fabrics: dict[str, str | None]) -> FabricGate:
     """Multi-node NVLink: every rank's communicator has MNNVL on (`comm ... MNNVL 1`, or P2P
     connections `via P2P/MNNVL`) and no connection goes through a network."""
     off = [r for r in reports if r.mnnvl is False or fabrics[r.key] not in (None, "mnnvl")]
     if off:
-        used = sorted({_fabric_name(fabrics[r.key]) for r in off if fabrics[r.key]})
-        return [
+        used = sorted({named(fabrics[r.key]) for r in off if fabrics[r.key]})
+        found = [
             Finding(
                 "error",
                 "expect-mnnvl",
@@ -114,70 +160,64 @@ def _expect_mnnvl(reports: list[RankReport], fabrics: dict[str, str | None]) -> 
                 ranks_of(off),
             )
         ]
+        return _gate(Fabric.MNNVL, found, off)
     unknown = [r for r in reports if fabrics[r.key] is None]
     if unknown:
-        return [
-            _cannot_confirm(
-                "mnnvl",
-                f"{where_of(unknown)} print no `comm ... MNNVL` line and no connection",
-                reports,
-            )
-        ]
-    return [
-        Finding(
-            "info",
-            "expect-mnnvl",
-            "every rank uses multi-node NVLink (MNNVL 1"
-            + (
-                ", P2P/MNNVL connections)"
-                if any("P2P/MNNVL" in r.transports for r in reports)
-                else ")"
-            ),
-            ranks=ranks_of(reports),
+        return _unconfirmed(
+            Fabric.MNNVL,
+            f"{where_of(unknown)} print no `comm ... MNNVL` line and no connection",
+            reports,
         )
-    ]
+    confirmed = Finding(
+        "info",
+        "expect-mnnvl",
+        "every rank uses multi-node NVLink (MNNVL 1"
+        + (
+            ", P2P/MNNVL connections)" if any("P2P/MNNVL" in r.transports for r in reports) else ")"
+        ),
+        ranks=ranks_of(reports),
+    )
+    return _gate(Fabric.MNNVL, [confirmed], [])
 
 
-def _fabric_name(f: str | None) -> str:
-    return FABRIC_NAMES.get(str(f), str(f))
-
-
-def expectation(
-    want: Fabric,
-    reports: list[RankReport],
-    fabrics: dict[str, str | None],
-    network_needed: bool | None,
-    mnnvl: bool,
-    nodes: int | None,
-) -> list[Finding]:
-    if want == "nvlink":
-        return _expect_nvlink(reports, network_needed, mnnvl, nodes)
-    if want == "mnnvl":
+def fabric_gate(want: Fabric, facts: Facts) -> FabricGate:
+    """Whether every rank of the log used `want`: the one rule of `--expect-fabric`, `diagnose
+    --platform` and the deploy's fabric check."""
+    want = member(want)
+    reports, fabrics = facts.reports, facts.fabrics
+    if want is Fabric.NVLINK:
+        return _expect_nvlink(reports, facts.network_needed, facts.mnnvl, facts.nodes)
+    if want is Fabric.MNNVL:
         return _expect_mnnvl(reports, fabrics)
-    if network_needed is False:
-        return [
-            Finding(
-                "info",
-                f"expect-{want}",
-                f"all ranks are on one node: no inter-node traffic, so --expect-fabric {want} "
-                "was not exercised",
-            )
-        ]
+    if facts.network_needed is False:
+        not_exercised = Finding(
+            "info",
+            f"expect-{want}",
+            f"all ranks are on one node: no inter-node traffic, so --expect-fabric {want} "
+            "was not exercised",
+        )
+        return FabricGate(want, GateStatus.NOT_EXERCISED, (not_exercised,))
     known = [r for r in reports if fabrics[r.key]]
     if not known:
-        return [
-            _cannot_confirm(
-                want,
-                "no rank's network choice (`Using network`, `NET/IB : Using`) or NET connection "
-                "is in the log",
-                reports,
-            )
-        ]
+        return _unconfirmed(
+            want,
+            "no rank's network choice (`Using network`, `NET/IB : Using`) or NET connection "
+            "is in the log",
+            reports,
+        )
     wrong = [r for r in known if not on_fabric(want, r, fabrics[r.key])]
     if not wrong:
-        return [Finding("info", f"expect-{want}", f"inter-node traffic uses {want}, as expected")]
-    used = ", ".join(sorted({_fabric_name(fabrics[r.key]) for r in wrong}))
-    if want == "socket":
+        confirmed = Finding(
+            "info", f"expect-{want}", f"inter-node traffic uses {want}, as expected"
+        )
+        return FabricGate(want, GateStatus.CONFIRMED, (confirmed,))
+    return FabricGate(want, GateStatus.WRONG, tuple(_wrong(want, wrong, fabrics)), tuple(wrong))
+
+
+def _wrong(want: Fabric, wrong: list[RankReport], fabrics: dict[str, str | None]) -> list[Finding]:
+    """What diagnose prints for ranks on another fabric than `want`."""
+    used = ", ".join(sorted({named(fabrics[r.key]) for r in wrong}))
+    if want is Fabric.SOCKET:
         return [
             Finding(
                 "error",
@@ -188,15 +228,15 @@ def expectation(
                 ranks_of(wrong),
             )
         ]
-    if all(fabrics[r.key] == "socket" for r in wrong):
+    if all(fabrics[r.key] == Fabric.SOCKET for r in wrong) and want.rdma:
         return []  # reported as socket-fallback, with severity error and the hosts
-    if all({fabrics[r.key], want} == {"ib", "roce"} for r in wrong):
+    if all({fabrics[r.key], want} == {Fabric.IB, Fabric.ROCE} for r in wrong):
         return [
             Finding(
-                "warning",
+                "error",
                 f"expect-{want}",
-                f"inter-node traffic uses {'RoCE' if want == 'ib' else 'IB'} links, expected "
-                f"{want}",
+                f"{where_of(wrong)} use {'RoCE' if want is Fabric.IB else 'IB'} links, "
+                f"expected {want}",
                 "NCCL's IB transport carries both; check NCCL_IB_HCA picks the intended ports.",
                 ranks_of(wrong),
             )
@@ -216,14 +256,7 @@ def expectation(
 def _expect(facts: Facts) -> list[Finding]:
     if facts.expect_fabric is None:
         return []
-    return expectation(
-        facts.expect_fabric,
-        facts.reports,
-        facts.fabrics,
-        facts.network_needed,
-        facts.mnnvl,
-        facts.nodes,
-    )
+    return list(fabric_gate(facts.expect_fabric, facts).findings)
 
 
 EXPECT = Rule(
@@ -231,10 +264,11 @@ EXPECT = Rule(
     (
         Code(
             "expect-<fabric>",
-            ("info", "warning", "error"),
-            "the verdict of `--expect-fabric <fabric>`: any rank on another fabric fails it, "
-            "named with its host; a gate the log cannot confirm fails (below)",
-            "info, warning or error",
+            ("info", "error"),
+            "the verdict of `--expect-fabric <fabric>` and `--platform P` (the gate a deploy "
+            "for P applies): any rank on another fabric fails it, named with its host; a gate "
+            "the log cannot confirm fails (below)",
+            "info or error",
             tuple(f"expect-{f}" for f in FABRICS),
         ),
         Code(
@@ -247,4 +281,4 @@ EXPECT = Rule(
     _expect,
 )
 
-__all__ = ["EXPECT", "expectation"]
+__all__ = ["EXPECT", "FabricGate", "GateStatus", "fabric_gate"]

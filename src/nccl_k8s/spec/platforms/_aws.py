@@ -24,6 +24,7 @@ exports. What the reference does through mpirun or its own image, and this entry
 
 from __future__ import annotations
 
+from nccl_k8s.fabrics import Fabric
 from nccl_k8s.spec.platforms._model import Detect, Instance, Platform, Prerequisite
 
 #: The resource the EFA device plugin advertises (and the DRA driver does not: it publishes
@@ -44,7 +45,7 @@ _PROFILES = (
 EKS_EFA = Platform(
     name="eks-efa",
     title="Amazon EKS with EFA",
-    fabric="efa",
+    fabric=Fabric.EFA,
     # NCCL loads aws-ofi-nccl (the image's net plugin) by itself; the ib/roce presets would
     # force NCCL_NET=IB, which is not EFA.
     network="auto",

@@ -8,7 +8,7 @@ from nccl_k8s.spec.platforms._model import Platform
 GENERIC = Platform(
     name="generic",
     title="a cluster without a known fabric platform",
-    fabric="",
+    fabric=None,
 )
 
 __all__ = ["GENERIC"]

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 from typing import Literal
 
+from nccl_k8s.fabrics import Fabric
 from nccl_k8s.spec.platforms._model import (
     Detect,
     Instance,
@@ -164,7 +165,7 @@ _TCPX_ENV = {
 GKE_TCPX = Platform(
     name="gke-tcpx",
     title="GKE A3 High with GPUDirect-TCPX",
-    fabric="tcpx",
+    fabric=Fabric.TCPX,
     security="rdma",  # root (the RxDM sidecar too) and IPC_LOCK, as the manifest's test container
     instances=(
         Instance(
@@ -258,7 +259,7 @@ _TCPXO_DAEMON: Obj = {
 GKE_TCPXO = Platform(
     name="gke-tcpxo",
     title="GKE A3 Mega with GPUDirect-TCPXO",
-    fabric="tcpxo",
+    fabric=Fabric.TCPXO,
     security="rdma",  # root, which the RxDM sidecar needs for its capabilities
     instances=(
         Instance(
@@ -350,7 +351,7 @@ def _a4x(name: str) -> Instance:
 GKE_RDMA = Platform(
     name="gke-rdma",
     title="GKE A3 Ultra, A4 or A4X with GPUDirect RDMA (gIB)",
-    fabric="gib",
+    fabric=Fabric.GIB,
     security="rdma",  # root and IPC_LOCK, which RDMA needs to register memory
     instances=(
         Instance(

@@ -8,6 +8,7 @@ NCCL_DEBUG=INFO is what proves the fabric afterwards.
 
 from __future__ import annotations
 
+from nccl_k8s.fabrics import Fabric
 from nccl_k8s.spec.platforms._detect import INSTANCE_TYPE_LABEL
 from nccl_k8s.spec.platforms._model import Detect, Instance, Platform, Prerequisite
 
@@ -22,7 +23,7 @@ _CW_DOCS = "https://docs.coreweave.com/products/networking/hpc-interconnect"
 COREWEAVE = Platform(
     name="coreweave",
     title="CoreWeave CKS with InfiniBand",
-    fabric="ib",
+    fabric=Fabric.IB,
     network="ib",
     # "Set spec.containers.resources.requests.rdma/ib to 1. This value does not indicate the
     # number of InfiniBand devices requested, it's used as a boolean" (use-gpudirect-rdma);
@@ -65,7 +66,7 @@ COREWEAVE = Platform(
 NEBIUS = Platform(
     name="nebius",
     title="Nebius Managed Kubernetes with InfiniBand",
-    fabric="ib",
+    fabric=Fabric.IB,
     network="ib",
     # Nebius's Network Operator application deploys the driver only (no RDMA device plugin):
     # its NCCL test reaches /dev/infiniband as a privileged container. Privileged also holds
@@ -106,7 +107,7 @@ NEBIUS = Platform(
 TOGETHER = Platform(
     name="together",
     title="Together AI GPU clusters with InfiniBand",
-    fabric="ib",
+    fabric=Fabric.IB,
     network="ib",
     sources=(
         "https://docs.together.ai/docs/gpu-clusters-concepts (read 2026-12-04): nodes "
@@ -122,7 +123,7 @@ _ND_TYPES = ("Standard_ND96asr_v4", "Standard_ND96isr_H100_v5", "Standard_ND96is
 AKS_IB = Platform(
     name="aks-ib",
     title="Azure AKS with InfiniBand (NVIDIA Network Operator, SR-IOV device plugin)",
-    fabric="ib",
+    fabric=Fabric.IB,
     network="ib",
     # "Maximum Performance: Use the SR-IOV Device Plugin with one pod per node claiming all
     # InfiniBand NICs (rdma/ib: <NIC count>)"; its test requests rdma/ib = GPUs per node.
@@ -222,7 +223,7 @@ def _shape(name: str, ports: int, hca: str, extra: dict[str, str]) -> Instance:
 OKE_ROCE = Platform(
     name="oke-roce",
     title="Oracle OKE with RDMA over RoCE (cluster networks)",
-    fabric="roce",
+    fabric=Fabric.ROCE,
     network="roce",
     # "To use the host's RDMA interfaces in your pods": hostNetwork with
     # ClusterFirstWithHostNet, /dev/infiniband from the host, a privileged container (which

@@ -16,6 +16,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from nccl_k8s.fabrics import Fabric, member
+
 #: A Kubernetes object or fragment as the API spells it (camelCase keys).
 Obj = dict[str, Any]
 
@@ -94,9 +96,10 @@ class Platform:
     """The --platform value."""
     title: str
     """How messages name it ("Amazon EKS with EFA")."""
-    fabric: str
-    """What its NCCL logs must show the run used (results.fabrics' names: efa, tcpx, tcpxo,
-    gib, ib, roce); empty: no expectation (generic)."""
+    fabric: Fabric | None
+    """What its NCCL logs must show the run used (an entry of the fabric table,
+    `nccl_k8s.fabrics`); None: no expectation (generic). The deploy's fabric gate and `diagnose
+    --platform` judge a log against it with one rule (results.rules.gates.fabric_gate)."""
     network: NetworkPreset = "auto"
     """The --network preset the platform implies when the user gives none."""
     security: Literal["socket", "rdma", "host", "privileged"] | None = None
@@ -152,6 +155,11 @@ class Platform:
     (said after "rendered for P, but ranks ... used NET/Socket: ")."""
     sources: tuple[str, ...] = ()
     """The vendor references the entry follows, each `repo@version path` or a URL with its date."""
+
+    def __post_init__(self) -> None:
+        # The table's member for a name, so a typo fails at import rather than at the gate.
+        if self.fabric is not None and not isinstance(self.fabric, Fabric):
+            object.__setattr__(self, "fabric", member(self.fabric))
 
     def instance(self, name: str) -> Instance | None:
         return next((i for i in self.instances if i.name == name), None)
