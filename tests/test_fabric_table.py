@@ -78,7 +78,9 @@ def test_each_platform_gate_and_diagnose_agree_on_real_logs(name: str) -> None:
         assert (code == 1) if not gate.ok else not fabric_errors, (fabric, seen["findings"])
         # A log of another fabric fails, except where the platform's fabric is carried too
         # (gIB runs on RoCE, so an oke-roce gate passes on it).
-        assert gate.ok is (fabric == platform.fabric or (fabric, platform.fabric) == ("gib", "roce"))
+        assert gate.ok is (
+            fabric == platform.fabric or (fabric, platform.fabric) == ("gib", "roce")
+        )
 
 
 def test_the_generic_platform_expects_no_fabric() -> None:
@@ -131,3 +133,18 @@ def test_the_docs_list_the_table_as_it_is() -> None:
     code, _, _ = _diagnose("--help")
     help_text = CliRunner().invoke(app, ["diagnose", "--help"]).stdout
     assert code == 0 and all(str(f) in help_text for f in FABRICS)
+
+
+def test_hpe_slingshot_is_one_entry_of_the_table() -> None:
+    """The proof that a fabric is one entry: cxi (HPE Slingshot through aws-ofi-nccl's cxi
+    provider) was added as a member alone; the gate, `--expect-fabric` and the docs follow."""
+    polaris = LOGS / "polaris-cxi_aws-ofi-nccl_16ranks_4nodes_working.log"
+    code, stdout, stderr = _diagnose(str(polaris), "--expect-fabric", "cxi")
+    assert code == 0, stderr
+    assert "info expect-cxi: inter-node traffic uses cxi, as expected" in stderr
+    assert "inter-node: cxi" in stdout
+    code, _, stderr = _diagnose(str(polaris), "--expect-fabric", "efa")
+    assert code == 1 and "use cxi (HPE Slingshot), expected efa" in stderr
+    socket = LOGS / "nccl-447_gcp_slurm_socket_2nodes_nccl278.log"
+    code, _, stderr = _diagnose(str(socket), "--expect-fabric", "cxi")
+    assert code == 1 and "error socket-fallback" in stderr and "expected cxi" in stderr

@@ -163,7 +163,7 @@ def test_bad_input(tmp_path: Path) -> None:
     assert code == 2
     assert stderr.strip() == (
         "error: --expect-fabric 'infiniband': expected one of ib, roce, efa, socket, nvlink, "
-        "mnnvl, tcpx, tcpxo, gib"
+        "mnnvl, tcpx, tcpxo, gib, cxi"
     )
 
 

@@ -147,6 +147,17 @@ class Fabric(str, enum.Enum):
             by_plugin=True,
         ),
     )
+    CXI = (
+        "cxi",
+        _Facts(
+            "HPE Slingshot",
+            "aws-ofi-nccl (`NET/AWS Libfabric`, `NET/OFI`) with the cxi provider (`Selected "
+            "Provider is cxi`): HPE Slingshot 11, as on ALCF Polaris",
+            providers=("cxi",),
+            rdma=True,
+            spelled=True,
+        ),
+    )
 
 
 #: Every fabric, in the table's order (what `--expect-fabric` accepts).
@@ -199,17 +210,12 @@ def fabric_of(network: str, links: set[str], provider: str | None = None) -> str
     return next((f for f in Fabric if f.plugins and name.startswith(f.plugins)), network)
 
 
-#: Fabrics a log can show that the table does not hold yet (what an aws-ofi-nccl provider
-#: carries), named for a reader.
-_UNLISTED = {"cxi": "cxi (HPE Slingshot)"}
-
-
 def named(fabric: str | None) -> str:
     """A fabric as messages name it: `tcpx (GPUDirect-TCPX)` where the identifier alone says
     little, else the identifier (or what the log named)."""
     known = parse(fabric) if fabric else None
     if known is None:
-        return _UNLISTED.get(str(fabric), str(fabric))
+        return str(fabric)
     return f"{known.value} ({known.about})" if known.spelled else known.value
 
 
