@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import functools
 
-from nccl_k8s.results.findings import Code, Rule
 from nccl_k8s.fabrics import fabrics_table
+from nccl_k8s.results.findings import Code, Rule
 from nccl_k8s.results.nccllog import LineInterest
 from nccl_k8s.results.rules.errors import RUN_FAILED, TORCH, WARNS
 from nccl_k8s.results.rules.fabric import GDR, LIBIBVERBS, LOOPBACK, SOCKET
