@@ -65,7 +65,9 @@ def test_each_platform_gate_and_diagnose_agree_on_real_logs(name: str) -> None:
     own = _log_of(platform)
     checked = judge(platform, [own.read_text()])
     assert checked.ok and checked.expected == platform.fabric, checked
-    for fabric, log in {**OWN, platform.fabric: own.name}.items():
+    assert platform.fabric is not None
+    logs: dict[Fabric, str] = {**OWN, platform.fabric: own.name}
+    for fabric, log in logs.items():
         text = (LOGS / log).read_text()
         gate = judge(platform, [text])
         code, stdout, _ = _diagnose("--platform", name, str(LOGS / log), "-o", "json")
