@@ -6,21 +6,34 @@ Nothing here names a kind: each check is derived from the table."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from lightkube.core import resource as lk_resource
 from tests.cluster import crds
+from tests.cluster.cluster import Cluster
+from tests.e2e_helpers import cli
 
+from nccl_k8s.k8s import ClientSettings
 from nccl_k8s.k8s.api._access import ACCESS, RENDER_APPLY
+from nccl_k8s.k8s.api._client import KubeClient, load_config
 from nccl_k8s.k8s.api._kinds import CLUSTER_SCOPED, CUSTOM, DEFAULT_VERSION, resource
 from nccl_k8s.k8s.api._translate import not_served
-from nccl_k8s.k8s.api._types import Kind
 from nccl_k8s.k8s.preflight._doctor import custom_reads
 from nccl_k8s.k8s.run._bundle import BUNDLED_KINDS
 from nccl_k8s.k8s.run._cleanup import DELETED_KINDS
-from nccl_k8s.spec import CUSTOM_KINDS, GANG_KINDS, GANGS, OPTIONS, CustomKind, build_run_spec
+from nccl_k8s.spec import (
+    CUSTOM_KINDS,
+    GANG_KINDS,
+    GANGS,
+    LOCAL_QUEUE,
+    OPTIONS,
+    TOPOLOGY,
+    CustomKind,
+    build_run_spec,
+)
 
 SOURCES = Path(__file__).parent / "data" / "crds" / "SOURCES.md"
 #: API groups Kubernetes serves itself (no CRD): lightkube ships their models.
@@ -78,7 +91,6 @@ def test_the_client_has_one_resource_class_per_entry() -> None:
         assert (k.kind in CLUSTER_SCOPED) == (k.scope == "Cluster")
         if sum(o.kind == k.kind for o in CUSTOM_KINDS) == 1:
             assert DEFAULT_VERSION[k.kind] == k.api_version
-        assert k.kind in Kind.__args__  # type: ignore[attr-defined]  # the Literal's members
 
 
 def test_rbac_grants_exactly_what_each_entry_needs() -> None:
@@ -140,7 +152,8 @@ def test_doctor_reads_the_kinds_a_run_uses(k: CustomKind) -> None:
 
     asyncio.run(read())
     read_kinds = set(kc.listed)
-    assert {(o.kind, o.api_version) for o in used if o.flag != "--queue"} <= read_kinds
+    # The LocalQueues are read with the admission reads (deploy's refusal reads them too).
+    assert {(o.kind, o.api_version) for o in used if o is not LOCAL_QUEUE} <= read_kinds
     assert read_kinds <= {(o.kind, o.api_version) for o in used}
 
 
@@ -148,3 +161,34 @@ def test_doctor_reads_the_kinds_a_run_uses(k: CustomKind) -> None:
 def test_a_refused_create_names_what_to_install(k: CustomKind) -> None:
     err = not_served("https://x", k.kind, k.api_version, "bench", "r1")
     assert str(err).endswith(f"{k.install}, or deploy without {k.flag.split()[0]}")
+
+
+@pytest.mark.slow
+def test_doctor_queue_names_kueues_topologies(cluster_factory: Callable[..., Cluster]) -> None:
+    """The Topology entry's one use, over real HTTP: without Kueue's CRD doctor --queue says
+    there is no Topology Aware Scheduling; with it and a Topology, it names the levels."""
+    c = cluster_factory(nodes=1, gpus_per_node=1)
+    flags = ["doctor", "-n", "default", "--queue", "q", "--world-size", "1", "--gpus-per-node", "1"]
+    before = cli(c, *flags)
+    assert "topology" in before.output and "no Topology Aware Scheduling" in before.output
+
+    (crd,) = crds.published("kueue-topologies.yaml")
+    c.store.create("customresourcedefinitions", crd)
+    topology = {
+        "apiVersion": TOPOLOGY.api_version,
+        "kind": TOPOLOGY.kind,
+        "metadata": {"name": "default"},
+        "spec": {"levels": [{"nodeLabel": "cloud.example/block"},
+                            {"nodeLabel": "kubernetes.io/hostname"}]},
+    }  # fmt: skip
+    config = load_config(ClientSettings(kubeconfig=str(c.kubeconfig)))
+
+    async def create() -> None:
+        async with KubeClient(config) as kc:
+            await kc.create(topology)
+
+    asyncio.run(create())
+    after = cli(c, *flags)
+    line = next(x for x in after.output.splitlines() if x.startswith("topology"))
+    assert line.split()[1] == "pass", after.output
+    assert "default (cloud.example/block > kubernetes.io/hostname)" in line

@@ -158,6 +158,21 @@ LOCAL_QUEUE = CustomKind(
     install="install Kueue",
     used=lambda spec: spec.queue is not None,
 )
+#: --queue: Kueue's Topology (Topology Aware Scheduling: the node labels of each level), only read
+#: (doctor says which topologies a queued run may be placed by).
+TOPOLOGY = CustomKind(
+    kind="Topology",
+    group="kueue.x-k8s.io",
+    version="v1beta2",
+    plural="topologies",
+    scope="Cluster",
+    crd=Crd("kubernetes-sigs/kueue", "config/components/crd/bases/kueue.x-k8s.io_topologies.yaml"),
+    created=False,
+    flag="--queue",
+    why="doctor --queue: the Topologies Kueue's Topology Aware Scheduling places by",
+    install="install Kueue with Topology Aware Scheduling",
+    used=lambda spec: spec.queue is not None,
+)
 #: Dynamic Resource Allocation's ResourceSlices (built in from Kubernetes 1.34, resource.k8s.io
 #: v1): the DRA drivers' devices per node, read by --platform auto and doctor.
 RESOURCE_SLICE = CustomKind(
@@ -183,6 +198,7 @@ CUSTOM_KINDS: tuple[CustomKind, ...] = (
     POD_MONITOR,
     COMPUTE_DOMAIN,
     LOCAL_QUEUE,
+    TOPOLOGY,
     RESOURCE_SLICE,
 )
 
@@ -199,6 +215,7 @@ __all__ = [
     "LOCAL_QUEUE",
     "POD_MONITOR",
     "RESOURCE_SLICE",
+    "TOPOLOGY",
     "Crd",
     "CustomKind",
     "Scope",

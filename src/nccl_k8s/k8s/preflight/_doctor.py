@@ -57,6 +57,7 @@ from nccl_k8s.spec import (
     LOCAL_QUEUE,
     POD_MONITOR,
     RESOURCE_SLICE,
+    TOPOLOGY,
     CustomKind,
     RunSpec,
 )
@@ -201,12 +202,33 @@ async def preflight(kc: KubeClient, spec: RunSpec, *, create_namespace: bool = F
     group = check_gang(spec, _of(custom, GANG_KINDS[spec.gang])) if spec.gang else None
     if group is not None:
         checks.append(group)
+    if TOPOLOGY.used(spec):
+        checks.append(_topologies(_of(custom, TOPOLOGY)))
     if POD_MONITOR.used(spec):
         checks.append(check_served("pod-monitor", POD_MONITOR, _of(custom, POD_MONITOR)))
     checks += check_compute_domain(
         spec, _of(custom, COMPUTE_DOMAIN), _of(custom, RESOURCE_SLICE), nodes
     )
     return Doctored(kc.server, namespace, checks)
+
+
+def _topologies(read: Read) -> Check:
+    """--queue: the Kueue TAS Topologies (their levels' node labels), which a queued run's
+    placement may follow; none is no obstacle (Kueue then places without a topology)."""
+    what = TOPOLOGY.crd_name
+    if read.forbidden:
+        return Check("topology", "warn", f"may not list {what} (RBAC): not checked")
+    if read.absent or not read.items:
+        return Check(
+            "topology", "skip", f"no Kueue Topology ({what}): no Topology Aware Scheduling"
+        )
+    found = [
+        f"{t['metadata']['name']} ("
+        + " > ".join(str(lv.get("nodeLabel")) for lv in (t.get("spec") or {}).get("levels") or [])
+        + ")"
+        for t in read.items
+    ]
+    return Check("topology", "pass", f"Kueue Topology Aware Scheduling: {', '.join(found)}")
 
 
 async def _platform(kc: KubeClient, spec: RunSpec, nodes: Read) -> tuple[RunSpec, list[Check]]:
