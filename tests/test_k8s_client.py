@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+import httpx2 as httpx
 import pytest
 from tests.cluster.cluster import Cluster
 from typer.testing import CliRunner
@@ -166,36 +167,57 @@ def test_a_kubeconfig_that_is_not_one_is_one_line_exit_2(
 
 
 def test_a_server_never_reached_is_configuration_one_that_went_away_is_a_failure(
-    cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cluster: Cluster, tmp_path: Path
 ) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    assert cluster.kubeconfig is not None
+    kubeconfig = cluster.kubeconfig
+    assert kubeconfig is not None
     dead = tmp_path / "kubeconfig"
-    dead.write_text(cluster.kubeconfig.read_text().replace(cluster.url, f"http://127.0.0.1:{port}"))
-    backoffs: list[int] = []
-    backoff = KubeClient._backoff
-
-    def recorded(self: KubeClient, attempt: int) -> float:
-        backoffs.append(attempt)
-        return backoff(self, attempt)
-
-    monkeypatch.setattr(KubeClient, "_backoff", recorded)
+    dead.write_text(kubeconfig.read_text().replace(cluster.url, f"http://127.0.0.1:{port}"))
     res = CliRunner().invoke(app, ["list", "--kubeconfig", str(dead)])
     assert res.exit_code == 2, res.output
-    assert backoffs == []  # not retried: nothing ever answered
     assert f"cannot reach the API server at http://127.0.0.1:{port} (" in res.output
 
+    # The client's transport, injected through its public seam, counts what is sent: to the
+    # cluster, then (once `gone`) to the dead port.
+    class Moving(httpx.AsyncHTTPTransport):
+        gone = False
+        sent = 0
+
+        async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+            self.sent += 1
+            if self.gone:
+                request.url = request.url.copy_with(port=port)
+            return await super().handle_async_request(request)
+
+    def client(moving: Moving, kubeconfig: Path) -> KubeClient:
+        config = load_config(ClientSettings(kubeconfig=str(kubeconfig)))
+        return KubeClient(config, retry=FAST, transport=moving)
+
+    # Never reached: one request, not retried (the kubeconfig points nowhere), exit 2.
+    never = Moving()
+
+    async def unreached() -> None:
+        async with client(never, dead) as kc:
+            await kc.list("Namespace")
+
+    with pytest.raises(Unreachable) as first:
+        asyncio.run(unreached())
+    assert first.value.exit_code == 2 and not first.value.reached and never.sent == 1
+
     # Reached once, then gone: exit 1, after the retries.
-    async def reached_then_lost(kc: KubeClient) -> None:
-        await kc.list("Namespace")
-        kc.server = f"http://127.0.0.1:{port}"  # the same client, now talking to nothing
-        kc._gc._client.base_url = kc.server  # type: ignore[attr-defined]  # the test's doing
-        await kc.list("Namespace")
+    moving = Moving()
+
+    async def reached_then_lost() -> None:
+        async with client(moving, kubeconfig) as kc:
+            await kc.list("Namespace")
+            moving.gone = True  # the same client, now talking to nothing
+            await kc.list("Namespace")
 
     with pytest.raises(Unreachable) as info:
-        run(cluster, reached_then_lost)
+        asyncio.run(reached_then_lost())
     assert info.value.exit_code == 1 and info.value.reached
     assert "asked 4 times" in str(info.value)
-    assert backoffs == [1, 2, 3]  # a back-off before each of the 3 retries
+    assert moving.sent == 1 + 4  # the first list, then the lost one and its 3 retries

@@ -32,8 +32,7 @@ def _client() -> KubeClient:
 
 
 def _pool_bound(kc: KubeClient) -> Any:
-    transport: Any = kc._gc._client._transport
-    return transport._pool._max_connections
+    return kc.widen_pool(0)  # never narrows: the bound it holds
 
 
 def test_the_pool_widens_and_never_narrows() -> None:
@@ -45,6 +44,48 @@ def test_the_pool_widens_and_never_narrows() -> None:
         assert kc.widen_pool(30) == 102  # never narrowed under streams already open
     finally:
         asyncio.run(kc.aclose())
+
+
+def test_a_widened_pool_opens_that_many_connections_at_once() -> None:
+    """102 requests held open at once by a server that never answers: the widened pool opens
+    102 connections (httpx's default pool would stop at 100 and queue the rest)."""
+    want = 102
+
+    async def main() -> int:
+        opened: list[asyncio.StreamWriter] = []
+        all_in = asyncio.Event()
+
+        async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            opened.append(writer)
+            if len(opened) == want:
+                all_in.set()
+            await reader.read()  # until the client goes
+
+        server = await asyncio.start_server(hold, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        config = KubeConfig.from_dict(
+            {
+                "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            }
+        ).get()
+        assert config is not None
+        kc = KubeClient(config, timeout_s=60.0)
+        kc.widen_pool(want)
+        asks = [asyncio.ensure_future(kc.version()) for _ in range(want)]
+        await all_in.wait()
+        for ask in asks:
+            ask.cancel()
+        await asyncio.gather(*asks, return_exceptions=True)
+        await kc.aclose()
+        for w in opened:
+            w.close()
+        server.close()
+        return len(opened)
+
+    assert asyncio.run(main()) == want
 
 
 def test_every_pair_of_the_round_at_once_by_default() -> None:

@@ -12,8 +12,10 @@ generated run id, both overridable for tests.
 
 from __future__ import annotations
 
+from nccl_k8s.spec import _kinds
 from nccl_k8s.spec._build import build_run_spec, missing_devices, with_platform
 from nccl_k8s.spec._gangs import GANGS, Gang, GangScheduler
+from nccl_k8s.spec._kinds import *  # noqa: F403  # the optional-kinds table: every name of its __all__
 from nccl_k8s.spec._model import (
     CPU_PER_GPU,
     DEFAULT_IMAGE,
@@ -115,3 +117,4 @@ __all__ = [
     "timeout",
     "with_platform",
 ]
+__all__ += _kinds.__all__

@@ -6,7 +6,8 @@ its group (a label or an annotation whose value is the group's name, the run id 
 PodGroup spec fields take the run's pod count, the total of its pods' requests and its
 --priority-class, and any constant fields the scheduler needs. Every reader takes its facts from
 here: --gang's choices and help (spec), the PodGroup and the pods' binding (rendering), the
-resource classes of the API client (api), doctor's CRD check and the debug bundle.
+optional-kinds table (spec._kinds derives each PodGroup's entry from here, with its CRD's source),
+which the API client, rbac, doctor's CRD check, cleanup and the debug bundle read.
 
 It lives in spec, not in the Kubernetes layer, because the option's choices come from it and spec
 sits below k8s; it holds facts only (strings), the objects are rendered by k8s.rendering. A new
@@ -54,6 +55,10 @@ class GangScheduler:
     """The spec field that takes --priority-class; None where the kind has none."""
     fixed: tuple[tuple[str, str], ...] = ()
     """Spec fields the scheduler needs that do not depend on the run (field, value)."""
+    crd_project: str
+    """The repository whose CRD defines the PodGroup (its copy: tests/data/crds)."""
+    crd_path: str
+    """That CRD's file in the repository."""
 
     @property
     def group(self) -> str:
@@ -90,6 +95,8 @@ GANGS: dict[Gang, GangScheduler] = {
             bind="annotation",
             bind_key="scheduling.k8s.io/group-name",
             priority_class_field="priorityClassName",
+            crd_project="volcano-sh/volcano",
+            crd_path="config/crd/volcano/bases/scheduling.volcano.sh_podgroups.yaml",
         ),
         GangScheduler(
             name="coscheduling",
@@ -98,6 +105,8 @@ GANGS: dict[Gang, GangScheduler] = {
             scheduler="scheduler-plugins-scheduler",
             bind="label",
             bind_key="scheduling.x-k8s.io/pod-group",
+            crd_project="kubernetes-sigs/scheduler-plugins",
+            crd_path="manifests/coscheduling/crd.yaml",
         ),
         GangScheduler(
             name="koordinator",
@@ -106,6 +115,8 @@ GANGS: dict[Gang, GangScheduler] = {
             scheduler="koord-scheduler",
             bind="label",
             bind_key="pod-group.scheduling.sigs.k8s.io",
+            crd_project="koordinator-sh/koordinator",
+            crd_path="config/crd/bases/scheduling.sigs.k8s.io_podgroups.yaml",
         ),
     )
 }

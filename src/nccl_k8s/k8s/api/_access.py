@@ -8,7 +8,9 @@ logs, results, cleanup, bundle, doctor and doctor --run); the others are granted
 (`nccl-k8s rbac --cluster-reads`, `--create-namespace`, `--label-nodes`). `tests/test_rbac.py`
 runs the commands on the test cluster as a user bound to exactly what `rbac` prints, records
 every request, and fails when a request is missing here or an entry is never used: add the
-entry with the request, in the same commit.
+entry with the request, in the same commit. The optional kinds' entries (PodGroups, PodMonitor,
+ComputeDomain, LocalQueue, ResourceSlice ...) are derived from spec.CUSTOM_KINDS: verbs from
+whether a run creates the kind, the option from the entry's flag.
 
 Pure data: importing this module loads no client (the `rbac` command works without the extra).
 """
@@ -18,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
-from nccl_k8s.spec import GANGS
+from nccl_k8s.spec import CUSTOM_KINDS
 from nccl_k8s.spec.platforms import PLATFORMS
 
 Scope = Literal["namespace", "cluster"]
@@ -142,22 +144,9 @@ ACCESS: tuple[Access, ...] = (
         "deploy and doctor: will the limit ranges admit the pods",
     ),
     *(
-        Access(
-            g.group,
-            g.plural,
-            ("create", "delete", "list", "patch"),
-            f"deploy --gang {name} creates the PodGroup ({_RUN_WRITES}); doctor and bundle "
-            "list them",
-            optional=f"--gang {name}",
-        )
-        for name, g in GANGS.items()
-    ),
-    Access(
-        "monitoring.coreos.com",
-        "podmonitors",
-        ("create", "delete", "list", "patch"),
-        f"deploy --pod-monitor creates the PodMonitor ({_RUN_WRITES}); cleanup lists them",
-        optional="--pod-monitor",
+        Access(k.group, k.plural, ("create", "delete", "list", "patch"), k.why, optional=k.flag)
+        for k in CUSTOM_KINDS
+        if k.created
     ),
     *(
         Access(group, resource, ("delete", "list"), f"{_ADOPTION_WHY} (list, delete)")
@@ -181,20 +170,17 @@ ACCESS: tuple[Access, ...] = (
             ("", "services", ("get",), _APPLY_WHY),
             ("batch", "jobs", ("get",), _APPLY_WHY),
             ("apps", "statefulsets", ("get",), _APPLY_WHY),
-            ("monitoring.coreos.com", "podmonitors", ("get",), f"{_APPLY_WHY}, --pod-monitor"),
             *(
-                (g.group, g.plural, ("get",), f"{_APPLY_WHY}, --gang {name}")
-                for name, g in GANGS.items()
+                (k.group, k.plural, ("get",), f"{_APPLY_WHY}, {k.flag}")
+                for k in CUSTOM_KINDS
+                if k.created
             ),
-            ("resource.nvidia.com", "computedomains", ("get",), f"{_APPLY_WHY}, --compute-domain"),
         )
     ),
-    Access(
-        "kueue.x-k8s.io",
-        "localqueues",
-        ("list",),
-        "deploy and doctor --queue: does the LocalQueue exist",
-        optional="--queue",
+    *(
+        Access(k.group, k.plural, ("list",), k.why, optional=k.flag)
+        for k in CUSTOM_KINDS
+        if not k.created and k.scope == "Namespaced"
     ),
     Access(
         "",
@@ -223,14 +209,18 @@ ACCESS: tuple[Access, ...] = (
         feature="cluster-reads",
         optional="--scheduler/--gang",
     ),
-    Access(
-        "resource.k8s.io",
-        "resourceslices",
-        ("list",),
-        "--platform auto (deploy, doctor, nodes check): the DRA drivers' devices on each node; "
-        "doctor's DRA-driver prerequisites and --compute-domain",
-        scope="cluster",
-        feature="cluster-reads",
+    *(
+        Access(
+            k.group,
+            k.plural,
+            ("list",),
+            k.why,
+            scope="cluster",
+            feature="cluster-reads",
+            optional=k.flag,
+        )
+        for k in CUSTOM_KINDS
+        if not k.created and k.scope == "Cluster"
     ),
     Access(
         "apps",
@@ -262,14 +252,6 @@ ACCESS: tuple[Access, ...] = (
             optional="--platform",
         )
         for (group, plural), names in _platform_objects().items()
-    ),
-    Access(
-        "resource.nvidia.com",
-        "computedomains",
-        ("create", "delete", "list", "patch"),
-        f"deploy --compute-domain creates the run's ComputeDomain ({_RUN_WRITES}); doctor "
-        "and cleanup list them",
-        optional="--compute-domain",
     ),
     Access(
         "",

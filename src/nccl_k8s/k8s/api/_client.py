@@ -5,11 +5,12 @@ every HTTP failure is translated here, once, into the `ClusterError` tree of ncc
 with a message a user can act on (`forbidden: user X may not create jobs in namespace Y`,
 `cannot reach the API server at URL`), always `raise ... from` the original.
 
-lightkube provides the connection (kubeconfig auth, TLS, the httpx client) and the URL of each
-resource; requests are sent and decoded here, so that every read path shares one retry policy
-and streams never go through a decoder that reads an async body synchronously (lightkube's
-`log(follow=True)` and `watch` do, which turned a 400 for a Pending pod into "Attempted to call
-a sync iterator on an async stream").
+lightkube provides, through its public API, the connection's arguments (kubeconfig auth, TLS;
+api._transport, whose `transport=` is the seam tests inject through) and each resource's API
+info (api._kinds' `path`); requests are sent and decoded here, so that every read path shares
+one retry policy and streams never go through a decoder that reads an async body synchronously
+(lightkube's `log(follow=True)` and `watch` do, which turned a 400 for a Pending pod into
+"Attempted to call a sync iterator on an async stream").
 
 Retries (`RetrySettings`): reads (get, list, opening a watch or a log), deletes and patches
 (idempotent as this package sends them) are retried on 429 (after Retry-After), 500, 502, 503,
@@ -22,11 +23,8 @@ Configuration (settings, the kubeconfig) is api._config's; which kinds it handle
 Lists go in pages; tables and metadata-only lists (less to send and decode) are api._lists'.
 
 Writes carry the field manager `nccl-k8s` (managedFields shows which objects this tool wrote;
-cleanup relies on it). One client holds one connection pool of at most POOL_CONNECTIONS (httpx's
-default), which bounds how many streams (watches, followed logs) run at once; a caller that
-knows it will hold more at once widens it (`widen_pool`: `nodes check` sizes it for a round of
-its tests). `log_chunks` (many pods' logs at once, `results`) goes over connections of its own
-(api._rawlogs).
+cleanup relies on it). The connection pool's bound, and `widen_pool`, are api._transport's.
+`log_chunks` (many pods' logs at once, `results`) goes over connections of its own (_rawlogs).
 """
 
 from __future__ import annotations
@@ -37,14 +35,13 @@ from typing import Any, Literal, NoReturn
 
 import httpx2 as httpx
 import msgspec
-from lightkube import AsyncClient, ConfigError
+from lightkube import ConfigError
 from lightkube.config.kubeconfig import SingleConfig
-from lightkube.core.generic_client import ALL_NS, BasicRequest
 from lightkube.resources.core_v1 import PodLog
 
 from nccl_k8s.errors import ClusterError, NotFound, UsageError
 from nccl_k8s.k8s.api._config import ClientSettings, RetrySettings, load_config
-from nccl_k8s.k8s.api._kinds import CLUSTER_SCOPED, CUSTOM, GLOBAL, resource
+from nccl_k8s.k8s.api._kinds import ALL_NS, CLUSTER_SCOPED, CUSTOM, GLOBAL, path, resource
 from nccl_k8s.k8s.api._lists import pages
 from nccl_k8s.k8s.api._rawlogs import RawLogs, Unsupported
 from nccl_k8s.k8s.api._translate import (
@@ -59,6 +56,7 @@ from nccl_k8s.k8s.api._translate import (
     status_parts,
     transport_error,
 )
+from nccl_k8s.k8s.api._transport import POOL_CONNECTIONS, Call, Connection
 from nccl_k8s.k8s.api._types import Kind, Obj
 
 Propagation = Literal["Background", "Foreground", "Orphan"]
@@ -72,15 +70,14 @@ FIELD_MANAGER = "nccl-k8s"
 #: requests the server must not see twice (only when it cannot have acted on the first).
 Retry = Literal["reads", "creates"]
 
-#: Connections one client's pool holds at once unless widened (httpx's default).
-POOL_CONNECTIONS = 100
-
 
 class KubeClient:
     """An API connection: the kubeconfig context's server, user and default namespace.
 
     Use as an async context manager (`async with KubeClient.connect(settings) as kc:`), or call
     `aclose()`. Every method returns plain objects and raises only nccl_k8s.errors types.
+    `transport`: an httpx transport to send through instead of a pool of real connections
+    (lightkube's and httpx's public seam; tests record or answer requests with it).
     """
 
     def __init__(
@@ -89,6 +86,7 @@ class KubeClient:
         *,
         timeout_s: float = 10.0,
         retry: RetrySettings | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         if config.cluster.server.startswith("http://") and not config.cluster.insecure:
             # Plain HTTP has no TLS to verify; without this lightkube loads the system CA
@@ -100,16 +98,11 @@ class KubeClient:
         self.retry = retry or RetrySettings()
         self._reached = False
         try:
-            self._client = AsyncClient(
-                config,
-                timeout=httpx.Timeout(timeout_s),
-                field_manager=FIELD_MANAGER,
-            )
+            self._conn = Connection(config, timeout_s=timeout_s, transport=transport)
         except (ConfigError, OSError, ValueError) as e:
             raise UsageError(f"kubeconfig context {config.context_name!r}: {e}") from e
-        self._gc = self._client._client
         # Many pods' logs at once (`results`) go over connections of their own (_rawlogs).
-        self._raw = RawLogs(config, self._gc._client.auth, timeout_s)
+        self._raw = RawLogs(config, self._conn.auth, timeout_s, usable=transport is None)
 
     @classmethod
     def connect(cls, settings: ClientSettings) -> KubeClient:
@@ -124,19 +117,13 @@ class KubeClient:
 
     async def aclose(self) -> None:
         await self._raw.aclose()
-        await self._client.close()
+        await self._conn.aclose()
 
     def widen_pool(self, connections: int) -> int:
         """Let the pool hold up to `connections` at once (never fewer than it does now): for a
         caller that knows how many streams it holds together. The number it now holds; where
-        the transport is not httpx's own pool, POOL_CONNECTIONS, as it was."""
-        pool = getattr(getattr(self._gc._client, "_transport", None), "_pool", None)
-        held = getattr(pool, "_max_connections", None)
-        if not isinstance(held, int):
-            return POOL_CONNECTIONS
-        # httpcore reads the bound at each request it assigns, so raising it takes effect at once.
-        pool._max_connections = max(held, connections)  # type: ignore[union-attr]  # httpcore's pool
-        return int(pool._max_connections)  # type: ignore[union-attr]
+        the transport is an injected one, POOL_CONNECTIONS, as httpx's."""
+        return self._conn.widen(connections)
 
     # ---- sending -----------------------------------------------------------------------------
 
@@ -152,28 +139,20 @@ class KubeClient:
         content_type: str | None = None,
         watch: bool = False,
         api_version: str | None = None,
-    ) -> Any:
-        """lightkube's request for the resource's URL (auth, TLS and paths are lightkube's)."""
+    ) -> Call:
+        """The request for a kind's URL (the path from its lightkube resource class)."""
         res = PodLog if kind == "PodLog" else resource(kind, api_version)
-        verb = "get" if name is not None else "list"
-        br = self._gc.prepare_request(
-            verb,
-            res,
-            name=name,
-            namespace=namespace,
-            watch=watch,
-            params={k: v for k, v in (params or {}).items() if v is not None},
-        )
-        br.method = method
-        br.data = body
-        if content_type is not None:
-            br.headers = {"Content-Type": content_type}
+        query = {k: v for k, v in (params or {}).items() if v is not None}
+        if watch:
+            query["watch"] = "true"
         if method in ("POST", "PATCH", "PUT"):
-            br.params.setdefault("fieldManager", FIELD_MANAGER)
-        return br
+            query.setdefault("fieldManager", FIELD_MANAGER)
+        headers = {"Content-Type": content_type} if content_type is not None else None
+        url = path(res, namespace=namespace, name=name)
+        return Call(method, url, query, body, headers)
 
     async def _send(
-        self, br: Any, ask: Ask, *, retry: Retry, stream: bool = False
+        self, call: Call, ask: Ask, *, retry: Retry, stream: bool = False
     ) -> httpx.Response:
         """Send, retrying what the policy allows; the response (status < 400) or our error."""
         attempt = 0
@@ -181,8 +160,7 @@ class KubeClient:
             attempt += 1
             last = attempt >= self.retry.attempts
             try:
-                req = self._gc.build_adapter_request(br)
-                resp: httpx.Response = await self._gc.send(req, stream=stream)  # type: ignore[no-untyped-call]  # lightkube's generic client is untyped
+                resp = await self._conn.send(call, stream=stream)
             except ConfigError as e:  # an auth plugin of the kubeconfig failed
                 raise UsageError(f"kubeconfig context {self.config.context_name!r}: {e}") from e
             except httpx.TransportError as e:
@@ -264,7 +242,9 @@ class KubeClient:
         user = self.config.context.user
         return f"user {user!r}" if user else "this user"
 
-    def _ns(self, kind: str, namespace: str | None) -> str | None:
+    def namespace_for(self, kind: str, namespace: str | None) -> str | None:
+        """The namespace a request about `kind` goes to: None for a cluster-scoped kind, else
+        `namespace` or the context's."""
         if kind in CLUSTER_SCOPED or kind in GLOBAL:
             return None
         return namespace or self.namespace
@@ -272,8 +252,7 @@ class KubeClient:
     async def version(self) -> Obj:
         """The server's /version (gitVersion, platform ...): the cheapest proof it answers."""
         ask = Ask("get", "version", None)
-        br = BasicRequest(method="GET", url="version")
-        return self._object(await self._send(br, ask, retry="reads"), ask)
+        return self._object(await self._send(Call("GET", "version"), ask, retry="reads"), ask)
 
     async def review_access(self, attributes: Obj) -> bool:
         """May this user do it? A SelfSubjectAccessReview of `attributes` (verb, group,
@@ -282,8 +261,9 @@ class KubeClient:
         review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
                   "spec": {"resourceAttributes": attributes}}  # fmt: skip
         url = "apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
-        br = BasicRequest(method="POST", url=url, data=review)
-        got = self._object(await self._send(br, ask, retry="reads"), ask)
+        got = self._object(
+            await self._send(Call("POST", url, body=review), ask, retry="reads"), ask
+        )
         return bool((got.get("status") or {}).get("allowed"))
 
     # ---- reads -------------------------------------------------------------------------------
@@ -293,11 +273,11 @@ class KubeClient:
     ) -> Obj | None:
         """The object, or None when it does not exist (for a custom kind, also when the cluster
         does not serve that resource at all: creating it then says so)."""
-        ns = self._ns(kind, namespace)
+        ns = self.namespace_for(kind, namespace)
         ask = Ask("get", kind, ns, name)
-        br = self._request("GET", kind, namespace=ns, name=name, api_version=api_version)
+        call = self._request("GET", kind, namespace=ns, name=name, api_version=api_version)
         try:
-            resp = await self._send(br, ask, retry="reads")
+            resp = await self._send(call, ask, retry="reads")
         except NotFound:
             return None
         return self._object(resp, ask)
@@ -322,15 +302,14 @@ class KubeClient:
         ns = (
             ALL_NS
             if all_namespaces and kind not in CLUSTER_SCOPED and kind not in GLOBAL
-            else self._ns(kind, namespace)
+            else self.namespace_for(kind, namespace)
         )
-        ask = Ask("list", kind, None if ns == ALL_NS else ns)
         params = {
             "labelSelector": ",".join(s for s in (selector(labels), label_selector) if s) or None,
             "fieldSelector": ",".join(s for s in (selector(fields), field_selector) if s) or None,
         }
         items: list[Obj] = []
-        bodies = await pages(self, kind, ask, params, namespace=ns, api_version=api_version)
+        bodies = await pages(self, kind, params, namespace=ns, api_version=api_version)
         for body in bodies:
             version = body.get("apiVersion")
             for item in body.get("items") or []:
@@ -340,6 +319,27 @@ class KubeClient:
                     item.setdefault("apiVersion", version)
                 items.append(item)
         return items, str((bodies[-1].get("metadata") or {}).get("resourceVersion") or "")
+
+    async def list_page(
+        self,
+        kind: Kind,
+        params: Mapping[str, Any],
+        *,
+        namespace: str | None,
+        api_version: str | None = None,
+        accept: str | None = None,
+    ) -> Obj:
+        """One GET of a kind's collection as the server answers it: a List, or with `accept` a
+        Table or a PartialObjectMetadataList; retried as a read. A page of a list (api._lists:
+        `params` are its selectors, limit and continue); `namespace` as `namespace_for` gives
+        it, or ALL_NS."""
+        ask = Ask("list", kind, None if namespace == ALL_NS else namespace)
+        call = self._request(
+            "GET", kind, namespace=namespace, params=params, api_version=api_version
+        )
+        if accept is not None:
+            call.headers = {**(call.headers or {}), "Accept": accept}
+        return self._object(await self._send(call, ask, retry="reads"), ask)
 
     async def watch(
         self,
@@ -356,9 +356,9 @@ class KubeClient:
         Opening the stream is retried like any read. Raises Expired on 410 Gone (relist),
         Unreachable when the connection drops mid-stream.
         """
-        ns = self._ns(kind, namespace)
+        ns = self.namespace_for(kind, namespace)
         ask = Ask("watch", kind, ns)
-        br = self._request(
+        call = self._request(
             "GET",
             kind,
             namespace=ns,
@@ -371,8 +371,8 @@ class KubeClient:
                 "allowWatchBookmarks": "true",
             },
         )
-        br.timeout = self._gc._watch_timeout  # no read timeout: a watch may be quiet
-        resp = await self._send(br, ask, retry="reads", stream=True)
+        call.timeout = self._conn.watch_timeout  # no read timeout: a watch may be quiet
+        resp = await self._send(call, ask, retry="reads", stream=True)
         try:
             async for line in resp.aiter_lines():
                 if not line.strip():
@@ -411,7 +411,7 @@ class KubeClient:
         """The container's log so far, as the bytes arrive (never held whole): over the raw
         path (`_rawlogs`, ~10x less client CPU per pod), else, and for any answer but 200
         (a pod not started: 400, raised as `logs` raises it), the ordinary one."""
-        ns = self._ns("Pod", namespace)
+        ns = self.namespace_for("Pod", namespace)
         sent = 0
         if self._raw.usable:
             try:
@@ -428,11 +428,11 @@ class KubeClient:
     async def _log(
         self, pod: str, namespace: str | None, container: str | None, tail: int | None, prev: bool
     ) -> httpx.Response:
-        ns = self._ns("Pod", namespace)
+        ns = self.namespace_for("Pod", namespace)
         ask = Ask("get logs of", "Pod", ns, pod)
         # One body, not a line iterator: an async step per line cost 4 of the 5 s that
         # collecting 1,024 pods took.
-        br = self._request(
+        call = self._request(
             "GET",
             "PodLog",
             namespace=ns,
@@ -443,7 +443,7 @@ class KubeClient:
                 "previous": "true" if prev else None,
             },
         )
-        return await self._send(br, ask, retry="reads")
+        return await self._send(call, ask, retry="reads")
 
     async def follow_logs(
         self,
@@ -455,17 +455,17 @@ class KubeClient:
     ) -> AsyncIterator[str]:
         """The container's log lines as they are written, until it ends. A pod whose container
         has not started answers 400 (BadRequest), raised as ClusterError(status=400)."""
-        ns = self._ns("Pod", namespace)
+        ns = self.namespace_for("Pod", namespace)
         ask = Ask("follow logs of", "Pod", ns, pod)
-        br = self._request(
+        call = self._request(
             "GET",
             "PodLog",
             namespace=ns,
             name=pod,
             params={"container": container, "tailLines": tail_lines, "follow": "true"},
         )
-        br.timeout = self._gc._watch_timeout
-        resp = await self._send(br, ask, retry="reads", stream=True)
+        call.timeout = self._conn.watch_timeout
+        resp = await self._send(call, ask, retry="reads", stream=True)
         try:
             async for line in resp.aiter_lines():
                 yield line
@@ -483,12 +483,12 @@ class KubeClient:
         meta = obj.get("metadata", {})
         kind = str(obj.get("kind"))
         name = meta.get("name")
-        ns = self._ns(kind, meta.get("namespace"))
+        ns = self.namespace_for(kind, meta.get("namespace"))
         ask = Ask("create", kind, ns, name)
         api_version = str(obj.get("apiVersion"))
-        br = self._request("POST", kind, namespace=ns, body=obj, api_version=api_version)
+        call = self._request("POST", kind, namespace=ns, body=obj, api_version=api_version)
         try:
-            return self._object(await self._send(br, ask, retry="creates"), ask)
+            return self._object(await self._send(call, ask, retry="creates"), ask)
         except NotFound as e:
             if (api_version, kind) not in CUSTOM:
                 raise
@@ -503,9 +503,9 @@ class KubeClient:
         meta = obj.get("metadata", {})
         kind = str(obj.get("kind"))
         name = str(meta.get("name"))
-        ns = self._ns(kind, meta.get("namespace"))
+        ns = self.namespace_for(kind, meta.get("namespace"))
         ask = Ask("apply", kind, ns, name)
-        br = self._request(
+        call = self._request(
             "PATCH",
             kind,
             namespace=ns,
@@ -515,7 +515,7 @@ class KubeClient:
             params={"force": "true" if force else None},
             api_version=str(obj.get("apiVersion")),
         )
-        return self._object(await self._send(br, ask, retry="reads"), ask)
+        return self._object(await self._send(call, ask, retry="reads"), ask)
 
     async def patch(
         self,
@@ -528,9 +528,9 @@ class KubeClient:
     ) -> Obj | None:
         """JSON merge patch (RFC 7386) of one object; None when it does not exist. Retried like
         a read, so send only patches that mean the same the second time (set, not add)."""
-        ns = self._ns(kind, namespace)
+        ns = self.namespace_for(kind, namespace)
         ask = Ask("patch", kind, ns, name)
-        br = self._request(
+        call = self._request(
             "PATCH",
             kind,
             namespace=ns,
@@ -540,7 +540,7 @@ class KubeClient:
             api_version=api_version,
         )
         try:
-            resp = await self._send(br, ask, retry="reads")
+            resp = await self._send(call, ask, retry="reads")
         except NotFound:
             return None
         return self._object(resp, ask)
@@ -565,7 +565,7 @@ class KubeClient:
         """Delete one object; False when it was already gone. With `uid`, only that object: when
         the object of that name is another one (ours was deleted and a new one made meanwhile,
         which is not ours to delete), Conflict (reason "Conflict", "Precondition failed")."""
-        ns = self._ns(kind, namespace)
+        ns = self.namespace_for(kind, namespace)
         ask = Ask("delete", kind, ns, name)
         options: Obj = {
             "apiVersion": "v1",
@@ -576,11 +576,11 @@ class KubeClient:
             options["gracePeriodSeconds"] = grace_period_s
         if uid is not None:
             options["preconditions"] = {"uid": uid}
-        br = self._request(
+        call = self._request(
             "DELETE", kind, namespace=ns, name=name, body=options, api_version=api_version
         )
         try:
-            resp = await self._send(br, ask, retry="reads")
+            resp = await self._send(call, ask, retry="reads")
         except NotFound:
             return False
         await resp.aclose()
@@ -589,6 +589,7 @@ class KubeClient:
 
 __all__ = [
     "FIELD_MANAGER",
+    "POOL_CONNECTIONS",
     "ClientSettings",
     "Kind",
     "KubeClient",

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from lightkube.core import resource as lk_resource
+from lightkube.core.resource_registry import resource_registry
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.apps_v1 import DaemonSet, StatefulSet
@@ -23,10 +24,9 @@ from lightkube.resources.core_v1 import (
     ServiceAccount,
 )
 from lightkube.resources.rbac_authorization_v1 import Role, RoleBinding
-from lightkube.resources.resource_v1 import ResourceSlice
 
 from nccl_k8s.errors import ClusterError
-from nccl_k8s.spec import GANGS
+from nccl_k8s.spec import CUSTOM_KINDS, CustomKind
 
 RESOURCES: dict[str, Any] = {
     "ConfigMap": ConfigMap,
@@ -40,43 +40,40 @@ RESOURCES: dict[str, Any] = {
     "ResourceQuota": ResourceQuota,
     "LimitRange": LimitRange,
     "Lease": Lease,
-    # Read by --platform auto and doctor's platform prerequisites (ResourceSlices: the DRA
-    # drivers' devices per node, also doctor --compute-domain's).
+    # Read by doctor's platform prerequisites.
     "DaemonSet": DaemonSet,
     "CustomResourceDefinition": CustomResourceDefinition,
-    "ResourceSlice": ResourceSlice,
     # A rendered run's adoption objects (rendering._adopt), which cleanup deletes.
     "ServiceAccount": ServiceAccount,
     "Role": Role,
     "RoleBinding": RoleBinding,
 }
+
+
+def _custom(k: CustomKind) -> Any:
+    """The resource class of an optional kind, from lightkube's public API: its own model for
+    a built-in API group (resource.k8s.io), else a generic resource of the entry's facts."""
+    if k.crd is None:
+        return resource_registry.load(k.api_version, k.kind)
+    make = create_global_resource if k.scope == "Cluster" else create_namespaced_resource
+    return make(k.group, k.version, k.kind, k.plural)
+
+
+#: The optional kinds (spec.CUSTOM_KINDS: the gangs' PodGroups, PodMonitor, ComputeDomain,
+#: LocalQueue, ResourceSlice ...), by apiVersion (several groups call theirs PodGroup): one
+#: resource class per entry.
+CUSTOM: dict[tuple[str, str], Any] = {(k.api_version, k.kind): _custom(k) for k in CUSTOM_KINDS}
 #: Kinds without a namespace (the client sends no namespace for them).
-CLUSTER_SCOPED = frozenset({"Namespace", "Node", "CustomResourceDefinition", "ResourceSlice"})
-#: Custom resources we render or read, by apiVersion (several groups call theirs PodGroup).
-#: Made once with lightkube's public generic-resource API: the PodGroup of every scheduler of the
-#: gang table, the Prometheus Operator's PodMonitor (--pod-monitor), Kueue's LocalQueue, which
-#: is only read (doctor checks that --queue names one), and NVIDIA's ComputeDomain
-#: (--compute-domain).
-CUSTOM: dict[tuple[str, str], Any] = {
-    **{
-        (g.api_version, g.kind): create_namespaced_resource(g.group, g.version, g.kind, g.plural)
-        for g in GANGS.values()
-    },
-    ("monitoring.coreos.com/v1", "PodMonitor"): create_namespaced_resource(
-        "monitoring.coreos.com", "v1", "PodMonitor", "podmonitors"
-    ),
-    ("kueue.x-k8s.io/v1beta1", "LocalQueue"): create_namespaced_resource(
-        "kueue.x-k8s.io", "v1beta1", "LocalQueue", "localqueues"
-    ),
-    # --compute-domain: NVIDIA's DRA driver's ComputeDomain (its CRD, v1beta1).
-    ("resource.nvidia.com/v1beta1", "ComputeDomain"): create_namespaced_resource(
-        "resource.nvidia.com", "v1beta1", "ComputeDomain", "computedomains"
-    ),
-}
-#: The apiVersion a custom kind is read with when the caller names none.
+CLUSTER_SCOPED = frozenset(
+    {"Namespace", "Node", "CustomResourceDefinition"}
+    | {k.kind for k in CUSTOM_KINDS if k.scope == "Cluster"}
+)
+#: The apiVersion a custom kind is read with when the caller names none: the table's, where it
+#: has one entry of that kind.
 DEFAULT_VERSION = {
-    "LocalQueue": "kueue.x-k8s.io/v1beta1",
-    "ComputeDomain": "resource.nvidia.com/v1beta1",
+    k.kind: k.api_version
+    for k in CUSTOM_KINDS
+    if sum(1 for o in CUSTOM_KINDS if o.kind == k.kind) == 1
 }
 
 
@@ -109,18 +106,44 @@ def cluster_object(api: str) -> tuple[str, str]:
 GLOBAL: set[str] = set()
 
 
+#: The namespace argument that lists a namespaced kind across every namespace.
+ALL_NS = "*"
+
+
+def path(res: Any, *, namespace: str | None = None, name: str | None = None) -> str:
+    """The URL path of a resource class (`api/v1/namespaces/ns/pods/p/log`, `apis/group/version/
+    plural`), from lightkube's public API info: a namespaced kind in `namespace` (ALL_NS or
+    None: of every namespace), a named object, a subresource's action."""
+    info = lk_resource.api_info(res)
+    base = info.parent or info.resource
+    parts = ["api", base.version] if not base.group else ["apis", base.group, base.version]
+    namespaced = issubclass(
+        res, (lk_resource.NamespacedResource, lk_resource.NamespacedSubResource)
+    )
+    if namespaced and namespace is not None and namespace != ALL_NS:
+        parts += ["namespaces", namespace]
+    parts.append(info.plural)
+    if name is not None:
+        parts.append(name)
+    if info.action:
+        parts.append(info.action)
+    return "/".join(parts)
+
+
 def plural(kind: str) -> str:
     res = RESOURCES.get(kind) or next((r for (_, k), r in CUSTOM.items() if k == kind), None)
     return str(lk_resource.api_info(res).plural) if res is not None else kind.lower()
 
 
 __all__ = [
+    "ALL_NS",
     "CLUSTER_SCOPED",
     "CUSTOM",
     "DEFAULT_VERSION",
     "GLOBAL",
     "RESOURCES",
     "cluster_object",
+    "path",
     "plural",
     "resource",
 ]

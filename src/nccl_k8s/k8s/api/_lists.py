@@ -27,8 +27,6 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from nccl_k8s.errors import Expired
-from nccl_k8s.k8s.api._kinds import CLUSTER_SCOPED, GLOBAL
-from nccl_k8s.k8s.api._translate import Ask
 from nccl_k8s.k8s.api._types import Kind, Obj
 
 if TYPE_CHECKING:
@@ -61,7 +59,6 @@ class Table:
 async def pages(
     kc: KubeClient,
     kind: Kind,
-    ask: Ask,
     params: dict[str, Any],
     *,
     namespace: str | None,
@@ -73,17 +70,16 @@ async def pages(
     params = {**params, "limit": PAGE_SIZE if paged else None}
     bodies: list[Obj] = []
     while True:
-        br = kc._request("GET", kind, namespace=namespace, params=params, api_version=api_version)
-        if accept is not None:
-            br.headers = {**(br.headers or {}), "Accept": accept}
         try:
-            body = kc._object(await kc._send(br, ask, retry="reads"), ask)
+            body = await kc.list_page(
+                kind, params, namespace=namespace, api_version=api_version, accept=accept
+            )
         except Expired:
             if not params.get("continue"):
                 raise
             # The snapshot the token named is gone: the whole list again, in one answer.
             return await pages(
-                kc, kind, ask, {**params, "continue": None}, namespace=namespace,
+                kc, kind, {**params, "continue": None}, namespace=namespace,
                 api_version=api_version, accept=accept, paged=False,
             )  # fmt: skip
         bodies.append(body)
@@ -91,12 +87,6 @@ async def pages(
         if not token:
             return bodies
         params["continue"] = token
-
-
-def _where(kc: KubeClient, kind: Kind, namespace: str | None) -> str | None:
-    if kind in CLUSTER_SCOPED or kind in GLOBAL:
-        return None
-    return namespace or kc.namespace
 
 
 def _params(label_selector: str | None, field_selector: str | None) -> dict[str, Any]:
@@ -112,10 +102,9 @@ async def list_table(
     field_selector: str | None = None,
 ) -> Table:
     """The server-side table of the matching objects (selectors in kubectl's syntax)."""
-    ns = _where(kc, kind, namespace)
-    ask = Ask("list", kind, ns)
+    ns = kc.namespace_for(kind, namespace)
     bodies = await pages(
-        kc, kind, ask, _params(label_selector, field_selector), namespace=ns, accept=TABLE
+        kc, kind, _params(label_selector, field_selector), namespace=ns, accept=TABLE
     )
     rows: list[Row] = []
     objects: list[Obj] = []
@@ -142,11 +131,8 @@ async def list_metadata(
 ) -> tuple[list[Obj], str]:
     """(the matching objects with their metadata alone, the list's resourceVersion); each has
     `kind` and `metadata`, and from a server that does not convert, everything else too."""
-    ns = _where(kc, kind, namespace)
-    ask = Ask("list", kind, ns)
-    bodies = await pages(
-        kc, kind, ask, _params(label_selector, None), namespace=ns, accept=METADATA
-    )
+    ns = kc.namespace_for(kind, namespace)
+    bodies = await pages(kc, kind, _params(label_selector, None), namespace=ns, accept=METADATA)
     items: list[Obj] = []
     for body in bodies:
         for item in body.get("items") or []:

@@ -53,7 +53,15 @@ class Unsupported(Exception):
 class RawLogs:
     """GETs of pod logs over connections of its own (kept alive, reused)."""
 
-    def __init__(self, config: SingleConfig, auth: httpx.Auth | None, timeout_s: float) -> None:
+    def __init__(
+        self,
+        config: SingleConfig,
+        auth: httpx.Auth | None,
+        timeout_s: float,
+        *,
+        usable: bool = True,
+    ) -> None:
+        """`usable=False`: never used (the client sends through an injected transport)."""
         url = urllib.parse.urlsplit(config.cluster.server)
         self._config, self._auth, self._timeout = config, auth, timeout_s
         self._https = url.scheme == "https"
@@ -66,9 +74,13 @@ class RawLogs:
         self._ssl: ssl.SSLContext | None = None
         self._lock = asyncio.Lock()
         proxies = urllib.request.getproxies()
-        self.usable = url.scheme in ("http", "https") and not (
-            any(k in proxies for k in ("http", "https", "all"))
-            and not urllib.request.proxy_bypass(self._host)
+        self.usable = (
+            usable
+            and url.scheme in ("http", "https")
+            and not (
+                any(k in proxies for k in ("http", "https", "all"))
+                and not urllib.request.proxy_bypass(self._host)
+            )
         )
 
     async def _prepare(self) -> bytes:

@@ -20,6 +20,7 @@ from nccl_k8s.errors import (
     Unreachable,
 )
 from nccl_k8s.k8s.api._kinds import plural
+from nccl_k8s.spec import custom_kind
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,14 +59,6 @@ def decode(resp: httpx.Response) -> Any:
     return msgspec.json.decode(resp.content)
 
 
-#: What to install (or leave out) when a custom kind a deploy creates is not served.
-_NEEDS = {
-    "PodMonitor": "install the Prometheus Operator, or deploy without --pod-monitor",
-    "ComputeDomain": "install NVIDIA's DRA driver for GPUs (k8s-dra-driver-gpu), or deploy "
-    "without --compute-domain",
-}
-
-
 def status_parts(resp: httpx.Response) -> tuple[str, str | None]:
     """(message, reason) of an error response: its Status body's, else the reason phrase."""
     try:
@@ -94,7 +87,8 @@ def not_served(
     server: str, kind: str, api_version: str, namespace: str | None, name: str | None
 ) -> NotFound:
     """The 404 of creating a custom object whose CRD the cluster lacks, saying what to do."""
-    needs = _NEEDS.get(kind, "install the scheduler that defines it, or deploy without that --gang")
+    entry = custom_kind(kind, api_version)
+    needs = entry.hint if entry is not None else f"install what defines {kind} {api_version}"
     return NotFound(
         f"{server} does not serve {kind} {api_version} (its CustomResourceDefinition is not "
         f"installed): {needs}",

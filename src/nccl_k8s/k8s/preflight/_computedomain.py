@@ -19,13 +19,8 @@ from __future__ import annotations
 from collections import Counter
 
 from nccl_k8s.k8s.preflight._preflight import Check, Read
-from nccl_k8s.k8s.rendering._computedomain import (
-    CLIQUE_LABEL,
-    COMPUTE_DOMAIN_API_VERSION,
-    COMPUTE_DOMAIN_CRD,
-    DRIVER,
-)
-from nccl_k8s.spec import RunSpec
+from nccl_k8s.k8s.rendering._computedomain import CLIQUE_LABEL, DRIVER
+from nccl_k8s.spec import COMPUTE_DOMAIN, RunSpec
 
 INSTALL_HINT = (
     "install NVIDIA's DRA driver with ComputeDomains enabled (helm install nvidia-dra-driver-gpu "
@@ -43,15 +38,15 @@ def check_crd(domains: Read) -> Check:
         return Check(
             "compute-domain-crd",
             "fail",
-            f"the cluster does not serve ComputeDomain {COMPUTE_DOMAIN_API_VERSION}: NVIDIA's "
-            f"DRA driver is not installed (no {COMPUTE_DOMAIN_CRD} CRD)",
+            f"the cluster does not serve ComputeDomain {COMPUTE_DOMAIN.api_version}: NVIDIA's "
+            f"DRA driver is not installed (no {COMPUTE_DOMAIN.crd_name} CRD)",
             INSTALL_HINT,
             certain=True,
         )
     return Check(
         "compute-domain-crd",
         "pass",
-        f"ComputeDomain {COMPUTE_DOMAIN_API_VERSION} is served ({COMPUTE_DOMAIN_CRD})",
+        f"ComputeDomain {COMPUTE_DOMAIN.api_version} is served ({COMPUTE_DOMAIN.crd_name})",
     )
 
 

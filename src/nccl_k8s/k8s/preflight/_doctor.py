@@ -6,9 +6,10 @@ request each, at once) and hands it to the pure checks of preflight._preflight a
     nodes         LIST nodes (GPU and RDMA resources, taints, labels, readiness)
     scheduler     LIST Leases and pods with spec.schedulerName=NAME, all namespaces (--scheduler,
                   --gang only)
-    gang / queue  LIST PodGroups / Kueue LocalQueues in the namespace (--gang / --queue only)
+    custom kinds  LIST each optional kind the run uses (spec.CUSTOM_KINDS: --gang's PodGroups,
+                  --pod-monitor's PodMonitors, --queue's LocalQueues, --compute-domain's
+                  ComputeDomains and ResourceSlices): is it served, and what is there
     admission     LIST ResourceQuotas and LimitRanges in the namespace
-    compute domain LIST ComputeDomains in the namespace and ResourceSlices (--compute-domain only)
     permissions   a SelfSubjectAccessReview per verb the run needs (preflight._access)
 
 A read that RBAC denies makes its checks a warning, not an error: doctor says what it could not
@@ -22,12 +23,12 @@ import asyncio
 import dataclasses
 import datetime
 from collections.abc import Awaitable
-from typing import Any, get_args
+from typing import Any, cast, get_args
 
 from nccl_k8s.errors import ClusterError, Forbidden, NotFound
 from nccl_k8s.k8s.api._client import ClientSettings, KubeClient
 from nccl_k8s.k8s.api._sync import run_sync
-from nccl_k8s.k8s.api._types import Obj
+from nccl_k8s.k8s.api._types import Kind, Obj
 from nccl_k8s.k8s.preflight import _prereqs
 from nccl_k8s.k8s.preflight._access import access_checks
 from nccl_k8s.k8s.preflight._computedomain import check_compute_domain
@@ -46,10 +47,20 @@ from nccl_k8s.k8s.preflight._preflight import (
     check_queue,
     check_quotas,
     check_scheduler,
+    check_served,
     scheduler_name,
 )
-from nccl_k8s.k8s.rendering._computedomain import COMPUTE_DOMAIN_API_VERSION
-from nccl_k8s.spec import GANGS, RunSpec
+from nccl_k8s.spec import (
+    COMPUTE_DOMAIN,
+    CUSTOM_KINDS,
+    GANG_KINDS,
+    LOCAL_QUEUE,
+    POD_MONITOR,
+    RESOURCE_SLICE,
+    TOPOLOGY,
+    CustomKind,
+    RunSpec,
+)
 from nccl_k8s.spec.platforms import GENERIC, PLATFORMS
 
 
@@ -99,9 +110,36 @@ async def _nothing() -> Read:
     return Read(items=[])
 
 
+def custom_reads(kc: KubeClient, spec: RunSpec, namespace: str) -> dict[str, Awaitable[Read]]:
+    """A LIST of every optional kind the run uses (spec.CUSTOM_KINDS' `used`), by its
+    `resource`; in the namespace, or the cluster for a cluster-scoped kind. The LocalQueues
+    are read with the admission reads (deploy's refusal reads them too)."""
+    return {
+        k.resource: _read(
+            kc.list(cast(Kind, k.kind), namespace=namespace, api_version=k.api_version)
+        )
+        for k in CUSTOM_KINDS
+        if k.used(spec) and k is not LOCAL_QUEUE
+    }
+
+
+async def _custom(kc: KubeClient, spec: RunSpec, namespace: str) -> dict[str, Read]:
+    asks = custom_reads(kc, spec, namespace)
+    return dict(zip(asks, await asyncio.gather(*asks.values()), strict=True))
+
+
+def _of(reads: dict[str, Read], kind: CustomKind) -> Read:
+    """What doctor read of `kind`; nothing where the run does not use it."""
+    return reads.get(kind.resource, Read(items=[]))
+
+
 async def _admission_reads(kc: KubeClient, spec: RunSpec, namespace: str) -> list[Read]:
     """Quotas, limit ranges and (with --queue) LocalQueues of the namespace, at once."""
-    queue = _read(kc.list("LocalQueue", namespace=namespace)) if spec.queue else _nothing()
+    queue = (
+        _read(kc.list("LocalQueue", namespace=namespace, api_version=LOCAL_QUEUE.api_version))
+        if LOCAL_QUEUE.used(spec)
+        else _nothing()
+    )
     return list(
         await asyncio.gather(
             _read(kc.list("ResourceQuota", namespace=namespace)),
@@ -130,38 +168,24 @@ async def preflight(kc: KubeClient, spec: RunSpec, *, create_namespace: bool = F
     except ClusterError as e:
         return Doctored(kc.server, namespace, [check_api(kc.server, None, str(e))])
     name = scheduler_name(spec)
-    gang = GANGS[spec.gang] if spec.gang else None
     if name is not None:
         by = {"spec.schedulerName": name}
         leases = _read(kc.list("Lease", all_namespaces=True))
         placed = _read(kc.list("Pod", all_namespaces=True, fields=by))
     else:
         leases, placed = _nothing(), _nothing()
-    groups = (
-        _read(kc.list(gang.kind, namespace=namespace, api_version=gang.api_version))
-        if gang
-        else _nothing()
-    )
-    if spec.compute_domain:
-        domains = _read(
-            kc.list("ComputeDomain", namespace=namespace, api_version=COMPUTE_DOMAIN_API_VERSION)
-        )
-        slices = _read(kc.list("ResourceSlice"))
-    else:
-        domains, slices = _nothing(), _nothing()
     # Two gathers in one: typeshed types asyncio.gather's results up to six awaitables.
-    first, (cd_read, slice_read) = await asyncio.gather(
+    first, custom = await asyncio.gather(
         asyncio.gather(
             _read(kc.get("Namespace", namespace)),
             _read(kc.list("Node")),
             leases,
             placed,
-            groups,
             _admission_reads(kc, spec, namespace),
         ),
-        asyncio.gather(domains, slices),
+        _custom(kc, spec, namespace),
     )
-    ns, nodes, lease_read, placed_read, group_read, admission = first
+    ns, nodes, lease_read, placed_read, admission = first
     spec, platform_checks = await _platform(kc, spec, nodes)
     now = datetime.datetime.now(datetime.timezone.utc)
     absent = not ns.forbidden and not ns.items
@@ -175,11 +199,36 @@ async def preflight(kc: KubeClient, spec: RunSpec, *, create_namespace: bool = F
         *check_nodes(spec, nodes),
         check_scheduler(spec, lease_read, placed_read, now),
     ]
-    group = check_gang(spec, group_read)
+    group = check_gang(spec, _of(custom, GANG_KINDS[spec.gang])) if spec.gang else None
     if group is not None:
         checks.append(group)
-    checks += check_compute_domain(spec, cd_read, slice_read, nodes)
+    if TOPOLOGY.used(spec):
+        checks.append(_topologies(_of(custom, TOPOLOGY)))
+    if POD_MONITOR.used(spec):
+        checks.append(check_served("pod-monitor", POD_MONITOR, _of(custom, POD_MONITOR)))
+    checks += check_compute_domain(
+        spec, _of(custom, COMPUTE_DOMAIN), _of(custom, RESOURCE_SLICE), nodes
+    )
     return Doctored(kc.server, namespace, checks)
+
+
+def _topologies(read: Read) -> Check:
+    """--queue: the Kueue TAS Topologies (their levels' node labels), which a queued run's
+    placement may follow; none is no obstacle (Kueue then places without a topology)."""
+    what = TOPOLOGY.crd_name
+    if read.forbidden:
+        return Check("topology", "warn", f"may not list {what} (RBAC): not checked")
+    if read.absent or not read.items:
+        return Check(
+            "topology", "skip", f"no Kueue Topology ({what}): no Topology Aware Scheduling"
+        )
+    found = [
+        f"{t['metadata']['name']} ("
+        + " > ".join(str(lv.get("nodeLabel")) for lv in (t.get("spec") or {}).get("levels") or [])
+        + ")"
+        for t in read.items
+    ]
+    return Check("topology", "pass", f"Kueue Topology Aware Scheduling: {', '.join(found)}")
 
 
 async def _platform(kc: KubeClient, spec: RunSpec, nodes: Read) -> tuple[RunSpec, list[Check]]:

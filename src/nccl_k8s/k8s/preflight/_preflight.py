@@ -22,7 +22,7 @@ from nccl_k8s.k8s.api._types import Obj, timestamp
 from nccl_k8s.k8s.rendering._gangs import scheduler_name
 from nccl_k8s.k8s.rendering._presets import PsaLevel, pod_security_level, security_profile
 from nccl_k8s.k8s.rendering._resources import pod_resources
-from nccl_k8s.spec import GANGS, RunSpec, Security, quantity_value
+from nccl_k8s.spec import GANG_KINDS, LOCAL_QUEUE, CustomKind, RunSpec, Security, quantity_value
 from nccl_k8s.spec._values import bytes_quantity, cpu_quantity
 
 Status = Literal["pass", "warn", "fail", "skip"]
@@ -397,36 +397,42 @@ def check_scheduler(spec: RunSpec, leases: Read, placed: Read, now: datetime.dat
     )
 
 
+def check_served(name: str, kind: CustomKind, read: Read) -> Check:
+    """Does the cluster serve an optional kind the run creates (a LIST of it: absent means
+    its CRD is not installed)? `name` is the check's."""
+    what = kind.resource
+    if read.forbidden:
+        return Check(name, "warn", f"may not list {what} (RBAC): not checked")
+    if read.absent:
+        return Check(
+            name,
+            "fail",
+            f"the cluster does not serve {what}: {kind.install.removeprefix('install ')} is not "
+            f"installed (no {kind.kind} CRD)",
+            kind.hint,
+            certain=True,
+        )
+    return Check(name, "pass", f"{what} is served (the {kind.kind} CRD is installed)")
+
+
 def check_gang(spec: RunSpec, groups: Read) -> Check | None:
     if spec.gang is None:
         return None
-    gang = GANGS[spec.gang]
-    what, who = gang.resource, gang.shown
-    if groups.forbidden:
-        return Check("gang", "warn", f"may not list {what} (RBAC): not checked")
-    if groups.absent:
-        return Check(
-            "gang",
-            "fail",
-            f"the cluster does not serve {what}: {who} is not installed (no {gang.kind} CRD)",
-            f"install {who}, or deploy without --gang",
-            certain=True,
-        )
-    return Check("gang", "pass", f"{what} is served (the {gang.kind} CRD is installed)")
+    return check_served("gang", GANG_KINDS[spec.gang], groups)
 
 
 def check_queue(spec: RunSpec, namespace: str, queues: Read) -> Check | None:
     if spec.queue is None:
         return None
     if queues.forbidden:
-        return Check("queue", "warn", "may not list Kueue LocalQueues (RBAC): not checked")
+        return Check("queue", "warn", f"may not list {LOCAL_QUEUE.crd_name} (RBAC): not checked")
     if queues.absent:
         return Check(
             "queue",
             "warn",
-            f"Kueue is not installed (no localqueues.kueue.x-k8s.io): --queue {spec.queue} has "
+            f"Kueue is not installed (no {LOCAL_QUEUE.crd_name}): --queue {spec.queue} has "
             "no effect and the Job runs unqueued",
-            "drop --queue, or install Kueue",
+            f"drop --queue, or {LOCAL_QUEUE.install}",
         )
     names = sorted(str(q["metadata"]["name"]) for q in queues.items or [])
     if spec.queue in names:
@@ -461,6 +467,7 @@ __all__ = [
     "check_queue",
     "check_quotas",
     "check_scheduler",
+    "check_served",
     "quota_needs",
     "scheduler_name",
 ]

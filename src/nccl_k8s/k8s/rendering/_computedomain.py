@@ -32,11 +32,8 @@ from __future__ import annotations
 from nccl_k8s.k8s.api._types import Obj
 from nccl_k8s.spec import RunSpec
 
-#: The ComputeDomain's API (the driver's CRD computedomains.resource.nvidia.com, v1beta1 served
-#: and stored in v0.4.0: deployments/helm/dra-driver-nvidia-gpu/crds/).
-COMPUTE_DOMAIN_API_VERSION = "resource.nvidia.com/v1beta1"
-COMPUTE_DOMAIN_KIND = "ComputeDomain"
-COMPUTE_DOMAIN_CRD = "computedomains.resource.nvidia.com"
+# The ComputeDomain's API (group, version, its CRD) is the optional-kinds table's:
+# spec.COMPUTE_DOMAIN.
 
 #: The DRA driver that publishes the channel and daemon devices (ResourceSlices) of every MNNVL
 #: node, and the DeviceClass the controller's channel template requests
@@ -105,9 +102,6 @@ __all__ = [
     "CHANNEL_CLAIM",
     "CHANNEL_DEVICE_CLASS",
     "CLIQUE_LABEL",
-    "COMPUTE_DOMAIN_API_VERSION",
-    "COMPUTE_DOMAIN_CRD",
-    "COMPUTE_DOMAIN_KIND",
     "DRIVER",
     "MNNVL_ENV",
     "apply_compute_domain",

@@ -50,8 +50,6 @@ from nccl_k8s.errors import UsageError
 from nccl_k8s.k8s.api._types import Obj
 from nccl_k8s.k8s.rendering._adopt import with_adoption
 from nccl_k8s.k8s.rendering._computedomain import (
-    COMPUTE_DOMAIN_API_VERSION,
-    COMPUTE_DOMAIN_KIND,
     apply_compute_domain,
     compute_domain_name,
     compute_domain_spec,
@@ -65,7 +63,6 @@ from nccl_k8s.k8s.rendering._names import (
     METRICS_PATH,
     METRICS_PORT_NAME,
     PLATFORM_ANNOTATION,
-    PODMONITOR_API_VERSION,
     PSA_ANNOTATION,
     RENDERED_ANNOTATION,
     RESULTS_MOUNT,
@@ -85,6 +82,7 @@ from nccl_k8s.k8s.rendering._resources import pod_resources
 from nccl_k8s.k8s.rendering._wrapper import POD_WRAPPER, WRAPPER_ENV
 from nccl_k8s.k8s.rendering._zipapp import ZIPAPP_NAME, carries_prometheus_client, engine_zipapp
 from nccl_k8s.spec import (
+    COMPUTE_DOMAIN,
     GANGS,
     LABEL_COMPONENT,
     LABEL_INSTANCE,
@@ -92,6 +90,7 @@ from nccl_k8s.spec import (
     LABEL_MANAGED_BY,
     LABEL_NAME,
     NETWORKS_ANNOTATION,
+    POD_MONITOR,
     RunSpec,
 )
 
@@ -502,8 +501,8 @@ def pod_group(spec: RunSpec) -> Obj:
 def compute_domain(spec: RunSpec) -> Obj:
     """The run's ComputeDomain (--compute-domain; rendering._computedomain)."""
     return {
-        "apiVersion": COMPUTE_DOMAIN_API_VERSION,
-        "kind": COMPUTE_DOMAIN_KIND,
+        "apiVersion": COMPUTE_DOMAIN.api_version,
+        "kind": COMPUTE_DOMAIN.kind,
         "metadata": _metadata(
             spec, compute_domain_name(spec), **{LABEL_COMPONENT: "compute-domain"}
         ),
@@ -515,8 +514,8 @@ def pod_monitor(spec: RunSpec) -> Obj:
     """A Prometheus Operator PodMonitor: the run's pods, their `metrics` port. In the run's
     namespace (the PodMonitor's default); a Prometheus selects it by its labels (--label)."""
     return {
-        "apiVersion": PODMONITOR_API_VERSION,
-        "kind": "PodMonitor",
+        "apiVersion": POD_MONITOR.api_version,
+        "kind": POD_MONITOR.kind,
         "metadata": _metadata(spec, spec.run_id, **{LABEL_COMPONENT: "metrics"}),
         "spec": {
             "selector": {"matchLabels": selector_labels(spec)},

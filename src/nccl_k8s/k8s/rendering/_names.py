@@ -36,7 +36,6 @@ STOPPED_ANNOTATION = "nccl-k8s/stopped-because"
 #: The containerPort the engine serves Prometheus metrics on, by name, and the path.
 METRICS_PORT_NAME = "metrics"
 METRICS_PATH = "/metrics"
-PODMONITOR_API_VERSION = "monitoring.coreos.com/v1"
 
 #: Where the engine zipapp (engine mode zipapp) and the results PVC (--pvc) are mounted.
 ENGINE_MOUNT = "/opt/nccl-k8s"
@@ -52,7 +51,6 @@ __all__ = [
     "METRICS_PATH",
     "METRICS_PORT_NAME",
     "PLATFORM_ANNOTATION",
-    "PODMONITOR_API_VERSION",
     "PSA_ANNOTATION",
     "RENDERED_ANNOTATION",
     "RESULTS_MOUNT",

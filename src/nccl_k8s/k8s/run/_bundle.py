@@ -5,7 +5,8 @@ attach to a ticket, read without access to the cluster.
                                 available (a pod that never started has no log)
     <run-id>/doctor.txt, .json  the `doctor --run` table
     <run-id>/objects/*.yaml     every object of the run: workload, Service, ConfigMap (the
-                                engine's zipapp bytes elided), PodGroup, every pod
+                                engine's zipapp bytes elided), every pod, and its optional
+                                kinds' objects (PodGroup, PodMonitor, ComputeDomain ...)
     <run-id>/events.yaml        the events about them
     <run-id>/logs/<pod>.log     every pod's log, and <pod>.previous.log where it restarted
     <run-id>/nodes/<node>.yaml  the nodes the pods were placed on
@@ -43,7 +44,7 @@ from nccl_k8s.k8s.rendering._names import CONTAINER_NAME
 from nccl_k8s.k8s.run._explain import gather, table_text
 from nccl_k8s.k8s.run._plumbing import RUN_KINDS, bounded, namespace_of, resolve_run, run_labels
 from nccl_k8s.k8s.run._verdicts import node_objects
-from nccl_k8s.spec import GANGS
+from nccl_k8s.spec import CUSTOM_KINDS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,15 +78,22 @@ def _elide(obj: Obj) -> Obj:
     return out
 
 
+#: (kind, apiVersion) of what the bundle keeps: the run's own kinds, its pods, and every optional
+#: kind a run creates (spec.CUSTOM_KINDS: PodGroup, PodMonitor, ComputeDomain ...).
+BUNDLED_KINDS: tuple[tuple[Any, str | None], ...] = (
+    *((k, None) for k in (*RUN_KINDS, "Pod")),
+    *((k.kind, k.api_version) for k in CUSTOM_KINDS if k.created),
+)
+
+
 async def _objects(kc: KubeClient, ns: str, run_id: str, missing: list[str]) -> list[Obj]:
     labels = run_labels(run_id)
-    kinds: list[tuple[Any, str | None]] = [(k, None) for k in (*RUN_KINDS, "Pod")]
-    kinds += [(g.kind, g.api_version) for g in GANGS.values()]
+    kinds = BUNDLED_KINDS
 
     async def one(kind: Any, api_version: str | None) -> list[Obj]:
         try:
             items, _ = await kc.list(kind, namespace=ns, labels=labels, api_version=api_version)
-        except NotFound:  # a PodGroup CRD that is not installed
+        except NotFound:  # a custom kind the cluster does not serve
             return []
         except ClusterError as e:
             missing.append(f"{kind} objects: {e}")
@@ -279,4 +287,4 @@ def bundle(
     return run_sync(main, client)
 
 
-__all__ = ["Bundled", "bundle", "bundle_path", "write_bundle"]
+__all__ = ["BUNDLED_KINDS", "Bundled", "bundle", "bundle_path", "write_bundle"]

@@ -21,13 +21,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import cast
 
 from nccl_k8s.errors import Conflict, NotFound, RunFailed, UsageError
 from nccl_k8s.k8s.api._client import ClientSettings, KubeClient
 from nccl_k8s.k8s.api._sync import run_sync
 from nccl_k8s.k8s.api._types import Kind, Obj
-from nccl_k8s.k8s.rendering._computedomain import COMPUTE_DOMAIN_API_VERSION
-from nccl_k8s.k8s.rendering._names import PODMONITOR_API_VERSION
 from nccl_k8s.k8s.run._outcomes import Cleaned
 from nccl_k8s.k8s.run._plumbing import (
     RUN_KINDS,
@@ -40,21 +39,20 @@ from nccl_k8s.k8s.run._plumbing import (
     wait_pods_gone,
 )
 from nccl_k8s.k8s.run._watch import WatchSettings
-from nccl_k8s.spec import GANGS, LABEL_INSTANCE
+from nccl_k8s.spec import CUSTOM_KINDS, LABEL_INSTANCE
 
 #: (kind, apiVersion) of every kind cleanup deletes, in delete order: the workload first (its
-#: pods go with it), then what it used; None: the kind's only version. Custom kinds may not be
-#: served (NotFound when listed: nothing of theirs to delete).
-_KINDS: tuple[tuple[Kind, str | None], ...] = (
+#: pods go with it), then what it used (every optional kind a run creates: spec.CUSTOM_KINDS);
+#: None: the kind's only version. Custom kinds may not be served (NotFound when listed:
+#: nothing of theirs to delete).
+DELETED_KINDS: tuple[tuple[Kind, str | None], ...] = (
     *((k, None) for k in RUN_KINDS),
-    *(("PodGroup", api) for api in sorted({g.api_version for g in GANGS.values()})),
-    ("PodMonitor", PODMONITOR_API_VERSION),
-    ("ComputeDomain", COMPUTE_DOMAIN_API_VERSION),
+    *((cast(Kind, k.kind), k.api_version) for k in CUSTOM_KINDS if k.created),
     ("RoleBinding", None),
     ("Role", None),
     ("ServiceAccount", None),
 )
-_CUSTOM = frozenset({"PodGroup", "PodMonitor", "ComputeDomain"})
+_CUSTOM = frozenset(k.kind for k in CUSTOM_KINDS if k.created)
 
 _NOT_OURS = (
     "carries the run's labels but nccl-k8s did not create it (no nccl-k8s field manager, no "
@@ -116,7 +114,7 @@ async def cleanup_async(
         workloads = [o for k in WORKLOADS for o in objs.get((k, None), []) if made_by_us(o)]
         run_uids = {str(w["metadata"]["uid"]) for w in workloads}
         uids |= run_uids
-        for kind, api_version in (*_KINDS, ("Pod", None)):
+        for kind, api_version in (*DELETED_KINDS, ("Pod", None)):
             for obj in objs.get((kind, api_version), []):
                 name = str(obj["metadata"]["name"])
                 if not ours(obj, run_uids):
@@ -177,7 +175,7 @@ async def _labelled(
     kc: KubeClient, ns: str, labels: dict[str, str]
 ) -> dict[str, dict[_Key, list[Obj]]]:
     """run id -> (kind, apiVersion) -> every object with the labels (pods included)."""
-    kinds: tuple[_Key, ...] = (*_KINDS, ("Pod", None))
+    kinds: tuple[_Key, ...] = (*DELETED_KINDS, ("Pod", None))
 
     async def one(kind: Kind, api_version: str | None) -> list[Obj]:
         try:
