@@ -152,6 +152,16 @@ def _num(tok: str, what: str, where: str) -> float:
 _CELL = re.compile(r"[-+0-9.e]+\*?|N/A")
 
 
+# A cell a user emphasised in a pasted table (`**514.40**`, `__514.40__`, `` `514.40` ``): the
+# value inside. A single trailing `*` is nccl-tests' own mark of an error past its threshold.
+_DECORATED = re.compile(r"^(\*\*|__|`)(?P<cell>[^*_`]+)\1$")
+
+
+def _undecorated(tok: str) -> str:
+    m = _DECORATED.match(tok)
+    return m.group("cell") if m else tok
+
+
 def _looks_numeric(toks: list[str]) -> bool:
     return sum(1 for t in toks if _CELL.fullmatch(t)) >= len(toks) - 3
 
@@ -211,7 +221,7 @@ class _TextParser:
         if failure is not None:
             self.run.meta.failure = self.run.meta.failure or failure
             return
-        toks = s.split()
+        toks = [_undecorated(t) for t in s.split()]
         if self.table is not None and self._maybe_row(self.table, toks, where):
             return
         if self.table is None and (layout := layout_from_row(toks)) is not None:
