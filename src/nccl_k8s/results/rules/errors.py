@@ -83,12 +83,12 @@ _FATAL = [
     ),
     # aws-ofi-nccl: a libfabric request failed (`NET/OFI Request ... completed with error`).
     (re.compile(r"NET/OFI .*completed with error"), "a libfabric (EFA/OFI) transfer failed"),
-    # CUDACHECK (checks.h): a CUDA call failed (ncclUnhandledCudaError). After a kernel fault
-    # (`unspecified launch failure`, an Xid) the context is dead and every later call fails too:
-    # NCCL 2.30 prints such WARNs on teardown paths (ncclStrongStreamSynchronize, ncclMemFree)
-    # with no error trace after them. Read after the trace (which names the failure more exactly).
-    (re.compile(r"Cuda failure"), "a CUDA call failed on this GPU"),
 ]
+# CUDACHECK (checks.h): a CUDA call failed (ncclUnhandledCudaError). After a kernel fault
+# (`unspecified launch failure`, an Xid) the context is dead and every later call fails too:
+# NCCL 2.30 prints such WARNs on teardown paths (ncclStrongStreamSynchronize, ncclMemFree) with
+# no error trace after them. Fatal either way; where a trace follows, that names it.
+_CUDA_FAILURE = (re.compile(r"Cuda failure"), "a CUDA call failed on this GPU")
 _PEER = re.compile(r"(?:peer|from|Connect to) (?P<peer>[\w.:-]+?)<\d+>")
 
 
@@ -111,11 +111,11 @@ def _classify(
             if c := _COMPLETION.search(w):
                 completions.setdefault((r.key, c.group("peer")), []).append(c)
                 continue
-            why = next((what for rx, what in _FATAL[:-1] if rx.search(w)), None)
+            why = next((what for rx, what in _FATAL if rx.search(w)), None)
             if why is None and w in r.fatal_warnings:
                 why = "a fatal NCCL error (an error trace `file:line -> code` follows it)"
-            if why is None and _FATAL[-1][0].search(w):
-                why = _FATAL[-1][1]
+            if why is None and _CUDA_FAILURE[0].search(w):
+                why = _CUDA_FAILURE[1]
             if why is None:
                 harmless.setdefault(w, []).append(r)
             else:
@@ -285,7 +285,9 @@ def explain(message: str) -> tuple[str, str | None]:
         code = int(c.group("status") or c.group("error"))
         why = f"an IB completion error (status {code}: {_WC_STATUS.get(code, 'see ibv_wc_status')})"
         return why, c.group("peer")
-    why = next((what for rx, what in _FATAL if rx.search(message)), "an NCCL error")
+    why = next(
+        (what for rx, what in (*_FATAL, _CUDA_FAILURE) if rx.search(message)), "an NCCL error"
+    )
     peer = _PEER.search(message)
     return why, peer.group("peer") if peer else None
 
