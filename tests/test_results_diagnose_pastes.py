@@ -122,3 +122,13 @@ def test_cuda_failure_is_fatal_on_every_gpu_that_printed_it() -> None:
     (f,) = d.findings
     assert (f.severity, f.code) == ("error", "nccl-error")
     assert f.ranks == ["c76d92cccb6e:72 [1]", "c76d92cccb6e:72 [3]"]
+
+
+def test_a_launchers_host_prefix_names_the_host() -> None:
+    # NVIDIA/nccl#1029: `rdma-test-gpu-worker-1: ` before every line; `Cuda failure
+    # 'initialization error'` after `Last error:`.
+    (err,) = _errors(ONLY / "nccl-1029_pdsh_host_last_error_cuda_init.log")
+    assert err[1].startswith(
+        "host rdma-test-gpu-worker-1: a CUDA call failed on this GPU. NCCL's last error: Cuda "
+        "failure 'initialization error'. PyTorch: torch.distributed.DistBackendError: NCCL error"
+    )

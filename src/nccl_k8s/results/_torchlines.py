@@ -23,6 +23,9 @@ _TORCH_ERROR = re.compile(
     r"was a network error.*$"
 )
 _TORCH_RANK = re.compile(r"^\[rank(\d+)\]:")
+# A host name before the line, as pdsh, clush and `mpirun --tag-output`-like wrappers put it
+# (`rdma-test-gpu-worker-1: torch.distributed.DistBackendError: ...`).
+_HOST_LEAD = re.compile(r"(?P<host>[A-Za-z][\w.-]*):\s*")
 # PyTorch's NCCL error ends with NCCL's own last WARN message (ncclGetLastError), on the line after
 # `Last error:` (or on the same line, when a paste lost its line breaks).
 _LAST_ERROR = re.compile(r"^(?P<lead>(?:.*?[\]:]\s+)?)Last error:\s*(?P<msg>.*)$")
@@ -56,6 +59,8 @@ class TorchEvent:
     last_error: str = field(default="", compare=False)
     #: The ncclResult_t line PyTorch prints under its error (`ncclRemoteError: A call ...`).
     result: str = field(default="", compare=False)
+    #: The host a launcher's prefix names on PyTorch's line (`worker-1: ...`), None without one.
+    host: str | None = field(default=None, compare=False)
 
 
 class TorchLines:
@@ -84,12 +89,17 @@ class TorchLines:
             )
         elif e := _TORCH_ERROR.search(line):
             r = _TORCH_RANK.search(line)
+            h = _HOST_LEAD.fullmatch(line[: e.start()])
             # A paste that lost its line breaks keeps NCCL's message on the same line.
             error, _, last = e.group(0).partition("Last error:")
             error = error.strip()
             last = strip_prefixes(last.strip()).strip()
             event = TorchEvent(
-                int(r.group(1)) if r else None, error=error, text=error, last_error=last
+                int(r.group(1)) if r else None,
+                error=error,
+                text=error,
+                last_error=last,
+                host=h.group("host") if h else None,
             )
         else:
             return False

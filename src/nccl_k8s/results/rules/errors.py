@@ -245,6 +245,7 @@ def _torch(facts: Facts) -> list[Finding]:
     out = []
     for e in facts.torch_events:
         who = f"rank {e.rank}" if e.rank is not None else ""
+        where = " on ".join(p for p in (who, f"host {e.host}" if e.host else "") if p)
         if e.timeout is not None:
             t = e.timeout
             code = "collective-timeout"
@@ -262,7 +263,7 @@ def _torch(facts: Facts) -> list[Finding]:
             why, peer = explain(e.last_error)
             culprit = f"; peer {peer} is the likely culprit" if peer else ""
             message = (
-                f"{who + ': ' if who else ''}{why}{culprit}. NCCL's last error: {e.last_error}"
+                f"{where + ': ' if where else ''}{why}{culprit}. NCCL's last error: {e.last_error}"
             )
             if e.error != e.last_error:
                 message += f". PyTorch: {e.error}"
