@@ -199,17 +199,19 @@ def test_doctor_fails_a_missing_efa_device_plugin_with_its_hint(
     assert checks["eks-efa:hugepages-2Mi"]["status"] == "pass"
 
 
-#: Each rank prints NCCL INFO lines as NCCL does for a 2-node communicator on the network named
-#: by TEST_NET (how NCCL prints them: tests/data/nccl-logs, aws-ofi-nccl-24_horovod_efa_ring_ompi).
+#: Each rank prints NCCL INFO lines as NCCL does for a communicator of two ranks a node (one node:
+#: P2P only) on the network named by TEST_NET (how NCCL prints them: tests/data/nccl-logs, aws-ofi-nccl-24_horovod_efa_ring_ompi).
 FAKE_NCCL = """\
 import os as _os, socket as _socket
 if _os.environ.get("TEST_NET") and _os.environ.get("LOCAL_RANK") is not None:
     _r, _w, _l = (int(_os.environ[k]) for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK"))
     _n = _os.environ["TEST_NET"]
     _h = f"{_socket.gethostname()}:{_os.getpid()}:{_os.getpid()} [{_l}] NCCL INFO "
+    _nodes = _w // 2  # two ranks a node: one node prints no NET connection
     _lines = [f"Using network {_n}",
-              f"comm 0x1 rank {_r} nRanks {_w} nNodes 2 localRanks 2 localRank {_l} MNNVL 0",
-              f"Channel 00/0 : {_r}[{_l}] -> {(_r + 2) % _w}[{_l}] [send] via NET/{_n}/0"]
+              f"comm 0x1 rank {_r} nRanks {_w} nNodes {_nodes} localRanks 2 localRank {_l} MNNVL 0",
+              f"Channel 00/0 : {_r}[{_l}] -> {(_r + 2) % _w}[{_l}] [send] via NET/{_n}/0"
+              if _nodes > 1 else f"Channel 00/0 : {_r}[{_l}] -> {(_r + 1) % _w}[{1 - _l}] via P2P/CUMEM"]
     if _n == "AWS Libfabric":
         _lines.insert(0, "NET/OFI Selected Provider is efa (found 4 nics)")
     print("".join(_h + x + "\\n" for x in _lines), end="", flush=True)
@@ -228,9 +230,9 @@ def test_a_run_rendered_for_efa_that_used_sockets_fails_naming_ranks_and_hosts(
         set_node(nodes, name, {"node.kubernetes.io/instance-type": "p5.48xlarge"},
                  {"vpc.amazonaws.com/efa": "32", "hugepages-2Mi": "10Gi"})  # fmt: skip
 
-    def deploy(net: str) -> tuple[str, Any]:
+    def deploy(net: str, world: str = "4") -> tuple[str, Any]:
         rid = f"f-{uuid.uuid4().hex[:6]}"
-        res = cli(nodes, "deploy", "-n", namespace, "--run-id", rid, "--world-size", "4",
+        res = cli(nodes, "deploy", "-n", namespace, "--run-id", rid, "--world-size", world,
                   "--gpus-per-node", "2", "--env", f"TEST_NET={net}", "--timeout", "240s",
                   "--", "--backend", "gloo", "-b", "1K", "-e", "1K", "-n", "1", "-w", "0")  # fmt: skip
         return rid, res
@@ -258,6 +260,10 @@ def test_a_run_rendered_for_efa_that_used_sockets_fails_naming_ranks_and_hosts(
 
     rid, efa = deploy("AWS Libfabric")
     assert efa.exit_code == 0, efa.output
+    # One node sends nothing over EFA: its logs cannot show the fabric, and the deploy does not
+    # fail it for that (the gate is for runs that span nodes; `diagnose --platform` fails it).
+    _, one_node = deploy("Socket", world="2")
+    assert one_node.exit_code == 0, one_node.output
     cli(nodes, "results", "-n", namespace, "--run", rid)
     saved = json.loads((tmp_path / "runs" / rid / "results.json").read_text())
     assert (saved["meta"]["fabric"], saved["meta"]["platform"]) == ("efa", "eks-efa")

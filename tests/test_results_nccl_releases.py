@@ -106,6 +106,17 @@ EXPECTED: dict[
         True,
         {"nccl-error"},
     ),
+    # Four WARNs of one process on teardown, no error trace after any: the Cuda failures are
+    # fatal, the two teardown WARNs after them warnings.
+    "nccl-2303_v2.30.7_cuda_failure_teardown_no_trace.log": (
+        {None},
+        None,
+        None,
+        None,
+        None,
+        True,
+        {"nccl-error", "nccl-warn"},
+    ),
     "nccl-1808_unversioned_empty_host_ibext_v10.log": (
         {None},
         None,

@@ -201,6 +201,7 @@ MORE = [
     "skypilot_h200x16_ray_prefix.txt",
     "dstack_a3mega_no_hash_marks.md",
     "mscclpp-736_markdown_pipe_table.txt",
+    "hisohara-ai-scripts_mi355x16_rccl_no_gpu_name.txt",
 ]
 
 
@@ -642,3 +643,41 @@ def test_a_markdown_pipe_table_is_read() -> None:
         0.33,
     )
     assert (last.time_us, last.algbw, last.busbw, last.wrong) == (12.1, 21.67, 37.93, 0)
+
+
+def test_device_lines_without_a_gpu_name_still_give_the_world() -> None:
+    """Issue 35: rccl-tests on MI355X prints `device  0 [0000:75:00]` and no name; today the
+    lines are not read and world size and nodes are None. Read from the file: ranks 0-15, eight
+    on mi355-gpu-23 and eight on mi355-gpu-24."""
+    run = import_file(PUBLIC / "hisohara-ai-scripts_mi355x16_rccl_no_gpu_name.txt")
+    meta = run.meta
+    assert (meta.world_size, meta.nodes, meta.gpus_per_node, meta.gpu_model) == (16, 2, 8, None)
+    assert [(d.rank, d.host, d.device) for d in meta.devices[7:9]] == [
+        (7, "mi355-gpu-23", 7),
+        (8, "mi355-gpu-24", 0),
+    ]
+    assert run.ops() == ["all_reduce"] and len(run.rows) == 62
+    assert [r.busbw for r in run.rows[-2:]] == [369.04, 369.08]
+
+
+def test_a_decorated_cell_is_read(tmp_path: Path) -> None:
+    """Issue 35: one emphasised cell (`**468.57**`, `` `8002.1` ``) in a pasted table refused the
+    whole file ("busbw '**468.57**' is not a number"). No public paste with such a cell was found
+    (tests/data/nccl-tests/public/README.md): the test decorates cells of a real output and
+    expects the rows of the undecorated file."""
+    src = PUBLIC / "nccl-tests-290_h100x8_single_node.txt"
+    text = src.read_text()
+    row = "  2147483648     536870912     float     sum      -1   8020.3  267.76  468.57      0"
+    assert row in text
+    decorated = text.replace(
+        row, "  2147483648     536870912     float     sum      -1   8020.3  267.76  **468.57**  0"
+    ).replace("   8002.1  268.36", "   `8002.1`  __268.36__")
+    assert decorated != text
+    path = tmp_path / "decorated.md"
+    path.write_text(decorated)
+    assert import_file(path).rows == import_file(src).rows
+    # nccl-tests' own mark of an error past its threshold (`1e-05*`) keeps its meaning.
+    assert [r.busbw for r in import_file(path).rows if r.size_bytes == 2147483648] == [
+        468.57,
+        469.64,
+    ]

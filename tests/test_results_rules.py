@@ -18,7 +18,12 @@ DATA = Path(__file__).parent / "data"
 DOCS = Path(__file__).parent.parent / "docs" / "diagnosis.md"
 CORPUS = sorted(
     p
-    for d in (DATA / "nccl-logs", DATA / "nccl-tests" / "public")
+    for d in (
+        DATA / "nccl-logs",
+        DATA / "nccl-logs" / "errors-only",  # pastes without NCCL's prefix (issue 35)
+        DATA / "nccl-logs" / "diag",  # NCCL 2.31's DIAG reports
+        DATA / "nccl-tests" / "public",
+    )
     for p in d.iterdir()
     if p.suffix in (".log", ".txt", ".md") and p.name != "README.md"
 )
@@ -96,8 +101,6 @@ def by_rule(text: str, expect: Fabric | str | None) -> list[tuple[Rule, Finding]
     parser = LogParser()
     parser.feed(text)
     log = parser.finish()
-    if not log.reports:
-        return []
     facts = facts_of(log, parse_fabric(expect))
     made = []
     for rule in RULES:

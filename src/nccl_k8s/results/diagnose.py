@@ -32,6 +32,7 @@ from nccl_k8s.results.fabrics import FABRICS, Fabric, link_layers, rank_fabric
 from nccl_k8s.results.findings import SEVERITIES, Facts, Finding
 from nccl_k8s.results.nccllog import ListedRank, LogParser, ParsedLog, RankReport
 from nccl_k8s.results.rules import LINES_READ, RULES
+from nccl_k8s.results.rules.gates import EXPECT
 
 if TYPE_CHECKING:
     from nccl_k8s.results.platform_gate import FabricCheck
@@ -148,15 +149,20 @@ def analyse(
 ) -> Diagnosis:
     """Run every rule of the registry over the log's facts, in order; errors first. With a
     platform, its fabric is the expected one and its gate (the deploy's) is judged too."""
-    if not log.reports:
+    want = platform.fabric if platform is not None else parse_fabric(expect_fabric)
+    facts = facts_of(log, want)
+    read = False  # whether a rule found something in the log itself (not the expectation's)
+    for rule in RULES:
+        found = rule.check(facts)
+        facts.found += found
+        read = read or (rule is not EXPECT and bool(found))
+    if not log.reports and not read:
+        # No NCCL process printed a line, and nothing else in it is NCCL's (a paste of PyTorch's
+        # error, a watchdog timeout, NCCL's DIAG report, the run's failure line would be).
         raise ResultsError(
             "no NCCL log lines found: run with NCCL_DEBUG=INFO (and NCCL_DEBUG_SUBSYS=INIT,NET "
             "or unset) and pass the pods' logs"
         )
-    want = platform.fabric if platform is not None else parse_fabric(expect_fabric)
-    facts = facts_of(log, want)
-    for rule in RULES:
-        facts.found += rule.check(facts)
     distinct = sorted({f for f in facts.fabrics.values() if f})
     inter_node: str | None = None
     if facts.network_needed is not False and distinct:

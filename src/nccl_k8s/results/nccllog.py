@@ -66,6 +66,7 @@ from nccl_k8s.results._ncclinfo import (
     read_via,
     set_version,
 )
+from nccl_k8s.results._torchlines import TorchEvent, TorchLines, WatchdogTimeout
 from nccl_k8s.results.pastes import OMPI_TAG, TIMESTAMP, ListedRank, failure_in, listed_rank
 
 # host:pid:tid [dev] (file:line )?NCCL LEVEL message. Anything may precede it (timestamps, pod names).
@@ -84,6 +85,9 @@ _BARE = re.compile(
     r"^\s*(?:\[(?P<dev>\d+)\]\s+|\S+\s+)?(?:[\w./+-]+:\d+(?: \([^()]*\))?\s+)?"
     r"NCCL (?P<level>INFO|WARN)\s(?P<msg>.*)$"
 )
+# NCCL's IB completion error (net_ib.cc, HPC-X ib_plugin.c) as users paste it alone, without
+# the prefix or the `NCCL WARN` tag: `NET/IBP:Got completion from peer 7.6.13.83<36315> with status=12`.
+_BARE_COMPLETION = re.compile(r"NET/\w+\s*:\s*Got completion (?:from peer \S+ )?with .*$")
 # NCCL gave up on an optional plugin and carries on (2.29): the WARN and trace before were handled.
 _FELL_BACK = re.compile(r"^Failed to initialize (?!any NET plugin)(?:any \S+|\S+ plugin)")
 # A paste that repeats the line after ` | ` (CloudWatch's message column): cut the repeat.
@@ -101,42 +105,6 @@ _COLLNET = re.compile(
 )
 _RING_LIST = re.compile(r"^Channel (?P<ch>\d+)/(?P<n>\d+) :(?: \d+)+\s*$")
 _TRACE = re.compile(r"^\S+:\d+(?: \([^()]*\))? -> (?P<code>\d+)")
-# NCCL 2.3: `NET/IB: [0] mlx5_1:1/IB` per device, `Using internal Network IB`, `rank 0 nranks 8`.
-# PyTorch: `[rank4]:[E226 ...] [Rank 4] Watchdog caught collective operation timeout:
-# WorkNCCL(SeqNum=5653, OpType=ALLREDUCE, ...) ran for 600011 milliseconds before timing out.`
-_WATCHDOG = re.compile(
-    r"(?:^\[rank(?P<prefix_rank>\d+)\]:.*?)?(?:\[Rank (?P<rank>\d+)\] )?(?P<what>Watchdog caught "
-    r"collective operation timeout: WorkNCCL\(SeqNum=(?P<seq>\d+), OpType=(?P<op>\w+)).*?\) ran "
-    r"for (?P<ms>\d+) milliseconds"
-)
-_TORCH_ERROR = re.compile(
-    r"(?:torch\.distributed\.)?DistBackendError.*$|NCCL error:? .*remote process exited or there "
-    r"was a network error.*$"
-)
-_TORCH_RANK = re.compile(r"^\[rank(\d+)\]:")
-
-
-@dataclass(frozen=True)
-class WatchdogTimeout:
-    """PyTorch's watchdog gave up on a collective: which, its SeqNum, how long it ran."""
-
-    op: str
-    seq: int
-    ms: int
-
-
-@dataclass(frozen=True)
-class TorchEvent:
-    """A line of PyTorch's ProcessGroupNCCL about NCCL: a watchdog timeout or an error."""
-
-    #: The rank PyTorch names (`[rank3]:`, `[Rank 3]`), None when the line names none.
-    rank: int | None
-    #: The error in PyTorch's words (DistBackendError, remote process exited, ...); "" for a timeout.
-    error: str = ""
-    timeout: WatchdogTimeout | None = None
-    #: What PyTorch's line says, as printed (without its rank and time): what a finding about
-    #: the event stands for, in each line that repeats it.
-    text: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True)
@@ -293,7 +261,9 @@ class LogParser:
         self._vias: set[tuple[str, str]] = set()
         #: The runs' own failure lines (nccl-tests' "Test NCCL failure ..."), first per log.
         self.failures: list[str] = []
-        self.torch_events: list[TorchEvent] = []
+        self._torch = TorchLines()
+        #: PyTorch's lines about NCCL, in order (`_torchlines`).
+        self.torch_events: list[TorchEvent] = self._torch.events
         self.lines: list[NcclLine] = []
         self.listed: dict[int, ListedRank] = {}
 
@@ -314,6 +284,7 @@ class LogParser:
 
     def feed(self, text: str) -> None:
         log = _Log()
+        self._torch.start()
         # A timestamp glued to the host (`...-07:00ip-10-36-29-253:79:79 [0] NCCL INFO`, a
         # CloudWatch paste) would read as host `00ip-...`: every timestamp goes (one pass over
         # the text: a timestamp never spans lines).
@@ -430,12 +401,15 @@ class LogParser:
         if "Rank" in line and (listed := listed_rank(line)) is not None:
             self.listed.setdefault(listed.rank, listed)
             return None
-        if self.torch_line(line):
+        if self._torch.read(line):
             return None
         if b := _BARE.search(line):
             dev = b.group("dev")
             rep = self.report(None, None, None if dev is None else int(dev))
             return rep, b.group("level"), b.group("msg").strip()
+        if c := _BARE_COMPLETION.search(line):
+            # An IB completion error pasted alone, without NCCL's prefix or tag: NCCL's WARN.
+            return self.report(None, None, None), "WARN", c.group(0).strip()
         if v := _BARE_VERSION.search(line):
             ver = (v.group("v"), v.group("cuda"))
             log.bare_versions.append(ver)
@@ -470,25 +444,6 @@ class LogParser:
         else:
             log.chain.pop(proc, None)
         self.info(rep, msg)
-
-    def torch_line(self, line: str) -> bool:
-        """PyTorch's ProcessGroupNCCL errors around NCCL's lines: watchdog timeouts and
-        DistBackendError. Kept in order, first of a kind per rank and text."""
-        if w := _WATCHDOG.search(line):
-            rank = w.group("rank") or w.group("prefix_rank")
-            timeout = WatchdogTimeout(w.group("op"), int(w.group("seq")), int(w.group("ms")))
-            event = TorchEvent(
-                None if rank is None else int(rank), timeout=timeout, text=w.group("what")
-            )
-        elif e := _TORCH_ERROR.search(line):
-            r = _TORCH_RANK.search(line)
-            error = e.group(0).strip()
-            event = TorchEvent(int(r.group(1)) if r else None, error=error, text=error)
-        else:
-            return False
-        if event not in self.torch_events:
-            self.torch_events.append(event)
-        return True
 
     def set_rank(self, rep: RankReport, rank: int) -> None:
         if rep.rank is None:

@@ -7,7 +7,8 @@ the per-collective `print_header`/`print_line_header`):
 - header:   `# nccl-tests version %s nccl-headers=%d nccl-library=%d` (2.13+),
             `# nThread %d nGpus %d minBytes %ld maxBytes %ld step: %ld(%s) warmup iters: %d ...`
             (the first nccl-tests printed it without `#`),
-            `#  Rank %2d Group %2d Pid %6d on %10s device %2d [%s] %s` (older: no Group, no Pid).
+            `#  Rank %2d Group %2d Pid %6d on %10s device %2d [%s] %s` (older: no Group, no Pid;
+            rccl-tests leaves the name empty where HIP gives none).
 - columns:  a `#` line naming them, read rather than assumed, because they changed over time:
             `size count type redop root` (2.11+); before, per collective, `size count type redop`,
             `size count type root`, `size count type` (all_gather); NCCL 1's `bytes N type op`;
@@ -74,9 +75,10 @@ _OUR_VERSION = re.compile(
 )
 _STARTING = re.compile(r"^#\s*Collective test starting:\s*(?P<name>\S+)")
 _CONCLUDED = re.compile(r"^#\s*Collective test concluded:\s*(?P<name>\S*)")
+# rccl-tests on parts whose marketing name HIP leaves empty (MI355X) print no name after the bus id.
 _DEVICE = re.compile(
     r"^#\s+Rank\s+(?P<rank>\d+)\s+(?:Group\s+\d+\s+)?(?:Pid\s+(?P<pid>\d+)\s+)?on\s+(?P<host>\S+)"
-    r"\s+device\s+(?P<dev>\d+)\s+\[(?P<bus>[^\]]*)\]\s+(?P<name>.*?)\s*$"
+    r"\s+device\s+(?P<dev>\d+)\s+\[(?P<bus>[^\]]*)\](?:\s+(?P<name>.*?))?\s*$"
 )
 _OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(?P<n>\d+)\s*(?P<ok>OK|FAILED)?")
 _AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(?P<bw>\S+)")
@@ -150,6 +152,16 @@ def _num(tok: str, what: str, where: str) -> float:
 _CELL = re.compile(r"[-+0-9.e]+\*?|N/A")
 
 
+# A cell a user emphasised in a pasted table (`**514.40**`, `__514.40__`, `` `514.40` ``): the
+# value inside. A single trailing `*` is nccl-tests' own mark of an error past its threshold.
+_DECORATED = re.compile(r"^(\*\*|__|`)(?P<cell>[^*_`]+)\1$")
+
+
+def _undecorated(tok: str) -> str:
+    m = _DECORATED.match(tok)
+    return m.group("cell") if m else tok
+
+
 def _looks_numeric(toks: list[str]) -> bool:
     return sum(1 for t in toks if _CELL.fullmatch(t)) >= len(toks) - 3
 
@@ -209,7 +221,7 @@ class _TextParser:
         if failure is not None:
             self.run.meta.failure = self.run.meta.failure or failure
             return
-        toks = s.split()
+        toks = [_undecorated(t) for t in s.split()]
         if self.table is not None and self._maybe_row(self.table, toks, where):
             return
         if self.table is None and (layout := layout_from_row(toks)) is not None:
@@ -279,7 +291,7 @@ class _TextParser:
                 host=m.group("host"),
                 pid=int(m.group("pid")) if m.group("pid") else None,
                 device=int(m.group("dev")),
-                name=m.group("name"),
+                name=m.group("name") or None,
             )
         elif m := _OOB.match(s):
             self._close()

@@ -46,18 +46,19 @@ class FabricCheck:
     """The gate's verdict; None: the platform expects no fabric (generic)."""
     why: str = ""
     """Why the logs cannot confirm the fabric (status unconfirmed)."""
+    advice: str = "rerun with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET"
+    """What would let the logs confirm it (status unconfirmed)."""
 
     @property
     def ok(self) -> bool:
-        return self.status in (None, GateStatus.CONFIRMED, GateStatus.NOT_EXERCISED)
+        return self.status in (None, GateStatus.CONFIRMED)
 
     def message(self) -> str:
         """`rendered for eks-efa, but ranks 0-15 (hosts a, b) used NET/Socket: <fallback>`."""
         if self.status is GateStatus.UNCONFIRMED:
             return (
                 f"rendered for {self.platform}, but the NCCL logs cannot confirm "
-                f"{self.expected}: {self.why}; rerun with NCCL_DEBUG=INFO "
-                "NCCL_DEBUG_SUBSYS=INIT,NET"
+                f"{self.expected}: {self.why}; {self.advice}"
             )
         parts = [
             f"ranks {rank_ranges(w.ranks)} (hosts {', '.join(w.hosts) or '?'}) used {w.used}"
@@ -132,6 +133,7 @@ def judge(platform: Platform, facts: Facts | None) -> FabricCheck:
         platform.fallback,
         gate.status,
         gate.why,
+        gate.advice,
     )
 
 

@@ -15,6 +15,7 @@ import functools
 from nccl_k8s.fabrics import fabrics_table
 from nccl_k8s.results.findings import Code, Rule
 from nccl_k8s.results.nccllog import LineInterest
+from nccl_k8s.results.rules.diag import DIAG
 from nccl_k8s.results.rules.errors import RUN_FAILED, TORCH, WARNS
 from nccl_k8s.results.rules.fabric import GDR, LIBIBVERBS, LOOPBACK, SOCKET
 from nccl_k8s.results.rules.failsafe import FAILSAFE
@@ -34,6 +35,7 @@ RULES: tuple[Rule, ...] = (
     WARNS,
     TORCH,
     RUN_FAILED,
+    DIAG,
     FAILSAFE,
 )
 

@@ -70,8 +70,26 @@ _FATAL = [
         ),
         "a peer's connection closed",
     ),
+    # socket.cc (bootstrap, proxy): a connection to a peer could not be made or timed out
+    # (ncclSystemError / ncclRemoteError); bootstrap.cc: no interface to bootstrap over.
+    (
+        re.compile(
+            r"Connect to \S+ failed|connect(?:ion)? (?:to \S+ )?timed out|Bootstrap : no socket "
+            r"interface found",
+            re.IGNORECASE,
+        ),
+        "a connection to a peer could not be made (an unreachable address, a firewall, or the "
+        "wrong interface: NCCL_SOCKET_IFNAME)",
+    ),
+    # aws-ofi-nccl: a libfabric request failed (`NET/OFI Request ... completed with error`).
+    (re.compile(r"NET/OFI .*completed with error"), "a libfabric (EFA/OFI) transfer failed"),
 ]
-_PEER = re.compile(r"(?:peer|from) (?P<peer>[\w.:-]+?)<\d+>")
+# CUDACHECK (checks.h): a CUDA call failed (ncclUnhandledCudaError). After a kernel fault
+# (`unspecified launch failure`, an Xid) the context is dead and every later call fails too:
+# NCCL 2.30 prints such WARNs on teardown paths (ncclStrongStreamSynchronize, ncclMemFree) with
+# no error trace after them. Fatal either way; where a trace follows, that names it.
+_CUDA_FAILURE = (re.compile(r"Cuda failure"), "a CUDA call failed on this GPU")
+_PEER = re.compile(r"(?:peer|from|Connect to) (?P<peer>[\w.:-]+?)<\d+>")
 
 
 def _classify(
@@ -96,6 +114,8 @@ def _classify(
             why = next((what for rx, what in _FATAL if rx.search(w)), None)
             if why is None and w in r.fatal_warnings:
                 why = "a fatal NCCL error (an error trace `file:line -> code` follows it)"
+            if why is None and _CUDA_FAILURE[0].search(w):
+                why = _CUDA_FAILURE[1]
             if why is None:
                 harmless.setdefault(w, []).append(r)
             else:
@@ -204,8 +224,10 @@ WARNS = Rule(
             ("error", "warning"),
             "a fatal WARN: `Call to ibv_* failed`, `Failed to initialize any NET plugin`, "
             "aws-ofi-nccl initialization failed, `Couldn't open AV`, `Message truncated`, "
-            "`collective mismatch`, a peer's socket closed, or any WARN followed by NCCL's error "
-            "trace; names who printed it and the peer when the line has one",
+            "`collective mismatch`, a peer's socket closed, a connection that could not be made "
+            "or timed out, a failed libfabric request, `Cuda failure` (with or without a trace), "
+            "or any WARN followed by NCCL's error trace; names who printed it and the peer when "
+            "the line has one",
             "**error** (the aws-ofi-nccl init failure on one node: warning)",
         ),
         Code(
@@ -223,6 +245,7 @@ def _torch(facts: Facts) -> list[Finding]:
     out = []
     for e in facts.torch_events:
         who = f"rank {e.rank}" if e.rank is not None else ""
+        where = " on ".join(p for p in (who, f"host {e.host}" if e.host else "") if p)
         if e.timeout is not None:
             t = e.timeout
             code = "collective-timeout"
@@ -235,12 +258,39 @@ def _torch(facts: Facts) -> list[Finding]:
                 "joined that collective (crashed, hung, or called another one): compare the "
                 "SeqNum each rank last reached."
             )
+        elif e.last_error:
+            code = "torch-nccl-error"
+            why, peer = explain(e.last_error)
+            culprit = f"; peer {peer} is the likely culprit" if peer else ""
+            message = (
+                f"{where + ': ' if where else ''}{why}{culprit}. NCCL's last error: {e.last_error}"
+            )
+            if e.error != e.last_error:
+                message += f". PyTorch: {e.error}"
+            hint = (
+                "NCCL's own message above names what failed; the NCCL WARN lines of that rank "
+                "(NCCL_DEBUG=WARN or INFO) say more."
+            )
         else:
             code = "torch-nccl-error"
             message = f"{who + ': ' if who else ''}{e.error}"
             hint = "the NCCL WARN lines before it in the same log say which peer or link failed."
-        out.append(Finding("error", code, message, hint, [who] if who else [], [e.text]))
+        stands_for = [t for t in (e.text, e.last_error, e.result) if t]
+        out.append(Finding("error", code, message, hint, [who] if who else [], stands_for))
     return out
+
+
+def explain(message: str) -> tuple[str, str | None]:
+    """What an NCCL WARN message (PyTorch's `Last error:`) says failed, and the peer it names."""
+    if c := _COMPLETION.search(message):
+        code = int(c.group("status") or c.group("error"))
+        why = f"an IB completion error (status {code}: {_WC_STATUS.get(code, 'see ibv_wc_status')})"
+        return why, c.group("peer")
+    why = next(
+        (what for rx, what in (*_FATAL, _CUDA_FAILURE) if rx.search(message)), "an NCCL error"
+    )
+    peer = _PEER.search(message)
+    return why, peer.group("peer") if peer else None
 
 
 TORCH = Rule(
@@ -254,7 +304,9 @@ TORCH = Rule(
         Code(
             "torch-nccl-error",
             ("error",),
-            "PyTorch's DistBackendError / remote-process errors about NCCL",
+            "PyTorch's DistBackendError / remote-process errors about NCCL, with what NCCL's "
+            "`Last error:` says failed (IB completion status, a closed or refused connection, a "
+            "CUDA failure) and the peer it names: also from a paste holding no NCCL line",
         ),
     ),
     _torch,

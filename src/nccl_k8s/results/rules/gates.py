@@ -19,16 +19,15 @@ _RERUN = "rerun with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET"
 
 
 class GateStatus(str, enum.Enum):
-    """What the gate found; only `confirmed` and `not-exercised` pass."""
+    """What the gate found; only `confirmed` passes."""
 
     CONFIRMED = "confirmed"
     """Every rank that says used the fabric, and at least one says."""
-    NOT_EXERCISED = "not-exercised"
-    """All ranks on one node: no byte crossed a network, so a network fabric was not asked."""
     WRONG = "wrong"
     """Ranks used another fabric (`FabricGate.wrong`)."""
     UNCONFIRMED = "unconfirmed"
-    """The log does not show what the ranks used."""
+    """The log does not show what the ranks used (for a network fabric: also a log of one node,
+    where no byte crossed a network)."""
 
 
 @dataclass(frozen=True)
@@ -43,23 +42,36 @@ class FabricGate:
     """The ranks on another fabric, or those the log leaves unconfirmed."""
     why: str = ""
     """Why the log cannot confirm the fabric (status unconfirmed)."""
+    advice: str = _RERUN
+    """What would let a log confirm it (status unconfirmed)."""
 
     @property
     def passed(self) -> bool:
-        return self.status in (GateStatus.CONFIRMED, GateStatus.NOT_EXERCISED)
+        return self.status is GateStatus.CONFIRMED
 
 
-def _unconfirmed(want: Fabric, why: str, reports: list[RankReport]) -> FabricGate:
+_ALL_LOGS = (
+    "pass the logs of every pod, from the start of the run (initialization prints what "
+    "diagnose reads)."
+)
+
+
+def _unconfirmed(
+    want: Fabric,
+    why: str,
+    reports: list[RankReport],
+    advice: str = _RERUN,
+    hint: str = _ALL_LOGS,
+) -> FabricGate:
     """A gate the log cannot check fails: a passing gate must mean the fabric was seen."""
     finding = Finding(
         "error",
         f"expect-{want}",
-        f"cannot confirm {want}: {why}; {_RERUN}",
-        "pass the logs of every pod, from the start of the run (initialization prints what "
-        "diagnose reads).",
+        f"cannot confirm {want}: {why}; {advice}",
+        hint,
         ranks_of(reports),
     )
-    return FabricGate(want, GateStatus.UNCONFIRMED, (finding,), tuple(reports), why)
+    return FabricGate(want, GateStatus.UNCONFIRMED, (finding,), tuple(reports), why, advice)
 
 
 def _gate(want: Fabric, findings: list[Finding], wrong: list[RankReport]) -> FabricGate:
@@ -190,13 +202,16 @@ def fabric_gate(want: Fabric, facts: Facts) -> FabricGate:
     if want is Fabric.MNNVL:
         return _expect_mnnvl(reports, fabrics)
     if facts.network_needed is False:
-        not_exercised = Finding(
-            "info",
-            f"expect-{want}",
-            f"all ranks are on one node: no inter-node traffic, so --expect-fabric {want} "
-            "was not exercised",
+        # A network fabric is seen only when bytes cross it: a one-node log cannot show it
+        # (NCCL still prints `Using network ...`, and sets up no connection over it).
+        return _unconfirmed(
+            want,
+            f"all ranks are on one node: no byte crossed a network, so nothing shows {want} in use",
+            reports,
+            "run across two nodes or more to check the fabric",
+            "a fabric gate passes only where the log shows the fabric carrying traffic; on one "
+            "node, `--expect-fabric nvlink` is the gate that applies.",
         )
-        return FabricGate(want, GateStatus.NOT_EXERCISED, (not_exercised,))
     known = [r for r in reports if fabrics[r.key]]
     if not known:
         return _unconfirmed(
@@ -267,7 +282,7 @@ EXPECT = Rule(
             ("info", "error"),
             "the verdict of `--expect-fabric <fabric>` and `--platform P` (the gate a deploy "
             "for P applies): any rank on another fabric fails it, named with its host; a gate "
-            "the log cannot confirm fails (below)",
+            "the log cannot confirm fails (below), a network fabric's on a one-node log too",
             "info or error",
             tuple(f"expect-{f}" for f in FABRICS),
         ),

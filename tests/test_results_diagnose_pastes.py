@@ -1,0 +1,134 @@
+"""Issue 35: real failures as people paste them are diagnosed, not refused or called clean.
+
+Every file is a verbatim excerpt of a public thread (tests/data/nccl-logs/README.md says where);
+the expected values below were read from the files, not from the parser.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from nccl_k8s.cli.main import app
+from nccl_k8s.results.diagnose import diagnose_files
+
+LOGS = Path(__file__).parent / "data" / "nccl-logs"
+ONLY = LOGS / "errors-only"
+
+
+def _diagnose(*args: str) -> tuple[int, str, str]:
+    res = CliRunner().invoke(app, ["diagnose", *args])
+    return res.exit_code, res.stdout, res.stderr
+
+
+def _errors(path: Path) -> list[tuple[str, str, list[str]]]:
+    d = diagnose_files([path])
+    return [(f.code, f.message, f.ranks) for f in d.findings if f.severity == "error"]
+
+
+# Today's code refuses each of these files ("no NCCL log lines found", exit 2): none holds a line
+# with NCCL's `host:pid:tid [dev]` prefix.
+def test_pytorch_error_names_nccls_last_error_and_the_peer() -> None:
+    # NVIDIA/nccl#2076: `Last error:` then `socketProgressOpt: Call to recv from 172....<33759>
+    # failed : Connection reset by peer`; no rank or host in the text.
+    (err,) = _errors(ONLY / "nccl-2076_distbackenderror_last_error_connection_reset.log")
+    code, message, ranks = err
+    assert code == "torch-nccl-error" and ranks == []
+    assert message.startswith("a peer's connection closed; peer 172.... is the likely culprit.")
+    assert "Call to recv from 172....<33759> failed : Connection reset by peer" in message
+
+
+def test_pytorch_error_names_the_rank_it_prints() -> None:
+    # NVIDIA/nccl#1928: every line `[rank3]: `, NET/OFI request completed with error.
+    (err,) = _errors(ONLY / "nccl-1928_rank3_distbackenderror_ofi_undeliverable.log")
+    code, message, ranks = err
+    assert (code, ranks) == ("torch-nccl-error", ["rank 3"])
+    assert message.startswith("rank 3: a libfabric (EFA/OFI) transfer failed.")
+    assert message.endswith("NCCL version 2.28.8")
+    assert "NET/OFI Request 0x7f14cc5b60c0 completed with error. RC: 113." in message
+
+
+def test_bootstrap_connect_failure_names_the_peer() -> None:
+    code, _, stderr = _diagnose(
+        str(ONLY / "pytorch-transformer-distributed-1_bootstrap_connect_no_route.log")
+    )
+    assert code == 1
+    first = stderr.splitlines()[0]
+    assert first.startswith(
+        "error torch-nccl-error: a connection to a peer could not be made (an unreachable "
+        "address, a firewall, or the wrong interface: NCCL_SOCKET_IFNAME); peer 192.168.19.14 "
+        "is the likely culprit."
+    )
+    # PyTorch's `ncclSystemError: ...` line is part of the same error, not a second one.
+    assert "unexplained" not in stderr
+
+
+def test_a_loggers_prefix_is_cut_from_the_last_error() -> None:
+    # NVIDIA/nccl#1247: Ray's `(RayWorkerVllm pid=7602) ERROR 04-07 00:57:46 ray_utils.py:45] `.
+    (err,) = _errors(ONLY / "nccl-1247_ray_vllm_last_error_busid.log")
+    assert "NCCL's last error: Attribute busid of node nic not found." in err[1]
+
+
+def test_watchdog_timeout_alone() -> None:
+    # NVIDIA/nccl#1730: two `[rank118]:` lines of ProcessGroupNCCL, no NCCL line.
+    (err,) = _errors(ONLY / "nccl-1730_watchdog_timeout_rank118.log")
+    assert err == (
+        "collective-timeout",
+        "rank 118's ALLREDUCE (SeqNum 2398459) ran for 1800068 ms before the watchdog timed it out",
+        ["rank 118"],
+    )
+
+
+def test_ib_completion_error_pasted_alone() -> None:
+    # NVIDIA/nccl#1664 (in a sentence, `NET/IBP:` without prefix or tag) and #1814 (the title).
+    for name, peer in (
+        ("nccl-1664_ibp_completion_status12_in_prose.log", "7.6.13.83"),
+        ("nccl-1814_title_ib_completion_status12.log", "xxx.xxx.xxx.xxx"),
+    ):
+        code, _, stderr = _diagnose(str(ONLY / name))
+        assert code == 1, name
+        assert stderr.startswith(
+            f"error ib-completion-error: peer {peer} (or the link to it) is the likely culprit: "
+        )
+        assert "(status 12: transport retry counter exceeded: the peer stopped answering; " in (
+            stderr
+        )
+        assert "; vendor err 129)" in stderr
+
+
+def test_nothing_nccl_related_is_still_refused(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("Last error:\nno NCCL here\n")
+    code, stdout, _ = _diagnose(str(tmp_path / "notes.txt"))
+    assert code == 2 and stdout == ""
+
+
+# Today: the three WARNs of NVIDIA/nccl#2303 are warnings and the exit is 0 (a Cuda-failure WARN
+# with no error trace after it was read as harmless).
+def test_cuda_failure_without_a_trace_is_fatal() -> None:
+    log = LOGS / "releases" / "nccl-2303_v2.30.7_cuda_failure_teardown_no_trace.log"
+    code, _, stderr = _diagnose(str(log))
+    assert code == 1
+    assert stderr.splitlines()[0] == (
+        "error nccl-error: a CUDA call failed on this GPU on host watchtower-navy-cn13 GPU 1: "
+        "NCCL WARN Cuda failure 'unspecified launch failure' [watchtower-navy-cn13:2619531 [1]]"
+    )
+
+
+def test_cuda_failure_is_fatal_on_every_gpu_that_printed_it() -> None:
+    # NVIDIA/nccl#1528: GPU 1's WARN has a trace after it, GPU 3's four WARNs have none; today
+    # GPU 3 is only a warning.
+    d = diagnose_files([LOGS / "nccl-1528_cuda_failure_named_symbol_without_trace.log"])
+    (f,) = d.findings
+    assert (f.severity, f.code) == ("error", "nccl-error")
+    assert f.ranks == ["c76d92cccb6e:72 [1]", "c76d92cccb6e:72 [3]"]
+
+
+def test_a_launchers_host_prefix_names_the_host() -> None:
+    # NVIDIA/nccl#1029: `rdma-test-gpu-worker-1: ` before every line; `Cuda failure
+    # 'initialization error'` after `Last error:`.
+    (err,) = _errors(ONLY / "nccl-1029_pdsh_host_last_error_cuda_init.log")
+    assert err[1].startswith(
+        "host rdma-test-gpu-worker-1: a CUDA call failed on this GPU. NCCL's last error: Cuda "
+        "failure 'initialization error'. PyTorch: torch.distributed.DistBackendError: NCCL error"
+    )
