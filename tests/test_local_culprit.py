@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from nccl_k8s.errors import RunFailed
-from nccl_k8s.launch._culprit import Fault, RankFacts, attribute, read_faults, short
+from nccl_k8s.launch._culprit import Fault, RankFacts, attribute, read_faults, said, short
 
 TIMEOUT = (
     "RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78]"
@@ -27,7 +27,9 @@ ECHO = (
 
 def ended(rank: int, code: int, at: float, message: str = "") -> RankFacts:
     """A rank that ended on its own `at` seconds into the run."""
-    return RankFacts(rank=rank, pid=4240 + rank, exitcode=code, ended_at=at, message=message)
+    return RankFacts(
+        rank=rank, pid=4240 + rank, exitcode=code, ended_at=at, message=message, said=said(message)
+    )
 
 
 def stopped_by_us(

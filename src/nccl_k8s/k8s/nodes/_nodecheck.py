@@ -224,15 +224,17 @@ class _Runner:
         try:
             await self._deploy(spec)
         except RunFailed as e:
-            first = str(e).splitlines()[0].split(" (deleted what this deploy created")[0]
-            # Our own monitor's words (run._verdicts) for pods that were never placed.
-            never_ran = e.node is None and (
-                "cannot be scheduled" in first or "no scheduler has picked up" in first
-            )
             await self._remove(spec)  # a test given up on (--test-timeout) is still there
             culprit = e.node if e.node in (a, b) else None
+            # Pods no scheduler placed say nothing of either node.
             result = PairResult(
-                a, b, None, error=first, pass_no=pass_no, inconclusive=never_ran, culprit=culprit
+                a,
+                b,
+                None,
+                error=e.headline,
+                pass_no=pass_no,
+                inconclusive=e.reason.unplaced,
+                culprit=culprit,
             )
             return PairTest(result, spec.run_id, time.monotonic() - start, e.node)
         deployed = time.monotonic() - start

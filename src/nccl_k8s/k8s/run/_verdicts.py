@@ -9,7 +9,7 @@ import contextlib
 import re
 from typing import Any
 
-from nccl_k8s.errors import ClusterError, RunFailed
+from nccl_k8s.errors import ClusterError, FailureReason, RunFailed
 from nccl_k8s.k8s.api._client import KubeClient
 from nccl_k8s.k8s.api._types import Obj
 from nccl_k8s.k8s.rendering._names import CONTAINER_NAME
@@ -128,7 +128,7 @@ def failed_create(
         )
     elif "exceeded quota" in message:
         text += f". A ResourceQuota of namespace {namespace} is full: ask for a smaller run or more quota"
-    return RunFailed(text)
+    return RunFailed(text, reason=FailureReason.CREATE_REFUSED)
 
 
 async def out_of_patience(
@@ -154,6 +154,7 @@ async def out_of_patience(
                 f"run {run.run_id}: rank {rank_text(p)} (pod {p.name}, node {p.node or 'none'}) "
                 f"could not pull its image for {settings.pull_timeout_s:g}s (--pull-timeout): "
                 f"{p.problem.message}",
+                reason=FailureReason.IMAGE_PULL,
                 rank=p.rank,
                 pod=p.name,
                 node=p.node,
@@ -165,6 +166,7 @@ async def out_of_patience(
         return RunFailed(
             f"run {run.run_id} cannot be scheduled: {ranks}: "
             f"{_unschedulable_for(unschedulable, waited, settings)}: {message}",
+            reason=FailureReason.UNSCHEDULABLE,
             rank=first.rank,
             pod=first.name,
         )
@@ -198,7 +200,8 @@ async def check_scheduled(
                 f"run {run_id}: {workload.get('kind')} {run_id} has created no pods after "
                 f"{elapsed:.0f}s and no FailedCreate event says why: is its controller "
                 f"running? (`kubectl describe {str(workload.get('kind')).lower()} {run_id} "
-                f"-n {namespace}`)"
+                f"-n {namespace}`)",
+                reason=FailureReason.NO_PODS,
             )
         return None
     if any(p.node or p.problem or p.phase != "Pending" for p in current):
@@ -218,7 +221,8 @@ async def check_scheduled(
         f"{which}: is it installed and running in this cluster? (pods: "
         + ", ".join(p.name for p in current[:4])
         + (", ..." if len(current) > 4 else "")
-        + ")"
+        + ")",
+        reason=FailureReason.NO_SCHEDULER,
     )
 
 
@@ -244,7 +248,7 @@ async def failure(
             f"run {run.run_id} failed: {kind} {cond.get('reason', 'Failed')}: "
             f"{cond.get('message', 'no message')}",
             [],
-            {},
+            {"reason": FailureReason.WORKLOAD_FAILED},
         )
     c = verdict.culprit
     tail: list[str] = []
@@ -265,6 +269,7 @@ async def failure(
             tail = [f"last {settings.failure_log_lines} log lines of rank {rank}:"]
             tail += [f"  {line}" for line in lines]
     fields = {
+        "reason": c.reason,
         "rank": c.rank,
         "pod": c.pod,
         "node": c.node,
