@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import datetime
 import functools
 import io
 import subprocess
@@ -32,6 +33,12 @@ from pathlib import Path
 import pytest
 
 import nccl_k8s.errors
+from nccl_k8s.bench.report import FAULT_KINDS
+from nccl_k8s.errors import FailureReason, Interrupted, RunFailed
+from nccl_k8s.k8s import Explained
+from nccl_k8s.k8s.nodes._badnodes import verdicts
+from nccl_k8s.k8s.nodes._level import PairResult, failed_test
+from nccl_k8s.k8s.run._explain import PodWhy, rows
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "nccl_k8s"
 
@@ -395,6 +402,91 @@ def test_the_checker_lists_the_decisions_on_text_the_code_took_before_issue_34()
         "e in low",
     ):
         assert decision in text, (decision, text)
+
+
+# -- the readers decide on the reason ----------------------------------------------------------
+
+
+def _pair_test_failed(reason: FailureReason, node: str | None, headline: str) -> str:
+    """What `nodes check` says of node c after its test with the good node a failed."""
+    failure = RunFailed(headline, reason=reason, node=node)
+    # As deploy's monitor ends a failed run: it adds what it did to the message.
+    failure.args = (f"{headline} (deleted what this deploy created: Job/t; its pods are gone)",)
+    fine = [PairResult("a", "b", 100.0), PairResult("e", "f", 100.0)]
+    result = failed_test("c", "a", failure, pass_no=1)
+    assert result.error == headline
+    found = verdicts(["a", "b", "c", "e", "f"], [*fine, result], 0.8)
+    (c,) = (v for v in found.nodes if v.node == "c")
+    return f"{c.verdict}: {c.why}"
+
+
+def test_nodes_check_calls_a_test_no_scheduler_placed_inconclusive_by_its_reason() -> None:
+    # The words are not what decides: a headline without "cannot be scheduled" ...
+    said = _pair_test_failed(FailureReason.NO_SCHEDULER, None, "run t-1: nobody came")
+    assert said == "unknown: its test with a could not run: run t-1: nobody came"
+    said = _pair_test_failed(FailureReason.UNSCHEDULABLE, None, "run t-1: no room")
+    assert said.startswith("unknown: its test with a could not run")
+    # ... and a run that crashed on node c is held against c, whatever its words say.
+    for reason in (FailureReason.CRASHED, FailureReason.NO_PROGRESS, FailureReason.KILLED):
+        said = _pair_test_failed(reason, "c", "run t-1 cannot be scheduled (say the words)")
+        assert said == (
+            "bad: its test with good node a failed: run t-1 cannot be scheduled (say the words)"
+        ), reason
+    assert {r for r in FailureReason if r.unplaced} == {
+        FailureReason.UNSCHEDULABLE,
+        FailureReason.NO_SCHEDULER,
+    }
+
+
+def test_doctor_run_is_ok_while_pods_wait_as_its_rows_say_not_their_words() -> None:
+    def row(why: str, *, waiting: bool, phase: str = "Pending") -> PodWhy:
+        return PodWhy(0, "r-0-x", None, phase, why, waiting=waiting)
+
+    def explained(*rows: PodWhy) -> Explained:
+        return Explained("r", "ns", "Job", "Pending", None, list(rows))
+
+    assert explained(row("not scheduled yet", waiting=True)).ok
+    assert not explained(row("waiting: for its words only", waiting=False)).ok
+    assert explained(row("waiting: x", waiting=False, phase="Running")).ok
+    # rows() marks a Pending pod that nothing is wrong with as waiting, a failed one not.
+    pending = {
+        "metadata": {
+            "name": "r-0-abcde",
+            "creationTimestamp": "2026-12-03T12:00:00Z",
+            "annotations": {"batch.kubernetes.io/job-completion-index": "0"},
+        },
+        "spec": {"schedulerName": "default-scheduler"},
+        "status": {"phase": "Pending"},
+    }
+    failed = {
+        **pending,
+        "status": {
+            "phase": "Failed",
+            "containerStatuses": [
+                {"name": "bench", "state": {"terminated": {"exitCode": 1, "reason": "Error"}}}
+            ],
+        },
+    }
+    job = {"kind": "Job", "metadata": {"name": "r", "uid": "u"}, "spec": {"completions": 1}}
+    soon = datetime.datetime(2026, 12, 3, 12, 0, 10, tzinfo=datetime.timezone.utc)
+    (waits,) = rows("r", "ns", job, [pending], [], {}, {}, now=soon)
+    (fails,) = rows("r", "ns", job, [failed], [], {}, {}, now=soon)
+    assert waits.waiting and not fails.waiting
+    assert waits.why.startswith("waiting: ") and fails.why == "exit code 1"
+
+
+def test_the_engines_fault_kinds_are_failure_reasons() -> None:
+    """The engine cannot import nccl_k8s.errors: its fault line's "kind" words are held to the
+    enum here, so that a kind the engine names is one the culprit logic reads."""
+    assert FAULT_KINDS
+    for kind in FAULT_KINDS:
+        assert FailureReason(kind).value == kind
+
+
+def test_an_interrupted_run_says_what_it_stopped_as_a_field() -> None:
+    exc = Interrupted(2, detail="stopped 2 ranks")
+    assert exc.detail == "stopped 2 ranks" and str(exc) == "interrupted by SIGINT: stopped 2 ranks"
+    assert Interrupted(15).detail == ""
 
 
 if __name__ == "__main__":

@@ -337,21 +337,7 @@ def attribute(
             why = f"never started ({what}); the others waited for it"
             culprit = _blame(w, why, FailureReason.NEVER_STARTED)
         elif rendezvous is not None:
-            ran = {i.rank for n, i in infos.items() if started(by_name[n])}
-            absent = [r for r in range(rendezvous.total) if r not in ran]
-            if absent:
-                mine = [i for i in infos.values() if i.rank == absent[0]]
-                last = max(mine, key=lambda i: (i.created or "", i.name)) if mine else None
-                why = (
-                    f"never joined the rendezvous ({rendezvous.joined}/{rendezvous.total} pods "
-                    f"joined in {rendezvous.waited_s}s"
-                    + ("" if last else "; its pod is gone")
-                    + ")"
-                )
-                never = FailureReason.NEVER_STARTED
-                culprit = (
-                    _blame(last, why, never) if last else Blame(absent[0], None, None, why, never)
-                )
+            culprit = _never_joined(infos, by_name, rendezvous)
     # 4./5. exit order, then any problem
     if culprit is None and failed:
         first = failed[0]
@@ -368,6 +354,24 @@ def attribute(
         and infos[n].rank != culprit.rank  # a replaced pod of the culprit's rank
     ]
     return Verdict(culprit, others, noticed)
+
+
+def _never_joined(
+    infos: Mapping[str, PodInfo], by_name: Mapping[str, Obj], rendezvous: Rendezvous
+) -> Blame | None:
+    """The first rank with no started pod, by torchrun's rendezvous timeout; None if none."""
+    ran = {i.rank for n, i in infos.items() if started(by_name[n])}
+    absent = [r for r in range(rendezvous.total) if r not in ran]
+    if not absent:
+        return None
+    mine = [i for i in infos.values() if i.rank == absent[0]]
+    last = max(mine, key=lambda i: (i.created or "", i.name)) if mine else None
+    why = (
+        f"never joined the rendezvous ({rendezvous.joined}/{rendezvous.total} pods "
+        f"joined in {rendezvous.waited_s}s" + ("" if last else "; its pod is gone") + ")"
+    )
+    never = FailureReason.NEVER_STARTED
+    return _blame(last, why, never) if last else Blame(absent[0], None, None, why, never)
 
 
 def _why(info: PodInfo) -> str:
