@@ -300,8 +300,8 @@ class _Follower:
         if self.failing_since is None:
             self.failing_since = now
         if now - self.failing_since >= self.settings.failure_settle_s or job_failed:
-            headline, tail, fields = await failure(self.kc, self.namespace, self.run, self.settings)
-            raise await self.end(RunFailed(headline, **fields), workload, tail)
+            verdict, tail = await failure(self.kc, self.namespace, self.run, self.settings)
+            raise await self.end(verdict, workload, tail)
         return True
 
     async def _check_patience(

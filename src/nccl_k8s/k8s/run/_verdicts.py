@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from typing import Any
 
 from nccl_k8s.errors import ClusterError, FailureReason, RunFailed
 from nccl_k8s.k8s.api._client import KubeClient
@@ -228,8 +227,9 @@ async def check_scheduled(
 
 async def failure(
     kc: KubeClient, namespace: str, run: RunState, settings: WaitSettings
-) -> tuple[str, list[str], dict[str, Any]]:
-    """(headline, the culprit's last log lines, RunFailed fields) of a failed run."""
+) -> tuple[RunFailed, list[str]]:
+    """A failed run's RunFailed (its culprit's rank, pod, node and reason) and the culprit's
+    last log lines."""
     pods = list(run.seen.values())
     verdict, texts = await gather_verdict(kc, namespace, pods, settings)
     workload = run.workload()
@@ -244,12 +244,10 @@ async def failure(
     if verdict is None:
         cond = condition(workload, "Failed") or {}
         kind = workload.get("kind") if workload else "workload"
-        return (
-            f"run {run.run_id} failed: {kind} {cond.get('reason', 'Failed')}: "
-            f"{cond.get('message', 'no message')}",
-            [],
-            {"reason": FailureReason.WORKLOAD_FAILED},
-        )
+        words = f"{kind} {cond.get('reason', 'Failed')}: {cond.get('message', 'no message')}"
+        return RunFailed(
+            f"run {run.run_id} failed: {words}", reason=FailureReason.WORKLOAD_FAILED
+        ), []
     c = verdict.culprit
     tail: list[str] = []
     started_pods = {str(p["metadata"]["name"]) for p in pods if started(p)}
@@ -268,15 +266,15 @@ async def failure(
             rank = "?" if c.rank is None else str(c.rank)
             tail = [f"last {settings.failure_log_lines} log lines of rank {rank}:"]
             tail += [f"  {line}" for line in lines]
-    fields = {
-        "reason": c.reason,
-        "rank": c.rank,
-        "pod": c.pod,
-        "node": c.node,
-        "exit_status": c.exit_code,
-        "global_rank": c.global_rank,
-    }
-    return f"run {run.run_id} failed: {verdict.text()}", tail, fields
+    return RunFailed(
+        f"run {run.run_id} failed: {verdict.text()}",
+        reason=c.reason,
+        rank=c.rank,
+        pod=c.pod,
+        node=c.node,
+        exit_status=c.exit_code,
+        global_rank=c.global_rank,
+    ), tail
 
 
 async def gather_verdict(
