@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import ast
 import builtins
+import dataclasses
 import datetime
 import functools
 import io
+import json
 import subprocess
 import sys
 import tarfile
@@ -448,6 +450,10 @@ def test_doctor_run_is_ok_while_pods_wait_as_its_rows_say_not_their_words() -> N
     assert explained(row("not scheduled yet", waiting=True)).ok
     assert not explained(row("waiting: for its words only", waiting=False)).ok
     assert explained(row("waiting: x", waiting=False, phase="Running")).ok
+    # -o json carries the verdict's reason as its value.
+    failed = dataclasses.replace(explained(), verdict="rank 1 ...", reason=FailureReason.KILLED)
+    assert json.loads(json.dumps(failed.to_dict()))["reason"] == "killed"
+    assert explained().to_dict()["reason"] is None
     # rows() marks a Pending pod that nothing is wrong with as waiting, a failed one not.
     pending = {
         "metadata": {

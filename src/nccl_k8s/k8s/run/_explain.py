@@ -18,6 +18,7 @@ import datetime
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from nccl_k8s.errors import FailureReason
 from nccl_k8s.k8s.api._client import ClientSettings, KubeClient
 from nccl_k8s.k8s.api._sync import run_sync
 from nccl_k8s.k8s.api._types import Obj, timestamp
@@ -66,6 +67,9 @@ class Explained:
     verdict: str | None
     """The run's verdict in one line when it failed (the culprit, as deploy names it)."""
     rows: list[PodWhy]
+    reason: FailureReason | None = None
+    """Why the run failed, typed (what deploy's RunFailed carries); None when no verdict
+    names it (nothing failed, or nccl-k8s stopped it and only its words remain)."""
 
     @property
     def ok(self) -> bool:
@@ -77,6 +81,7 @@ class Explained:
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out["ok"] = self.ok
+        out["reason"] = self.reason.value if self.reason else None
         return out
 
 
@@ -244,6 +249,7 @@ async def gather(kc: KubeClient, namespace: str, run_id: str) -> Explained:
     phase = run_phase(workload, infos)
     nodes = await node_objects(kc, {i.node for i in infos if i.node})
     verdict_text: str | None = None
+    reason: FailureReason | None = None
     culprit: str | None = None
     texts: dict[str, str] = {}
     stopped = ((workload or {}).get("metadata", {}).get("annotations") or {}).get(
@@ -253,14 +259,16 @@ async def gather(kc: KubeClient, namespace: str, run_id: str) -> Explained:
         verdict, texts = await gather_verdict(kc, namespace, pods, WaitSettings())
         if verdict is not None:
             verdict_text, culprit = verdict.text(), verdict.culprit.pod
+            reason = verdict.culprit.reason
         elif stopped:
             verdict_text = f"stopped by nccl-k8s: {stopped}"
         else:
             cond = condition(workload, "Failed") or {}
             verdict_text = f"{cond.get('reason', 'Failed')}: {cond.get('message', 'no message')}"
+            reason = FailureReason.WORKLOAD_FAILED
     table = rows(run_id, namespace, workload, pods, events, nodes, texts, culprit_pod=culprit)
     kind = str(workload.get("kind")) if workload else None
-    return Explained(run_id, namespace, kind, phase, verdict_text, table)
+    return Explained(run_id, namespace, kind, phase, verdict_text, table, reason)
 
 
 def explain(
