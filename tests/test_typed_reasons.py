@@ -31,6 +31,7 @@ import sys
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -451,11 +452,11 @@ def test_doctor_run_is_ok_while_pods_wait_as_its_rows_say_not_their_words() -> N
     assert not explained(row("waiting: for its words only", waiting=False)).ok
     assert explained(row("waiting: x", waiting=False, phase="Running")).ok
     # -o json carries the verdict's reason as its value.
-    failed = dataclasses.replace(explained(), verdict="rank 1 ...", reason=FailureReason.KILLED)
-    assert json.loads(json.dumps(failed.to_dict()))["reason"] == "killed"
+    killed = dataclasses.replace(explained(), verdict="rank 1 ...", reason=FailureReason.KILLED)
+    assert json.loads(json.dumps(killed.to_dict()))["reason"] == "killed"
     assert explained().to_dict()["reason"] is None
     # rows() marks a Pending pod that nothing is wrong with as waiting, a failed one not.
-    pending = {
+    pending: dict[str, Any] = {
         "metadata": {
             "name": "r-0-abcde",
             "creationTimestamp": "2026-12-03T12:00:00Z",
