@@ -226,6 +226,8 @@ def test_a_pending_runs_bundle_and_doctor_run_say_why(
     doc = json.loads(cli(cluster, "doctor", "-n", namespace, "--run", rid, "-o", "json").output)
     assert doc["phase"] == "Unschedulable" and doc["ok"] is False
     assert [r["rank"] for r in doc["rows"]] == [0, 1]
+    # Not ok because no row only waits: each is Unschedulable. No verdict names a reason yet.
+    assert [r["waiting"] for r in doc["rows"]] == [False, False] and doc["reason"] is None
 
     out = tmp_path / "pending.tar.gz"
     got = cli(cluster, "bundle", "-n", namespace, "--run", rid, "-o", str(out))

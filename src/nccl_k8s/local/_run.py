@@ -128,10 +128,10 @@ def _saying_stored(exc: RunFailed | Interrupted, stored: tuple[Path, int]) -> Nc
         f"the {sizes} size{'s' if sizes != 1 else ''} measured are stored, marked partial: {path}"
     )
     if isinstance(exc, Interrupted):
-        detail = str(exc).split(": ", 1)[1] if ": " in str(exc) else ""
+        detail = exc.detail
         return Interrupted(exc.signum, detail=f"{detail}; {note}" if detail else note)
     return RunFailed(
-        f"{exc}; {note}", rank=exc.rank, pod=exc.pod, node=exc.node,
+        f"{exc}; {note}", reason=exc.reason, rank=exc.rank, pod=exc.pod, node=exc.node,
         exit_status=exc.exit_status, global_rank=exc.global_rank,
     )  # fmt: skip
 

@@ -45,6 +45,8 @@ import statistics
 from collections import defaultdict
 from collections.abc import Sequence
 
+from nccl_k8s.errors import RunFailed
+
 #: A test is slow only this many noise sigmas below the level (see the module docstring).
 NOISE_Z = 3.5
 #: Fine tests needed before their spread is taken as the noise (see `_spread`); with fewer, a
@@ -80,6 +82,22 @@ class PairResult:
 
     def other(self, node: str) -> str:
         return self.b if node == self.a else self.a
+
+
+def failed_test(a: str, b: str, failure: RunFailed, pass_no: int) -> PairResult:
+    """The result of a pair test whose run failed: inconclusive when no scheduler placed its
+    pods (its reason says so: neither node is to blame), else a failure naming the culprit's
+    node when it is one of the two. Its error is the failure's headline, without what the
+    deploy then did to end the run."""
+    return PairResult(
+        a,
+        b,
+        None,
+        error=failure.headline,
+        pass_no=pass_no,
+        inconclusive=failure.reason.unplaced,
+        culprit=failure.node if failure.node in (a, b) else None,
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -237,5 +255,6 @@ __all__ = [
     "Level",
     "PairResult",
     "by_node",
+    "failed_test",
     "level",
 ]
