@@ -2,16 +2,14 @@
 
 nccl-tests' command lines are pasted as they are (`-g 8 -t 1 -y 0 ...`): every flag it takes
 is accepted here. The ones the engine does (`-m`, `-N`, `-C`, `-u`, `-R`, `-J`, `-p`, `-g`/`-t`
-through the rank count) are bench.config's; the ones it cannot do are listed below with why, so
-that a pasted line that spells out their default still runs and any other value is refused
-naming the flag and the reason. Standard library only: it travels in pods with the engine.
+through the rank count) are entries of bench.options; the ones it cannot do are listed below
+with why, so that a pasted line that spells out their default still runs and any other value is
+refused naming the flag and the reason. Standard library only: it travels in pods with the engine.
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
-from typing import Any
 
 
 class ConfigError(ValueError):
@@ -40,63 +38,10 @@ NOT_HONOURED: tuple[tuple[str, str, str | None, str], ...] = (
 )  # fmt: skip
 
 
-def add_compat_flags(p: argparse.ArgumentParser, integer: Callable[..., Any]) -> None:
-    """nccl-tests' flags beyond the engine's first dozen: those it does, then those it refuses.
-    `integer(flag, minimum=...)` is the engine's integer converter (bench.config)."""
-    _int = integer
-    add = p.add_argument
-    add(
-        "-m",
-        "--agg_iters",
-        type=_int("-m", minimum=1),
-        default=1,
-        help="ops per timed iteration (one NCCL group)",
-    )
-    add(
-        "-C",
-        "--report_cputime",
-        type=_int("-C", minimum=0),
-        default=0,
-        help="1: report the time to issue the ops, without the final wait",
-    )
-    add(
-        "-u",
-        "--unalign",
-        type=_int("-u", minimum=0),
-        default=0,
-        metavar="N",
-        help="misalign both buffers by N elements",
-    )
-    add(
-        "-R",
-        "--local_register",
-        type=_int("-R", minimum=0),
-        default=0,
-        help="register buffers with NCCL: 1 local, 2 symmetric (direct driver)",
-    )
-    add(
-        "-p",
-        "--parallel_init",
-        type=_int("-p", minimum=0),
-        default=0,
-        help="accepted: ranks are processes and always initialise in parallel",
-    )
-    add(
-        "-g",
-        "--ngpus",
-        type=_int("-g", minimum=1),
-        default=1,
-        help="GPUs per process: one here; `nccl-k8s run` starts -g x -t ranks",
-    )
-    add(
-        "-t",
-        "--nthreads",
-        type=_int("-t", minimum=1),
-        default=1,
-        help="threads per process: one here; as -g",
-    )
+def add_compat_flags(p: argparse.ArgumentParser) -> None:
+    """nccl-tests' flags the engine refuses (those it does are bench.options' entries)."""
     for short, long, default, why in NOT_HONOURED:
-        add(
+        p.add_argument(
             short,
             long,
             default=None,

@@ -186,8 +186,7 @@ def _config_text(run: Run) -> str:
         ("graph", c.graph),
     ):
         if value is not None:
-            # As the flag takes it (-z 0/1), not Python's True/False.
-            parts.append(f"{name} {int(value) if isinstance(value, bool) else value}")
+            parts.append(f"{name} {value}")
     return ", ".join(parts)
 
 
