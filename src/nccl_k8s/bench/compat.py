@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 
+from nccl_k8s.bench.dtypes import DTYPE_FACTS, Dtype
+
 
 class ConfigError(ValueError):
     """An engine flag has a value the engine cannot use. The message is one line."""
@@ -72,21 +74,28 @@ def _same_int(text: str, default: str) -> bool:
 NCCL_NO_FP8_AVG = "NCCL averages no 8-bit floats (ncclAvg: invalid argument)"
 
 
-def skipped(backend: str, dtype: str, redop: str | None) -> str | None:
+GLOO_NO_FP8 = "gloo has no 8-bit floats"
+GLOO_AVG_FLOATS_ONLY = "gloo averages only floating types"
+
+
+def skipped(backend: str, dtype: Dtype, redop: str | None) -> str | None:
     """Why `-d all`/`-o all` skips this type and reduction on `backend` (None: it runs). A
     type or reduction named on its own is refused instead (check_backend)."""
-    if backend == "nccl" and redop == "avg" and dtype.startswith("f8"):
+    facts = DTYPE_FACTS[dtype]
+    if backend == "nccl" and redop == "avg" and facts.eight_bit_float:
         return NCCL_NO_FP8_AVG
     if backend != "gloo":
         return None
-    if dtype.startswith("f8"):
-        return "gloo has no 8-bit floats"
-    if redop == "avg" and dtype in ("int8", "uint8", "int32", "int64"):
-        return "gloo averages only floating types"
+    if facts.eight_bit_float:
+        return GLOO_NO_FP8
+    if redop == "avg" and not facts.floating:
+        return GLOO_AVG_FLOATS_ONLY
     return None
 
 
 __all__ = [
+    "GLOO_AVG_FLOATS_ONLY",
+    "GLOO_NO_FP8",
     "NCCL_NO_FP8_AVG",
     "NOT_HONOURED",
     "ConfigError",

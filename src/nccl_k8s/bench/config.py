@@ -19,6 +19,8 @@ from typing import NoReturn
 # The collectives and element types are registries of their own; the flags name their entries.
 from nccl_k8s.bench.collectives import ALL_OPS, REDUCING_OPS, ROOTED_OPS, Op, refused
 from nccl_k8s.bench.compat import (
+    GLOO_AVG_FLOATS_ONLY,
+    GLOO_NO_FP8,
     NCCL_NO_FP8_AVG,
     NOT_HONOURED,
     ConfigError,
@@ -26,7 +28,7 @@ from nccl_k8s.bench.compat import (
     refuse_not_honoured,
     skipped,
 )
-from nccl_k8s.bench.dtypes import DTYPES, Dtype
+from nccl_k8s.bench.dtypes import DEFAULT_DTYPE, DTYPE_FACTS, DTYPES, Dtype
 from nccl_k8s.bench.options import (
     BACKENDS,
     BLOCKING_MODES,
@@ -75,12 +77,12 @@ class BenchConfig:
     (nccl-tests 2.19.6; default 1)."""
     check: int = 1
     """-c: checked operations per size after timing; 0 turns checking off."""
-    dtype: Dtype = "float"
+    dtype: Dtype = DEFAULT_DTYPE
     """-d: element type, nccl-tests' name (the first of `dtypes`; the engine sets it to the
     type being measured)."""
     redop: RedOp = "sum"
     """-o: reduction for the reducing collectives (the first of `redops`, as `dtype`)."""
-    dtypes: tuple[Dtype, ...] = ("float",)
+    dtypes: tuple[Dtype, ...] = (DEFAULT_DTYPE,)
     """-d: every type to measure, in order (`-d all`: every type, as nccl-tests)."""
     redops: tuple[RedOp, ...] = ("sum",)
     """-o: every reduction to measure with the reducing collectives (`-o all`: every one)."""
@@ -258,21 +260,18 @@ def check_backend(config: BenchConfig, backend: str, *, world_size: int) -> None
         raise ConfigError(
             f"-G {config.graph}: CUDA graphs need the NCCL backend, this run uses {backend}"
         )
+    facts = DTYPE_FACTS[config.dtype]
     if backend == "gloo" and len(config.dtypes) == 1 and len(config.redops) == 1:
-        if config.dtype.startswith("f8"):
-            raise ConfigError(
-                f"-d {config.dtype!r}: gloo has no 8-bit floats; use the NCCL backend"
-            )
-        if config.redop == "avg" and config.dtype in ("int8", "uint8", "int32", "int64"):
+        if facts.eight_bit_float:
+            raise ConfigError(f"-d {config.dtype!r}: {GLOO_NO_FP8}; use the NCCL backend")
+        if config.redop == "avg" and not facts.floating:
             needs = [op for op in config.ops if op in REDUCING_OPS]
             if needs:
-                raise ConfigError(
-                    f"-o avg with -d {config.dtype}: gloo averages only floating types"
-                )
+                raise ConfigError(f"-o avg with -d {config.dtype}: {GLOO_AVG_FLOATS_ONLY}")
     if (
         backend == "nccl"
         and len(config.dtypes) == 1
-        and config.dtype.startswith("f8")
+        and facts.eight_bit_float
         and config.redops == ("avg",)
         and any(op in REDUCING_OPS for op in config.ops)
     ):

@@ -21,7 +21,7 @@ from typing import Any, Literal, TypeVar, get_args
 
 from nccl_k8s.bench.collectives import ALL_OPS, Op
 from nccl_k8s.bench.compat import ConfigError
-from nccl_k8s.bench.dtypes import DTYPE_ALIASES, DTYPES, Dtype
+from nccl_k8s.bench.dtypes import DEFAULT_DTYPE, DTYPE_ALIASES, DTYPES, Dtype
 
 #: nccl-tests' reduction names (its `-o` values).
 RedOp = Literal["sum", "prod", "max", "min", "avg"]
@@ -263,7 +263,7 @@ NCCL_TESTS_OPTIONS: tuple[EngineOption, ...] = (
       read="int", json_key="warmup_iters"),
     E(("-c", "--check"), "check", 1, "checked ops per size", _int("-c", minimum=0), meta="check",
       read="int", json_key="validation"),
-    E(("-d", "--datatype"), "dtypes", "float", ", ".join(DTYPES) + " or all", value=_dtypes,
+    E(("-d", "--datatype"), "dtypes", DEFAULT_DTYPE, ", ".join(DTYPES) + " or all", value=_dtypes,
       metavar="TYPE", meta="dtype", show=label, read="str", json_key="datatype"),
     E(("-o", "--op"), "redops", "sum", ", ".join(REDOPS) + " or all", value=_redops,
       metavar="REDOP", meta="redop", show=label, read="str", json_key="redop"),
