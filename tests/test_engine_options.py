@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from nccl_k8s.bench.compat import NOT_HONOURED
 from nccl_k8s.bench.config import BenchConfig, build_parser, parse_args
 from nccl_k8s.bench.options import (
     BLOCKING_MODES,
     DERIVED,
+    NOT_HONOURED,
     OPTIONS,
     meta_config,
     nccl_tests_config,

@@ -19,12 +19,12 @@ from tests._helpers import FakeClock, free_port, one_rank_env
 
 from nccl_k8s.bench import engine as engine_module
 from nccl_k8s.bench.collectives import COLLECTIVES
-from nccl_k8s.bench.compat import NOT_HONOURED
 from nccl_k8s.bench.config import REDOPS, ConfigError, check_backend, parse_args
 from nccl_k8s.bench.counts import rotation_shifts
 from nccl_k8s.bench.dtypes import DTYPES
 from nccl_k8s.bench.engine import Engine, Printer
 from nccl_k8s.bench.ops import Bound, Collectives
+from nccl_k8s.bench.options import NOT_HONOURED
 from nccl_k8s.bench.rank import Rank
 from nccl_k8s.bench.watch import Watchdog
 
