@@ -122,3 +122,13 @@ def test_element_types_are_named_only_in_bench_dtypes() -> None:
         and (node.value in names or node.value == "f8")
     ]  # fmt: skip
     assert found == []
+
+
+def test_report_shows_each_kept_option_by_its_meta_name_and_z_as_its_mode() -> None:
+    from nccl_k8s.results.report import _config_text
+    from nccl_k8s.results.schema import Run, RunMeta
+
+    config = RunConfig(minbytes=1024, maxbytes=4096, stepfactor=2, iters=3, dtype="half",
+                       blocking=2, average=0, ops=["all_reduce"])  # fmt: skip
+    text = _config_text(Run(meta=RunMeta(config=config)))
+    assert text == "sizes 1K..4K ×2, iters 3, dtype half, blocking 2, average 0"
