@@ -180,6 +180,8 @@ class BenchConfig:
     aggregated iterations); the time is divided by -n x -m."""
     cputime: bool = False
     """-C 1: report the host time to issue the ops (without the final wait), as nccl-tests."""
+    report_timestamps: bool = False
+    """-S 1: each table row ends with the local time it was measured, as nccl-tests prints it."""
     unalign: int = 0
     """-u: offset of the first element of the send and receive buffers, in elements."""
     register: int = 0
@@ -276,8 +278,6 @@ class BenchConfig:
 NOT_HONOURED: tuple[tuple[str, str, str | None, str], ...] = (
     ("-y", "--stream_null", "0", "NCCL ops run on the engine's own CUDA stream (nccl-tests' "
      "default); the legacy default stream is not offered"),
-    ("-S", "--report_timestamps", "0", "the table has no timestamp column; the result lines "
-     "and --json carry the run's time"),
     ("-x", "--cta_policy", None, "the CTA policy is a communicator config "
      "(ncclCommInitRankConfig, NCCL 2.27+) the engine does not set"),
     ("-D", "--device_implementation", "0", "device-initiated collectives need kernels built "
@@ -370,6 +370,9 @@ NCCL_TESTS_OPTIONS: tuple[EngineOption, ...] = (
     E(("-C", "--report_cputime"), "cputime", 0,
       "1: report the time to issue the ops, without the final wait", integer("-C", minimum=0),
       lambda v: bool(one_of((0, 1), "-C {v}: expected 0 or 1")(v))),
+    E(("-S", "--report_timestamps"), "report_timestamps", 0,
+      "1: a timestamp column (local time of each row)", integer("-S", minimum=0),
+      lambda v: bool(one_of((0, 1), "-S {v}: expected 0 or 1")(v))),
     E(("-u", "--unalign"), "unalign", 0, "misalign both buffers by N elements",
       integer("-u", minimum=0), metavar="N"),
     E(("-R", "--local_register"), "register", 0,
