@@ -48,6 +48,10 @@ _BLOCKING_NOTES = {
 }
 
 
+#: -S: nccl-tests' TIME_STRING_FORMAT (src/util.cu).
+_STAMP = "%Y-%m-%d %H:%M:%S"
+
+
 class Engine:
     def __init__(
         self,
@@ -307,7 +311,10 @@ class Engine:
         program = f"{op}_perf"
         if not first:
             self.p.line(f"# Collective test starting: {program}")
-        self.p.lines(report.table_header())
+        head = report.table_header()
+        if self.base.report_timestamps:  # -S: nccl-tests' column, headed by its format
+            head[2:] = [head[2] + f"{'timestamp':>19}", head[3] + f"{_STAMP:>19}"]
+        self.p.lines(head)
         summary = OpSummary(op, 0, 0.0, [])
         self.summaries.append(summary)
         busbws: list[float] = []
@@ -362,7 +369,8 @@ class Engine:
                 )  # fmt: skip
                 summary.rows.append(row)
                 self.p.measured(row)  # journaled first: a row printed is a row a stop keeps
-                self.p.line(report.row_line(row))
+                stamp = f"{time.strftime(_STAMP):>21}" if cfg.report_timestamps else ""
+                self.p.line(report.row_line(row) + stamp)
                 stage("row")
         return local_errors
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from nccl_k8s import __version__
 from nccl_k8s.bench import report
 from nccl_k8s.bench.config import Op
+from nccl_k8s.bench.options import meta_config
 
 if TYPE_CHECKING:
     from nccl_k8s.bench.engine import Engine
@@ -159,14 +160,7 @@ def run_meta(self: Engine) -> dict[str, Any]:
         "timeout_s": self.wd.timeout_s,
         "buffers": r.allocator,
         "native_loop": self.native,
-        "config": {
-            "minbytes": cfg.minbytes, "maxbytes": self.maxbytes, "stepbytes": cfg.stepbytes,
-            "stepfactor": cfg.stepfactor, "iters": cfg.iters, "warmup": cfg.warmup, "check": cfg.check,
-            "dtype": cfg.dtype_label, "redop": cfg.redop_label, "root": cfg.root, "blocking": self.blocking,
-            "average": cfg.average, "graph": cfg.graph, "ops": list(cfg.ops),
-            "duration_s": cfg.duration_s, "sweeps": cfg.sweeps,
-            "sweep_interval_s": cfg.sweep_interval_s,
-        },
+        "config": meta_config(dataclasses.replace(cfg, maxbytes=self.maxbytes, blocking=self.blocking)),
     }  # fmt: skip
 
 

@@ -6,6 +6,7 @@ sweeps, rank 0's --json file (nccl-tests' -J layout), the exit code.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import socket
@@ -27,6 +28,7 @@ from nccl_k8s.bench.config import (
 from nccl_k8s.bench.engine import PEER_ERRORS, Engine, Printer, RunOutcome
 from nccl_k8s.bench.metrics import NULL as NULL_METRICS
 from nccl_k8s.bench.metrics import Metrics, serve
+from nccl_k8s.bench.options import nccl_tests_config
 from nccl_k8s.bench.rank import default_env, join, resolve_backend
 from nccl_k8s.bench.trace import stage
 from nccl_k8s.bench.watch import Watchdog
@@ -57,12 +59,8 @@ def write_json(path: str, engine: Engine, argv: Sequence[str], started: str, *, 
         "nccl_library": v.get("nccl_library"),
         **({"nccl_note": v["nccl_note"]} if v.get("nccl_note") else {}),
         "config": {
-            "nthreads": 1, "ngpus": 1, "minimum_bytes": cfg.minbytes, "maximum_bytes": outcome.maxbytes,
-            **({"step_factor": cfg.stepfactor} if cfg.stepfactor > 1 else {"step_bytes": cfg.stepbytes}),
-            "warmup_iters": cfg.warmup, "iterations": cfg.iters, "aggregated_iterations": cfg.agg_iters,
-            "validation": cfg.check, "graph": cfg.graph,
-            "blocking_collectives": "true" if engine.blocking else "false",
-            "datatype": cfg.dtype_label, "redop": cfg.redop_label, "backend": v.get("backend"),
+            **nccl_tests_config(dataclasses.replace(cfg, maxbytes=outcome.maxbytes, blocking=engine.blocking)),
+            "backend": v.get("backend"),
             "devices": [
                 {"rank": d["rank"], "group": 0, "pid": d["pid"], "hostname": d["host"], "device": d["device"],
                  "device_hex": d["pci"], "device_info": d["name"]}

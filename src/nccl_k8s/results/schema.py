@@ -20,10 +20,12 @@ import json
 import math
 import os
 import tempfile
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, cast, get_args
 
+from nccl_k8s.bench.options import OPTIONS
 from nccl_k8s.errors import ResultsError
 
 SCHEMA_VERSION = 1
@@ -71,7 +73,9 @@ class RunConfig:
     redop: str | None = None
     #: -1 = all roots (nccl-tests -r).
     root: int | None = None
-    blocking: bool | None = None
+    #: nccl-tests -z: 0 no wait, 1 wait and barrier, 2 wait, 3 wait and untimed barrier. Files
+    #: that say true/false (nccl-tests' -J, our older runs) read as 1/0, as older nccl-tests -z.
+    blocking: int | None = None
     #: Cross-rank time combination (nccl-tests -a): 0 rank 0, 1 avg, 2 min, 3 max.
     average: int | None = None
     #: CUDA-graph launches per measurement (nccl-tests -G); 0 = none.
@@ -310,6 +314,19 @@ class _Reader:
             return bool(v)
         raise self._bad(key, "true or false")
 
+    def mode_(self, key: str, modes: Mapping[int, str]) -> int | None:
+        """One of `modes`; true/false (the older form of a 0/1 flag) read as 1/0."""
+        if self._present(key, False) and isinstance(self.d[key], bool):
+            return int(self.d[key])
+        v = self.int_(key)
+        if v is not None and v not in modes:
+            want = ", ".join(map(str, modes))
+            raise ResultsError(
+                f"{self.origin}: {self.where}.{key} is {v}, expected one of {want}",
+                path=self.origin,
+            )
+        return v
+
     def list_(self, key: str) -> list[Any]:
         if not self._present(key, False):
             return []
@@ -342,22 +359,18 @@ def device_from(r: _Reader) -> Device:
 
 
 def config_from(r: _Reader) -> RunConfig:
-    return RunConfig(
-        minbytes=r.int_("minbytes"),
-        maxbytes=r.int_("maxbytes"),
-        stepbytes=r.int_("stepbytes"),
-        stepfactor=r.int_("stepfactor"),
-        iters=r.int_("iters"),
-        warmup=r.int_("warmup"),
-        check=r.int_("check"),
-        dtype=r.str_("dtype"),
-        redop=r.str_("redop"),
-        root=r.int_("root"),
-        blocking=r.bool_("blocking"),
-        average=r.int_("average"),
-        graph=r.int_("graph"),
-        ops=[str(o) for o in r.list_("ops")],
-    )
+    """Each engine option results keep, read as its entry in bench.options says."""
+    values: dict[str, Any] = {}
+    for o in OPTIONS:
+        if o.meta is None or o.read is None:
+            continue
+        if o.read == "mode":
+            values[o.meta] = r.mode_(o.meta, o.modes or {})
+        elif o.read == "strs":
+            values[o.meta] = [str(x) for x in r.list_(o.meta)]
+        else:
+            values[o.meta] = r.int_(o.meta) if o.read == "int" else r.str_(o.meta)
+    return RunConfig(**values)
 
 
 def row_from(r: _Reader, *, size_key: str = "size_bytes") -> Row:
