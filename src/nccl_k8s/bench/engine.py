@@ -519,7 +519,7 @@ class Engine:
                         self.p.line(f"# Collective test starting: {op}_perf")
                     try:
                         for dtype, redop in self.combos(op):
-                            self.summaries.append(soak_op(self, op, self.use(dtype, redop)))
+                            soak_op(self, op, self.use(dtype, redop))  # adds its summary
                     finally:
                         self.cfg = self.base
                 else:
