@@ -7,7 +7,14 @@ annotated with a class imported from another module (a function taking another c
 The checks read the sources (ast), not the running interpreter, so they see imports inside
 functions too. Imports under `if TYPE_CHECKING:` are not edges of the import graph (they never
 run), but the names they bind still count for the private-name rule. String-based lazy loading
-(`importlib.import_module` over a table, as the k8s facade does) is not an import.
+(`importlib.import_module` over a table, as the k8s facade does) is not an import. `import a.b.c`
+and `from a.b import c` (c a module) are edges to a.b.c alone, not to the packages Python
+initialises on the way (as import-linter counts them): otherwise every module importing a
+sibling by its full name would "cycle" through its package's `__init__`.
+
+Layers (the private-module rule) are those of docs/architecture.md: nccl_k8s.bench, spec,
+results, launch, local, k8s, cli, and each top-level module. A layer's own private modules
+are its business; a private NAME (not a dunder) is private to its module, whatever the layer.
 """
 
 from __future__ import annotations
