@@ -20,7 +20,7 @@ from nccl_k8s.bench.options import (
 )
 from nccl_k8s.errors import ResultsError
 from nccl_k8s.results.nccltests_json import parse_json
-from nccl_k8s.results.schema import RunConfig, _Reader, config_from
+from nccl_k8s.results.schema import RunConfig, Reader, config_from
 
 #: nccl-tests 2.19.6's -J `config` keys (src/util.cu, the writer of its run parameters).
 NCCL_TESTS_JSON_CONFIG = {
@@ -58,7 +58,7 @@ def test_meta_names_are_results_fields_and_each_reads_back_what_the_engine_wrote
     assert set(meta) == {o.meta for o in OPTIONS if o.meta}
     kept = {o.meta for o in OPTIONS if o.meta and o.read}
     assert {f.name for f in dataclasses.fields(RunConfig)} == kept
-    read = config_from(_Reader(json.loads(json.dumps(meta)), "meta.config", "<test>"))
+    read = config_from(Reader(json.loads(json.dumps(meta)), "meta.config", "<test>"))
     assert {k: getattr(read, k) for k in kept} == {k: meta[k] for k in kept}
     assert (read.blocking, read.average, read.dtype, read.ops) == (2, 3, "bfloat16", ["broadcast", "all_reduce"])  # fmt: skip
 
@@ -86,12 +86,12 @@ def test_json_keys_are_nccl_tests_own_and_read_back() -> None:
 
 @pytest.mark.parametrize(("stored", "mode"), [(True, 1), (False, 0), (0, 0), (2, 2), (3, 3)])
 def test_stored_blocking_reads_as_its_mode_old_true_false_as_1_and_0(stored: object, mode: int) -> None:  # fmt: skip
-    assert config_from(_Reader({"blocking": stored}, "meta.config", "f.json")).blocking == mode
+    assert config_from(Reader({"blocking": stored}, "meta.config", "f.json")).blocking == mode
 
 
 def test_a_blocking_mode_nccl_tests_does_not_have_is_one_line_naming_it() -> None:
     with pytest.raises(ResultsError, match=r"f.json: meta.config.blocking is 7, expected one of 0, 1, 2, 3"):  # fmt: skip
-        config_from(_Reader({"blocking": 7}, "meta.config", "f.json"))
+        config_from(Reader({"blocking": 7}, "meta.config", "f.json"))
     assert set(BLOCKING_MODES) == {0, 1, 2, 3}
 
 

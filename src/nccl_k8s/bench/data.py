@@ -115,7 +115,7 @@ def _hashed(start: int, n: int, salt: int, device: torch.device) -> torch.Tensor
 
 
 @functools.lru_cache(maxsize=64)
-def _units(n: int) -> tuple[int, ...]:
+def rank_units(n: int) -> tuple[int, ...]:
     """Multipliers a with gcd(a, n) = 1: r -> (a r + s) mod n permutes the ranks."""
     return tuple(a for a in range(max(n, 1)) if math.gcd(a, n) == 1) or (0,)
 
@@ -209,7 +209,7 @@ def _position(p: Pattern, e: torch.Tensor, rank: int | torch.Tensor) -> torch.Te
     import torch
 
     n = p.nranks
-    units = _units(n)
+    units = rank_units(n)
     e2 = _mix(e ^ 0x2545F491)
     a = torch.tensor(units, dtype=torch.int64, device=e.device)[e2 % len(units)]
     s = _mix(e2 ^ 0x68E31DA4) % n
@@ -224,7 +224,7 @@ def _avg_position(
     import torch
 
     world, k = p.nranks, p.contributors
-    units = _units(world)
+    units = rank_units(world)
     h = _salt(_TAGS["avg"], rep, 0xA7)
     a, s = units[h % len(units)], mix32(h) % world
     t = (a * rank + s) % world
@@ -350,6 +350,7 @@ __all__ = [
     "inputs",
     "is_float",
     "mix32",
+    "rank_units",
     "reduced",
     "torch_dtype",
     "wrong_mask",

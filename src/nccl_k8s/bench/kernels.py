@@ -51,7 +51,7 @@ class PatternStruct(ctypes.Structure):
 
 def units(nranks: int) -> list[int]:
     """bench.data's rank multipliers (coprime with n), the table position() indexes."""
-    return list(data._units(nranks))
+    return list(data.rank_units(nranks))
 
 
 def pattern_struct(p: data.Pattern, units_ptr: int, nunits: int) -> PatternStruct:

@@ -22,6 +22,7 @@ from nccl_k8s.bench.config import (
     JOURNAL_ENV,
     Backend,
     BenchConfig,
+    Driver,
     check_backend,
     timeout_for,
 )
@@ -29,7 +30,7 @@ from nccl_k8s.bench.engine import PEER_ERRORS, Engine, Printer, RunOutcome
 from nccl_k8s.bench.metrics import NULL as NULL_METRICS
 from nccl_k8s.bench.metrics import Metrics, serve
 from nccl_k8s.bench.options import nccl_tests_config
-from nccl_k8s.bench.rank import default_env, join, resolve_backend
+from nccl_k8s.bench.rank import Rank, default_env, resolve_backend
 from nccl_k8s.bench.trace import stage
 from nccl_k8s.bench.watch import Watchdog
 
@@ -203,9 +204,18 @@ def _join(cfg: BenchConfig, backend: Backend, timeout_s: int, wd: Watchdog) -> t
         raise
 
 
+def join(backend: Backend, timeout_s: int, *, driver: Driver = "direct") -> Any:
+    """This process's rank: the direct NCCL path without torch, else the torch rank."""
+    if backend == "nccl" and driver == "direct":
+        from nccl_k8s.bench.direct import DirectRank
+
+        return DirectRank(timeout_s)
+    return Rank(backend, timeout_s, driver=driver)
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else ""
 
 
-__all__ = ["run_rank", "write_json"]
+__all__ = ["join", "run_rank", "write_json"]

@@ -257,7 +257,7 @@ def dump(run: Run, path: str | os.PathLike[str]) -> Path:
     return p
 
 
-class _Reader:
+class Reader:
     """Typed access to one JSON object, naming the path of any bad field in the error."""
 
     def __init__(self, obj: object, where: str, origin: str) -> None:
@@ -335,8 +335,8 @@ class _Reader:
             raise self._bad(key, "a list")
         return v
 
-    def obj(self, key: str) -> _Reader:
-        return _Reader(self.d.get(key) or {}, f"{self.where}.{key}", self.origin)
+    def obj(self, key: str) -> Reader:
+        return Reader(self.d.get(key) or {}, f"{self.where}.{key}", self.origin)
 
     def str_map(self, key: str) -> dict[str, str]:
         if not self._present(key, False):
@@ -347,7 +347,7 @@ class _Reader:
         return {str(k): "" if x is None else str(x) for k, x in v.items()}
 
 
-def device_from(r: _Reader) -> Device:
+def device_from(r: Reader) -> Device:
     return Device(
         rank=cast(int, r.int_("rank", required=True)),
         host=r.str_("host"),
@@ -358,7 +358,7 @@ def device_from(r: _Reader) -> Device:
     )
 
 
-def config_from(r: _Reader) -> RunConfig:
+def config_from(r: Reader) -> RunConfig:
     """Each engine option results keep, read as its entry in bench.options says."""
     values: dict[str, Any] = {}
     for o in OPTIONS:
@@ -373,7 +373,7 @@ def config_from(r: _Reader) -> RunConfig:
     return RunConfig(**values)
 
 
-def row_from(r: _Reader, *, size_key: str = "size_bytes") -> Row:
+def row_from(r: Reader, *, size_key: str = "size_bytes") -> Row:
     placement = r.str_("placement", required=True)
     if placement not in PLACEMENTS:
         raise ResultsError(
@@ -398,7 +398,7 @@ def row_from(r: _Reader, *, size_key: str = "size_bytes") -> Row:
     )
 
 
-def summary_from(r: _Reader) -> Summary:
+def summary_from(r: Reader) -> Summary:
     return Summary(
         op=cast(str, r.str_("op", required=True)),
         out_of_bounds=r.int_("out_of_bounds"),
@@ -407,7 +407,7 @@ def summary_from(r: _Reader) -> Summary:
     )
 
 
-def meta_from(r: _Reader) -> RunMeta:
+def meta_from(r: Reader) -> RunMeta:
     source = r.str_("source") or "nccl-k8s"
     if source not in SOURCES:
         raise ResultsError(
@@ -431,14 +431,14 @@ def meta_from(r: _Reader) -> RunMeta:
         gpus_per_node=r.int_("gpus_per_node"),
         gpu_model=r.str_("gpu_model"),
         devices=[
-            device_from(_Reader(d, f"{r.where}.devices[{i}]", r.origin))
+            device_from(Reader(d, f"{r.where}.devices[{i}]", r.origin))
             for i, d in enumerate(r.list_("devices"))
         ],
         env=r.str_map("env"),
         config=config_from(r.obj("config")),
         inputs=[str(x) for x in r.list_("inputs")],
         op_identified=[
-            identification_from(_Reader(d, f"{r.where}.op_identified[{i}]", r.origin))
+            identification_from(Reader(d, f"{r.where}.op_identified[{i}]", r.origin))
             for i, d in enumerate(r.list_("op_identified"))
         ],
         failure=r.str_("failure"),
@@ -457,7 +457,7 @@ def as_backend(value: str | None) -> Backend | None:
     return None
 
 
-def backend_from(r: _Reader) -> Backend | None:
+def backend_from(r: Reader) -> Backend | None:
     value = r.str_("backend")
     backend = as_backend(value)
     if value is not None and backend is None:
@@ -468,7 +468,7 @@ def backend_from(r: _Reader) -> Backend | None:
     return backend
 
 
-def identification_from(r: _Reader) -> OpIdentification:
+def identification_from(r: Reader) -> OpIdentification:
     by = r.str_("by") or "unknown"
     if by not in IDENTIFIED_BY:
         raise ResultsError(
@@ -495,12 +495,12 @@ def from_dict(obj: object, *, origin: str = "<results>") -> Run:
             f"{SCHEMA_VERSION}: use the nccl-k8s release that wrote it, or upgrade",
             path=origin,
         )
-    top = _Reader(obj, "results", origin)
+    top = Reader(obj, "results", origin)
     return Run(
         meta=meta_from(top.obj("meta")),
-        rows=[row_from(_Reader(x, f"rows[{i}]", origin)) for i, x in enumerate(top.list_("rows"))],
+        rows=[row_from(Reader(x, f"rows[{i}]", origin)) for i, x in enumerate(top.list_("rows"))],
         summaries=[
-            summary_from(_Reader(x, f"summaries[{i}]", origin))
+            summary_from(Reader(x, f"summaries[{i}]", origin))
             for i, x in enumerate(top.list_("summaries"))
         ],
         soak=[cast(dict[str, Any], x) for x in top.list_("soak") if isinstance(x, dict)],
@@ -579,6 +579,7 @@ __all__ = [
     "IdentifiedBy",
     "OpIdentification",
     "Placement",
+    "Reader",
     "Row",
     "Run",
     "RunConfig",
