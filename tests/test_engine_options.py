@@ -20,7 +20,7 @@ from nccl_k8s.bench.options import (
 )
 from nccl_k8s.errors import ResultsError
 from nccl_k8s.results.nccltests_json import parse_json
-from nccl_k8s.results.schema import RunConfig, Reader, config_from
+from nccl_k8s.results.schema import Reader, RunConfig, config_from
 
 #: nccl-tests 2.19.6's -J `config` keys (src/util.cu, the writer of its run parameters).
 NCCL_TESTS_JSON_CONFIG = {
