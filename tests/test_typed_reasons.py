@@ -64,6 +64,8 @@ PARSERS = {
     "RuntimeError text: read once where it comes in, into launch._culprit.Said",
     ("k8s/run/_verdicts.py", "failed_create"): "a FailedCreate event says why admission "
     "refused the pods (Pod Security, a quota) only in its message: it picks the hint",
+    ("results/rules/errors.py", "explain"): "an NCCL WARN (or PyTorch's `Last error:`) is "
+    "NCCL's words in a log: diagnosing them is reading the log, as the rest of results does",
     ("bench/config.py", "error"): "argparse says what went wrong only in text: its "
     "'argument -b/--minbytes: ' prefix is dropped where our converter already named the flag",
 }
