@@ -291,7 +291,10 @@ def test_bundle_on_failure_is_written_before_the_failed_run_is_deleted(
     nodes = {p["spec"]["nodeName"] for p in pods.values()}
     assert nodes <= {"node-1", "node-2"}  # --node pinned them (matchFields metadata.name)
     assert {f"{rid}/nodes/{n}.yaml" for n in nodes} <= set(files)
-    assert all(p["status"]["phase"] == "Failed" for p in pods.values())
+    # The named pod had failed when the bundle was written; the other one crashes on its own
+    # clock (on a busy machine it may not have started yet when the first failure ends the run).
+    assert pods[f"{rid}/objects/pod-{named.group(1)}.yaml"]["status"]["phase"] == "Failed"
+    assert {p["status"]["phase"] for p in pods.values()} <= {"Failed", "Pending", "Running"}
     logs = [v.decode() for k, v in files.items() if k.endswith(".log")]
     assert logs and all("crashes every container at start" in text for text in logs)
     table = files[f"{rid}/doctor.txt"].decode().splitlines()
