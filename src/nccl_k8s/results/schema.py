@@ -35,7 +35,7 @@ Placement = Literal["out", "in"]
 Source = Literal["nccl-k8s", "nccl-tests"]
 Backend = Literal["nccl", "gloo"]
 #: How an imported table's collective was identified (most to least direct).
-IdentifiedBy = Literal["header", "command", "file-name", "table", "text", "unknown"]
+IdentifiedBy = Literal["header", "footer", "command", "file-name", "table", "text", "unknown"]
 PLACEMENTS: tuple[Placement, ...] = get_args(Placement)
 SOURCES: tuple[Source, ...] = get_args(Source)
 BACKENDS: tuple[Backend, ...] = get_args(Backend)
@@ -88,12 +88,14 @@ class OpIdentification:
     """How `import` knew which collective a table measured (added in nccl-k8s 0.1, optional)."""
 
     op: str
-    #: "header" (# Collective test starting), "command" (an `<op>_perf` command or banner before
-    #: the table), "file-name", "table" (inferred from redop, root, count and busbw/algbw),
+    #: "header"/"footer" (# Collective test starting/concluded), "command" (an `<op>_perf` command
+    #: or banner before the table), "file-name", "table" (from redop, root, count, busbw/algbw),
     #: "text" (the table fits several, the text around it names one of them), or "unknown".
     by: IdentifiedBy
     #: The evidence in words, e.g. "from the table: redop sum, root -1, busbw/algbw 1.75 at 8 ranks".
     detail: str = ""
+    #: The table had no column header: the columns as read from its rows ("" with a header).
+    columns: str = ""
 
 
 @dataclass
@@ -475,9 +477,8 @@ def identification_from(r: Reader) -> OpIdentification:
             f"{r.origin}: {r.where}.by is {by!r}, expected one of {', '.join(IDENTIFIED_BY)}",
             path=r.origin,
         )
-    return OpIdentification(
-        op=cast(str, r.str_("op", required=True)), by=by, detail=r.str_("detail") or ""
-    )
+    op, detail, columns = r.str_("op", required=True), r.str_("detail"), r.str_("columns")
+    return OpIdentification(cast(str, op), by, detail or "", columns or "")
 
 
 def from_dict(obj: object, *, origin: str = "<results>") -> Run:
