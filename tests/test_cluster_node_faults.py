@@ -1,7 +1,8 @@
 """The test cluster's node faults for the bad-node finder (issue 12), through the documented
 control endpoint: `node-slow` gives a node's pod processes about 1/F of the CPU another node's
 get, however busy the machine (its pods' children in sessions of their own included),
-`node-crash` makes its containers exit 1 at start.
+`node-crash` makes its containers exit 1 at start, `node-link` holds what its containers send
+on the network to a rate (a degraded link), in wall time.
 Also the Leases by which its schedulers show they run, and the resources doctor reads.
 
 Each test asserts what a pod would see: how its processes were stopped and continued and the
@@ -154,9 +155,74 @@ def test_node_crash_fails_every_container_that_starts_there_until_healed(
     assert healed["status"]["phase"] == "Succeeded"
 
 
+#: 4 MiB over TCP from a child in a session of its own (as torchrun's workers are) to a listener
+#: in the pod, then 16 MiB written to a file (a write to a file is not held): the wall seconds
+#: of each. The receiver runs in the pod itself: what is measured is the send.
+SEND = """
+import subprocess, sys
+child = '''
+import socket, threading, time
+srv = socket.socket()
+srv.bind(("127.0.0.1", 0))
+srv.listen()
+def drain():
+    c, _ = srv.accept()
+    while c.recv(1 << 20):
+        pass
+threading.Thread(target=drain, daemon=True).start()
+s = socket.create_connection(srv.getsockname())
+data = b"x" * (1 << 20)
+t = time.monotonic()
+for _ in range(4):
+    s.sendall(data)
+took = time.monotonic() - t
+with open("/dev/null", "wb") as f:
+    t = time.monotonic()
+    f.write(b"y" * (16 << 20))
+print(round(took, 3), round(time.monotonic() - t, 3), flush=True)
+'''
+out = subprocess.run([sys.executable, "-c", child], start_new_session=True, capture_output=True, text=True)
+print("sent", out.stdout.strip(), out.stderr.strip()[-300:], flush=True)
+"""
+
+
+def sent(cluster: Cluster, namespace: str, name: str) -> tuple[float, float]:
+    """What SEND printed: (seconds sending 4 MiB, seconds writing 16 MiB to a file)."""
+    took, wrote = log(cluster, namespace, name).split("sent ")[1].split()[:2]
+    return float(took), float(wrote)
+
+
+def test_node_link_holds_what_its_pods_send_to_the_rate_and_nothing_else(
+    cluster: Cluster, namespace: str
+) -> None:
+    # 1 MB/s: the last 3 of 4 MiB wait for the link, at least 3.1 s however idle the machine
+    # (a lower bound: load only adds to it), where the same pod on the other node sends them
+    # in milliseconds. Pods started after the fault is healed send freely.
+    api = Api(cluster.url)
+    assert api.post("/_test/faults/node-link", {"node": "node-0", "bytesPerSecond": 1e6})[0] == 200
+    try:
+        cluster.store.create("pods", pod("link", namespace, "node-0", SEND))
+        cluster.store.create("pods", pod("free", namespace, "node-1", SEND))
+        wait_for("pod link ended", lambda: ended(cluster, namespace, "link"))
+        wait_for("pod free ended", lambda: ended(cluster, namespace, "free"))
+    finally:
+        api.post("/_test/faults/node-link", {"node": "node-0", "bytesPerSecond": None})
+    took, wrote = sent(cluster, namespace, "link")
+    assert took >= 3 * (1 << 20) / 1e6, log(cluster, namespace, "link")
+    # The file write of 4x as many bytes is not held (at the link's rate it would take 16 s).
+    assert wrote < 3.0, log(cluster, namespace, "link")
+    free, _ = sent(cluster, namespace, "free")
+    assert free < took / 2, (free, took)
+    cluster.store.create("pods", pod("healed", namespace, "node-0", SEND))
+    wait_for("pod healed ended", lambda: ended(cluster, namespace, "healed"))
+    assert sent(cluster, namespace, "healed")[0] < took / 2
+
+
 def test_node_faults_refuse_a_node_that_is_not_there(cluster: Cluster) -> None:
     api = Api(cluster.url)
     code, body = api.post("/_test/faults/node-slow", {"node": "node-9", "factor": 4})
+    assert code == 404 and body["reason"] == "NotFound", body
+    code, body = api.post("/_test/faults/node-link", {"node": "node-9", "bytesPerSecond": 1})
     assert code == 404 and body["reason"] == "NotFound", body
     code, body = api.post("/_test/faults/node-crash", {})
     assert code == 400 and "KeyError" in body["message"], body

@@ -425,7 +425,8 @@ class APIServer:
         POST /_test/faults/kill-pod {"namespace", "pod"}; POST /_test/faults/node-ready
         {"node", "ready"}; POST /_test/faults/scheduling-delay {"seconds"};
         POST /_test/faults/node-slow {"node", "factor"} (null or <= 1 ends it);
-        POST /_test/faults/node-crash {"node", "crash": true|false}."""
+        POST /_test/faults/node-crash {"node", "crash": true|false};
+        POST /_test/faults/node-link {"node", "bytesPerSecond"} (null ends it)."""
         what = path.removeprefix("/_test/faults/")
         if what == "requests" and method == "DELETE":
             self.faults.clear()
@@ -462,6 +463,10 @@ class APIServer:
             elif what == "node-crash":
                 self.store.get("nodes", None, args["node"])
                 self.faults.node_crash(args["node"], bool(args.get("crash", True)))
+            elif what == "node-link":
+                self.store.get("nodes", None, args["node"])
+                rate = args.get("bytesPerSecond")
+                self.faults.node_link(args["node"], float(rate) if rate else None)
             elif what == "scheduling-delay":
                 self.faults.delay_scheduling(float(args["seconds"]))
             else:

@@ -54,6 +54,7 @@ class _Kubelet(Protocol):
     def set_node_ready(self, node: str, ready: bool) -> Any: ...
     def set_node_slow(self, node: str, factor: float | None) -> Any: ...
     def set_node_crash(self, node: str, crash: bool = ...) -> Any: ...
+    def set_node_link(self, node: str, bytes_per_s: float | None) -> Any: ...
 
 
 class _Scheduler(Protocol):
@@ -206,6 +207,13 @@ class Faults:
         if self.kubelet is None:
             raise RuntimeError("this cluster runs no kubelet")
         self.kubelet.set_node_crash(node, crash)
+
+    def node_link(self, node: str, bytes_per_s: float | None) -> None:
+        """Hold what the node's containers started from now on send on the network to
+        `bytes_per_s` (a degraded link: tests/cluster/slowlink.py); None heals it."""
+        if self.kubelet is None:
+            raise RuntimeError("this cluster runs no kubelet")
+        self.kubelet.set_node_link(node, bytes_per_s)
 
     def delay_scheduling(self, seconds: float) -> None:
         """Make the scheduler wait `seconds` before binding each pod."""

@@ -34,7 +34,8 @@ takes its pods with it.
 Fault injection (also reachable as `cluster.faults`): kill_pod(ns, pod), set_node_ready(node, b),
 set_image_pull_fail_pattern(re), set_node_slow(node, factor) (its pods' processes get about
 1/factor of the CPU: tests/cluster/throttle.py), set_node_crash(node, b) (its pods' containers exit 1
-at start); the scheduler has set_delay(s).
+at start), set_node_link(node, bytes_per_s) (its pods' sends on the network held to that rate:
+tests/cluster/slowlink.py); the scheduler has set_delay(s).
 
 Addresses: node `node-<i>` has 127.<k>.<i//250>.<i%250+1> (set by the Cluster); the pods of node i get
 127.<k>.<16+i>.<1..254>, so a pod's address tells its node. hostNetwork pods use the node's address.
@@ -69,6 +70,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.cluster import slowlink
 from tests.cluster.errors import ApiError
 from tests.cluster.expansion import expand
 from tests.cluster.node_common import (
@@ -270,6 +272,7 @@ class Kubelet:
             self._node_namespaces, node_cpus=node_cpus, nodes=self._node_names
         )
         self._crashing: set[str] = set()
+        self._links: dict[str, float] = {}  # node -> bytes a second (the node-link fault)
         #: The API server as pods reach it, and their tokens (set by the Cluster once the API
         #: server serves https; None: pods get neither, as before in-cluster access existed).
         self.in_cluster: Any = None
@@ -423,6 +426,17 @@ class Kubelet:
                 self._crashing.add(node)
             else:
                 self._crashing.discard(node)
+
+    def set_node_link(self, node: str, bytes_per_s: float | None) -> None:
+        """Fault injection: every container that starts on the node from now on sends on its
+        IPv4/IPv6 sockets at most `bytes_per_s` (tests/cluster/slowlink.py: a degraded link,
+        in wall time whatever the machine's load); None heals it for containers started later."""
+        lib = slowlink.build(self._root) if bytes_per_s else None
+        with self._lock:
+            if lib is None:
+                self._links.pop(node, None)
+            else:
+                self._links[node] = float(bytes_per_s or 0)
 
     def _node_names(self) -> list[str]:
         with self._lock:
@@ -1215,6 +1229,10 @@ class Kubelet:
             )
             argv = [_SH, "-c", f"echo {shlex.quote(said)} >&2; exit 1"]
         env[_MARKER] = f"{pod.uid}/{c.name}/{c.attempts}"
+        with self._lock:
+            link = self._links.get(pod.node)
+        if link:
+            env.update(slowlink.env(self._root / "slowlink.so", link, env.get("LD_PRELOAD")))
         if c.attempts > 0:
             c.restart_count += 1
         log_file = _log_file(pod, c, c.attempts)
