@@ -185,6 +185,8 @@ def _print_checked(checked: Any) -> None:
         f"cluster reference busbw {ref}, threshold {f.threshold:g}{cut}{noise}, {f.passes} passes",
         markup=False,
     )
+    if f.ran:
+        out.print(f"ran {f.ran}", markup=False)
     for link in f.links:
         out.print(f"slow link {link.a} <-> {link.b}: {link.why}", markup=False)
     for name, why in checked.left_out.items():

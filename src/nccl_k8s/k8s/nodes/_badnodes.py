@@ -53,7 +53,9 @@ from nccl_k8s.k8s.nodes._level import (
     level,
 )
 
-Verdict = Literal["good", "bad", "unknown"]
+Verdict = Literal["good", "bad", "suspect", "unknown"]
+#: The verdicts that are written to a node (--label, --taint): the others are open.
+DECIDED: tuple[Verdict, ...] = ("good", "bad")
 
 #: Rounds of pass 1: one partner per node; a suspect's retest is the second.
 ROUNDS = 1
@@ -96,6 +98,8 @@ class Findings:
     cut: float | None = None
     """The fraction of the reference below which a test was called slow."""
     passes: int = 0
+    ran: str = ""
+    """How many tests the check ran, and why (see _ran)."""
 
     @property
     def flagged(self) -> list[NodeVerdict]:
@@ -296,22 +300,27 @@ def link_rounds(
 
 
 def verdicts(nodes: Sequence[str], results: Sequence[PairResult], threshold: float) -> Findings:
-    """Every node's verdict from all passes' results."""
+    """Every node's verdict from all passes' results (the evidence rules: module docstring)."""
     lv = level(results, threshold)
     cleared, tests_of = lv.cleared, by_node(results)
     fine_ids = {id(r) for r in lv.fine}
     why_not = None if lv.confirmed else _why_inconclusive(nodes, results, lv)
+    ev = _Evidence(lv, tests_of, threshold, why_not)
     out: list[NodeVerdict] = []
     for node in nodes:
         mine = tests_of.get(node, [])
         got = [r.busbw for r in mine if r.ok and r.busbw is not None]
         score = statistics.median(got) if got else None
-        if node not in cleared:
-            out.append(_suspect_verdict(node, mine, lv, threshold, score, why_not))
-        elif why_not is None:
+        if node in ev.good:
             out.append(NodeVerdict(node, "good", score, _cleared_why(node, mine, fine_ids)))
-        else:
+        elif node in ev.bad:
+            out.append(NodeVerdict(node, "bad", score, ev.bad[node]))
+        elif (low := ev.unexplained(node)) is not None:
+            out.append(NodeVerdict(node, "suspect", score, ev.suspect_why(node, low)))
+        elif node in cleared:
             out.append(NodeVerdict(node, "unknown", score, f"inconclusive: {why_not}"))
+        else:
+            out.append(_unknown_verdict(node, mine, lv, score, why_not))
     good_after = {v.node for v in out if v.verdict == "good"}
     links = [
         SlowLink(r.a, r.b, r.busbw, _link_why(r, threshold, lv))
@@ -323,7 +332,176 @@ def verdicts(nodes: Sequence[str], results: Sequence[PairResult], threshold: flo
     ]
     passes = max((r.pass_no for r in results), default=0)
     reference = lv.busbw if lv.confirmed else None
-    return Findings(reference, threshold, out, links, why_not, lv.noise, lv.cut, passes)
+    return Findings(
+        reference, threshold, out, links, why_not, lv.noise, lv.cut, passes, _ran(results, lv)
+    )
+
+
+def _low(r: PairResult, node: str, lv: Level) -> bool:
+    """The test is evidence that `node` or its partner is slow: it failed without naming the
+    partner (nor this node: a named culprit is judged on its own), or it measured below the
+    flag."""
+    if r.inconclusive:
+        return False
+    if not r.ok:
+        return r.culprit is None
+    return lv.flags(r)
+
+
+class _Evidence:
+    """The evidence rules over one set of results: who is good, who is bad and why, and
+    which slow tests no verdict explains (their nodes are suspects)."""
+
+    def __init__(
+        self,
+        lv: Level,
+        tests_of: dict[str, list[PairResult]],
+        threshold: float,
+        why_not: str | None,
+    ) -> None:
+        self.lv, self.tests_of, self.threshold, self.why_not = lv, tests_of, threshold, why_not
+        self.good: set[str] = set(lv.cleared) if why_not is None else set()
+        self.bad: dict[str, str] = {}
+        for node, mine in tests_of.items():
+            if node not in self.good and (why := self._own_evidence(node, mine)) is not None:
+                self.bad[node] = why
+        for node, mine in tests_of.items():  # rule 3 once rules 1-2 are known
+            if (
+                node not in self.good
+                and node not in self.bad
+                and ((why := self._twice_slow(node, mine)) is not None)
+            ):
+                self.bad[node] = why
+
+    def _own_evidence(self, node: str, mine: Sequence[PairResult]) -> str | None:
+        """Rules 1 and 2: the named culprit of a failed test; or slow (alone, or its slow
+        tests together) with a partner shown good."""
+        evidence = _evidence(node, mine, self.good)
+        named = next((r for r in mine if r.culprit == node and r.error and not r.inconclusive), None)
+        if not evidence:
+            if named is None:
+                return None
+            return f"its test with {named.other(node)} failed, naming it: {named.error}"
+        lv = self.lv
+        first = evidence[0]
+        if not first.ok:
+            return f"its test with good node {first.other(node)} failed: {first.error}"
+        if (
+            not any(not r.ok or lv.flags(r) for r in evidence)
+            and _combined_z(evidence, lv) < NOISE_Z
+        ):
+            return None  # within the noise: unknown (_unknown_verdict says it)
+        parts = [_part(r, node, "good node") for r in evidence]
+        ref = f"{lv.busbw or 0.0:.3g} GB/s{_own(evidence, lv)}"
+        cut = _cut_text(lv, self.threshold)
+        return f"{', then '.join(parts)}, below {cut} x the cluster's {ref}"
+
+    def _twice_slow(self, node: str, mine: Sequence[PairResult]) -> str | None:
+        """Rule 3: slow in tests with two different partners, each slow in no other test and
+        not bad, while the level is confirmed by tests without this node."""
+        if self.why_not is not None:
+            return None
+        lows = [r for r in mine if _low(r, node, self.lv)]
+        alone = [
+            r
+            for r in lows
+            if r.other(node) not in self.bad
+            and all(
+                t is r or not _low(t, r.other(node), self.lv)
+                for t in self.tests_of.get(r.other(node), [])
+            )
+        ]
+        if len({r.other(node) for r in alone}) < 2:
+            return None
+        parts = [_part(r, node, "node") for r in alone]
+        return (
+            f"{', then '.join(parts)}: slow with {len({r.other(node) for r in alone})} "
+            f"different partners (slow in no other test), below {_cut_text(self.lv, self.threshold)}"
+            f" x the cluster's {self.lv.busbw or 0.0:.3g} GB/s"
+        )
+
+    def unexplained(self, node: str) -> list[PairResult] | None:
+        """The node's slow tests that no good or bad verdict explains: a partner that is
+        neither good nor bad (an unconfirmed partner); None when it has none."""
+        lows = [
+            r
+            for r in self.tests_of.get(node, [])
+            if _low(r, node, self.lv)
+            and r.other(node) not in self.good
+            and r.other(node) not in self.bad
+        ]
+        return lows or None
+
+    def suspect_why(self, node: str, lows: Sequence[PairResult]) -> str:
+        parts = [_part(r, node, "node") for r in lows]
+        partners = ", ".join(dict.fromkeys(r.other(node) for r in lows))
+        return (
+            f"{', then '.join(parts)}: slow, but {partners} is not shown good, so either node "
+            f"could be the slow one (both are suspect; a test of each with a good node settles it)"
+        )
+
+
+def _part(r: PairResult, node: str, partner: str) -> str:
+    if r.ok:
+        return f"{r.busbw:.3g} GB/s with {partner} {r.other(node)}"
+    return f"its test with {partner} {r.other(node)} failed: {r.error}"
+
+
+def _ran(results: Sequence[PairResult], lv: Level) -> str:
+    """How many tests the check ran, and why: pass 1 pairs the nodes off, later passes retest
+    what was open (a suspect with a cleared node) or measure a round's level between cleared
+    nodes (controls, the test that confirms the level)."""
+    if not results:
+        return "no tests"
+    passes = max(r.pass_no for r in results)
+    first = sum(1 for r in results if r.pass_no == 1)
+    said = [f"{first} in pass 1 pairing the nodes off"]
+    fine = {id(r) for r in lv.fine}
+    before = {n for r in results if r.pass_no == 1 and id(r) in fine for n in (r.a, r.b)}
+    retests = between = 0
+    for p in range(2, passes + 1):
+        mine = [r for r in results if r.pass_no == p]
+        both = sum(1 for r in mine if r.a in before and r.b in before)
+        between += both
+        retests += len(mine) - both
+        before |= {n for r in mine if id(r) in fine for n in (r.a, r.b)}
+    if retests:
+        said.append(f"{retests} retests of open nodes with cleared ones")
+    if between:
+        said.append(f"{between} between cleared nodes (controls, or confirming the level)")
+    return f"{len(results)} tests in {passes} passes: {', '.join(said)}"
+
+
+def _unknown_verdict(
+    node: str,
+    mine: Sequence[PairResult],
+    lv: Level,
+    score: float | None,
+    why_not: str | None,
+) -> NodeVerdict:
+    """A node with no verdict: tests with good nodes within the noise, a slow test explained
+    by a bad partner, or no test that says anything."""
+    evidence = _evidence(node, mine, lv.cleared) if why_not is None else []
+    if evidence and all(r.ok for r in evidence):
+        parts = [_part(r, node, "good node") for r in evidence]
+        of = f"{lv.busbw or 0.0:.3g} GB/s{_own(evidence, lv)}"
+        why = (
+            f"{', then '.join(parts)}: below {lv.cut:.2g} x the cluster's {of}, but within the "
+            f"measured noise ({lv.noise or 0.0:.0%}) of it: rerun the check to settle it"
+        )
+        return NodeVerdict(node, "unknown", score, why)
+    tried = next((r for r in reversed(mine) if r.inconclusive), None)
+    if why_not is not None:
+        why = f"inconclusive: {why_not}"
+    elif tried is not None:
+        why = f"its test with {tried.other(node)} could not run: {tried.error}"
+    elif any(not r.inconclusive for r in mine):
+        why = "its slow tests were with nodes found bad: rerun the check"
+    elif lv.cleared:
+        why = "no test with a cleared node (rerun the check)"
+    else:
+        why = "no known-good node to test it against"
+    return NodeVerdict(node, "unknown", score, why)
 
 
 def _cleared_why(node: str, mine: Sequence[PairResult], fine_ids: set[int]) -> str:
@@ -341,52 +519,6 @@ def _cleared_why(node: str, mine: Sequence[PairResult], fine_ids: set[int]) -> s
             f"GB/s with good node {before[0].b})"
         )
     return why
-
-
-def _suspect_verdict(
-    node: str,
-    mine: Sequence[PairResult],
-    lv: Level,
-    threshold: float,
-    score: float | None,
-    why_not: str | None,
-) -> NodeVerdict:
-    """A node of no fine test: bad on a slow or failed test with a cleared node, unknown
-    without one."""
-    evidence = _evidence(node, mine, lv.cleared)
-    if not evidence:
-        if why_not is not None:
-            return NodeVerdict(node, "unknown", score, f"inconclusive: {why_not}")
-        tried = next((r for r in reversed(mine) if r.inconclusive), None)
-        if tried is not None:
-            why = f"its test with {tried.other(node)} could not run: {tried.error}"
-        elif lv.cleared:
-            why = "no test with a cleared node (rerun the check)"
-        else:
-            why = "no known-good node to test it against"
-        return NodeVerdict(node, "unknown", score, why)
-    # "good node" only where the level is confirmed; otherwise the partner reached the level.
-    partner = "good node" if why_not is None else "node"
-    first = evidence[0]
-    if not first.ok:
-        why = f"its test with {partner} {first.other(node)} failed: {first.error}"
-        return NodeVerdict(node, "bad", score, why)
-    parts = [
-        f"{r.busbw:.3g} GB/s with {partner} {r.other(node)}"
-        if r.ok
-        else f"its test with {partner} {r.other(node)} failed: {r.error}"
-        for r in evidence
-    ]
-    of = "the cluster's" if why_not is None else "the best level measured,"
-    ref = f"{lv.busbw or 0.0:.3g} GB/s{_own(evidence, lv)}"
-    if not any(not r.ok or lv.flags(r) for r in evidence) and _combined_z(evidence, lv) < NOISE_Z:
-        why = (
-            f"{', then '.join(parts)}: below {lv.cut:.2g} x {of} {ref}, but within the "
-            f"measured noise ({lv.noise or 0.0:.0%}) of it: rerun the check to settle it"
-        )
-        return NodeVerdict(node, "unknown", score, why)
-    why = f"{', then '.join(parts)}, below {_cut_text(lv, threshold)} x {of} {ref}"
-    return NodeVerdict(node, "bad", score, why)
 
 
 def _combined_z(evidence: Sequence[PairResult], lv: Level) -> float:
@@ -471,6 +603,7 @@ def _own(tests: Sequence[PairResult], lv: Level) -> str:
 
 
 __all__ = [
+    "DECIDED",
     "MAX_PASSES",
     "ROUNDS",
     "Findings",
