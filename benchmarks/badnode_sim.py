@@ -191,8 +191,10 @@ def render(folder: pathlib.Path) -> str:
 
 def misses(doc: dict[str, Any]) -> list[str]:
     """The runs that miss issue 22's goals: exact at 0 and 10% noise, no good node flagged and
-    no bad node called good at 20%, at most 2 passes, wall at most 2.5 pair tests, planning
-    under 1 s."""
+    no bad node called good at 20%, at most MAX_PASSES passes (two, and a third only for
+    nodes whose tests with good nodes were slow within the noise: issue 35), wall at most that
+    and a half in pair tests, planning under 1 s; and issue 35's: no healthy node bad in the
+    `shares` grid."""
     out = []
     for r in doc["runs"]:
         what = f"{r['nodes']} nodes, {r['bad']} bad, noise {r['noise']:.0%}, seed {r['seed']}"
@@ -200,7 +202,7 @@ def misses(doc: dict[str, Any]) -> list[str]:
             out.append(f"{what}: not exact")
         if r["good_flagged"] or r["bad_called_good"]:
             out.append(f"{what}: {r['good_flagged']} good flagged, {r['bad_called_good']} bad good")
-        if r["passes"] > 2 or r["wall"] > 2.5:
+        if r["passes"] > MAX_PASSES or r["wall"] > MAX_PASSES + 0.5:
             out.append(f"{what}: {r['passes']} passes, wall {r['wall']:.2f} pair tests")
         if r["plan_s"] >= 1.0:
             out.append(f"{what}: planning {r['plan_s']:.2f} s")

@@ -18,14 +18,15 @@ retest of each suspect, which settles it.
 The level (nodes._level): the highest bus bandwidth a set of tests agrees on, its cut and
 the noise; the nodes of the tests at or above the cut are cleared.
 
-Verdicts. A cleared node is good. A suspect is bad on a test with a cleared node that was slow
-(below the flag, alone or together with its other such tests) or failed (a failed run that
-named the cleared node itself as its culprit is not held against the other one), and unknown
-without one. Bad verdicts hold even when the level is not confirmed:
-the cleared node reached the level, so a test below the cut is the other node's doing, whatever
-the true healthy level is. A test that was slow (or failed) while both of its nodes end up good
-is a slow link between two good nodes: reported (measured once, unless a later pass happened to
-repeat it), neither node flagged.
+Verdicts (the evidence rules: nodes._evidence). A cleared node is good once the level is
+confirmed. A node is bad only with evidence against it alone: a failed test that named it, a slow
+(or failed) test with a good partner, or slow tests with two different partners each slow in no
+other test. A slow test whose partner is neither good nor bad makes both nodes `suspect` (while
+the level is not confirmed no node is good, so that is every slow test). A node with tests with
+good partners slow only within the noise is `unknown`, and retested once more while passes are
+left: a second such test adds to the first. A test that was slow (or failed) while both of its
+nodes end up good is a slow link between two good nodes: reported (measured once, unless a later
+pass happened to repeat it), neither node flagged.
 
 A node's reported score is the median bus bandwidth of the tests it took part in. A test that
 could not run at all (its pods were never scheduled: the GPUs were busy) says nothing about
@@ -38,15 +39,13 @@ Planning and judging are O(T log T) in the number of tests (one sort, then index
 from __future__ import annotations
 
 import dataclasses
-import math
 import random
 import statistics
-from collections import defaultdict
 from collections.abc import Collection, Sequence
 from typing import Literal
 
+from nccl_k8s.k8s.nodes._evidence import Evidence, cut_text, own, part, tested_with
 from nccl_k8s.k8s.nodes._level import (
-    NOISE_Z,
     Level,
     PairResult,
     by_node,
@@ -130,16 +129,6 @@ def first_pass(nodes: Sequence[str], rounds: int = ROUNDS) -> list[list[tuple[st
     return out
 
 
-def _evidence(node: str, mine: Sequence[PairResult], cleared: Collection[str]) -> list[PairResult]:
-    """The node's tests with a cleared node that say something about it, in pass order: a
-    failed run that named the cleared node as its culprit says nothing about this one."""
-    return [
-        r
-        for r in mine
-        if not r.inconclusive and r.other(node) in cleared and (r.ok or r.culprit != r.other(node))
-    ]
-
-
 def suspects(
     nodes: Sequence[str],
     results: Sequence[PairResult],
@@ -147,11 +136,21 @@ def suspects(
     *,
     lv: Level | None = None,
 ) -> tuple[list[str], list[str]]:
-    """(suspects, cleared): the nodes that still need a test with a cleared node, and the
-    cleared ones."""
+    """(suspects, cleared): the nodes that still need a test with a cleared node (none yet,
+    or only tests with good nodes that were slow within the noise: another such test adds to
+    them, _combined_z), and the cleared ones."""
     lv = lv or level(results, threshold)
     cleared, mine = lv.cleared, by_node(results)
-    sus = [n for n in nodes if n not in cleared and not _evidence(n, mine.get(n, []), cleared)]
+    ev = Evidence(lv, mine, threshold, None) if lv.confirmed else None
+    sus = [
+        n
+        for n in nodes
+        if n not in cleared
+        and (
+            not tested_with(n, mine.get(n, []), cleared)
+            or (ev is not None and ev.within_noise(n, mine.get(n, [])))
+        )
+    ]
     return sus, [n for n in nodes if n in cleared]
 
 
@@ -305,7 +304,7 @@ def verdicts(nodes: Sequence[str], results: Sequence[PairResult], threshold: flo
     cleared, tests_of = lv.cleared, by_node(results)
     fine_ids = {id(r) for r in lv.fine}
     why_not = None if lv.confirmed else _why_inconclusive(nodes, results, lv)
-    ev = _Evidence(lv, tests_of, threshold, why_not)
+    ev = Evidence(lv, tests_of, threshold, why_not)
     out: list[NodeVerdict] = []
     for node in nodes:
         mine = tests_of.get(node, [])
@@ -335,116 +334,6 @@ def verdicts(nodes: Sequence[str], results: Sequence[PairResult], threshold: flo
     return Findings(
         reference, threshold, out, links, why_not, lv.noise, lv.cut, passes, _ran(results, lv)
     )
-
-
-def _low(r: PairResult, node: str, lv: Level) -> bool:
-    """The test is evidence that `node` or its partner is slow: it failed without naming the
-    partner (nor this node: a named culprit is judged on its own), or it measured below the
-    flag."""
-    if r.inconclusive:
-        return False
-    if not r.ok:
-        return r.culprit is None
-    return lv.flags(r)
-
-
-class _Evidence:
-    """The evidence rules over one set of results: who is good, who is bad and why, and
-    which slow tests no verdict explains (their nodes are suspects)."""
-
-    def __init__(
-        self,
-        lv: Level,
-        tests_of: dict[str, list[PairResult]],
-        threshold: float,
-        why_not: str | None,
-    ) -> None:
-        self.lv, self.tests_of, self.threshold, self.why_not = lv, tests_of, threshold, why_not
-        self.good: set[str] = set(lv.cleared) if why_not is None else set()
-        self.bad: dict[str, str] = {}
-        for node, mine in tests_of.items():
-            if node not in self.good and (why := self._own_evidence(node, mine)) is not None:
-                self.bad[node] = why
-        for node, mine in tests_of.items():  # rule 3 once rules 1-2 are known
-            if (
-                node not in self.good
-                and node not in self.bad
-                and ((why := self._twice_slow(node, mine)) is not None)
-            ):
-                self.bad[node] = why
-
-    def _own_evidence(self, node: str, mine: Sequence[PairResult]) -> str | None:
-        """Rules 1 and 2: the named culprit of a failed test; or slow (alone, or its slow
-        tests together) with a partner shown good."""
-        evidence = _evidence(node, mine, self.good)
-        named = next((r for r in mine if r.culprit == node and r.error and not r.inconclusive), None)
-        if not evidence:
-            if named is None:
-                return None
-            return f"its test with {named.other(node)} failed, naming it: {named.error}"
-        lv = self.lv
-        first = evidence[0]
-        if not first.ok:
-            return f"its test with good node {first.other(node)} failed: {first.error}"
-        if (
-            not any(not r.ok or lv.flags(r) for r in evidence)
-            and _combined_z(evidence, lv) < NOISE_Z
-        ):
-            return None  # within the noise: unknown (_unknown_verdict says it)
-        parts = [_part(r, node, "good node") for r in evidence]
-        ref = f"{lv.busbw or 0.0:.3g} GB/s{_own(evidence, lv)}"
-        cut = _cut_text(lv, self.threshold)
-        return f"{', then '.join(parts)}, below {cut} x the cluster's {ref}"
-
-    def _twice_slow(self, node: str, mine: Sequence[PairResult]) -> str | None:
-        """Rule 3: slow in tests with two different partners, each slow in no other test and
-        not bad, while the level is confirmed by tests without this node."""
-        if self.why_not is not None:
-            return None
-        lows = [r for r in mine if _low(r, node, self.lv)]
-        alone = [
-            r
-            for r in lows
-            if r.other(node) not in self.bad
-            and all(
-                t is r or not _low(t, r.other(node), self.lv)
-                for t in self.tests_of.get(r.other(node), [])
-            )
-        ]
-        if len({r.other(node) for r in alone}) < 2:
-            return None
-        parts = [_part(r, node, "node") for r in alone]
-        return (
-            f"{', then '.join(parts)}: slow with {len({r.other(node) for r in alone})} "
-            f"different partners (slow in no other test), below {_cut_text(self.lv, self.threshold)}"
-            f" x the cluster's {self.lv.busbw or 0.0:.3g} GB/s"
-        )
-
-    def unexplained(self, node: str) -> list[PairResult] | None:
-        """The node's slow tests that no good or bad verdict explains: a partner that is
-        neither good nor bad (an unconfirmed partner); None when it has none."""
-        lows = [
-            r
-            for r in self.tests_of.get(node, [])
-            if _low(r, node, self.lv)
-            and r.other(node) not in self.good
-            and r.other(node) not in self.bad
-        ]
-        return lows or None
-
-    def suspect_why(self, node: str, lows: Sequence[PairResult]) -> str:
-        parts = [_part(r, node, "node") for r in lows]
-        partners = ", ".join(dict.fromkeys(r.other(node) for r in lows))
-        return (
-            f"{', then '.join(parts)}: slow, but {partners} is not shown good, so either node "
-            f"could be the slow one (both are suspect; a test of each with a good node settles it)"
-        )
-
-
-def _part(r: PairResult, node: str, partner: str) -> str:
-    if r.ok:
-        return f"{r.busbw:.3g} GB/s with {partner} {r.other(node)}"
-    return f"its test with {partner} {r.other(node)} failed: {r.error}"
 
 
 def _ran(results: Sequence[PairResult], lv: Level) -> str:
@@ -481,10 +370,10 @@ def _unknown_verdict(
 ) -> NodeVerdict:
     """A node with no verdict: tests with good nodes within the noise, a slow test explained
     by a bad partner, or no test that says anything."""
-    evidence = _evidence(node, mine, lv.cleared) if why_not is None else []
+    evidence = tested_with(node, mine, lv.cleared) if why_not is None else []
     if evidence and all(r.ok for r in evidence):
-        parts = [_part(r, node, "good node") for r in evidence]
-        of = f"{lv.busbw or 0.0:.3g} GB/s{_own(evidence, lv)}"
+        parts = [part(r, node, "good node") for r in evidence]
+        of = f"{lv.busbw or 0.0:.3g} GB/s{own(evidence, lv)}"
         why = (
             f"{', then '.join(parts)}: below {lv.cut:.2g} x the cluster's {of}, but within the "
             f"measured noise ({lv.noise or 0.0:.0%}) of it: rerun the check to settle it"
@@ -519,29 +408,6 @@ def _cleared_why(node: str, mine: Sequence[PairResult], fine_ids: set[int]) -> s
             f"GB/s with good node {before[0].b})"
         )
     return why
-
-
-def _combined_z(evidence: Sequence[PairResult], lv: Level) -> float:
-    """How far below the level a node's measured tests with cleared partners are together, in
-    noise sigmas: Stouffer's sum (each partner's sigmas, over the root of the partner count; a
-    partner met twice counts once, with its mean). 0 without a measured noise or with fewer than
-    two partners. Two partners' tests 2.5 sigmas down each are 3.5 together: as unlikely from a
-    healthy node as one test 3.5 down."""
-    if not lv.noise or lv.busbw is None:
-        return 0.0
-    per: dict[frozenset[str], list[float]] = defaultdict(list)
-    for r in evidence:
-        if r.ok and r.busbw is not None:
-            per[frozenset((r.a, r.b))].append((1.0 - r.busbw / (lv.at(r) or 1.0)) / lv.noise)
-    if len(per) < 2:
-        return 0.0
-    return sum(statistics.fmean(z) for z in per.values()) / math.sqrt(len(per))
-
-
-def _cut_text(lv: Level, threshold: float) -> str:
-    if lv.flag >= threshold or lv.noise is None:
-        return f"{threshold:g}"
-    return f"{lv.flag:.2g} (the threshold {threshold:g}, widened to the noise of {lv.noise:.0%})"
 
 
 def _why_inconclusive(nodes: Sequence[str], results: Sequence[PairResult], lv: Level) -> str:
@@ -590,16 +456,9 @@ def _link_why(r: PairResult, threshold: float, lv: Level) -> str:
     if not r.ok:
         return f"the test between two good nodes failed: {r.error}"
     return (
-        f"{r.busbw:.3g} GB/s between two good nodes, below {_cut_text(lv, threshold)} x the "
-        f"cluster's {lv.busbw or 0.0:.3g} GB/s{_own([r], lv)}"
+        f"{r.busbw:.3g} GB/s between two good nodes, below {cut_text(lv, threshold)} x the "
+        f"cluster's {lv.busbw or 0.0:.3g} GB/s{own([r], lv)}"
     )
-
-
-def _own(tests: Sequence[PairResult], lv: Level) -> str:
-    """The round levels the tests were judged against, where their rounds measured one."""
-    own = sorted({r.pass_no for r in tests if r.ok and r.pass_no in lv.rounds})
-    said = [f"pass {p}'s own: {lv.rounds[p]:.3g} GB/s" for p in own]
-    return f" ({', '.join(said)})" if said else ""
 
 
 __all__ = [

@@ -44,9 +44,14 @@ import dataclasses
 import statistics
 from collections import defaultdict
 from collections.abc import Sequence
+from statistics import NormalDist
 
 #: A test is slow only this many noise sigmas below the level (see the module docstring).
 NOISE_Z = 3.5
+#: Healthy nodes one check may call bad on noise alone, expected, over all the nodes it judges:
+#: the sigmas a test must be below the level grow with their count (`judged_z`), so a check of
+#: 4,096 nodes is no likelier to drain a healthy one than a check of 8.
+FALSE_BAD = 0.0001
 #: Fine tests needed before their spread is taken as the noise (see `_spread`); with fewer, a
 #: test below the threshold flags a node whatever the noise.
 NOISE_MIN_TESTS = 5
@@ -220,6 +225,21 @@ def _round_levels(ok: Sequence[PairResult], ref: float, cut: float) -> dict[int,
     return out
 
 
+def judged_z(count: int) -> float:
+    """The noise sigmas below the level that call a node bad when `count` nodes are judged:
+    a one-sided Gaussian tail of FALSE_BAD / count (Bonferroni), never below NOISE_Z. 3.5 for
+    up to 4 nodes judged, 4.3 for 100, 4.6 for 400."""
+    return max(NOISE_Z, -NormalDist().inv_cdf(FALSE_BAD / max(count, 1)))
+
+
+def judged_flag(lv: Level, threshold: float, z: float) -> float:
+    """The fraction of the level below which one test calls a node bad at `z` sigmas: the
+    threshold, widened to z x the measured noise (never below MIN_FLAG)."""
+    if lv.noise is None:
+        return lv.flag
+    return max(MIN_FLAG, min(threshold, 1.0 - z * lv.noise))
+
+
 def by_node(results: Sequence[PairResult]) -> dict[str, list[PairResult]]:
     out: dict[str, list[PairResult]] = defaultdict(list)
     for r in results:
@@ -230,6 +250,7 @@ def by_node(results: Sequence[PairResult]) -> dict[str, list[PairResult]]:
 
 __all__ = [
     "CUT_FLOOR",
+    "FALSE_BAD",
     "MIN_FLAG",
     "NOISE_MIN_TESTS",
     "NOISE_WINDOW",
@@ -237,5 +258,7 @@ __all__ = [
     "Level",
     "PairResult",
     "by_node",
+    "judged_flag",
+    "judged_z",
     "level",
 ]
