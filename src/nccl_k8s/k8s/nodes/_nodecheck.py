@@ -126,6 +126,8 @@ class NodesChecked:
             "noise": f.noise,
             "cut": f.cut,
             "passes": f.passes,
+            "flag": f.flag,
+            "z": f.z,
             "ran": f.ran,
             "nodes": [dataclasses.asdict(v) for v in f.nodes],
             "slow_links": [dataclasses.asdict(link) for link in f.links],
