@@ -333,6 +333,22 @@ def test_pod_killed_mid_run_fails_the_run_naming_rank_pod_node(
     assert labelled(cluster, ns) == []
 
 
+def test_z2_deploy_is_collected_and_its_results_say_blocking_2(
+    cluster: Cluster, ns: str, runs_dir: Path
+) -> None:
+    # Issue 34: the engine's meta line says -z as its mode 0-3; results read it as such.
+    rid = run_id()
+    engine = ["--backend", "gloo", "-b", "1K", "-e", "1K", "-n", "1", "-w", "0", "-z", "2"]
+    res = cli(cluster, "deploy", "-n", ns, "--run-id", rid, "--world-size", "2",
+              "--gpus-per-node", "2", "--", *engine)  # fmt: skip
+    assert res.exit_code == 0, res.output
+    got = cli(cluster, "results", "-n", ns, "--run", rid, "-o", "json")
+    assert got.exit_code == 0, got.output
+    doc = json.loads(got.output[: got.output.rindex("}") + 1])
+    assert doc["meta"]["config"]["blocking"] == 2
+    assert load(runs_dir / rid / "results.json").meta.config.blocking == 2
+
+
 def test_more_gpus_than_any_node_waits_the_schedule_timeout_then_leaves_nothing(
     cluster: Cluster, ns: str
 ) -> None:

@@ -109,6 +109,7 @@ def test_a_stopped_rank_is_named_by_the_ranks_that_wait_for_it(nproc: int, stopp
             assert re.fullmatch(r"no heartbeat for \d+ s", f["reason"]), f
             assert f["where"].startswith("all_reduce "), f
             assert "timeout -T 5" in f["noticed"], f
+            assert f["kind"] == "no_heartbeat" and f["timed_out"] is True, f
         human = [s for s in err.lines if "culprit rank" in s]
         assert human and f"culprit rank {stopped} (pid {pids[stopped]} on " in human[0], human
     finally:

@@ -89,7 +89,7 @@ def test_kernels_match_bench_data_on_the_gpu() -> None:
     from nccl_k8s.bench import data, kernels
     from nccl_k8s.bench.collectives import Reduced
     from nccl_k8s.bench.dtypes import DTYPE_FACTS
-    from nccl_k8s.bench.ops import expected_values
+    from nccl_k8s.bench.memory import expected_values
 
     dev = cuda.Device(0)
     stream = dev.stream()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from nccl_k8s.errors import FailureReason
 from nccl_k8s.k8s.run._culprit import (
     Rendezvous,
     attribute,
@@ -70,7 +71,7 @@ def pod(
     return {"metadata": meta, "spec": spec, "status": st}
 
 
-def fault(rank: int, culprit: int | None, host: str | None = None) -> str:
+def fault(rank: int, culprit: int | None, host: str | None = None, **more: Any) -> str:
     doc = {
         "v": 1,
         "rank": rank,
@@ -79,6 +80,7 @@ def fault(rank: int, culprit: int | None, host: str | None = None) -> str:
         "pid": 4242,
         "reason": f"no progress from rank {culprit} for 30s",
         "where": "all_reduce 1M",
+        **more,
     }
     import json
 
@@ -98,6 +100,11 @@ def test_fault_lines_are_found_anywhere_in_a_line_and_bad_ones_ignored() -> None
     (f,) = parse_faults(text, "r-0-a")
     assert (f.rank, f.culprit, f.host, f.pid, f.pod) == (0, 3, "r-1", 4242, "r-0-a")
     assert f.reason == "no progress from rank 3 for 30s" and f.where == "all_reduce 1M"
+    assert f.kind is None  # a line without "kind" (an older engine)
+    (f,) = parse_faults(fault(0, 3, kind="no_heartbeat"), "r-0-a")
+    assert f.kind is FailureReason.NO_HEARTBEAT
+    (f,) = parse_faults(fault(0, 3, kind="a kind from a newer engine"), "r-0-a")
+    assert f.kind is None
 
 
 def test_the_engine_names_a_hung_rank_whose_pod_the_job_then_deleted() -> None:
@@ -116,6 +123,10 @@ def test_the_engine_names_a_hung_rank_whose_pod_the_job_then_deleted() -> None:
     ]
     v = attribute(pods, faults=parse_faults(fault(0, 3) + "\n" + fault(1, 3), "r-0-a"))
     assert v is not None
+    assert v.culprit.reason is FailureReason.NO_PROGRESS  # the lines name no kind
+    lines = fault(0, 3, kind="no_heartbeat") + "\n" + fault(1, 3, kind="no_heartbeat")
+    named = attribute(pods, faults=parse_faults(lines, "r-0-a"))
+    assert named is not None and named.culprit.reason is FailureReason.NO_HEARTBEAT
     assert (v.culprit.rank, v.culprit.pod, v.culprit.node, v.culprit.global_rank) == (
         1,
         "r-1-b",
@@ -146,7 +157,9 @@ def test_without_the_engine_line_exit_order_blames_the_first_not_the_victims() -
     v = attribute(pods)
     assert v is not None and v.culprit.pod == "r-1-b" and v.culprit.exit_code == 137
     assert v.culprit.why == "exit code 137 (SIGKILL)"
+    assert v.culprit.reason is FailureReason.KILLED
     assert [b.pod for b in v.others] == ["r-0-a"]
+    assert v.others[0].reason is FailureReason.EXITED
 
 
 def test_in_one_second_a_signal_from_outside_comes_before_a_peer_that_gave_up() -> None:
@@ -179,6 +192,7 @@ def test_a_notready_node_is_named_even_when_its_pod_looks_fine() -> None:
     ]
     v = attribute(pods, nodes={"n0": {"metadata": {"name": "n0"}}, "n1": node})
     assert v is not None and v.culprit.pod == "r-1-b" and v.culprit.node_lost
+    assert v.culprit.reason is FailureReason.NODE_LOST
     assert v.culprit.why == (
         "its node n1 is unreachable: its kubelet stopped posting status (NodeStatusUnknown: "
         "Kubelet stopped posting node status.)"
@@ -222,6 +236,7 @@ def test_a_rank_that_never_started_is_blamed_for_the_others_timing_out() -> None
     pods = [pod("r-0-a", 0, exit_code=1), unscheduled]
     v = attribute(pods)
     assert v is not None and v.culprit.pod == "r-1-b"
+    assert v.culprit.reason is FailureReason.NEVER_STARTED
     assert v.culprit.why == (
         "never started (Unschedulable: 0/4 nodes are available: 4 Insufficient "
         "nvidia.com/gpu.); the others waited for it"

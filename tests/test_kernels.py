@@ -21,8 +21,8 @@ from nccl_k8s.bench._kernel_source import SOURCE
 from nccl_k8s.bench.collectives import Chunks, InputOf, Reduced
 from nccl_k8s.bench.config import Dtype
 from nccl_k8s.bench.dtypes import DTYPE_FACTS
+from nccl_k8s.bench.memory import expected_values
 from nccl_k8s.bench.native import build_shared
-from nccl_k8s.bench.ops import expected_values
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
 

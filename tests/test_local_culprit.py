@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from nccl_k8s.errors import RunFailed
-from nccl_k8s.launch._culprit import Fault, RankFacts, attribute, read_faults, short
+from nccl_k8s.errors import FailureReason, RunFailed
+from nccl_k8s.launch._culprit import Fault, RankFacts, attribute, read_faults, said, short
 
 TIMEOUT = (
     "RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78]"
@@ -27,7 +27,9 @@ ECHO = (
 
 def ended(rank: int, code: int, at: float, message: str = "") -> RankFacts:
     """A rank that ended on its own `at` seconds into the run."""
-    return RankFacts(rank=rank, pid=4240 + rank, exitcode=code, ended_at=at, message=message)
+    return RankFacts(
+        rank=rank, pid=4240 + rank, exitcode=code, ended_at=at, message=message, said=said(message)
+    )
 
 
 def stopped_by_us(
@@ -63,6 +65,7 @@ def test_a_stopped_rank_is_named_not_the_rank_that_timed_out() -> None:
         "(noticed by rank 0: RuntimeError: Timed out waiting 3000ms for recv operation to complete)"
     )
     assert exc.rank == 1 and exc.exit_code == 1
+    assert exc.reason is FailureReason.STOPPED
 
 
 def test_a_rank_killed_by_someone_else_beats_the_echo_that_came_first() -> None:
@@ -73,6 +76,7 @@ def test_a_rank_killed_by_someone_else_beats_the_echo_that_came_first() -> None:
         "(noticed by rank 0: RuntimeError: Connection closed by peer [127.0.0.1]:37002)"
     )
     assert exc.rank == 1 and exc.exit_status == -signal.SIGKILL
+    assert exc.reason is FailureReason.KILLED
 
 
 def test_ranks_the_launcher_ended_are_not_suspects() -> None:
@@ -85,11 +89,13 @@ def test_ranks_the_launcher_ended_are_not_suspects() -> None:
         ]
     )
     assert str(exc).startswith("rank 2 (pid 4242) failed with exit code 1: RuntimeError: injected")
+    assert exc.reason is FailureReason.EXITED
 
 
 def test_a_segfault_is_a_crash_of_that_rank() -> None:
     exc = blame([ended(0, 1, 1.2, ECHO), ended(1, -signal.SIGSEGV, 1.0)])
     assert str(exc).startswith("rank 1 (pid 4241) crashed (SIGSEGV) (noticed by rank 0:")
+    assert exc.reason is FailureReason.CRASHED
 
 
 def test_the_only_rank_still_running_after_its_peers_timed_out_did_not_progress() -> None:
@@ -97,6 +103,7 @@ def test_the_only_rank_still_running_after_its_peers_timed_out_did_not_progress(
     assert str(exc).startswith(
         "rank 1 (pid 4241) did not progress: the run timed out waiting for it (noticed by rank 0:"
     )
+    assert exc.reason is FailureReason.NO_PROGRESS
     # The watchdogs named that same rank with a reason: theirs says more, and is what is shown
     # (on a busy machine the launcher can see the only running rank before it reads the files).
     busy = Fault(rank=0, culprit=1, host="h", pid=4241, reason="alive but busy outside the "
@@ -161,7 +168,7 @@ def test_a_named_culprit_that_crashed_is_named_with_its_own_traceback() -> None:
     crash = "Traceback (most recent call last):\nRuntimeError: injected NIC failure"
     facts = [ended(0, 1, 3.1, ECHO), ended(1, 1, 3.0, crash)]
     exc = blame(facts, [heartbeat])
-    assert exc.rank == 1
+    assert exc.rank == 1 and exc.reason is FailureReason.EXITED  # its own error, first-hand
     assert str(exc) == (
         "rank 1 (pid 4241) failed with exit code 1: RuntimeError: injected NIC failure; "
         "no heartbeat for 3 s (named by rank 0 in all_reduce 1024 B warm-up)"
@@ -213,3 +220,28 @@ def test_short_messages() -> None:
     assert short(ECHO) == "RuntimeError: Connection closed by peer [127.0.0.1]:37002"
     assert short("Traceback ...\n  File x\nValueError: bad") == "ValueError: bad"
     assert len(short("x" * 1000)) == 240
+
+
+def test_a_fault_records_kind_is_the_reason_and_its_timed_out_field_is_read_not_its_words(
+    tmp_path: Path,
+) -> None:
+    record = {
+        "v": 1, "rank": 0, "culprit": 1, "host": "vm", "pid": 4241, "where": "all_reduce 8 B",
+        "reason": "no heartbeat for 3 s", "kind": "no_heartbeat", "noticed": "stuck",
+        "timed_out": True,
+    }  # fmt: skip
+    (tmp_path / "fault-0.json").write_text(json.dumps(record))
+    (fault,) = read_faults(tmp_path)
+    assert fault.kind is FailureReason.NO_HEARTBEAT and fault.timed_out
+    exc = blame([ended(0, 1, 3.0), ended(1, 1, 3.1, ECHO)], [fault])
+    assert exc.rank == 1 and exc.reason is FailureReason.NO_HEARTBEAT
+    # Rank 0 wrote no error file: its record says what it saw. "stuck" has no word of a
+    # timeout, but its own watchdog fired (timed_out): the one rank still running did not
+    # progress. The same words from a collective that raised are an error of rank 0's own.
+    unnamed = dataclasses.replace(fault, culprit=None)
+    facts = [ended(0, 1, 3.0), stopped_by_us(1, "R")]
+    exc = blame(facts, [unnamed])
+    assert exc.rank == 1 and exc.reason is FailureReason.NO_PROGRESS
+    exc = blame(facts, [dataclasses.replace(unnamed, timed_out=False)])
+    assert exc.rank == 0 and exc.reason is FailureReason.EXITED
+    assert str(exc) == "rank 0 (pid 4240) failed with exit code 1: stuck"

@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -19,12 +20,12 @@ from tests._helpers import FakeClock, free_port, one_rank_env
 
 from nccl_k8s.bench import engine as engine_module
 from nccl_k8s.bench.collectives import COLLECTIVES
-from nccl_k8s.bench.compat import NOT_HONOURED
 from nccl_k8s.bench.config import REDOPS, ConfigError, check_backend, parse_args
 from nccl_k8s.bench.counts import rotation_shifts
 from nccl_k8s.bench.dtypes import DTYPES
 from nccl_k8s.bench.engine import Engine, Printer
 from nccl_k8s.bench.ops import Bound, Collectives
+from nccl_k8s.bench.options import NOT_HONOURED
 from nccl_k8s.bench.rank import Rank
 from nccl_k8s.bench.watch import Watchdog
 
@@ -177,3 +178,25 @@ def test_nccl_fp8_avg_is_skipped_in_all_and_refused_alone() -> None:
     with pytest.raises(ConfigError, match=r"-o avg with -d f8e5m2: NCCL averages no 8-bit floats"):
         check_backend(parse_args(["-d", "f8e5m2", "-o", "avg"]), "nccl", world_size=2)
     check_backend(parse_args(["-d", "all", "-o", "all"]), "nccl", world_size=2)
+
+
+@pytest.mark.slow
+def test_s_adds_nccl_tests_timestamp_column_after_the_in_place_cells(tmp_path: Path) -> None:
+    """-S 1 as nccl-tests 2.19.6 prints it (src/util.cu): a `timestamp` column headed by its
+    strftime format, then each row's local time (%21s) after the in-place #wrong."""
+    from nccl_k8s.bench.report import table_header
+
+    before = time.strftime("%Y-%m-%d %H:%M:%S")
+    out = _engine("-b", "1K", "-e", "4K", "-f", "2", "-n", "1", "-w", "0", "-S", "1", tmp_path=tmp_path)  # fmt: skip
+    after = time.strftime("%Y-%m-%d %H:%M:%S")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    head = table_header()
+    assert head[2] + f"{'timestamp':>19}" in lines
+    assert head[3] + f"{'%Y-%m-%d %H:%M:%S':>19}" in lines
+    rows = [line for line in lines if line.strip()[:1].isdigit()]
+    assert len(rows) == 3  # 1K, 2K, 4K
+    for row in rows:
+        stamp = row[-21:]
+        assert stamp.startswith("  ") and before <= stamp.strip() <= after, row
+        assert row[:-21].split()[-1] == "0"  # the in-place #wrong, then the time

@@ -63,11 +63,9 @@ def test_a_tail_says_the_columns_it_read_and_the_footer_names_the_op(tmp_path: P
     assert "#  size" not in text and "# Collective test concluded: alltoall_perf" in text
     run = parse_text(text, origin="tail.txt")
     (ident,) = run.meta.op_identified
-    assert (ident.op, ident.by) == ("alltoall", "header")
-    assert ident.detail == (
-        "# Collective test concluded: alltoall_perf; no column header: the columns read from "
-        "the rows (size count type redop root, then time algbw busbw #wrong x2)"
-    )
+    assert (ident.op, ident.by) == ("alltoall", "footer")
+    assert ident.detail == "# Collective test concluded: alltoall_perf"
+    assert ident.columns == "size count type redop root, then time algbw busbw #wrong x2"
 
 
 def test_an_old_all_gather_table_gets_its_world_from_count_and_nGpus() -> None:

@@ -153,8 +153,8 @@ def test_import_provenance_round_trips_and_closed_sets_are_checked(tmp_path: Pat
         (
             "op_identified",
             [{"op": "all_reduce", "by": "guess"}],
-            "meta.op_identified[0].by is 'guess', expected one of header, command, file-name, "
-            "table, text, unknown",
+            "meta.op_identified[0].by is 'guess', expected one of header, footer, command, "
+            "file-name, table, text, unknown",
         ),
     ):
         bad = json.loads(path.read_text())

@@ -10,6 +10,7 @@ from typing import Any
 
 from tests.test_k8s_culprit import pod
 
+from nccl_k8s.errors import FailureReason
 from nccl_k8s.k8s.run._settings import WaitSettings
 from nccl_k8s.k8s.run._verdicts import RunState, failure
 from nccl_k8s.spec import LABEL_INSTANCE as INSTANCE
@@ -61,10 +62,12 @@ def test_a_failed_job_seen_before_its_failed_pod_still_names_the_rank_pod_and_no
         },
     }
     kc = _Cluster()
-    headline, tail, fields = asyncio.run(failure(kc, NS, run, WaitSettings()))  # type: ignore[arg-type]
+    failed, tail = asyncio.run(failure(kc, NS, run, WaitSettings()))  # type: ignore[arg-type]
+    headline = str(failed)
     assert "PodFailurePolicy" not in headline, headline
     assert f"rank 1 (pod {RUN}-1-bbbbb, node node-4): exit code 1" in headline, headline
-    assert fields["pod"] == f"{RUN}-1-bbbbb" and fields["node"] == "node-4"
+    assert failed.pod == f"{RUN}-1-bbbbb" and failed.node == "node-4"
+    assert failed.reason is FailureReason.EXITED
     assert tail[-1] == "  rank 1 exits 1"
     # The run's own pods were read again, by its instance label.
     assert any(k == "Pod" and (sel or {}).get(INSTANCE) == RUN for k, sel in kc.listed), kc.listed

@@ -128,3 +128,19 @@ def test_an_existing_run_id_is_refused(tmp_path: Path, monkeypatch: pytest.Monke
 def test_help_names_the_new_flags() -> None:
     text = local.run_parser().format_help()
     assert "--run-id ID" in text and "--no-save" in text and "NCCL_K8S_RUNS_DIR" in text
+
+
+@pytest.mark.slow
+def test_z3_keeps_nccl_tests_bool_in_json_and_the_mode_in_ours_and_in_the_results(
+    tmp_path: Path,
+) -> None:
+    # nccl-tests' -J says only whether ops block; our field and the stored results say which mode.
+    user_json = tmp_path / "z3.json"
+    proc = _run(tmp_path, "--nproc", "2", "-b", "1K", "-e", "1K", "-n", "1", "-z", "3", "--json", str(user_json))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    config = json.loads(user_json.read_text(encoding="utf-8"))["config"]
+    assert config["blocking_collectives"] == "true"
+    assert config["blocking"] == 3
+    (path,) = re.findall(r"^# results: (\S+)$", proc.stderr, re.M)
+    assert load(path).meta.config.blocking == 3
+    assert json.loads(Path(path).read_text(encoding="utf-8"))["meta"]["config"]["blocking"] == 3

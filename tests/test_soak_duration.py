@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import io
 import itertools
+import json
+import pathlib
 import re
 
 import pytest
@@ -18,6 +20,7 @@ from nccl_k8s.bench.config import parse_args
 from nccl_k8s.bench.engine import Engine, Printer
 from nccl_k8s.bench.ops import Collectives
 from nccl_k8s.bench.rank import Rank
+from nccl_k8s.bench.runner import write_json
 from nccl_k8s.bench.watch import Watchdog
 
 OP_S = 0.5
@@ -69,3 +72,27 @@ def test_a_check_longer_than_the_interval_still_ends_within_one_interval(
     end, reports = _soak(world_of_one, monkeypatch, check_s=25)
     assert end <= 70, (end, reports)
     assert len(reports) >= 2  # the first batch's check, and the last one's
+
+
+def test_a_soaked_op_is_summarised_once(
+    world_of_one: Rank, monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path
+) -> None:
+    """One op soaked at one size is one summary and one row in the -J file, as a sweep's op is
+    (the soak used to be added to the run's summaries twice: two `ops` entries, two rows)."""
+    clock = FakeClock()
+    monkeypatch.setattr(soak_module, "time", clock)
+
+    def batch(engine: object, b: object, n: int) -> list[float]:
+        clock.now += n * OP_S
+        return [OP_S] * n
+
+    monkeypatch.setattr(soak_module, "_batch", batch)
+    argv = ["-b", "1K", "-e", "1K", "--duration", "2", "--report-interval", "1"]
+    cfg = parse_args(argv)
+    engine = Engine(cfg, world_of_one, Printer(True, io.StringIO(), False), Watchdog(0, 1, host="h", timeout_s=0, interval_s=-1))  # fmt: skip
+    outcome = engine.run()
+    assert [s.op for s in outcome.summaries] == ["all_reduce"]
+    write_json(str(tmp_path / "run.json"), engine, argv, "start")
+    doc = json.loads((tmp_path / "run.json").read_text())
+    assert [op["op"] for op in doc["ops"]] == ["all_reduce"]
+    assert [row["size"] for row in doc["results"]] == [1024]

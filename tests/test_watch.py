@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from nccl_k8s.errors import Expired, RunFailed, Unreachable
+from nccl_k8s.errors import Expired, FailureReason, RunFailed, Unreachable
 from nccl_k8s.k8s import WaitOutcome, WaitSettings
 from nccl_k8s.k8s.run import _monitor, _pods
 from nccl_k8s.k8s.run._watch import Update, WatchSettings, informer, within
@@ -341,6 +341,7 @@ def test_monitor_names_the_rank_that_exited_with_its_last_log_lines_across_a_410
     assert "rank 1 (pod r-1-b, node n1): exit code 137 (SIGKILL)" in msg
     assert "last 20 log lines of rank 1:\n  step 1\n  Killed" in msg
     assert info.value.rank == 1 and info.value.pod == "r-1-b" and info.value.node == "n1"
+    assert info.value.reason is FailureReason.KILLED
     assert pods.calls[:3] == ["list", "watch@10", "list"]
 
 
@@ -372,8 +373,9 @@ def test_monitor_says_no_scheduler_picked_the_pods_up() -> None:
     )
     with pytest.raises(
         RunFailed, match=r"no scheduler has picked up its 2 pod.*schedulerName hami-scheduler"
-    ):
+    ) as info:
         wait(kube, schedule_timeout_s=0.2)
+    assert info.value.reason is FailureReason.NO_SCHEDULER and info.value.reason.unplaced
 
 
 def test_monitor_gives_up_at_the_timeout_and_says_the_run_goes_on() -> None:
@@ -386,8 +388,9 @@ def test_monitor_gives_up_at_the_timeout_and_says_the_run_goes_on() -> None:
     )
     with pytest.raises(
         RunFailed, match=r"has not finished after 0.3s \(1 Running\); it keeps running"
-    ):
+    ) as info:
         wait(kube, timeout_s=0.3)
+    assert info.value.reason is FailureReason.TIMED_OUT
 
 
 def test_within_never_swallows_a_cancellation_that_meets_a_result() -> None:
@@ -440,6 +443,7 @@ def test_a_run_deleted_from_another_shell_is_said_at_once() -> None:
         "run r was deleted while this command waited for it: its Job is gone (`nccl-k8s "
         "cleanup`, `kubectl delete` or its --ttl); nothing of it is left running"
     )
+    assert info.value.reason is FailureReason.DELETED
     assert kube.writes == []  # nothing to end: it is gone
 
 
@@ -467,6 +471,7 @@ def test_failed_create_by_pod_security_names_the_level_and_the_profile() -> None
     )
     assert "Namespace ns enforces Pod Security level 'baseline'" in msg
     assert "the pods of --security rdma violate it" in msg
+    assert info.value.reason is FailureReason.CREATE_REFUSED
     # Stopped, not left to retry forever: the Job is made to fail, the reason recorded on it.
     ((verb, kind, name, body),) = kube.writes
     assert (verb, kind, name) == ("patch", "Job", "r") and "'activeDeadlineSeconds': 1" in body
@@ -523,9 +528,12 @@ def test_a_member_lost_with_its_node_ends_the_run_naming_the_node_and_deletes_it
         "unresponsive)"
     )
     assert info.value.node == "n1" and info.value.pod == "r-1-b"
+    assert info.value.reason is FailureReason.NODE_LOST
     assert (
         "(deleted what this deploy created: Job/r, Service/r, ConfigMap/r-engine; its pods " in msg
     )
+    # What failed, without what the deploy then did (nodes check shows it per pair test).
+    assert info.value.headline == msg.split(" (deleted what this deploy created")[0]
     assert [w[:4] for w in kube.writes] == [
         ("delete", "Job", "r", "u3"),
         ("delete", "Service", "r", "u2"),
@@ -536,7 +544,7 @@ def test_a_member_lost_with_its_node_ends_the_run_naming_the_node_and_deletes_it
 def test_the_engine_line_names_the_hung_rank_that_the_job_deleted() -> None:
     line = (
         'NCCL_K8S_FAULT {"v":1,"rank":0,"culprit":1,"host":"r-1","pid":7,'
-        '"reason":"no heartbeat for 30s","where":"all_reduce"}'
+        '"reason":"no heartbeat for 30s","kind":"no_heartbeat","where":"all_reduce"}'
     )
     gave_up = pod("r-0-a", 0, phase="Failed", node="n0", containerStatuses=terminated(1))
     gave_up["metadata"]["resourceVersion"] = "12"
@@ -561,6 +569,7 @@ def test_the_engine_line_names_the_hung_rank_that_the_job_deleted() -> None:
         "rank 0 (pod r-0-a, node n0): exit code 1"
     )
     assert info.value.rank == 1 and info.value.global_rank == 1
+    assert info.value.reason is FailureReason.NO_HEARTBEAT
     # Ended either way: the Job failed on its own, or is made to (whichever the monitor saw).
     assert "(the Job has ended and stopped its pods;" in msg or (
         "(stopped its ranks: Job r is failed" in msg and kube.writes[0][:3] == ("patch", "Job", "r")
@@ -591,6 +600,7 @@ def test_unschedulable_is_waited_for_until_the_schedule_timeout() -> None:
         "0.6s (--schedule-timeout): 0/4 nodes are available: 4 Insufficient nvidia.com/gpu. "
         "(stopped its ranks: Job r is failed and deletes its pods;"
     )
+    assert info.value.reason is FailureReason.UNSCHEDULABLE and info.value.reason.unplaced
 
 
 def test_wait_on_pods_unschedulable_long_before_says_how_long_not_the_timeout() -> None:

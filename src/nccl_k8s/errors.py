@@ -2,7 +2,8 @@
 
     NcclK8sError                 base; `exit_code` says how the CLI ends
      ├─ UsageError               bad input: one line, exit 2, nothing created
-     ├─ RunFailed                a benchmark ran and failed (rank, pod, node when known): exit 1
+     ├─ RunFailed                a benchmark ran and failed (a FailureReason; rank, pod, node when
+     │                           known): exit 1
      ├─ Refused                  the cluster would refuse the run's pods (Pod Security, a quota, a
      │                           limit range, a missing queue): nothing created, exit 1
      ├─ ResultsError             a results file or log that cannot be read: exit 2
@@ -24,13 +25,89 @@ never answered this command at all (connection refused, no such host, connect ti
 first request): the kubeconfig points nowhere, which is configuration, exit 2. A server that
 answered and then went away is 1.
 
-Exceptions carry fields, not just text, so callers can act on them.
+Exceptions carry fields, not just text, so callers can act on them: a RunFailed's `reason` is a
+FailureReason, and code that must tell one failure from another reads it, never the message.
 """
 
 from __future__ import annotations
 
+import enum
 import signal
 from typing import Any
+
+
+class FailureReason(enum.Enum):
+    """Why a run failed, as every reader decides on it (`nodes check`, the CLI, doctor): one
+    member per kind of failure the code tells apart or reports. The values are the words the
+    engine's fault lines use for the kinds it names (bench.report.FAULT_KINDS)."""
+
+    CRASHED = "crashed"
+    """A rank died of its own fault: a crash signal (SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL;
+    exit 128+n on Kubernetes)."""
+    EXITED = "exited"
+    """A rank ended non-zero on its own with an error of its own (a traceback, an exit code):
+    its words say why."""
+    KILLED = "killed"
+    """A rank was killed from outside: a signal nccl-k8s did not send (SIGKILL from the OOM
+    killer or a user), OOMKilled or exit 137 on Kubernetes."""
+    STOPPED = "stopped"
+    """A rank was stopped (SIGSTOP, SIGTSTP, a debugger): state T in /proc."""
+    NO_PROGRESS = "no_progress"
+    """A rank was alive but made no progress while its peers waited: the only rank still
+    running after they timed out, or one the engine's watchdog found busy outside the
+    collective or behind."""
+    NO_HEARTBEAT = "no_heartbeat"
+    """The engine's heartbeats of a rank stopped (never sent, or not for seconds): the rank or
+    its host stopped, died or lost the network."""
+    STORE_LOST = "store_lost"
+    """The rendezvous store does not answer (the rank hosting it is gone)."""
+    NODE_LOST = "node_lost"
+    """A rank's node is NotReady or unreachable, or its pod was lost with it, evicted or
+    preempted."""
+    NEVER_STARTED = "never_started"
+    """A rank never started (or never joined the rendezvous) while the others waited for it."""
+    CANNOT_START = "cannot_start"
+    """A rank's container cannot start (a bad image name, its config, a crash loop)."""
+    IMAGE_PULL = "image_pull"
+    """A rank's image was not pulled within --pull-timeout."""
+    UNSCHEDULABLE = "unschedulable"
+    """Pods stayed Unschedulable past --schedule-timeout."""
+    NO_SCHEDULER = "no_scheduler"
+    """No scheduler picked up the pods (the schedulerName they ask for is not running)."""
+    NO_PODS = "no_pods"
+    """The workload created no pods and no event says why (its controller is not running)."""
+    CREATE_REFUSED = "create_refused"
+    """The workload's controller cannot create the pods: admission refused them (Pod Security,
+    a quota)."""
+    WORKLOAD_FAILED = "workload_failed"
+    """The Job failed (its Failed condition: a deadline, its backoff limit) and no rank can be
+    blamed."""
+    DELETED = "deleted"
+    """The run was deleted while the command waited for it."""
+    TIMED_OUT = "timed_out"
+    """The command's --timeout passed before the run ended; the run goes on."""
+    WRONG_FABRIC = "wrong_fabric"
+    """The run succeeded on another fabric than the one its platform was rendered for."""
+    NO_RESULTS_YET = "no_results_yet"
+    """A continuous run has ended no sweep yet: there is nothing to collect."""
+    STILL_TERMINATING = "still_terminating"
+    """Cleanup deleted the run, but its pods were still terminating at its timeout."""
+    NOTHING_OURS = "nothing_ours"
+    """Cleanup of a named run deleted nothing: every object with its labels was not created by
+    nccl-k8s."""
+
+    @property
+    def unplaced(self) -> bool:
+        """No scheduler placed the run's pods: a failure that says nothing of any node (the
+        GPUs were busy, or the scheduler is missing); `nodes check` calls such a test
+        inconclusive."""
+        return self in (FailureReason.UNSCHEDULABLE, FailureReason.NO_SCHEDULER)
+
+
+#: Signals a process gets from its own fault, not from another process: FailureReason.CRASHED.
+CRASH_SIGNALS = frozenset(
+    {signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGFPE, signal.SIGILL}
+)
 
 
 class NcclK8sError(Exception):
@@ -58,6 +135,7 @@ class RunFailed(NcclK8sError):
         self,
         message: str,
         *,
+        reason: FailureReason,
         rank: int | None = None,
         pod: str | None = None,
         node: str | None = None,
@@ -65,6 +143,11 @@ class RunFailed(NcclK8sError):
         global_rank: int | None = None,
     ) -> None:
         super().__init__(message)
+        self.reason = reason
+        """Why it failed: what readers decide on (the message is for people)."""
+        self.headline = message.splitlines()[0] if message else ""
+        """The failure's own first line, as raised: it stays when whoever ends the run adds
+        what it did (deleted, kept) to the message."""
         self.rank = rank
         """The pod's rank (Job completion index; its GPUs are ranks rank*G .. rank*G+G-1)."""
         self.pod = pod
@@ -108,6 +191,8 @@ class Interrupted(NcclK8sError):
             name = f"signal {signum}"
         super().__init__(f"interrupted by {name}" + (f": {detail}" if detail else ""))
         self.signum = signum
+        self.detail = detail
+        """What was stopped on the way out ("stopped 2 ranks"); "" when nothing."""
         self.exit_code = 128 + signum
 
 
@@ -187,10 +272,12 @@ TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
 
 
 __all__ = [
+    "CRASH_SIGNALS",
     "TRANSIENT_STATUS",
     "ClusterError",
     "Conflict",
     "Expired",
+    "FailureReason",
     "Forbidden",
     "Interrupted",
     "NcclK8sError",

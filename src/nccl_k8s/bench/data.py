@@ -46,51 +46,18 @@ CHUNK = 1 << 22
 #: What a reducing collective does with the ranks' inputs; "move" for collectives that only copy.
 Kind = Literal["move", "sum", "prod", "max", "min", "avg", "avg_int"]
 
+# Each type's limits, from its entry in bench.dtypes (the one home of the types).
 #: Largest B such that every integer in [0, B] is exact in the dtype.
-EXACT: dict[Dtype, int] = {
-    "half": 2048,
-    "bfloat16": 256,
-    "float": 1 << 24,
-    "double": 1 << 53,
-    "f8e4m3": 16,
-    "f8e5m2": 8,
-    "int8": 127,
-    "uint8": 255,
-    "int32": (1 << 31) - 1,
-    "int64": (1 << 63) - 1,
-}
+EXACT: dict[Dtype, int] = {name: f.exact for name, f in DTYPE_FACTS.items()}
 #: Largest power of two each dtype holds (products are 2**y with y <= this).
-DOUBLINGS: dict[Dtype, int] = {
-    "half": 15,
-    "bfloat16": 100,
-    "float": 100,
-    "double": 1000,
-    "f8e4m3": 8,
-    "f8e5m2": 15,
-    "int8": 6,
-    "uint8": 7,
-    "int32": 30,
-    "int64": 62,
-}
+DOUBLINGS: dict[Dtype, int] = {name: f.doublings for name, f in DTYPE_FACTS.items()}
 #: Floating types: explicit mantissa bits and the smallest normal number.
 FLOAT_LAYOUT: dict[Dtype, tuple[int, float]] = {
-    "double": (52, 2.0**-1022),
-    "float": (23, 2.0**-126),
-    "half": (10, 2.0**-14),
-    "bfloat16": (7, 2.0**-126),
-    "f8e4m3": (3, 2.0**-6),
-    "f8e5m2": (2, 2.0**-14),
+    name: f.float_layout for name, f in DTYPE_FACTS.items() if f.float_layout is not None
 }
-#: Ranks that contribute to one element of an `avg`, per dtype: 4k(k+1)u stays <= 1/8 (u the
-#: unit roundoff), so the tolerance is at least 8x below what one rank changes; f8 has too few
-#: bits for more than one.
+#: Ranks that contribute to one element of an `avg`, per floating dtype (DtypeFacts says why).
 AVG_CONTRIBUTORS: dict[Dtype, int] = {
-    "double": 8,
-    "float": 8,
-    "half": 4,
-    "bfloat16": 2,
-    "f8e4m3": 1,
-    "f8e5m2": 1,
+    name: f.avg_contributors for name, f in DTYPE_FACTS.items() if f.floating
 }
 #: Largest symbol of the data-movement alphabet (kept clear of the sentinel).
 _MOVE_MAX = 1 << 20
@@ -148,7 +115,7 @@ def _hashed(start: int, n: int, salt: int, device: torch.device) -> torch.Tensor
 
 
 @functools.lru_cache(maxsize=64)
-def _units(n: int) -> tuple[int, ...]:
+def rank_units(n: int) -> tuple[int, ...]:
     """Multipliers a with gcd(a, n) = 1: r -> (a r + s) mod n permutes the ranks."""
     return tuple(a for a in range(max(n, 1)) if math.gcd(a, n) == 1) or (0,)
 
@@ -177,9 +144,8 @@ class Pattern:
         """sum/avg_int: the largest target; prod: the largest exponent; move/max/min: alphabet."""
         if self.kind == "prod":
             return DOUBLINGS[self.dtype]
-        exact = EXACT[self.dtype] - (
-            1 if self.dtype == "uint8" else 0
-        )  # uint8's 255 is the sentinel
+        # An unsigned type's largest value is the sentinel (-1 stored as uint8 is 255).
+        exact = EXACT[self.dtype] - (0 if DTYPE_FACTS[self.dtype].signed else 1)
         if self.kind in ("sum", "avg_int"):
             return min(exact, 1 << 31)
         return min(exact, _MOVE_MAX)
@@ -243,7 +209,7 @@ def _position(p: Pattern, e: torch.Tensor, rank: int | torch.Tensor) -> torch.Te
     import torch
 
     n = p.nranks
-    units = _units(n)
+    units = rank_units(n)
     e2 = _mix(e ^ 0x2545F491)
     a = torch.tensor(units, dtype=torch.int64, device=e.device)[e2 % len(units)]
     s = _mix(e2 ^ 0x68E31DA4) % n
@@ -258,7 +224,7 @@ def _avg_position(
     import torch
 
     world, k = p.nranks, p.contributors
-    units = _units(world)
+    units = rank_units(world)
     h = _salt(_TAGS["avg"], rep, 0xA7)
     a, s = units[h % len(units)], mix32(h) % world
     t = (a * rank + s) % world
@@ -384,6 +350,7 @@ __all__ = [
     "inputs",
     "is_float",
     "mix32",
+    "rank_units",
     "reduced",
     "torch_dtype",
     "wrong_mask",

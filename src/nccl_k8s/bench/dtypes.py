@@ -1,10 +1,12 @@
-"""The element types the engine runs: the one home of each type's name, size and library codes.
+"""The element types the engine runs: the one home of each type's name, size, codes and limits.
 
 nccl-tests' `-d` names, the bytes per element (the size column, counts and bandwidth), the
-ncclDataType_t the direct driver passes, torch's dtype, and the other spellings users type.
-The flag parser (bench.config), the checker (bench.data), the NCCL calls (bench.nccl) and the
-results reader (results.collectives) all read this table. Standard library only, no torch even
-for types: results and the spec import it on machines without torch.
+ncclDataType_t the direct driver passes, torch's dtype, the check kernels' type number, the
+numbers each type holds exactly (what the data checker may generate), which backends can reduce
+it, and the other spellings users type. The flag parser and backend rules (bench.options,
+bench.config, bench.compat), the checker (bench.data, bench.kernels), the NCCL calls (bench.nccl)
+and the results reader (results.collectives) all read this table. Standard library only, no
+torch even for types: results and the spec import it on machines without torch.
 """
 
 from __future__ import annotations
@@ -28,21 +30,49 @@ class DtypeFacts:
     """Its ncclDataType_t value (nccl.h)."""
     torch: str
     """The name of its torch dtype (an attribute of the torch module)."""
+    kernel: int
+    """Its number in the check kernels' type enum (bench._kernel_source: T_INT8 ...)."""
+    exact: int
+    """Largest B such that every integer in [0, B] is exact in the type."""
+    doublings: int
+    """Largest power of two it holds (products of the checker are 2**y with y <= this)."""
+    float_layout: tuple[int, float] | None = None
+    """Floating types: explicit mantissa bits and the smallest normal number; None: integers."""
+    avg_contributors: int = 1
+    """Ranks that may contribute to one element of a checked `avg`: 4k(k+1)u stays <= 1/8 (u
+    the unit roundoff), so the tolerance is at least 8x below what one rank changes."""
+    signed: bool = True
+    """False: the checker's sentinel -1 is its largest value, which patterns then avoid."""
+    eight_bit_float: bool = False
+    """An 8-bit float: gloo has none, and NCCL averages none (NCCL_NO_FP8_AVG)."""
+
+    @property
+    def floating(self) -> bool:
+        return self.float_layout is not None
 
 
+_F = DtypeFacts
 #: Every type the engine runs, by nccl-tests' name.
 DTYPE_FACTS: dict[Dtype, DtypeFacts] = {
-    "int8": DtypeFacts(1, 0, "int8"),
-    "uint8": DtypeFacts(1, 1, "uint8"),
-    "int32": DtypeFacts(4, 2, "int32"),
-    "int64": DtypeFacts(8, 4, "int64"),
-    "half": DtypeFacts(2, 6, "float16"),
-    "float": DtypeFacts(4, 7, "float32"),
-    "double": DtypeFacts(8, 8, "float64"),
-    "bfloat16": DtypeFacts(2, 9, "bfloat16"),
-    "f8e4m3": DtypeFacts(1, 10, "float8_e4m3fn"),
-    "f8e5m2": DtypeFacts(1, 11, "float8_e5m2"),
-}
+    "int8": _F(1, 0, "int8", 0, exact=127, doublings=6),
+    "uint8": _F(1, 1, "uint8", 1, exact=255, doublings=7, signed=False),
+    "int32": _F(4, 2, "int32", 2, exact=(1 << 31) - 1, doublings=30),
+    "int64": _F(8, 4, "int64", 3, exact=(1 << 63) - 1, doublings=62),
+    "half": _F(2, 6, "float16", 4, exact=2048, doublings=15, float_layout=(10, 2.0**-14),
+               avg_contributors=4),
+    "float": _F(4, 7, "float32", 5, exact=1 << 24, doublings=100, float_layout=(23, 2.0**-126),
+                avg_contributors=8),
+    "double": _F(8, 8, "float64", 6, exact=1 << 53, doublings=1000,
+                 float_layout=(52, 2.0**-1022), avg_contributors=8),
+    "bfloat16": _F(2, 9, "bfloat16", 7, exact=256, doublings=100, float_layout=(7, 2.0**-126),
+                   avg_contributors=2),
+    "f8e4m3": _F(1, 10, "float8_e4m3fn", 8, exact=16, doublings=8, float_layout=(3, 2.0**-6),
+                 eight_bit_float=True),
+    "f8e5m2": _F(1, 11, "float8_e5m2", 9, exact=8, doublings=15, float_layout=(2, 2.0**-14),
+                 eight_bit_float=True),
+}  # fmt: skip
+#: nccl-tests' -d default.
+DEFAULT_DTYPE: Dtype = "float"
 #: Bytes per element of each type.
 DTYPES: dict[Dtype, int] = {name: facts.size for name, facts in DTYPE_FACTS.items()}
 #: Aliases nccl-tests users type (and older nccl-tests print), mapped to nccl-tests' names.
@@ -58,5 +88,17 @@ DTYPE_ALIASES: dict[str, Dtype] = {
     "int": "int32",
 }
 
+#: Types nccl-tests runs that the engine does not (ncclUint32, ncclUint64), with their bytes per
+#: element: results read the tables that print them.
+NCCL_TESTS_ONLY_TYPES: dict[str, int] = {"uint32": 4, "uint64": 8}
 
-__all__ = ["DTYPES", "DTYPE_ALIASES", "DTYPE_FACTS", "Dtype", "DtypeFacts"]
+
+__all__ = [
+    "DEFAULT_DTYPE",
+    "DTYPES",
+    "DTYPE_ALIASES",
+    "DTYPE_FACTS",
+    "NCCL_TESTS_ONLY_TYPES",
+    "Dtype",
+    "DtypeFacts",
+]

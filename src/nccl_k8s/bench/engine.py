@@ -34,6 +34,7 @@ from nccl_k8s.bench.outcome import (
     run_meta,
     wrong_ranks,
 )
+from nccl_k8s.bench.soak import soak_op
 from nccl_k8s.bench.trace import stage
 from nccl_k8s.bench.watch import Watchdog
 
@@ -46,6 +47,10 @@ _BLOCKING_NOTES = {
     2: "# Blocking Enabled: wait after each inner iteration (-m), no barrier ",
     3: "# Blocking Enabled: wait and barrier after each outer iteration (-n); time excludes barrier ",
 }
+
+
+#: -S: nccl-tests' TIME_STRING_FORMAT (src/util.cu).
+_STAMP = "%Y-%m-%d %H:%M:%S"
 
 
 class Engine:
@@ -307,7 +312,10 @@ class Engine:
         program = f"{op}_perf"
         if not first:
             self.p.line(f"# Collective test starting: {program}")
-        self.p.lines(report.table_header())
+        head = report.table_header()
+        if self.base.report_timestamps:  # -S: nccl-tests' column, headed by its format
+            head[2:] = [head[2] + f"{'timestamp':>19}", head[3] + f"{_STAMP:>19}"]
+        self.p.lines(head)
         summary = OpSummary(op, 0, 0.0, [])
         self.summaries.append(summary)
         busbws: list[float] = []
@@ -362,7 +370,8 @@ class Engine:
                 )  # fmt: skip
                 summary.rows.append(row)
                 self.p.measured(row)  # journaled first: a row printed is a row a stop keeps
-                self.p.line(report.row_line(row))
+                stamp = f"{time.strftime(_STAMP):>21}" if cfg.report_timestamps else ""
+                self.p.line(report.row_line(row) + stamp)
                 stage("row")
         return local_errors
 
@@ -388,10 +397,10 @@ class Engine:
         algbw, busbw = shape.bandwidth(counts, elt, r.world, t)
         checked = bool(cfg.check) and (shape.inplace_checked or not in_place)
         if checked:
-            self._count_wrong(wrongs)
+            self.record_wrong(wrongs)
         if self.metrics.enabled:
             self.metrics.cell(
-                self._labels(op, shape.prints_redop, counts.size_bytes(elt), in_place),
+                self.metric_labels(op, shape.prints_redop, counts.size_bytes(elt), in_place),
                 time_s=t, algbw=algbw, busbw=busbw, rank_times=times,
                 rank_busbw=[shape.bandwidth(counts, elt, r.world, x)[1] for x in times],
                 rank_wrong=wrongs if checked else None,
@@ -402,13 +411,16 @@ class Engine:
         )  # fmt: skip
         return cell, int(checked and wrong > 0)
 
-    def _labels(self, op: Op, prints_redop: bool, size: int, in_place: bool | None) -> list[str]:
+    def metric_labels(
+        self, op: Op, prints_redop: bool, size: int, in_place: bool | None
+    ) -> list[str]:
         """The metrics labels of a row (op, dtype, redop, size and, unless None, placement)."""
         redop = self.cfg.redop if prints_redop else "none"
         labels = [op, self.cfg.dtype, redop, str(size)]
         return labels if in_place is None else [*labels, "in" if in_place else "out"]
 
-    def _count_wrong(self, wrongs: Sequence[int]) -> None:
+    def record_wrong(self, wrongs: Sequence[int]) -> None:
+        """Add each rank's wrong elements (one count per rank) to this sweep's tally."""
         for rank, n in enumerate(wrongs):
             if n:
                 self.wrong_by_rank[rank] = self.wrong_by_rank.get(rank, 0) + n
@@ -492,8 +504,6 @@ class Engine:
     def sweep(self, index: int | None = None) -> RunOutcome:
         """Every op at every size once. `index` numbers the sweep when the run has several:
         its result lines then form one block, its own meta line first and a `sweep` line last."""
-        from nccl_k8s.bench.soak import soak_op
-
         cfg, r = self.cfg, self.r
         assert self._buffers is not None, "setup() first"
         self.sweep_index = index
@@ -517,7 +527,7 @@ class Engine:
                         self.p.line(f"# Collective test starting: {op}_perf")
                     try:
                         for dtype, redop in self.combos(op):
-                            self.summaries.append(soak_op(self, op, self.use(dtype, redop)))
+                            soak_op(self, op, self.use(dtype, redop))  # adds its summary
                     finally:
                         self.cfg = self.base
                 else:

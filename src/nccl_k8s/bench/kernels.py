@@ -23,14 +23,12 @@ from nccl_k8s.bench import data
 from nccl_k8s.bench._kernel_source import SOURCE
 from nccl_k8s.bench.config import Dtype
 from nccl_k8s.bench.cuda import Device, Module
+from nccl_k8s.bench.dtypes import DTYPE_FACTS
 from nccl_k8s.bench.native import cache_path, write_atomic
 
 #: The kernels' numbering of bench.data's kinds and bench.dtypes' types (the C enums).
 KINDS = {"move": 0, "sum": 1, "prod": 2, "max": 3, "min": 4, "avg": 5, "avg_int": 6}
-TYPES: dict[Dtype, int] = {
-    "int8": 0, "uint8": 1, "int32": 2, "int64": 3, "half": 4, "float": 5, "double": 6,
-    "bfloat16": 7, "f8e4m3": 8, "f8e5m2": 9,
-}  # fmt: skip
+TYPES: dict[Dtype, int] = {name: facts.kernel for name, facts in DTYPE_FACTS.items()}
 #: The expectations of bench.collectives (Reduced, InputOf, Chunks) as the check kernel reads them.
 REDUCED, INPUT, CHUNKS = 0, 1, 2
 _TAGS = {"move": 1, "sum": 2, "prod": 3, "max": 4, "min": 5, "avg": 6, "avg_int": 2}
@@ -53,7 +51,7 @@ class PatternStruct(ctypes.Structure):
 
 def units(nranks: int) -> list[int]:
     """bench.data's rank multipliers (coprime with n), the table position() indexes."""
-    return list(data._units(nranks))
+    return list(data.rank_units(nranks))
 
 
 def pattern_struct(p: data.Pattern, units_ptr: int, nunits: int) -> PatternStruct:

@@ -15,10 +15,12 @@ import dataclasses
 from typing import TYPE_CHECKING, Any, Protocol
 
 from nccl_k8s.bench import data
+from nccl_k8s.bench.collectives import Expected, InputOf, Reduced
 from nccl_k8s.bench.config import Dtype
 
 if TYPE_CHECKING:
-    from nccl_k8s.bench.collectives import Expected
+    import torch
+
     from nccl_k8s.bench.kernels import Kernels
 
 
@@ -54,6 +56,33 @@ class Memory(Protocol):
     def count_wrong(self, view: Any, e: Expected, p: data.Pattern, rep: int) -> int: ...
 
 
+def expected_values(
+    e: Expected, p: data.Pattern, rep: int, device: torch.device
+) -> data.ExpectedFn:
+    """The values an expected result (bench.collectives) describes, as the checker reads them."""
+    if isinstance(e, Reduced):
+        start = e.start
+        return lambda s, k: data.reduced(p, start + s, k, rep, device)
+    if isinstance(e, InputOf):
+        src, first = e.src, e.start
+        return lambda s, k: data.inputs(p, src, first + s, k, rep, device)
+    chunk, first = e.size, e.start  # Chunks: chunk i comes from rank i
+
+    def by_chunk(s: int, k: int) -> torch.Tensor:
+        import torch
+
+        parts = []
+        pos = s
+        while pos < s + k:
+            src, off = divmod(pos, chunk)
+            take = min(chunk - off, s + k - pos)
+            parts.append(data.inputs(p, src, first + off, take, rep, device))
+            pos += take
+        return torch.cat(parts) if parts else torch.empty(0, dtype=torch.float64, device=device)
+
+    return by_chunk
+
+
 class TorchMemory:
     def __init__(self, dtype: Dtype) -> None:
         self.dtype_name = dtype
@@ -70,8 +99,6 @@ class TorchMemory:
         data.fill_sentinel(view)
 
     def count_wrong(self, view: Any, e: Expected, p: data.Pattern, rep: int) -> int:
-        from nccl_k8s.bench.ops import expected_values
-
         fn = expected_values(e, p, rep, view.device)
         return data.count_wrong(view, fn, rel_tol=p.tolerance)
 
@@ -102,4 +129,4 @@ class KernelMemory:
         )
 
 
-__all__ = ["DevView", "KernelMemory", "Memory", "TorchMemory"]
+__all__ = ["DevView", "KernelMemory", "Memory", "TorchMemory", "expected_values"]

@@ -22,10 +22,8 @@ from nccl_k8s.bench.collectives import (
     COLLECTIVES,
     Call,
     Expected,
-    InputOf,
     Op,
     Place,
-    Reduced,
     Spec,
     TorchCall,
     all_gather_of,
@@ -33,12 +31,10 @@ from nccl_k8s.bench.collectives import (
 )
 from nccl_k8s.bench.config import Dtype, RedOp
 from nccl_k8s.bench.counts import Counts
-from nccl_k8s.bench.memory import Memory, TorchMemory
+from nccl_k8s.bench.memory import Memory, TorchMemory, expected_values
 from nccl_k8s.bench.native import Program, native_loop
 
 if TYPE_CHECKING:
-    import torch
-
     from nccl_k8s.bench.nccl import Communicator
 
 
@@ -64,33 +60,6 @@ def reduce_scatter_fn() -> Any:
     import torch.distributed as dist
 
     return reduce_scatter_of(dist)
-
-
-def expected_values(
-    e: Expected, p: data.Pattern, rep: int, device: torch.device
-) -> data.ExpectedFn:
-    """The values an expected result (bench.collectives) describes, as the checker reads them."""
-    if isinstance(e, Reduced):
-        start = e.start
-        return lambda s, k: data.reduced(p, start + s, k, rep, device)
-    if isinstance(e, InputOf):
-        src, first = e.src, e.start
-        return lambda s, k: data.inputs(p, src, first + s, k, rep, device)
-    chunk, first = e.size, e.start  # Chunks: chunk i comes from rank i
-
-    def by_chunk(s: int, k: int) -> torch.Tensor:
-        import torch
-
-        parts = []
-        pos = s
-        while pos < s + k:
-            src, off = divmod(pos, chunk)
-            take = min(chunk - off, s + k - pos)
-            parts.append(data.inputs(p, src, first + off, take, rep, device))
-            pos += take
-        return torch.cat(parts) if parts else torch.empty(0, dtype=torch.float64, device=device)
-
-    return by_chunk
 
 
 @dataclasses.dataclass
@@ -284,7 +253,6 @@ __all__ = [
     "Call",
     "Collectives",
     "all_gather_fn",
-    "expected_values",
     "reduce_scatter_fn",
     "torch_redop",
 ]

@@ -1,7 +1,8 @@
 """What a sweep produced (each op's rows and verdict, the run's outcome) and rank 0's printer.
 
 Kept apart from the measuring loop (bench.engine), which reads and fills them; soak mode and
-the rank's runner read them too.
+the rank's runner read them too. What rank 0 says about the run (its meta line, the metrics'
+run info, the ranks with wrong data) is read off the engine's public state.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from nccl_k8s import __version__
 from nccl_k8s.bench import report
 from nccl_k8s.bench.config import Op
+from nccl_k8s.bench.options import meta_config
 
 if TYPE_CHECKING:
     from nccl_k8s.bench.engine import Engine
@@ -114,10 +116,10 @@ class Printer:
 # -- what rank 0 says about the run (its meta line, metrics info, the ranks with wrong data)
 
 
-def wrong_ranks(self: Engine) -> list[dict[str, Any]]:
+def wrong_ranks(engine: Engine) -> list[dict[str, Any]]:
     """The ranks whose checks found wrong elements this sweep, where they ran: what
     `status` names without reading the meta line."""
-    where = {int(d["rank"]): d for d in self.devices}
+    where = {int(d["rank"]): d for d in engine.devices}
     return [
         {
             "rank": rank,
@@ -125,12 +127,12 @@ def wrong_ranks(self: Engine) -> list[dict[str, Any]]:
             "node": where.get(rank, {}).get("node"),
             "wrong": n,
         }
-        for rank, n in sorted(self.wrong_by_rank.items())
+        for rank, n in sorted(engine.wrong_by_rank.items())
     ]
 
 
-def run_info(self: Engine) -> dict[str, str]:
-    v, r = self.versions, self.r
+def run_info(engine: Engine) -> dict[str, str]:
+    v, r = engine.versions, engine.r
     return {
         "run_id": os.environ.get("NCCL_K8S_RUN_ID") or "",
         "nccl_k8s_version": str(v.get("nccl_k8s") or __version__),
@@ -141,32 +143,25 @@ def run_info(self: Engine) -> dict[str, str]:
     }
 
 
-def run_meta(self: Engine) -> dict[str, Any]:
-    cfg, r = self.cfg, self.r
-    hosts = sorted({d["host"] for d in self.devices})
+def run_meta(engine: Engine) -> dict[str, Any]:
+    cfg, r = engine.cfg, engine.r
+    hosts = sorted({d["host"] for d in engine.devices})
     return {
         "time": iso(time.time()),
-        **({"sweep": self.sweep_index} if self.sweep_index is not None else {}),
-        **self.versions,
+        **({"sweep": engine.sweep_index} if engine.sweep_index is not None else {}),
+        **engine.versions,
         "driver": r.driver or "torch",
         "world_size": r.world,
         "nodes": len(hosts),
         "local_world_size": r.local_world,
-        "gpu_model": self.devices[0]["name"] if r.cuda else None,
-        "devices": [{k: d[k] for k in ("rank", "host", "pid", "device", "name")} for d in self.devices],
+        "gpu_model": engine.devices[0]["name"] if r.cuda else None,
+        "devices": [{k: d[k] for k in ("rank", "host", "pid", "device", "name")} for d in engine.devices],
         "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("NCCL_") and not k.startswith("NCCL_K8S_")},
         "run_id": os.environ.get("NCCL_K8S_RUN_ID") or None,
-        "timeout_s": self.wd.timeout_s,
+        "timeout_s": engine.wd.timeout_s,
         "buffers": r.allocator,
-        "native_loop": self.native,
-        "config": {
-            "minbytes": cfg.minbytes, "maxbytes": self.maxbytes, "stepbytes": cfg.stepbytes,
-            "stepfactor": cfg.stepfactor, "iters": cfg.iters, "warmup": cfg.warmup, "check": cfg.check,
-            "dtype": cfg.dtype_label, "redop": cfg.redop_label, "root": cfg.root, "blocking": self.blocking,
-            "average": cfg.average, "graph": cfg.graph, "ops": list(cfg.ops),
-            "duration_s": cfg.duration_s, "sweeps": cfg.sweeps,
-            "sweep_interval_s": cfg.sweep_interval_s,
-        },
+        "native_loop": engine.native,
+        "config": meta_config(dataclasses.replace(cfg, maxbytes=engine.maxbytes, blocking=engine.blocking)),
     }  # fmt: skip
 
 

@@ -1,7 +1,8 @@
 """This process's place in the run: the process groups, the buffers, and what it runs on.
 
-`join` picks the rank: the direct NCCL path (bench.direct: libnccl, the CUDA driver and our
-store, no torch) or this module's torch rank for gloo and `--driver torch`. The torch rank has
+The runner picks the rank (bench.runner.join): the direct NCCL path (bench.direct: libnccl, the
+CUDA driver and our store, no torch) or this module's torch rank for gloo and `--driver torch`;
+both start from the environment `default_env` completes. The torch rank has
 two process groups: the data plane (NCCL or gloo, what is measured) and a gloo control plane on
 the CPU for barriers, time exchange and error counts, so bookkeeping never queues behind or
 between the measured collectives on the GPU. The direct rank's control plane is the store.
@@ -38,7 +39,9 @@ class Rank:
         import torch.distributed as dist
 
         if backend == "nccl" and driver == "direct":
-            raise ValueError("the direct NCCL driver's rank is bench.direct.DirectRank (join())")
+            raise ValueError(
+                "the direct NCCL driver's rank is bench.direct.DirectRank (runner.join)"
+            )
         default_env()
         self.rank = int(os.environ["RANK"])
         self.world = int(os.environ["WORLD_SIZE"])
@@ -173,15 +176,6 @@ class TorchGraph:
         del self.graph
 
 
-def join(backend: Backend, timeout_s: int, *, driver: Driver = "direct") -> Any:
-    """This process's rank: the direct NCCL path without torch, else the torch rank."""
-    if backend == "nccl" and driver == "direct":
-        from nccl_k8s.bench.direct import DirectRank
-
-        return DirectRank(timeout_s)
-    return Rank(backend, timeout_s, driver=driver)
-
-
 def default_env() -> None:
     """Run as a world of one when started without torchrun."""
     if "RANK" in os.environ:
@@ -288,7 +282,6 @@ __all__ = [
     "TorchGraph",
     "default_env",
     "device_info",
-    "join",
     "resolve_backend",
     "versions",
 ]

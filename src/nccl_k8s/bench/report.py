@@ -18,8 +18,19 @@ RESULT_PREFIX = "NCCL_K8S_RESULT"
 RESULT_VERSION = 1
 #: A rank that gave up waiting prints one line with this prefix, one space and one JSON object:
 #: {"v": 1, "rank": noticing rank, "culprit": rank or null, "host": culprit's hostname (a pod's
-#: name), "pid": its pid or null, "reason": "...", "where": "op size placement phase", ...}.
+#: name), "pid": its pid or null, "reason": "..." (words for people), "kind": one of FAULT_KINDS
+#: or null (what the culprit logic reads), "where": "op size placement phase", "noticed": what
+#: the noticing rank saw, "timed_out": true when that was its own watchdog (no progress for -T),
+#: false when a collective raised (then "noticed" is the error)}.
 FAULT_PREFIX = "NCCL_K8S_FAULT"
+#: The kinds of culprit a fault line names (its "kind"): its heartbeats stopped; it was alive
+#: but busy outside the collective, behind, or the only rank, and made no progress; the
+#: rendezvous store it hosts does not answer. nccl_k8s.errors.FailureReason has a member of
+#: each value (a test holds them together: the engine cannot import it).
+NO_HEARTBEAT = "no_heartbeat"
+NO_PROGRESS = "no_progress"
+STORE_LOST = "store_lost"
+FAULT_KINDS = (NO_HEARTBEAT, NO_PROGRESS, STORE_LOST)
 #: Version of the fault-line object (field "v").
 FAULT_VERSION = 1
 #: Markers of a block of lines that is read only when complete: `NCCL_K8S_BEGIN <name> <n>`, the
@@ -212,11 +223,15 @@ def parse_fault_line(line: str) -> dict[str, Any] | None:
 __all__ = [
     "BLOCK_BEGIN",
     "BLOCK_END",
+    "FAULT_KINDS",
     "FAULT_PREFIX",
     "FAULT_VERSION",
+    "NO_HEARTBEAT",
+    "NO_PROGRESS",
     "RESULTS_BLOCK",
     "RESULT_PREFIX",
     "RESULT_VERSION",
+    "STORE_LOST",
     "Cell",
     "TableRow",
     "block_lines",

@@ -6,6 +6,7 @@ sweeps, rank 0's --json file (nccl-tests' -J layout), the exit code.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import socket
@@ -21,13 +22,15 @@ from nccl_k8s.bench.config import (
     JOURNAL_ENV,
     Backend,
     BenchConfig,
+    Driver,
     check_backend,
     timeout_for,
 )
 from nccl_k8s.bench.engine import PEER_ERRORS, Engine, Printer, RunOutcome
 from nccl_k8s.bench.metrics import NULL as NULL_METRICS
 from nccl_k8s.bench.metrics import Metrics, serve
-from nccl_k8s.bench.rank import default_env, join, resolve_backend
+from nccl_k8s.bench.options import nccl_tests_config
+from nccl_k8s.bench.rank import Rank, default_env, resolve_backend
 from nccl_k8s.bench.trace import stage
 from nccl_k8s.bench.watch import Watchdog
 
@@ -57,12 +60,8 @@ def write_json(path: str, engine: Engine, argv: Sequence[str], started: str, *, 
         "nccl_library": v.get("nccl_library"),
         **({"nccl_note": v["nccl_note"]} if v.get("nccl_note") else {}),
         "config": {
-            "nthreads": 1, "ngpus": 1, "minimum_bytes": cfg.minbytes, "maximum_bytes": outcome.maxbytes,
-            **({"step_factor": cfg.stepfactor} if cfg.stepfactor > 1 else {"step_bytes": cfg.stepbytes}),
-            "warmup_iters": cfg.warmup, "iterations": cfg.iters, "aggregated_iterations": cfg.agg_iters,
-            "validation": cfg.check, "graph": cfg.graph,
-            "blocking_collectives": "true" if engine.blocking else "false",
-            "datatype": cfg.dtype_label, "redop": cfg.redop_label, "backend": v.get("backend"),
+            **nccl_tests_config(dataclasses.replace(cfg, maxbytes=outcome.maxbytes, blocking=engine.blocking)),
+            "backend": v.get("backend"),
             "devices": [
                 {"rank": d["rank"], "group": 0, "pid": d["pid"], "hostname": d["host"], "device": d["device"],
                  "device_hex": d["pci"], "device_info": d["name"]}
@@ -205,9 +204,18 @@ def _join(cfg: BenchConfig, backend: Backend, timeout_s: int, wd: Watchdog) -> t
         raise
 
 
+def join(backend: Backend, timeout_s: int, *, driver: Driver = "direct") -> Any:
+    """This process's rank: the direct NCCL path without torch, else the torch rank."""
+    if backend == "nccl" and driver == "direct":
+        from nccl_k8s.bench.direct import DirectRank
+
+        return DirectRank(timeout_s)
+    return Rank(backend, timeout_s, driver=driver)
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else ""
 
 
-__all__ = ["run_rank", "write_json"]
+__all__ = ["join", "run_rank", "write_json"]

@@ -18,9 +18,10 @@ from nccl_k8s.bench import report
 from nccl_k8s.bench.collectives import COLLECTIVES, Op
 from nccl_k8s.bench.counts import rotation_shifts
 from nccl_k8s.bench.ops import Bound, Collectives
+from nccl_k8s.bench.outcome import OpSummary
 
 if TYPE_CHECKING:
-    from nccl_k8s.bench.engine import Engine, OpSummary
+    from nccl_k8s.bench.engine import Engine
 
 #: Largest batch (ops between two control-plane decisions).
 MAX_BATCH = 1 << 16
@@ -28,8 +29,6 @@ MAX_BATCH = 1 << 16
 
 def soak_op(engine: Engine, op: Op, coll: Collectives) -> OpSummary:
     """Repeat one op at each size for --duration seconds; busbw per interval, op time percentiles."""
-    from nccl_k8s.bench.engine import OpSummary
-
     cfg = engine.cfg
     root = max(cfg.root, 0) if COLLECTIVES[op].rooted else -1
     sizes = [s for s in cfg.sizes() if s <= engine.maxbytes] or [engine.maxbytes]
@@ -122,7 +121,7 @@ class _Soak:
         self.ranks_wrong = [int(v[0]) for v in r.gather_floats([float(local)])]
         self.checks += 1
         self.wrong_total += sum(self.ranks_wrong)
-        engine._count_wrong(self.ranks_wrong)
+        engine.record_wrong(self.ranks_wrong)
         return time.perf_counter() - t0
 
     def interval(self, now: float) -> float:
@@ -137,7 +136,7 @@ class _Soak:
         )
         if engine.metrics.enabled:
             engine.metrics.soak_interval(
-                engine._labels(op, self.shape.prints_redop, self.nbytes, None),
+                engine.metric_labels(op, self.shape.prints_redop, self.nbytes, None),
                 iters=self.iv_iters, algbw=algbw, busbw=busbw,
                 rank_wrong=self.ranks_wrong if cfg.check else None,
             )  # fmt: skip
@@ -166,7 +165,7 @@ class _Soak:
         times = [v[0] for v in r.gather_floats([mean])] if cfg.metrics_port else []
         if engine.metrics.enabled:
             engine.metrics.cell(
-                engine._labels(op, shape.prints_redop, nbytes, False),
+                engine.metric_labels(op, shape.prints_redop, nbytes, False),
                 time_s=mean, algbw=algbw, busbw=busbw, rank_times=times,
                 rank_busbw=[shape.bandwidth(counts, elt, r.world, t)[1] for t in times],
                 rank_wrong=None,

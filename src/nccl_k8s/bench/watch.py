@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from nccl_k8s.bench import report
+from nccl_k8s.bench.report import NO_HEARTBEAT, NO_PROGRESS, STORE_LOST
 
 #: Seconds between heartbeats; NCCL_K8S_HEARTBEAT_S overrides (0 turns heartbeats off).
 #: Where a launcher wants each noticing rank's fault record (`fault-<rank>.json`, the fault
@@ -240,9 +241,9 @@ class Watchdog:
         collective, else the one furthest behind, else None."""
         if self.world == 1:
             return {"culprit": 0, "host": self.host, "pid": self.pid, "reason": "the only rank",
-                    "where": self.where}  # fmt: skip
+                    "kind": NO_PROGRESS, "where": self.where}  # fmt: skip
         if self._store is None:
-            return {"culprit": None, "host": None, "pid": None, "where": None,
+            return {"culprit": None, "host": None, "pid": None, "where": None, "kind": None,
                     "reason": "heartbeats are off (NCCL_K8S_HEARTBEAT_S=0)"}  # fmt: skip
         mine = (time.monotonic(), self._main_cpu())
         first = self._read()
@@ -256,7 +257,7 @@ class Watchdog:
             hosted = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True"
             return {
                 "culprit": 0 if hosted and self.rank != 0 else None, "host": None, "pid": None,
-                "where": None,
+                "where": None, "kind": STORE_LOST,
                 "reason": "the rendezvous store does not answer"
                 + (" (rank 0 hosts it)" if hosted else ""),
             }  # fmt: skip
@@ -269,7 +270,7 @@ class Watchdog:
             else:
                 grace = _GRACE_BEATS * max(self.interval_s, 0.2)
                 reason = f"no heartbeat for {max(time.time() - float(hb['t']), grace):.0f} s"
-            return self._named(culprit, hb, reason)
+            return self._named(culprit, hb, reason, kind=NO_HEARTBEAT)
         return self._from_progress(second)
 
     def _settle(self, first: dict[int, dict[str, Any]] | None) -> dict[int, dict[str, Any]] | None:
@@ -331,15 +332,17 @@ class Watchdog:
                 f"({second.get(ahead, {}).get('where', self.where)})"
             )
             return self._named(culprit, hb, reason)
-        return {"culprit": None, "host": None, "pid": None, "where": self.where,
+        return {"culprit": None, "host": None, "pid": None, "where": self.where, "kind": None,
                 "reason": "every rank is alive at the same step: the collective itself does not "
                           "complete (network or library)"}  # fmt: skip
 
     @staticmethod
-    def _named(culprit: int, hb: dict[str, Any] | None, reason: str) -> dict[str, Any]:
+    def _named(
+        culprit: int, hb: dict[str, Any] | None, reason: str, *, kind: str = NO_PROGRESS
+    ) -> dict[str, Any]:
         hb = hb or {}
         return {"culprit": culprit, "host": hb.get("host"), "pid": hb.get("pid"),
-                "reason": reason, "where": hb.get("where")}  # fmt: skip
+                "reason": reason, "kind": kind, "where": hb.get("where")}  # fmt: skip
 
     def fault(self, noticed: str, *, raised_here: bool = False, timed_out: bool = False) -> None:
         """Name the culprit, print the FAULT line, abort the communicator and exit 1.
@@ -355,13 +358,13 @@ class Watchdog:
         try:
             found = self.diagnose(timed_out=timed_out)
         except Exception as exc:  # naming must never hide the fault itself
-            found = {"culprit": None, "host": None, "pid": None, "where": self.where,
+            found = {"culprit": None, "host": None, "pid": None, "where": self.where, "kind": None,
                      "reason": f"could not read the heartbeats: {exc}"}  # fmt: skip
         culprit = found["culprit"]
         if raised_here and culprit == self.rank and self.world > 1:
             self._faulted.release()
             return
-        self._report(noticed, found)
+        self._report(noticed, found, timed_out=timed_out)
         if raised_here and culprit is None:
             self._faulted.release()
             return
@@ -371,8 +374,8 @@ class Watchdog:
             t.join(timeout=10)
         os._exit(1)
 
-    def _report(self, noticed: str, found: dict[str, Any]) -> None:
-        payload = {"rank": self.rank, **found, "noticed": noticed}
+    def _report(self, noticed: str, found: dict[str, Any], *, timed_out: bool) -> None:
+        payload = {"rank": self.rank, **found, "noticed": noticed, "timed_out": timed_out}
         line = report.fault_line(payload)
         if self.stdout is not None:
             with contextlib.suppress(Exception):

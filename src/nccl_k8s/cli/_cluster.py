@@ -23,7 +23,7 @@ from nccl_k8s.cli._options import (
     output_format,
     seconds,
 )
-from nccl_k8s.errors import RunFailed, UsageError
+from nccl_k8s.errors import FailureReason, RunFailed, UsageError
 
 if TYPE_CHECKING:
     from nccl_k8s.k8s import Collected
@@ -367,7 +367,7 @@ def cleanup_command(
         err.print(f"skipped {what}", markup=False, highlight=False)
     failure = done.failure()
     if failure is not None:
-        raise RunFailed(failure)
+        raise RunFailed(failure, reason=FailureReason.NOTHING_OURS)
     if not done.run_ids:
         if done.skipped:
             err.print(f"nothing deleted in {done.namespace}", markup=False)

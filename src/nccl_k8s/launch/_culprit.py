@@ -13,13 +13,17 @@ ended, its process state) and decides in this order:
    itself (first-hand: its own CPU and stack), else the lowest noticing rank's;
 4. the first rank that failed with a message that is not an echo of another rank's death.
 
-Pure: `attribute` takes the facts and returns an exit code or raises RunFailed, so every rule is
-tested without starting a process.
+Pure: `attribute` takes the facts and returns an exit code or raises RunFailed (its `reason` the
+kind of failure: killed, crashed, stopped, no progress ...), so every rule is tested without
+starting a process. The rules decide on typed facts: how a rank ended, its /proc state, the fault
+records' fields, and `Said`, what a rank's own error says of it, read once (`said`) where the
+error's text comes in: torch's and gloo's errors carry no type of their own.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
 import re
 import signal
@@ -27,13 +31,14 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TypeGuard
 
-from nccl_k8s.errors import RunFailed
+from nccl_k8s.errors import CRASH_SIGNALS, FailureReason, RunFailed
 
 #: Exit codes the engine uses for verdicts the table already printed: 1 a check or a --min-busbw
 #: floor failed, 2 flags a rank refused.
 VERDICTS = frozenset({1, 2})
 
-#: Messages that are consequences of another rank's death: its sockets closing under a peer.
+#: Words of errors that are consequences of another rank's death: its sockets closing under a
+#: peer (gloo's and torch's words).
 _ECHOES = (
     "closed by peer",
     "reset by peer",
@@ -42,16 +47,41 @@ _ECHOES = (
     "remote process",
     "peer",
 )
-#: Messages of a rank that gave up waiting for another.
+#: Words of errors of a rank that gave up waiting for another.
 _TIMEOUTS = ("timed out", "timeout", "deadline exceeded")
-#: Signals a process gets from its own fault, not from another process.
-_CRASHES = frozenset({signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGFPE, signal.SIGILL})
 #: C++ source locations torch puts in front of gloo and c10d errors: noise in a one-line message.
 _SOURCE_LOCATION = re.compile(r"\[[^\]\s]*\.(?:cc|cpp|c|h|hpp):\d+\]\s*")
 #: torch's advice after a gloo connection error ("This is typically caused by ... GLHF!").
 _BOILERPLATE = re.compile(r"\.?\s+This is typically caused by .*$")
 #: A message longer than this is cut (the rank's own output above has all of it).
 SHORT_MAX = 240
+
+
+class Said(enum.Enum):
+    """What a failed rank's own error says of it."""
+
+    NOTHING = "nothing"
+    """It wrote no error (a verdict it printed, or it was killed)."""
+    OWN = "own"
+    """An error of its own: the rank's own failure."""
+    ECHO = "echo"
+    """A consequence of another rank's death: its connection to a peer closed or reset."""
+    TIMED_OUT = "timed out"
+    """It gave up waiting for another rank (its watchdog, gloo's or the store's timeout)."""
+
+
+def said(error: str) -> Said:
+    """What a rank's error text says of it: torch's, gloo's and the store's errors are plain
+    text (RuntimeError), so their words are read here, once, where the text comes in. A
+    text that both timed out and names a peer timed out."""
+    low = error.strip().lower()
+    if not low:
+        return Said.NOTHING
+    if any(t in low for t in _TIMEOUTS):
+        return Said.TIMED_OUT
+    if any(e in low for e in _ECHOES):
+        return Said.ECHO
+    return Said.OWN
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,6 +100,8 @@ class RankFacts:
     stop_signal: int | None = None
     #: The last line of the error it raised (torch's error file); "" when it wrote none.
     message: str = ""
+    #: What that error says of it (`said(message)` where the text came in).
+    said: Said = Said.NOTHING
 
     @property
     def failed_alone(self) -> bool:
@@ -93,6 +125,16 @@ class Fault:
     where: str
     #: What the noticing rank itself saw ("no progress for 31 s (timeout -T 30 s)", an error).
     noticed: str = ""
+    #: The noticing rank's own watchdog fired (it saw no progress for -T); False: an error
+    #: (`noticed`) was raised in a collective.
+    timed_out: bool = False
+    #: The kind of culprit the engine named (the record's "kind"); None when it named none.
+    kind: FailureReason | None = None
+
+    @property
+    def said(self) -> Said:
+        """What the noticing rank's record says of it."""
+        return Said.TIMED_OUT if self.timed_out else said(self.noticed)
 
 
 FAULT_FILE_VERSION = 1
@@ -127,7 +169,7 @@ def _fault(doc: object) -> Fault | None:
         x is None or isinstance(x, str) for x in (host, where)
     ):
         return None
-    noticed = doc.get("noticed")
+    noticed, kind = doc.get("noticed"), doc.get("kind")
     return Fault(
         rank=rank,
         culprit=culprit,
@@ -136,7 +178,17 @@ def _fault(doc: object) -> Fault | None:
         reason=reason,
         where=where or "",
         noticed=noticed if isinstance(noticed, str) else "",
+        timed_out=doc.get("timed_out") is True,
+        kind=_kind(kind),
     )
+
+
+def _kind(value: object) -> FailureReason | None:
+    """A fault record's "kind" (an engine's word this launcher may not know: None)."""
+    try:
+        return FailureReason(value)
+    except ValueError:
+        return None
 
 
 def _is_int(value: object) -> TypeGuard[int]:
@@ -149,9 +201,11 @@ def attribute(facts: Sequence[RankFacts], faults: Iterable[Fault] = ()) -> int:
     faults = list(faults)
     # A rank that noticed and wrote its fault record ended with exit 1 and no error file of its
     # own: what it saw is in the record.
-    seen = {f.rank: f.noticed for f in faults if f.noticed}
+    seen = {f.rank: f for f in faults if f.noticed}
     facts = [
-        dataclasses.replace(f, message=seen[f.rank]) if not f.message and f.rank in seen else f
+        dataclasses.replace(f, message=seen[f.rank].noticed, said=seen[f.rank].said)
+        if f.said is Said.NOTHING and f.rank in seen
+        else f
         for f in facts
     ]
     failed = sorted((f for f in facts if f.failed_alone), key=_order)
@@ -162,36 +216,46 @@ def attribute(facts: Sequence[RankFacts], faults: Iterable[Fault] = ()) -> int:
         return verdict
     found = _from_processes(facts, failed)
     if found is not None:
-        culprit, what = found
+        culprit, what, reason = found
         named = _from_faults({f.rank: f for f in facts}, faults)
-        if what.startswith("did not progress") and named and named[0].rank == culprit.rank:
+        if reason is FailureReason.NO_PROGRESS and named and named[0].rank == culprit.rank:
             # The rank still running is the one the watchdogs named: their reason (busy outside
             # the collective, behind, no heartbeat) says more than "did not progress".
-            raise _failed(culprit, named[1])
-        raise _failed(culprit, what + _noticed([f for f in failed if f.rank != culprit.rank]))
+            raise _failed(*named)
+        noticed = _noticed([f for f in failed if f.rank != culprit.rank])
+        raise _failed(culprit, what + noticed, reason)
     found = _from_faults({f.rank: f for f in facts}, faults)
     if found is not None:
-        culprit, what = found
-        own = culprit.message
-        if culprit.exitcode not in (0, None) and not _echo(own) and not _timed_out(own):
+        culprit, what, reason = found
+        if culprit.exitcode not in (0, None) and culprit.said is Said.OWN:
             # Its own crash outranks what a peer saw of it: on a busy machine the peer's
             # heartbeat deadline can pass before the crashed rank's exit is seen, but the
             # traceback says why it stopped.
             what = f"{_how(culprit)}; {what.removeprefix('failed: ')}"
-        raise _failed(culprit, what)
+            reason = _ended(culprit)
+        raise _failed(culprit, what, reason)
     culprit = _first_failure(facts, failed)
     others = sorted(f.rank for f in failed if f.rank != culprit.rank)
     s = "s" if len(others) > 1 else ""
     also = f" (then rank{s} {', '.join(map(str, others))} failed too)" if others else ""
-    raise _failed(culprit, _how(culprit) + also)
+    raise _failed(culprit, _how(culprit) + also, _ended(culprit))
 
 
-def _failed(culprit: RankFacts, what: str) -> RunFailed:
+def _failed(culprit: RankFacts, what: str, reason: FailureReason) -> RunFailed:
     return RunFailed(
         f"rank {culprit.rank} (pid {culprit.pid}) {what}",
+        reason=reason,
         rank=culprit.rank,
         exit_status=culprit.exitcode,
     )
+
+
+def _ended(f: RankFacts) -> FailureReason:
+    """How a rank that failed by itself ended: a crash signal, or an error of its own."""
+    code = f.exitcode
+    if code is not None and code < 0 and -code in CRASH_SIGNALS:
+        return FailureReason.CRASHED
+    return FailureReason.EXITED
 
 
 def _order(f: RankFacts) -> tuple[float, int]:
@@ -203,48 +267,50 @@ def _verdict(facts: Sequence[RankFacts], failed: Sequence[RankFacts]) -> int | N
     one-line error already said why. Ranks the launcher ended after that are not crashes."""
     if not failed or any(f.stopped for f in facts):
         return None
-    if all(f.exitcode in VERDICTS and not f.message for f in failed):
+    if all(f.exitcode in VERDICTS and f.said is Said.NOTHING for f in failed):
         return max(int(f.exitcode or 0) for f in failed)
     return None
 
 
+#: What another rank's failure may make a rank say.
+_WAITING = frozenset({Said.TIMED_OUT, Said.ECHO, Said.NOTHING})
+
+
 def _from_processes(
     facts: Sequence[RankFacts], failed: Sequence[RankFacts]
-) -> tuple[RankFacts, str] | None:
+) -> tuple[RankFacts, str, FailureReason] | None:
     killed = [f for f in failed if f.exitcode is not None and f.exitcode < 0]
     if killed:
         first = killed[0]
         signum = -int(first.exitcode or 0)
-        if signum in _CRASHES:
-            return first, f"crashed ({_signame(signum)})"
-        hint = " (the OOM killer? see dmesg)"
-        return first, (
-            f"was killed by {_signame(signum)}, not by nccl-k8s"
-            + (hint if signum == signal.SIGKILL else "")
-        )
+        if signum in CRASH_SIGNALS:
+            return first, f"crashed ({_signame(signum)})", FailureReason.CRASHED
+        hint = " (the OOM killer? see dmesg)" if signum == signal.SIGKILL else ""
+        what = f"was killed by {_signame(signum)}, not by nccl-k8s{hint}"
+        return first, what, FailureReason.KILLED
     stopped = [f for f in facts if f.stopped]
     if stopped:
         first = stopped[0]
         how = _signame(first.stop_signal) if first.stop_signal else "state T"
         if first.state == "t":
             how = "by a debugger or tracer"
-        return first, f"stopped ({how}): {_waited(failed)}"
+        return first, f"stopped ({how}): {_waited(failed)}", FailureReason.STOPPED
     # Every rank but one gave up waiting, and that one is still running: it did not progress.
     running = [f for f in facts if f.ended_at is None]
     if (
         len(facts) > 1
         and len(running) == 1
         and failed
-        and all(_timed_out(f.message) or _echo(f.message) for f in failed)
-        and _timed_out(failed[0].message)
+        and all(f.said in _WAITING for f in failed)
+        and failed[0].said is Said.TIMED_OUT
     ):
-        return running[0], f"did not progress: {_waited(failed)}"
+        return running[0], f"did not progress: {_waited(failed)}", FailureReason.NO_PROGRESS
     return None
 
 
 def _from_faults(
     by_rank: dict[int, RankFacts], faults: Iterable[Fault]
-) -> tuple[RankFacts, str] | None:
+) -> tuple[RankFacts, str, FailureReason] | None:
     """The culprit most fault files name (ties: the one the lowest noticing rank names)."""
     named = [f for f in faults if f.culprit is not None and f.culprit in by_rank]
     if not named:
@@ -259,13 +325,16 @@ def _from_faults(
     first = min(votes[culprit], key=lambda f: (f.rank != culprit, f.rank))
     where = f" in {first.where}" if first.where else ""
     who = "its own watchdog" if first.rank == culprit else f"named by rank {first.rank}"
-    return by_rank[culprit], f"failed: {first.reason} ({who}{where})"
+    # A record without a kind (an engine that predates it) still names a rank its peers waited
+    # for.
+    kind = first.kind or FailureReason.NO_PROGRESS
+    return by_rank[culprit], f"failed: {first.reason} ({who}{where})", kind
 
 
 def _first_failure(facts: Sequence[RankFacts], failed: Sequence[RankFacts]) -> RankFacts:
     """The first rank to fail with a message of its own; echoes only when there is nothing else."""
     pool = list(failed) or [f for f in facts if f.exitcode not in (0, None)] or list(facts)
-    return min(pool, key=lambda f: (_echo(f.message), *_order(f)))
+    return min(pool, key=lambda f: (f.said in (Said.ECHO, Said.NOTHING), *_order(f)))
 
 
 def _how(f: RankFacts) -> str:
@@ -280,7 +349,7 @@ def _how(f: RankFacts) -> str:
 
 
 def _waited(failed: Sequence[RankFacts]) -> str:
-    if failed and _timed_out(failed[0].message):
+    if failed and failed[0].said is Said.TIMED_OUT:
         return "the run timed out waiting for it"
     return "the run failed waiting for it"
 
@@ -308,17 +377,6 @@ def short(message: str) -> str:
     return line if len(line) <= SHORT_MAX else line[: SHORT_MAX - 1].rstrip() + "…"
 
 
-def _echo(message: str) -> bool:
-    """A message that is a consequence of another rank's death (or no message at all)."""
-    low = message.lower()
-    return not low or any(e in low for e in _ECHOES)
-
-
-def _timed_out(message: str) -> bool:
-    low = message.lower()
-    return any(t in low for t in _TIMEOUTS)
-
-
 def _signame(signum: int | None) -> str:
     try:
         return signal.Signals(int(signum or 0)).name
@@ -326,4 +384,13 @@ def _signame(signum: int | None) -> str:
         return f"signal {signum}"
 
 
-__all__ = ["FAULT_FILE_VERSION", "Fault", "RankFacts", "attribute", "read_faults", "short"]
+__all__ = [
+    "FAULT_FILE_VERSION",
+    "Fault",
+    "RankFacts",
+    "Said",
+    "attribute",
+    "read_faults",
+    "said",
+    "short",
+]

@@ -52,7 +52,7 @@ from nccl_k8s.bench.store import STORE_ENV, STORE_OURS, StoreServer
 from nccl_k8s.bench.trace import stage
 from nccl_k8s.bench.watch import FAULT_DIR_ENV  # where ranks write fault-<rank>.json
 from nccl_k8s.errors import Interrupted, UsageError
-from nccl_k8s.launch._culprit import RankFacts, attribute, read_faults
+from nccl_k8s.launch._culprit import RankFacts, attribute, read_faults, said
 from nccl_k8s.launch._rank import LAUNCHER_PID_ENV
 
 #: How often the launcher looks at its ranks (seconds).
@@ -353,19 +353,22 @@ def run_ranks(
         if close is not None:
             close()
         del store
-    facts = [
-        RankFacts(
-            rank=r.rank,
-            pid=r.pid,
-            exitcode=r.exitcode,
-            ended_at=r.ended_at,
-            state=r.state,
-            stop_signal=r.stop_signal,
-            message=_message(errors / f"{r.rank}.json") if r.exitcode else "",
-        )
-        for r in ranks
-    ]
+    facts = [_facts(r, _message(errors / f"{r.rank}.json") if r.exitcode else "") for r in ranks]
     return attribute(facts, read_faults(fault_dir))
+
+
+def _facts(r: _Rank, error: str) -> RankFacts:
+    """What the launcher knows of an ended rank, its error (text) read for what it says."""
+    return RankFacts(
+        rank=r.rank,
+        pid=r.pid,
+        exitcode=r.exitcode,
+        ended_at=r.ended_at,
+        state=r.state,
+        stop_signal=r.stop_signal,
+        message=error,
+        said=said(error),
+    )
 
 
 def _rank_envs(

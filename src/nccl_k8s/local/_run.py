@@ -6,8 +6,8 @@ the schema `compare` and `report` read (`--no-save` skips it); a run stopped hal
 a rank that failed) stores the rows it measured, marked partial, from rank 0's journal. Rank 0 writes them in nccl-tests'
 -J layout, to the user's --json file or to one in the run's private directory; `save_results`
 reads that file back through results.imports and completes the metadata the file cannot carry
-(torch and CUDA versions, dtype, redop, root, -a). Result lines would carry it all, but rank 0's
-stdout is the user's terminal, not ours to capture.
+(torch and CUDA versions; -r, -a and --ops, the options results keep that have no -J key).
+Result lines would carry it all, but rank 0's stdout is the user's terminal, not ours to capture.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from nccl_k8s import launch as local
+from nccl_k8s.bench.options import OPTIONS, meta_config
 from nccl_k8s.errors import Interrupted, NcclK8sError, ResultsError, RunFailed
 from nccl_k8s.launch import LocalRun
 from nccl_k8s.results.imports import import_file
@@ -128,10 +129,10 @@ def _saying_stored(exc: RunFailed | Interrupted, stored: tuple[Path, int]) -> Nc
         f"the {sizes} size{'s' if sizes != 1 else ''} measured are stored, marked partial: {path}"
     )
     if isinstance(exc, Interrupted):
-        detail = str(exc).split(": ", 1)[1] if ": " in str(exc) else ""
+        detail = exc.detail
         return Interrupted(exc.signum, detail=f"{detail}; {note}" if detail else note)
     return RunFailed(
-        f"{exc}; {note}", rank=exc.rank, pod=exc.pod, node=exc.node,
+        f"{exc}; {note}", reason=exc.reason, rank=exc.rank, pod=exc.pod, node=exc.node,
         exit_status=exc.exit_status, global_rank=exc.global_rank,
     )  # fmt: skip
 
@@ -150,7 +151,7 @@ def _store(stored: Run, run_plan: Plan) -> Path:
 
 def results_from_json(json_path: Path, run: LocalRun) -> Run:
     """The engine's --json file as a results Run, with what the run asked for that the file's
-    nccl-tests layout has no field for (-d, -o, -r, -a as given, the ops in order)."""
+    nccl-tests layout has no field for (-r, -a as given, the ops in order)."""
 
     stored = import_file(json_path)
     _complete(stored, run)
@@ -170,10 +171,10 @@ def _complete(stored: Run, run: LocalRun) -> None:
     meta.env = {k: v for k, v in meta.env.items() if not k.startswith("NCCL_K8S_")}
     if meta.backend == "gloo":
         meta.gpu_model = None  # gloo ranks' "device" is the CPU, as the result lines say
-    cfg = meta.config
-    cfg.dtype, cfg.redop, cfg.root = config.dtype_label, config.redop_label, config.root
-    cfg.average, cfg.blocking = config.average, bool(config.blocking)
-    cfg.ops = list(config.ops)
+    asked = meta_config(config)
+    for o in OPTIONS:  # what results keep that nccl-tests' -J layout has no key for
+        if o.meta and o.read and o.json_key is None:
+            setattr(meta.config, o.meta, asked[o.meta])
 
 
 @dataclasses.dataclass(frozen=True)

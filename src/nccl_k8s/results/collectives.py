@@ -25,7 +25,7 @@ from typing import TypeAlias
 from nccl_k8s.bench.collectives import COLLECTIVES as ENGINE_COLLECTIVES
 from nccl_k8s.bench.collectives import Collective as EngineCollective
 from nccl_k8s.bench.collectives import Op
-from nccl_k8s.bench.dtypes import DTYPE_ALIASES, DTYPES
+from nccl_k8s.bench.dtypes import DTYPE_ALIASES, DTYPES, NCCL_TESTS_ONLY_TYPES
 from nccl_k8s.results.schema import Row
 
 #: A collective nccl-tests has: the engine's, and those only nccl-tests runs (none now).
@@ -69,8 +69,7 @@ COLLECTIVES: tuple[Collective, ...] = (
 DTYPE_BYTES: dict[str, int] = {
     **{str(name): size for name, size in DTYPES.items()},
     **{alias: DTYPES[name] for alias, name in DTYPE_ALIASES.items()},
-    "uint32": 4,
-    "uint64": 8,
+    **NCCL_TESTS_ONLY_TYPES,
 }
 
 _FIRST_FIVE = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")

@@ -59,10 +59,8 @@ def import_file(path: str | Path) -> Run:
 def _op_source(ident: OpIdentification) -> str:
     if ident.by == "unknown":
         return "collective unknown (stored as op 'unknown')"
-    if ident.by == "header":
-        said = ident.detail.split(";")[0]
-        where = "the footer" if "concluded" in said else "the header"
-        return f"{ident.op} from {where} '{said}'"
+    if ident.by in ("header", "footer"):
+        return f"{ident.op} from the {ident.by} '{ident.detail}'"
     return f"{ident.op} from {_FROM.get(ident.by, ident.by)}"
 
 
@@ -73,7 +71,7 @@ def preamble_gaps(run: Run) -> str | None:
     meta = run.meta
     if meta.devices or meta.config.iters is not None or meta.config.minbytes is not None:
         return None
-    cut = any("no column header" in i.detail for i in meta.op_identified)
+    cut = any(i.columns for i in meta.op_identified)
     took = [_op_source(i) for i in meta.op_identified]
     if meta.world_size is not None:
         took.append(f"world size {meta.world_size} from the counts")

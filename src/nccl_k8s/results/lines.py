@@ -26,10 +26,10 @@ from nccl_k8s.bench.report import BLOCK_BEGIN, BLOCK_END, RESULT_PREFIX, RESULTS
 from nccl_k8s.errors import ResultsError
 from nccl_k8s.results.schema import (
     Device,
+    Reader,
     Run,
     RunMeta,
     Summary,
-    _Reader,
     backend_from,
     config_from,
     device_from,
@@ -46,10 +46,10 @@ Kind = Literal["meta", "row", "summary", "soak", "sweep"]
 KINDS: tuple[Kind, ...] = get_args(Kind)
 
 
-def _meta_from_line(r: _Reader) -> RunMeta:
+def _meta_from_line(r: Reader) -> RunMeta:
     local = r.int_("local_world_size")
     devices: list[Device] = [
-        device_from(_Reader(d, f"{r.where}.devices[{i}]", r.origin))
+        device_from(Reader(d, f"{r.where}.devices[{i}]", r.origin))
         for i, d in enumerate(r.list_("devices"))
     ]
     meta = RunMeta(
@@ -114,7 +114,7 @@ def parse_result_lines(text: str, *, origin: str = "<output>") -> Run:
                 path=origin,
             )
         kind = rec.get("kind")
-        r = _Reader(rec, f"line {lineno}", origin)
+        r = Reader(rec, f"line {lineno}", origin)
         if kind == "meta":
             if have_meta:
                 # One run per text; a second meta means two runs (or sweeps) were concatenated.

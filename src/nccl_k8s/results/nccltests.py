@@ -335,7 +335,7 @@ class _TextParser:
         if op is None or not self.tables or self.tables[-1].by in ("header", "command"):
             return
         table = self.tables[-1]
-        table.op, table.by, table.also = op, "header", []
+        table.op, table.by, table.also = op, "footer", []
         table.detail = f"# Collective test concluded: {name}"
         for row in table.rows:
             row.op = op
@@ -525,13 +525,10 @@ class _TextParser:
                 if table.summary is not None:
                     table.summary.op = op
             self.run.rows.extend(table.rows)
-            detail = table.detail
-            if table.layout.from_row:
-                detail += (
-                    f"{'; ' if detail else ''}no column header: the columns read from the rows "
-                    f"({table.layout.describe()})"
-                )
-            meta.op_identified.append(OpIdentification(str(table.op), table.by, detail))
+            columns = table.layout.describe() if table.layout.from_row else ""
+            meta.op_identified.append(
+                OpIdentification(str(table.op), table.by, table.detail, columns)
+            )
         if not self.run.rows:
             if meta.failure:
                 raise ResultsError(

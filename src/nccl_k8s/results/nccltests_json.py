@@ -6,9 +6,11 @@ Our engine's `--json` writes the same layout with a `generator` field, an `op` p
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, cast
 
+from nccl_k8s.bench.options import OPTIONS
 from nccl_k8s.errors import ResultsError
 from nccl_k8s.results.collectives import identify_op, op_in_command, op_in_file_name
 from nccl_k8s.results.schema import (
@@ -125,18 +127,26 @@ def _meta(d: dict[str, Any], origin: str) -> RunMeta:
 
 
 def _config(cfg_in: dict[str, Any], op: str) -> RunConfig:
-    return RunConfig(
-        minbytes=opt_int(cfg_in.get("minimum_bytes")),
-        maxbytes=opt_int(cfg_in.get("maximum_bytes")),
-        stepfactor=opt_int(cfg_in.get("step_factor")),
-        stepbytes=opt_int(cfg_in.get("step_bytes")),
-        iters=opt_int(cfg_in.get("iterations")),
-        warmup=opt_int(cfg_in.get("warmup_iters")),
-        check=opt_int(cfg_in.get("validation")),
-        graph=opt_int(cfg_in.get("graph")),
-        blocking=_opt_bool(cfg_in.get("blocking_collectives")),
-        ops=[op],
-    )
+    """Each engine option the -J `config` holds under its nccl-tests key (bench.options), or
+    under our own where nccl-tests' form cannot say it (-z's mode)."""
+    cfg = RunConfig(ops=[op])
+    for o in OPTIONS:
+        if o.json_key is None or o.meta is None or o.read is None:
+            continue
+        raw = cfg_in.get(o.meta) if o.json_own and o.meta in cfg_in else cfg_in.get(o.json_key)
+        setattr(cfg, o.meta, _option_value(raw, o.read, o.modes or {}))
+    return cfg
+
+
+def _option_value(raw: object, read: str, modes: Mapping[int, str]) -> object:
+    if read == "str":
+        return _opt_str(raw)
+    if read != "mode":
+        return opt_int(raw)
+    if isinstance(raw, int) and not isinstance(raw, bool) and raw in modes:
+        return raw
+    flag = _opt_bool(raw)  # nccl-tests' bool: any blocking mode, read as -z 1 (its 0/1 days)
+    return None if flag is None else int(flag)
 
 
 def _devices(cfg_in: dict[str, Any]) -> list[Device]:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nccl_k8s import __version__
+from nccl_k8s.bench.options import OPTIONS
 from nccl_k8s.errors import ResultsError, UsageError
 from nccl_k8s.results.compare import select
 from nccl_k8s.results.diagnose import Diagnosis, diagnose_files
@@ -162,6 +163,10 @@ def _v(x: object) -> str:
     return "–" if x is None or x == "" else _e(x)
 
 
+#: The options `sizes lo..hi` says together.
+_SIZE_FIELDS = ("minbytes", "maxbytes", "stepbytes", "stepfactor")
+
+
 def _config_text(run: Run) -> str:
     c = run.meta.config
     parts = []
@@ -174,20 +179,11 @@ def _config_text(run: Run) -> str:
             else (f" +{size_label(c.stepbytes)}" if c.stepbytes else "")
         )
         parts.append(f"sizes {lo}..{hi}{step}")
-    for name, value in (
-        ("iters", c.iters),
-        ("warmup", c.warmup),
-        ("check", c.check),
-        ("dtype", c.dtype),
-        ("redop", c.redop),
-        ("root", c.root),
-        ("blocking", c.blocking),
-        ("average", c.average),
-        ("graph", c.graph),
-    ):
-        if value is not None:
-            # As the flag takes it (-z 0/1), not Python's True/False.
-            parts.append(f"{name} {int(value) if isinstance(value, bool) else value}")
+    for o in OPTIONS:  # the other options results keep, in the table's order, as -z 2 says
+        if o.meta and o.read in ("int", "str", "mode") and o.meta not in _SIZE_FIELDS:
+            value = getattr(c, o.meta)
+            if value is not None:
+                parts.append(f"{o.meta} {value}")
     return ", ".join(parts)
 
 

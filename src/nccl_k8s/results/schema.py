@@ -20,10 +20,12 @@ import json
 import math
 import os
 import tempfile
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, cast, get_args
 
+from nccl_k8s.bench.options import OPTIONS
 from nccl_k8s.errors import ResultsError
 
 SCHEMA_VERSION = 1
@@ -33,7 +35,7 @@ Placement = Literal["out", "in"]
 Source = Literal["nccl-k8s", "nccl-tests"]
 Backend = Literal["nccl", "gloo"]
 #: How an imported table's collective was identified (most to least direct).
-IdentifiedBy = Literal["header", "command", "file-name", "table", "text", "unknown"]
+IdentifiedBy = Literal["header", "footer", "command", "file-name", "table", "text", "unknown"]
 PLACEMENTS: tuple[Placement, ...] = get_args(Placement)
 SOURCES: tuple[Source, ...] = get_args(Source)
 BACKENDS: tuple[Backend, ...] = get_args(Backend)
@@ -71,7 +73,9 @@ class RunConfig:
     redop: str | None = None
     #: -1 = all roots (nccl-tests -r).
     root: int | None = None
-    blocking: bool | None = None
+    #: nccl-tests -z: 0 no wait, 1 wait and barrier, 2 wait, 3 wait and untimed barrier. Files
+    #: that say true/false (nccl-tests' -J, our older runs) read as 1/0, as older nccl-tests -z.
+    blocking: int | None = None
     #: Cross-rank time combination (nccl-tests -a): 0 rank 0, 1 avg, 2 min, 3 max.
     average: int | None = None
     #: CUDA-graph launches per measurement (nccl-tests -G); 0 = none.
@@ -84,12 +88,14 @@ class OpIdentification:
     """How `import` knew which collective a table measured (added in nccl-k8s 0.1, optional)."""
 
     op: str
-    #: "header" (# Collective test starting), "command" (an `<op>_perf` command or banner before
-    #: the table), "file-name", "table" (inferred from redop, root, count and busbw/algbw),
+    #: "header"/"footer" (# Collective test starting/concluded), "command" (an `<op>_perf` command
+    #: or banner before the table), "file-name", "table" (from redop, root, count, busbw/algbw),
     #: "text" (the table fits several, the text around it names one of them), or "unknown".
     by: IdentifiedBy
     #: The evidence in words, e.g. "from the table: redop sum, root -1, busbw/algbw 1.75 at 8 ranks".
     detail: str = ""
+    #: The table had no column header: the columns as read from its rows ("" with a header).
+    columns: str = ""
 
 
 @dataclass
@@ -253,7 +259,7 @@ def dump(run: Run, path: str | os.PathLike[str]) -> Path:
     return p
 
 
-class _Reader:
+class Reader:
     """Typed access to one JSON object, naming the path of any bad field in the error."""
 
     def __init__(self, obj: object, where: str, origin: str) -> None:
@@ -310,6 +316,19 @@ class _Reader:
             return bool(v)
         raise self._bad(key, "true or false")
 
+    def mode_(self, key: str, modes: Mapping[int, str]) -> int | None:
+        """One of `modes`; true/false (the older form of a 0/1 flag) read as 1/0."""
+        if self._present(key, False) and isinstance(self.d[key], bool):
+            return int(self.d[key])
+        v = self.int_(key)
+        if v is not None and v not in modes:
+            want = ", ".join(map(str, modes))
+            raise ResultsError(
+                f"{self.origin}: {self.where}.{key} is {v}, expected one of {want}",
+                path=self.origin,
+            )
+        return v
+
     def list_(self, key: str) -> list[Any]:
         if not self._present(key, False):
             return []
@@ -318,8 +337,8 @@ class _Reader:
             raise self._bad(key, "a list")
         return v
 
-    def obj(self, key: str) -> _Reader:
-        return _Reader(self.d.get(key) or {}, f"{self.where}.{key}", self.origin)
+    def obj(self, key: str) -> Reader:
+        return Reader(self.d.get(key) or {}, f"{self.where}.{key}", self.origin)
 
     def str_map(self, key: str) -> dict[str, str]:
         if not self._present(key, False):
@@ -330,7 +349,7 @@ class _Reader:
         return {str(k): "" if x is None else str(x) for k, x in v.items()}
 
 
-def device_from(r: _Reader) -> Device:
+def device_from(r: Reader) -> Device:
     return Device(
         rank=cast(int, r.int_("rank", required=True)),
         host=r.str_("host"),
@@ -341,26 +360,22 @@ def device_from(r: _Reader) -> Device:
     )
 
 
-def config_from(r: _Reader) -> RunConfig:
-    return RunConfig(
-        minbytes=r.int_("minbytes"),
-        maxbytes=r.int_("maxbytes"),
-        stepbytes=r.int_("stepbytes"),
-        stepfactor=r.int_("stepfactor"),
-        iters=r.int_("iters"),
-        warmup=r.int_("warmup"),
-        check=r.int_("check"),
-        dtype=r.str_("dtype"),
-        redop=r.str_("redop"),
-        root=r.int_("root"),
-        blocking=r.bool_("blocking"),
-        average=r.int_("average"),
-        graph=r.int_("graph"),
-        ops=[str(o) for o in r.list_("ops")],
-    )
+def config_from(r: Reader) -> RunConfig:
+    """Each engine option results keep, read as its entry in bench.options says."""
+    values: dict[str, Any] = {}
+    for o in OPTIONS:
+        if o.meta is None or o.read is None:
+            continue
+        if o.read == "mode":
+            values[o.meta] = r.mode_(o.meta, o.modes or {})
+        elif o.read == "strs":
+            values[o.meta] = [str(x) for x in r.list_(o.meta)]
+        else:
+            values[o.meta] = r.int_(o.meta) if o.read == "int" else r.str_(o.meta)
+    return RunConfig(**values)
 
 
-def row_from(r: _Reader, *, size_key: str = "size_bytes") -> Row:
+def row_from(r: Reader, *, size_key: str = "size_bytes") -> Row:
     placement = r.str_("placement", required=True)
     if placement not in PLACEMENTS:
         raise ResultsError(
@@ -385,7 +400,7 @@ def row_from(r: _Reader, *, size_key: str = "size_bytes") -> Row:
     )
 
 
-def summary_from(r: _Reader) -> Summary:
+def summary_from(r: Reader) -> Summary:
     return Summary(
         op=cast(str, r.str_("op", required=True)),
         out_of_bounds=r.int_("out_of_bounds"),
@@ -394,7 +409,7 @@ def summary_from(r: _Reader) -> Summary:
     )
 
 
-def meta_from(r: _Reader) -> RunMeta:
+def meta_from(r: Reader) -> RunMeta:
     source = r.str_("source") or "nccl-k8s"
     if source not in SOURCES:
         raise ResultsError(
@@ -418,14 +433,14 @@ def meta_from(r: _Reader) -> RunMeta:
         gpus_per_node=r.int_("gpus_per_node"),
         gpu_model=r.str_("gpu_model"),
         devices=[
-            device_from(_Reader(d, f"{r.where}.devices[{i}]", r.origin))
+            device_from(Reader(d, f"{r.where}.devices[{i}]", r.origin))
             for i, d in enumerate(r.list_("devices"))
         ],
         env=r.str_map("env"),
         config=config_from(r.obj("config")),
         inputs=[str(x) for x in r.list_("inputs")],
         op_identified=[
-            identification_from(_Reader(d, f"{r.where}.op_identified[{i}]", r.origin))
+            identification_from(Reader(d, f"{r.where}.op_identified[{i}]", r.origin))
             for i, d in enumerate(r.list_("op_identified"))
         ],
         failure=r.str_("failure"),
@@ -444,7 +459,7 @@ def as_backend(value: str | None) -> Backend | None:
     return None
 
 
-def backend_from(r: _Reader) -> Backend | None:
+def backend_from(r: Reader) -> Backend | None:
     value = r.str_("backend")
     backend = as_backend(value)
     if value is not None and backend is None:
@@ -455,16 +470,15 @@ def backend_from(r: _Reader) -> Backend | None:
     return backend
 
 
-def identification_from(r: _Reader) -> OpIdentification:
+def identification_from(r: Reader) -> OpIdentification:
     by = r.str_("by") or "unknown"
     if by not in IDENTIFIED_BY:
         raise ResultsError(
             f"{r.origin}: {r.where}.by is {by!r}, expected one of {', '.join(IDENTIFIED_BY)}",
             path=r.origin,
         )
-    return OpIdentification(
-        op=cast(str, r.str_("op", required=True)), by=by, detail=r.str_("detail") or ""
-    )
+    op, detail, columns = r.str_("op", required=True), r.str_("detail"), r.str_("columns")
+    return OpIdentification(cast(str, op), by, detail or "", columns or "")
 
 
 def from_dict(obj: object, *, origin: str = "<results>") -> Run:
@@ -482,12 +496,12 @@ def from_dict(obj: object, *, origin: str = "<results>") -> Run:
             f"{SCHEMA_VERSION}: use the nccl-k8s release that wrote it, or upgrade",
             path=origin,
         )
-    top = _Reader(obj, "results", origin)
+    top = Reader(obj, "results", origin)
     return Run(
         meta=meta_from(top.obj("meta")),
-        rows=[row_from(_Reader(x, f"rows[{i}]", origin)) for i, x in enumerate(top.list_("rows"))],
+        rows=[row_from(Reader(x, f"rows[{i}]", origin)) for i, x in enumerate(top.list_("rows"))],
         summaries=[
-            summary_from(_Reader(x, f"summaries[{i}]", origin))
+            summary_from(Reader(x, f"summaries[{i}]", origin))
             for i, x in enumerate(top.list_("summaries"))
         ],
         soak=[cast(dict[str, Any], x) for x in top.list_("soak") if isinstance(x, dict)],
@@ -566,6 +580,7 @@ __all__ = [
     "IdentifiedBy",
     "OpIdentification",
     "Placement",
+    "Reader",
     "Row",
     "Run",
     "RunConfig",

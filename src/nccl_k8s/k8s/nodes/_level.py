@@ -46,6 +46,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 from statistics import NormalDist
 
+from nccl_k8s.errors import RunFailed
+
 #: A test is slow only this many noise sigmas below the level (see the module docstring).
 NOISE_Z = 3.5
 #: Healthy nodes one check may call bad on noise alone, expected, over all the nodes it judges:
@@ -86,6 +88,22 @@ class PairResult:
 
     def other(self, node: str) -> str:
         return self.b if node == self.a else self.a
+
+
+def failed_test(a: str, b: str, failure: RunFailed, pass_no: int) -> PairResult:
+    """The result of a pair test whose run failed: inconclusive when no scheduler placed its
+    pods (its reason says so: neither node is to blame), else a failure naming the culprit's
+    node when it is one of the two. Its error is the failure's headline, without what the
+    deploy then did to end the run."""
+    return PairResult(
+        a,
+        b,
+        None,
+        error=failure.headline,
+        pass_no=pass_no,
+        inconclusive=failure.reason.unplaced,
+        culprit=failure.node if failure.node in (a, b) else None,
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -260,6 +278,7 @@ __all__ = [
     "Level",
     "PairResult",
     "by_node",
+    "failed_test",
     "judged_flag",
     "judged_z",
     "level",

@@ -62,6 +62,7 @@ from nccl_k8s.k8s.nodes._badnodes import (
     plan,
     verdicts,
 )
+from nccl_k8s.k8s.nodes._level import failed_test
 from nccl_k8s.k8s.preflight._nodefit import place
 from nccl_k8s.k8s.preflight._platforms import resolve_async
 from nccl_k8s.k8s.run._cleanup import cleanup_async
@@ -78,6 +79,7 @@ TAINT: Obj = {"key": TAINT_KEY, "value": "true", "effect": "NoSchedule"}
 CHECK_LABEL = "nccl-k8s/nodes-check"
 
 ProgressFn = Callable[[str], None]
+
 
 #: Connections one 2-node test holds at most: its deploy follows the run with four watches (the
 #: pods, Job, StatefulSet, events), plus a request (or one of collect's two log fetches, or
@@ -228,16 +230,8 @@ class _Runner:
         try:
             await self._deploy(spec)
         except RunFailed as e:
-            first = str(e).splitlines()[0].split(" (deleted what this deploy created")[0]
-            # Our own monitor's words (run._verdicts) for pods that were never placed.
-            never_ran = e.node is None and (
-                "cannot be scheduled" in first or "no scheduler has picked up" in first
-            )
             await self._remove(spec)  # a test given up on (--test-timeout) is still there
-            culprit = e.node if e.node in (a, b) else None
-            result = PairResult(
-                a, b, None, error=first, pass_no=pass_no, inconclusive=never_ran, culprit=culprit
-            )
+            result = failed_test(a, b, e, pass_no)
             return PairTest(result, spec.run_id, time.monotonic() - start, e.node)
         deployed = time.monotonic() - start
         try:

@@ -22,8 +22,16 @@ from nccl_k8s.k8s.api._types import Obj, timestamp
 from nccl_k8s.k8s.rendering._gangs import scheduler_name
 from nccl_k8s.k8s.rendering._presets import PsaLevel, pod_security_level, security_profile
 from nccl_k8s.k8s.rendering._resources import pod_resources
-from nccl_k8s.spec import GANG_KINDS, LOCAL_QUEUE, CustomKind, RunSpec, Security, quantity_value
-from nccl_k8s.spec._values import bytes_quantity, cpu_quantity
+from nccl_k8s.spec import (
+    GANG_KINDS,
+    LOCAL_QUEUE,
+    CustomKind,
+    RunSpec,
+    Security,
+    bytes_quantity,
+    cpu_quantity,
+    quantity_value,
+)
 
 Status = Literal["pass", "warn", "fail", "skip"]
 """skip: the check could not look (its object is absent) and says why; not a pass."""

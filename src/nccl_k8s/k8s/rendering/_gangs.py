@@ -13,8 +13,7 @@ from fractions import Fraction
 
 from nccl_k8s.k8s.api._types import Obj
 from nccl_k8s.k8s.rendering._resources import pod_resources
-from nccl_k8s.spec import GANGS, RunSpec
-from nccl_k8s.spec._values import bytes_quantity, cpu_quantity
+from nccl_k8s.spec import GANGS, RunSpec, bytes_quantity, cpu_quantity
 
 
 def scheduler_name(spec: RunSpec) -> str | None:

@@ -23,7 +23,7 @@ import asyncio
 import time
 from typing import cast
 
-from nccl_k8s.errors import Conflict, NotFound, RunFailed, UsageError
+from nccl_k8s.errors import Conflict, FailureReason, NotFound, RunFailed, UsageError
 from nccl_k8s.k8s.api._client import ClientSettings, KubeClient
 from nccl_k8s.k8s.api._sync import run_sync
 from nccl_k8s.k8s.api._types import Kind, Obj
@@ -150,7 +150,8 @@ async def cleanup_async(
         raise RunFailed(
             f"{len(left)} pod(s) of {', '.join(rids)} are still terminating after "
             f"{timeout_s:g}s ({', '.join(left[:4])}{', ...' if len(left) > 4 else ''}; a "
-            "node may be unreachable); their workload is deleted"
+            "node may be unreachable); their workload is deleted",
+            reason=FailureReason.STILL_TERMINATING,
         )
     asked = None if all_runs else str(run_id)
     return Cleaned(ns, touched, deleted, time.monotonic() - start, skipped, asked=asked)

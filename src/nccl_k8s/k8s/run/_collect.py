@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from nccl_k8s.errors import ClusterError, ResultsError, RunFailed
+from nccl_k8s.errors import ClusterError, FailureReason, ResultsError, RunFailed
 from nccl_k8s.k8s.api._client import ClientSettings, KubeClient
 from nccl_k8s.k8s.api._sync import run_sync
 from nccl_k8s.k8s.rendering._names import CONTAINER_NAME, PLATFORM_ANNOTATION
@@ -256,7 +256,8 @@ def _nothing_yet(
         return RunFailed(
             f"run {rid} ({phase}): no sweep has ended yet, so there are no results to "
             f"collect (raw logs in {log_dir}); each sweep's results are printed when it "
-            f"ends: `nccl-k8s logs --run {rid} --rank 0 -f` shows the current one"
+            f"ends: `nccl-k8s logs --run {rid} --rank 0 -f` shows the current one",
+            reason=FailureReason.NO_RESULTS_YET,
         )
     return ResultsError(
         f"run {rid} ({phase}): no result lines in the logs of its {pods} pod(s) "

@@ -24,6 +24,9 @@ strongest first:
    API's resolution) a container killed by a signal from outside (SIGKILL, OOM) before one that
    exited on its own, then the lower rank.
 5. Any other problem (a container that cannot be created, a crash loop).
+
+Each blame carries its FailureReason (node lost, the kind the engine's line names, never started,
+how the container ended), which the run's RunFailed carries on to its readers.
 """
 
 from __future__ import annotations
@@ -36,16 +39,16 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
 from nccl_k8s.bench.report import FAULT_PREFIX
+from nccl_k8s.errors import FailureReason
 from nccl_k8s.k8s.api._types import Obj, timestamp
 from nccl_k8s.k8s.run._pods import (
+    LOST_REASONS,
     PodInfo,
     latest_per_rank,
     pod_info,
     rank_key,
 )
 
-#: Pod reasons that mean the pod was taken away, not that the benchmark failed.
-_LOST_REASONS = frozenset({"NodeLost", "Evicted", "NodeShutdown", "Shutdown", "Terminated"})
 _NPROC = re.compile(r"^--nproc[-_]per[-_]node(?:=(\d+))?$")
 #: torch's TCPStore when not every torchrun agent (pod) joined the static rendezvous in time.
 _RDZV = re.compile(
@@ -80,6 +83,9 @@ class Fault:
     where: str
     pod: str
     """The pod whose log held the line (the noticing rank's pod)."""
+    kind: FailureReason | None = None
+    """The kind of culprit the engine named (the line's "kind"); None when it named none or
+    is older than the field."""
 
 
 def parse_faults(text: str, pod: str) -> list[Fault]:
@@ -106,9 +112,17 @@ def parse_faults(text: str, pod: str) -> list[Fault]:
                 reason=str(doc.get("reason") or "stopped"),
                 where=str(doc.get("where") or ""),
                 pod=pod,
+                kind=_kind(doc.get("kind")),
             )
         )
     return out
+
+
+def _kind(value: object) -> FailureReason | None:
+    try:
+        return FailureReason(value)
+    except ValueError:
+        return None
 
 
 def _int(value: object) -> int | None:
@@ -125,6 +139,8 @@ class Blame:
     node: str | None
     why: str
     """What happened to it, in Kubernetes' or the engine's words."""
+    reason: FailureReason
+    """The kind of failure: what readers decide on."""
     global_rank: int | None = None
     node_lost: bool = False
     exit_code: int | None = None
@@ -223,7 +239,7 @@ def lost(pod: Obj) -> str | None:
             reason = status.get("reason") or cond.get("reason") or "DisruptionTarget"
             message = status.get("message") or cond.get("message") or ""
             return f"{reason}: {message}" if message else str(reason)
-    if status.get("phase") == "Failed" and status.get("reason") in _LOST_REASONS:
+    if status.get("phase") == "Failed" and status.get("reason") in LOST_REASONS:
         return f"{status['reason']}: {status.get('message') or ''}".rstrip(": ")
     return None
 
@@ -253,9 +269,22 @@ def _victim(pod: Obj, term: Obj) -> bool:
 
 
 def _blame(
-    info: PodInfo, why: str, *, node_lost: bool = False, exit_code: int | None = None
+    info: PodInfo,
+    why: str,
+    reason: FailureReason,
+    *,
+    node_lost: bool = False,
+    exit_code: int | None = None,
 ) -> Blame:
-    return Blame(info.rank, info.name, info.node, why, node_lost=node_lost, exit_code=exit_code)
+    return Blame(
+        info.rank, info.name, info.node, why, reason, node_lost=node_lost, exit_code=exit_code
+    )
+
+
+def _of(info: PodInfo, exit_code: int | None = None) -> Blame:
+    """A pod blamed for its own problem, in Kubernetes' words."""
+    reason = info.problem.failure if info.problem else FailureReason.EXITED
+    return _blame(info, _why(info), reason, exit_code=exit_code)
 
 
 def attribute(
@@ -293,7 +322,7 @@ def attribute(
             )
         if trouble and gone:
             why += f"; the pod was lost with it ({gone})"
-        culprit = _blame(info, why, node_lost=True, exit_code=_code(pod))
+        culprit = _blame(info, why, FailureReason.NODE_LOST, node_lost=True, exit_code=_code(pod))
         break
     # 2. the engine's line
     if culprit is None and faults:
@@ -305,36 +334,44 @@ def attribute(
         if waiting:
             w = waiting[0]
             what = f"{w.reason}: {w.message}" if w.message else (w.reason or "Pending")
-            culprit = _blame(w, f"never started ({what}); the others waited for it")
+            why = f"never started ({what}); the others waited for it"
+            culprit = _blame(w, why, FailureReason.NEVER_STARTED)
         elif rendezvous is not None:
-            ran = {i.rank for n, i in infos.items() if started(by_name[n])}
-            absent = [r for r in range(rendezvous.total) if r not in ran]
-            if absent:
-                mine = [i for i in infos.values() if i.rank == absent[0]]
-                last = max(mine, key=lambda i: (i.created or "", i.name)) if mine else None
-                why = (
-                    f"never joined the rendezvous ({rendezvous.joined}/{rendezvous.total} pods "
-                    f"joined in {rendezvous.waited_s}s"
-                    + ("" if last else "; its pod is gone")
-                    + ")"
-                )
-                culprit = _blame(last, why) if last else Blame(absent[0], None, None, why)
+            culprit = _never_joined(infos, by_name, rendezvous)
     # 4./5. exit order, then any problem
     if culprit is None and failed:
         first = failed[0]
-        culprit = _blame(infos[first], _why(infos[first]), exit_code=_code(by_name[first]))
+        culprit = _of(infos[first], _code(by_name[first]))
     if culprit is None:
         problems = sorted((i for i in infos.values() if i.problem), key=rank_key)
         if not problems:
             return None
-        culprit = _blame(problems[0], _why(problems[0]))
+        culprit = _of(problems[0])
     others = [
-        _blame(infos[n], _why(infos[n]), exit_code=_code(by_name[n]))
+        _of(infos[n], _code(by_name[n]))
         for n in failed
         if n != culprit.pod
         and infos[n].rank != culprit.rank  # a replaced pod of the culprit's rank
     ]
     return Verdict(culprit, others, noticed)
+
+
+def _never_joined(
+    infos: Mapping[str, PodInfo], by_name: Mapping[str, Obj], rendezvous: Rendezvous
+) -> Blame | None:
+    """The first rank with no started pod, by torchrun's rendezvous timeout; None if none."""
+    ran = {i.rank for n, i in infos.items() if started(by_name[n])}
+    absent = [r for r in range(rendezvous.total) if r not in ran]
+    if not absent:
+        return None
+    mine = [i for i in infos.values() if i.rank == absent[0]]
+    last = max(mine, key=lambda i: (i.created or "", i.name)) if mine else None
+    why = (
+        f"never joined the rendezvous ({rendezvous.joined}/{rendezvous.total} pods "
+        f"joined in {rendezvous.waited_s}s" + ("" if last else "; its pod is gone") + ")"
+    )
+    never = FailureReason.NEVER_STARTED
+    return _blame(last, why, never) if last else Blame(absent[0], None, None, why, never)
 
 
 def _why(info: PodInfo) -> str:
@@ -394,6 +431,9 @@ def _from_faults(
     pod = _pod_for(pods, infos, pod_rank, host)
     f = named[0]
     why = f"stopped: {f.reason}" + (f" ({f.where})" if f.where else "")
+    # A line without a kind (an engine older than the field) still names a rank its peers
+    # waited for.
+    kind = f.kind or FailureReason.NO_PROGRESS
     if pod is not None:
         info = infos[pod]
         own = info.problem.message if info.problem else None
@@ -404,12 +444,13 @@ def _from_faults(
             info.name,
             info.node,
             why,
+            kind,
             global_rank=global_rank,
             exit_code=info.problem.exit_code if info.problem else None,
         )
     else:
         where = f"host {host}" if host else "its pod is gone"
-        blame = Blame(pod_rank, None, None, f"{why} ({where})", global_rank=global_rank)
+        blame = Blame(pod_rank, None, None, f"{why} ({where})", kind, global_rank=global_rank)
     # The noticing ranks' own lines, not the culprit's (a culprit may report itself last).
     return blame, [f for f in named if f.rank != global_rank]
 

@@ -18,7 +18,15 @@ import functools
 from collections.abc import Callable
 from pathlib import Path
 
-from nccl_k8s.errors import ClusterError, Conflict, Forbidden, Refused, RunFailed, UsageError
+from nccl_k8s.errors import (
+    ClusterError,
+    Conflict,
+    FailureReason,
+    Forbidden,
+    Refused,
+    RunFailed,
+    UsageError,
+)
 from nccl_k8s.k8s.api._client import ClientSettings, KubeClient
 from nccl_k8s.k8s.api._sync import run_sync
 from nccl_k8s.k8s.api._types import Obj
@@ -141,7 +149,8 @@ async def _fabric_gate(kc: KubeClient, spec: RunSpec, outcome: WaitOutcome) -> N
     if not checked.ok:
         raise RunFailed(
             f"run {spec.run_id}: {checked.message()} (`nccl-k8s results --run {spec.run_id} "
-            f"-n {outcome.namespace}` diagnoses its logs)"
+            f"-n {outcome.namespace}` diagnoses its logs)",
+            reason=FailureReason.WRONG_FABRIC,
         )
 
 

@@ -18,6 +18,7 @@ import datetime
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from nccl_k8s.errors import FailureReason
 from nccl_k8s.k8s.api._client import ClientSettings, KubeClient
 from nccl_k8s.k8s.api._sync import run_sync
 from nccl_k8s.k8s.api._types import Obj, timestamp
@@ -53,6 +54,8 @@ class PodWhy:
     why: str
     culprit: bool = False
     log_tail: list[str] = dataclasses.field(default_factory=list)
+    waiting: bool = False
+    """It waits with nothing wrong yet (Pending, not scheduled yet, its image being pulled)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,17 +67,21 @@ class Explained:
     verdict: str | None
     """The run's verdict in one line when it failed (the culprit, as deploy names it)."""
     rows: list[PodWhy]
+    reason: FailureReason | None = None
+    """Why the run failed, typed (what deploy's RunFailed carries); None when no verdict
+    names it (nothing failed, or nccl-k8s stopped it and only its words remain)."""
 
     @property
     def ok(self) -> bool:
         """Nothing is wrong: the run succeeded, runs, or waits without a problem."""
         return self.verdict is None and all(
-            r.phase in ("Running", "Succeeded") or r.why.startswith("waiting") for r in self.rows
+            r.phase in ("Running", "Succeeded") or r.waiting for r in self.rows
         )
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out["ok"] = self.ok
+        out["reason"] = self.reason.value if self.reason else None
         return out
 
 
@@ -106,20 +113,21 @@ def _pod_why(
     events: Sequence[Obj],
     nodes: Mapping[str, Obj | None],
     now: datetime.datetime,
-) -> str:
+) -> tuple[str, bool]:
+    """Why the pod is where it is, and whether it only waits (nothing wrong yet)."""
     trouble = node_trouble(nodes.get(info.node or "")) if info.node else None
     if trouble is not None and info.phase != "Succeeded":
-        return f"its node {info.node} {trouble}"
+        return f"its node {info.node} {trouble}", False
     gone = lost(pod) if started(pod) else None
     if gone is not None:
-        return f"lost: {gone}"
+        return f"lost: {gone}", False
     problem = info.problem
     if problem is not None and problem.reason == "Unschedulable":
         event = _latest(events, info.name, "FailedScheduling")
         words = str(event.get("message")) if event else problem.message
-        return f"Unschedulable for {_age(info.created, now):.0f}s: {words}"
+        return f"Unschedulable for {_age(info.created, now):.0f}s: {words}", False
     if problem is not None:
-        return problem.message
+        return problem.message, False
     if info.phase == "Pending" and not info.node:
         scheduled = any(
             c.get("type") == "PodScheduled"
@@ -134,15 +142,15 @@ def _pod_why(
                 f"no scheduler has looked at it for {waited:.0f}s: it asks for schedulerName "
                 f"{info.scheduler}; is that scheduler running? (`nccl-k8s doctor --scheduler "
                 f"{info.scheduler}`)"
-            )
-        return f"waiting: {waiting_words(info)}"
+            ), False
+        return f"waiting: {waiting_words(info)}", True
     if info.phase == "Pending":
-        return f"waiting: {waiting_words(info)}"
+        return f"waiting: {waiting_words(info)}", True
     if info.phase == "Running":
-        return "running" + (" (deleting)" if info.deleting else "")
+        return "running" + (" (deleting)" if info.deleting else ""), False
     if info.phase == "Succeeded":
-        return "completed (exit code 0)"
-    return info.message or info.reason or info.phase
+        return "completed (exit code 0)", False
+    return info.message or info.reason or info.phase, False
 
 
 def rows(
@@ -192,7 +200,7 @@ def rows(
     for info in latest_per_rank(pod_info(p) for p in pods):
         pod = by_name[info.name]
         tail = _tail(texts.get(info.name), TAIL_LINES) if info.problem is not None else []
-        why = _pod_why(pod, info, events, nodes, now)
+        why, waiting = _pod_why(pod, info, events, nodes, now)
         if tail:
             why += "; last log lines: " + " | ".join(tail)
         out.append(
@@ -204,6 +212,7 @@ def rows(
                 why,
                 culprit=info.name == culprit_pod,
                 log_tail=tail,
+                waiting=waiting,
             )
         )
     return out
@@ -240,6 +249,7 @@ async def gather(kc: KubeClient, namespace: str, run_id: str) -> Explained:
     phase = run_phase(workload, infos)
     nodes = await node_objects(kc, {i.node for i in infos if i.node})
     verdict_text: str | None = None
+    reason: FailureReason | None = None
     culprit: str | None = None
     texts: dict[str, str] = {}
     stopped = ((workload or {}).get("metadata", {}).get("annotations") or {}).get(
@@ -249,14 +259,16 @@ async def gather(kc: KubeClient, namespace: str, run_id: str) -> Explained:
         verdict, texts = await gather_verdict(kc, namespace, pods, WaitSettings())
         if verdict is not None:
             verdict_text, culprit = verdict.text(), verdict.culprit.pod
+            reason = verdict.culprit.reason
         elif stopped:
             verdict_text = f"stopped by nccl-k8s: {stopped}"
         else:
             cond = condition(workload, "Failed") or {}
             verdict_text = f"{cond.get('reason', 'Failed')}: {cond.get('message', 'no message')}"
+            reason = FailureReason.WORKLOAD_FAILED
     table = rows(run_id, namespace, workload, pods, events, nodes, texts, culprit_pod=culprit)
     kind = str(workload.get("kind")) if workload else None
-    return Explained(run_id, namespace, kind, phase, verdict_text, table)
+    return Explained(run_id, namespace, kind, phase, verdict_text, table, reason)
 
 
 def explain(

@@ -30,7 +30,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
-from nccl_k8s.errors import ClusterError, RunFailed
+from nccl_k8s.errors import ClusterError, FailureReason, RunFailed
 from nccl_k8s.k8s.api._client import ClientSettings, KubeClient
 from nccl_k8s.k8s.api._sync import run_sync
 from nccl_k8s.k8s.api._types import Obj
@@ -284,7 +284,7 @@ class _Follower:
         whether it is failing now."""
         gone = self.run.vanished()
         if gone is not None:
-            raise RunFailed(gone)
+            raise RunFailed(gone, reason=FailureReason.DELETED)
         event = self.run.failed_create()
         if event is not None and workload is not None and len(current) < self.expected:
             refused = failed_create(self.run_id, self.namespace, workload, event, self.security)
@@ -300,8 +300,8 @@ class _Follower:
         if self.failing_since is None:
             self.failing_since = now
         if now - self.failing_since >= self.settings.failure_settle_s or job_failed:
-            headline, tail, fields = await failure(self.kc, self.namespace, self.run, self.settings)
-            raise await self.end(RunFailed(headline, **fields), workload, tail)
+            verdict, tail = await failure(self.kc, self.namespace, self.run, self.settings)
+            raise await self.end(verdict, workload, tail)
         return True
 
     async def _check_patience(
@@ -322,7 +322,8 @@ class _Follower:
                 f"run {rid} has not finished after {settings.timeout_s:g}s ("
                 + ", ".join(f"{v} {k}" for k, v in counts.items() if v)
                 + f"); it keeps running: `nccl-k8s wait --run {rid}` follows it again, "
-                f"`nccl-k8s status --run {rid}`, `nccl-k8s cleanup --run {rid}`"
+                f"`nccl-k8s status --run {rid}`, `nccl-k8s cleanup --run {rid}`",
+                reason=FailureReason.TIMED_OUT,
             )
         check_at = min(settings.scheduler_check_s, settings.schedule_timeout_s)
         if not self.scheduler_checked and elapsed >= check_at:

@@ -13,6 +13,7 @@ import signal
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from nccl_k8s.errors import CRASH_SIGNALS, FailureReason
 from nccl_k8s.k8s.api._types import Obj, PodPhase
 
 PHASES: tuple[PodPhase, ...] = ("Pending", "Running", "Succeeded", "Failed")
@@ -32,6 +33,11 @@ FATAL_WAITING = frozenset(
         "CrashLoopBackOff",
     }
 )
+#: Pod reasons that mean the pod was taken away, not that the benchmark failed.
+LOST_REASONS = frozenset({"NodeLost", "Evicted", "NodeShutdown", "Shutdown", "Terminated"})
+#: A container's exit code when a signal ended it is 128 + the signal's number: SIGKILL's (the
+#: OOM killer, a user) is 137.
+_KILLED_CODE = 128 + signal.SIGKILL
 _COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 _POD_INDEX = "apps.kubernetes.io/pod-index"
 
@@ -52,6 +58,26 @@ class Problem:
     since: str | None = None
     """When it began, where the pod says (Unschedulable: its PodScheduled condition's
     lastTransitionTime), RFC 3339; None when it does not."""
+
+    @property
+    def failure(self) -> FailureReason:
+        """The kind of failure, from Kubernetes' reason word and the exit code."""
+        code = self.exit_code
+        if self.reason == "Unschedulable":
+            return FailureReason.UNSCHEDULABLE
+        if self.reason in PULL_WAITING:
+            return FailureReason.IMAGE_PULL
+        if self.reason in FATAL_WAITING:
+            return FailureReason.CANNOT_START
+        if self.reason == "OOMKilled" or code == _KILLED_CODE:
+            return FailureReason.KILLED
+        if code is not None and code - 128 in CRASH_SIGNALS:
+            return FailureReason.CRASHED
+        if code is not None:
+            return FailureReason.EXITED
+        if self.reason in LOST_REASONS:
+            return FailureReason.NODE_LOST
+        return FailureReason.CANNOT_START  # the kubelet refused it (OutOfcpu, admission ...)
 
     def age_s(self, now: datetime.datetime | None = None) -> float | None:
         """Seconds since it began; None when unknown."""

@@ -7,9 +7,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from typing import Any
 
-from nccl_k8s.errors import ClusterError, RunFailed
+from nccl_k8s.errors import ClusterError, FailureReason, RunFailed
 from nccl_k8s.k8s.api._client import KubeClient
 from nccl_k8s.k8s.api._types import Obj
 from nccl_k8s.k8s.rendering._names import CONTAINER_NAME
@@ -128,7 +127,7 @@ def failed_create(
         )
     elif "exceeded quota" in message:
         text += f". A ResourceQuota of namespace {namespace} is full: ask for a smaller run or more quota"
-    return RunFailed(text)
+    return RunFailed(text, reason=FailureReason.CREATE_REFUSED)
 
 
 async def out_of_patience(
@@ -154,6 +153,7 @@ async def out_of_patience(
                 f"run {run.run_id}: rank {rank_text(p)} (pod {p.name}, node {p.node or 'none'}) "
                 f"could not pull its image for {settings.pull_timeout_s:g}s (--pull-timeout): "
                 f"{p.problem.message}",
+                reason=FailureReason.IMAGE_PULL,
                 rank=p.rank,
                 pod=p.name,
                 node=p.node,
@@ -165,6 +165,7 @@ async def out_of_patience(
         return RunFailed(
             f"run {run.run_id} cannot be scheduled: {ranks}: "
             f"{_unschedulable_for(unschedulable, waited, settings)}: {message}",
+            reason=FailureReason.UNSCHEDULABLE,
             rank=first.rank,
             pod=first.name,
         )
@@ -198,7 +199,8 @@ async def check_scheduled(
                 f"run {run_id}: {workload.get('kind')} {run_id} has created no pods after "
                 f"{elapsed:.0f}s and no FailedCreate event says why: is its controller "
                 f"running? (`kubectl describe {str(workload.get('kind')).lower()} {run_id} "
-                f"-n {namespace}`)"
+                f"-n {namespace}`)",
+                reason=FailureReason.NO_PODS,
             )
         return None
     if any(p.node or p.problem or p.phase != "Pending" for p in current):
@@ -218,14 +220,16 @@ async def check_scheduled(
         f"{which}: is it installed and running in this cluster? (pods: "
         + ", ".join(p.name for p in current[:4])
         + (", ..." if len(current) > 4 else "")
-        + ")"
+        + ")",
+        reason=FailureReason.NO_SCHEDULER,
     )
 
 
 async def failure(
     kc: KubeClient, namespace: str, run: RunState, settings: WaitSettings
-) -> tuple[str, list[str], dict[str, Any]]:
-    """(headline, the culprit's last log lines, RunFailed fields) of a failed run."""
+) -> tuple[RunFailed, list[str]]:
+    """A failed run's RunFailed (its culprit's rank, pod, node and reason) and the culprit's
+    last log lines."""
     pods = list(run.seen.values())
     verdict, texts = await gather_verdict(kc, namespace, pods, settings)
     workload = run.workload()
@@ -240,12 +244,10 @@ async def failure(
     if verdict is None:
         cond = condition(workload, "Failed") or {}
         kind = workload.get("kind") if workload else "workload"
-        return (
-            f"run {run.run_id} failed: {kind} {cond.get('reason', 'Failed')}: "
-            f"{cond.get('message', 'no message')}",
-            [],
-            {},
-        )
+        words = f"{kind} {cond.get('reason', 'Failed')}: {cond.get('message', 'no message')}"
+        return RunFailed(
+            f"run {run.run_id} failed: {words}", reason=FailureReason.WORKLOAD_FAILED
+        ), []
     c = verdict.culprit
     tail: list[str] = []
     started_pods = {str(p["metadata"]["name"]) for p in pods if started(p)}
@@ -264,14 +266,15 @@ async def failure(
             rank = "?" if c.rank is None else str(c.rank)
             tail = [f"last {settings.failure_log_lines} log lines of rank {rank}:"]
             tail += [f"  {line}" for line in lines]
-    fields = {
-        "rank": c.rank,
-        "pod": c.pod,
-        "node": c.node,
-        "exit_status": c.exit_code,
-        "global_rank": c.global_rank,
-    }
-    return f"run {run.run_id} failed: {verdict.text()}", tail, fields
+    return RunFailed(
+        f"run {run.run_id} failed: {verdict.text()}",
+        reason=c.reason,
+        rank=c.rank,
+        pod=c.pod,
+        node=c.node,
+        exit_status=c.exit_code,
+        global_rank=c.global_rank,
+    ), tail
 
 
 async def gather_verdict(
