@@ -225,7 +225,8 @@ def main() -> None:
             print(json.dumps(doc, indent=1))
             return
         missed = misses(doc)
-        print("\n".join(missed) or f"all {len(doc['runs'])} runs meet the goals")
+        runs = len(doc["runs"]) + len(doc["shares"])
+        print("\n".join(missed) or f"all {runs} runs meet the goals")
         raise SystemExit(1 if missed else 0)
     text = render(args.table)
     if args.write is None:
