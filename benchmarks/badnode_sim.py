@@ -1,6 +1,9 @@
 """The bad-node finder at scale (issue 22, acceptance 2): the real plan and verdicts
 (`nccl_k8s.k8s.nodes._badnodes.plan` and `verdicts`, what `nodes check` runs) over fake
-measurements, at 64 to 4,096 nodes with 0, 1, 3 and 8 bad nodes, at 0, 10 and 20% noise.
+measurements, at 64 to 4,096 nodes with 0, 1, 3 and 8 bad nodes, at 0, 10 and 20% noise; and
+(`shares`, issue 35) with 1% and 5% of the nodes bad at 5, 10 and 20% noise, where no healthy
+node may be called bad. Per run: `found` (bad nodes called bad), `suspect` (nodes left
+`suspect`: a slow test with a partner not shown good; counted as open, like `unknown`).
 
 The model: a healthy node runs at speed 1, a slow node at 0.25 (slowed 4x), and a crashing
 node fails every test it is in (the failed run names it as its culprit, as deploy's monitor
@@ -41,6 +44,10 @@ SIZES = (64, 256, 1024, 4096)
 BAD = (0, 1, 3, 8)
 NOISE = (0.0, 0.1, 0.2)
 SEEDS = (1, 2, 3)
+#: Issue 35's grid: 1% and 5% of the nodes bad, at 5, 10 and 20% noise (`shares` in the output;
+#: its goal: no healthy node `bad` in any run).
+SHARES = (0.01, 0.05)
+SHARE_NOISE = (0.05, 0.1, 0.2)
 
 
 def simulate(n: int, bad: int, noise: float, seed: int) -> dict[str, Any]:
@@ -82,16 +89,20 @@ def simulate(n: int, bad: int, noise: float, seed: int) -> dict[str, Any]:
     plan_s += time.perf_counter() - start
     flagged_bad = set(f.bad)
     unknown = {v.node for v in f.nodes if v.verdict == "unknown"}
+    suspect = {v.node for v in f.nodes if v.verdict == "suspect"}
     truth = slow | crashing
     return {
         "nodes": n,
         "bad": bad,
         "noise": noise,
         "seed": seed,
-        "exact": flagged_bad == truth and not unknown,
+        "exact": flagged_bad == truth and not unknown and not suspect,
         "good_flagged": len(flagged_bad - truth),
-        "bad_called_good": len(truth - flagged_bad - unknown),
+        "bad_called_good": len(truth - flagged_bad - unknown - suspect),
+        "found": len(truth & flagged_bad),
         "unknown": len(unknown),
+        "suspect": len(suspect),
+        "good_suspect": len(suspect - truth),
         "passes": len(rounds),
         "tests": len(results),
         "wall": len(rounds) + plan_s / 60.0,  # in pair tests of a minute: planning counted
@@ -120,7 +131,20 @@ def run_all() -> dict[str, Any]:
                 for seed in SEEDS:
                     runs.append(simulate(n, bad, noise, seed))
                     print(json.dumps(runs[-1]), file=sys.stderr)
-    return {"commit": commit(), "threshold": THRESHOLD, "runs": runs}
+    return {"commit": commit(), "threshold": THRESHOLD, "runs": runs, "shares": run_shares()}
+
+
+def run_shares() -> list[dict[str, Any]]:
+    """Issue 35's grid: SHARES of the nodes bad (at least one), at SHARE_NOISE."""
+    runs = []
+    for noise in SHARE_NOISE:
+        for n in SIZES:
+            for share in SHARES:
+                for seed in SEEDS:
+                    runs.append(simulate(n, max(1, round(share * n)), noise, seed))
+                    runs[-1]["share"] = share
+                    print(json.dumps(runs[-1]), file=sys.stderr)
+    return runs
 
 
 def render(folder: pathlib.Path) -> str:
@@ -167,8 +191,10 @@ def render(folder: pathlib.Path) -> str:
 
 def misses(doc: dict[str, Any]) -> list[str]:
     """The runs that miss issue 22's goals: exact at 0 and 10% noise, no good node flagged and
-    no bad node called good at 20%, at most 2 passes, wall at most 2.5 pair tests, planning
-    under 1 s."""
+    no bad node called good at 20%, at most MAX_PASSES passes (two, and a third only for
+    nodes whose tests with good nodes were slow within the noise: issue 35), wall at most that
+    and a half in pair tests, planning under 1 s; and issue 35's: no healthy node bad in the
+    `shares` grid."""
     out = []
     for r in doc["runs"]:
         what = f"{r['nodes']} nodes, {r['bad']} bad, noise {r['noise']:.0%}, seed {r['seed']}"
@@ -176,10 +202,14 @@ def misses(doc: dict[str, Any]) -> list[str]:
             out.append(f"{what}: not exact")
         if r["good_flagged"] or r["bad_called_good"]:
             out.append(f"{what}: {r['good_flagged']} good flagged, {r['bad_called_good']} bad good")
-        if r["passes"] > 2 or r["wall"] > 2.5:
+        if r["passes"] > MAX_PASSES or r["wall"] > MAX_PASSES + 0.5:
             out.append(f"{what}: {r['passes']} passes, wall {r['wall']:.2f} pair tests")
         if r["plan_s"] >= 1.0:
             out.append(f"{what}: planning {r['plan_s']:.2f} s")
+    for r in doc.get("shares", []):
+        what = f"{r['nodes']} nodes, {r['bad']} bad, noise {r['noise']:.0%}, seed {r['seed']}"
+        if r["good_flagged"]:
+            out.append(f"{what}: {r['good_flagged']} healthy nodes called bad")
     return out
 
 
@@ -195,7 +225,8 @@ def main() -> None:
             print(json.dumps(doc, indent=1))
             return
         missed = misses(doc)
-        print("\n".join(missed) or f"all {len(doc['runs'])} runs meet the goals")
+        runs = len(doc["runs"]) + len(doc["shares"])
+        print("\n".join(missed) or f"all {runs} runs meet the goals")
         raise SystemExit(1 if missed else 0)
     text = render(args.table)
     if args.write is None:

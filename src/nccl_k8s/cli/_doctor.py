@@ -181,10 +181,14 @@ def _print_checked(checked: Any) -> None:
     ref = "-" if f.reference is None else f"{f.reference:.3g} GB/s"
     cut = "" if f.cut is None or f.cut >= f.threshold else f", slow below {f.cut:.2g} x it"
     noise = "" if f.noise is None else f", measured noise {f.noise:.0%}"
+    if f.z is not None and f.flag is not None:
+        noise += f" (bad below {f.flag:.2g} x it: {f.z:.1f} sigmas)"
     out.print(
         f"cluster reference busbw {ref}, threshold {f.threshold:g}{cut}{noise}, {f.passes} passes",
         markup=False,
     )
+    if f.ran:
+        out.print(f"ran {f.ran}", markup=False)
     for link in f.links:
         out.print(f"slow link {link.a} <-> {link.b}: {link.why}", markup=False)
     for name, why in checked.left_out.items():

@@ -18,14 +18,15 @@ retest of each suspect, which settles it.
 The level (nodes._level): the highest bus bandwidth a set of tests agrees on, its cut and
 the noise; the nodes of the tests at or above the cut are cleared.
 
-Verdicts. A cleared node is good. A suspect is bad on a test with a cleared node that was slow
-(below the flag, alone or together with its other such tests) or failed (a failed run that
-named the cleared node itself as its culprit is not held against the other one), and unknown
-without one. Bad verdicts hold even when the level is not confirmed:
-the cleared node reached the level, so a test below the cut is the other node's doing, whatever
-the true healthy level is. A test that was slow (or failed) while both of its nodes end up good
-is a slow link between two good nodes: reported (measured once, unless a later pass happened to
-repeat it), neither node flagged.
+Verdicts (the evidence rules: nodes._evidence). A cleared node is good once the level is
+confirmed. A node is bad only with evidence against it alone: a failed test that named it, a slow
+(or failed) test with a good partner, or slow tests with two different partners each slow in no
+other test. A slow test whose partner is neither good nor bad makes both nodes `suspect` (while
+the level is not confirmed no node is good, so that is every slow test). A node with tests with
+good partners slow only within the noise is `unknown`, and retested once more while passes are
+left: a second such test adds to the first. A test that was slow (or failed) while both of its
+nodes end up good is a slow link between two good nodes: reported (measured once, unless a later
+pass happened to repeat it), neither node flagged.
 
 A node's reported score is the median bus bandwidth of the tests it took part in. A test that
 could not run at all (its pods were never scheduled: the GPUs were busy) says nothing about
@@ -38,22 +39,22 @@ Planning and judging are O(T log T) in the number of tests (one sort, then index
 from __future__ import annotations
 
 import dataclasses
-import math
 import random
 import statistics
-from collections import defaultdict
 from collections.abc import Collection, Sequence
 from typing import Literal
 
+from nccl_k8s.k8s.nodes._evidence import Evidence, cut_text, own, part, tested_with
 from nccl_k8s.k8s.nodes._level import (
-    NOISE_Z,
     Level,
     PairResult,
     by_node,
     level,
 )
 
-Verdict = Literal["good", "bad", "unknown"]
+Verdict = Literal["good", "bad", "suspect", "unknown"]
+#: The verdicts that are written to a node (--label, --taint): the others are open.
+DECIDED: tuple[Verdict, ...] = ("good", "bad")
 
 #: Rounds of pass 1: one partner per node; a suspect's retest is the second.
 ROUNDS = 1
@@ -96,6 +97,13 @@ class Findings:
     cut: float | None = None
     """The fraction of the reference below which a test was called slow."""
     passes: int = 0
+    ran: str = ""
+    """How many tests the check ran, and why (see _ran)."""
+    flag: float | None = None
+    """The fraction of the reference below which one test with a good node called a node bad:
+    the threshold, widened to `z` x the noise (nodes._evidence)."""
+    z: float | None = None
+    """The noise sigmas below the reference that called a node bad (nodes._level.judged_z)."""
 
     @property
     def flagged(self) -> list[NodeVerdict]:
@@ -126,16 +134,6 @@ def first_pass(nodes: Sequence[str], rounds: int = ROUNDS) -> list[list[tuple[st
     return out
 
 
-def _evidence(node: str, mine: Sequence[PairResult], cleared: Collection[str]) -> list[PairResult]:
-    """The node's tests with a cleared node that say something about it, in pass order: a
-    failed run that named the cleared node as its culprit says nothing about this one."""
-    return [
-        r
-        for r in mine
-        if not r.inconclusive and r.other(node) in cleared and (r.ok or r.culprit != r.other(node))
-    ]
-
-
 def suspects(
     nodes: Sequence[str],
     results: Sequence[PairResult],
@@ -143,11 +141,21 @@ def suspects(
     *,
     lv: Level | None = None,
 ) -> tuple[list[str], list[str]]:
-    """(suspects, cleared): the nodes that still need a test with a cleared node, and the
-    cleared ones."""
+    """(suspects, cleared): the nodes that still need a test with a cleared node (none yet,
+    or only tests with good nodes that were slow within the noise: another such test adds to
+    them, _combined_z), and the cleared ones."""
     lv = lv or level(results, threshold)
     cleared, mine = lv.cleared, by_node(results)
-    sus = [n for n in nodes if n not in cleared and not _evidence(n, mine.get(n, []), cleared)]
+    ev = Evidence(lv, mine, threshold, None) if lv.confirmed else None
+    sus = [
+        n
+        for n in nodes
+        if n not in cleared
+        and (
+            not tested_with(n, mine.get(n, []), cleared)
+            or (ev is not None and ev.within_noise(n, mine.get(n, [])))
+        )
+    ]
     return sus, [n for n in nodes if n in cleared]
 
 
@@ -296,22 +304,27 @@ def link_rounds(
 
 
 def verdicts(nodes: Sequence[str], results: Sequence[PairResult], threshold: float) -> Findings:
-    """Every node's verdict from all passes' results."""
+    """Every node's verdict from all passes' results (the evidence rules: module docstring)."""
     lv = level(results, threshold)
     cleared, tests_of = lv.cleared, by_node(results)
     fine_ids = {id(r) for r in lv.fine}
     why_not = None if lv.confirmed else _why_inconclusive(nodes, results, lv)
+    ev = Evidence(lv, tests_of, threshold, why_not)
     out: list[NodeVerdict] = []
     for node in nodes:
         mine = tests_of.get(node, [])
         got = [r.busbw for r in mine if r.ok and r.busbw is not None]
         score = statistics.median(got) if got else None
-        if node not in cleared:
-            out.append(_suspect_verdict(node, mine, lv, threshold, score, why_not))
-        elif why_not is None:
+        if node in ev.good:
             out.append(NodeVerdict(node, "good", score, _cleared_why(node, mine, fine_ids)))
-        else:
+        elif node in ev.bad:
+            out.append(NodeVerdict(node, "bad", score, ev.bad[node]))
+        elif (low := ev.unexplained(node)) is not None:
+            out.append(NodeVerdict(node, "suspect", score, ev.suspect_why(node, low)))
+        elif node in cleared:
             out.append(NodeVerdict(node, "unknown", score, f"inconclusive: {why_not}"))
+        else:
+            out.append(_unknown_verdict(node, mine, lv, score, why_not))
     good_after = {v.node for v in out if v.verdict == "good"}
     links = [
         SlowLink(r.a, r.b, r.busbw, _link_why(r, threshold, lv))
@@ -323,7 +336,68 @@ def verdicts(nodes: Sequence[str], results: Sequence[PairResult], threshold: flo
     ]
     passes = max((r.pass_no for r in results), default=0)
     reference = lv.busbw if lv.confirmed else None
-    return Findings(reference, threshold, out, links, why_not, lv.noise, lv.cut, passes)
+    z = ev.z if lv.noise is not None else None
+    ran = _ran(results, lv)
+    return Findings(
+        reference, threshold, out, links, why_not, lv.noise, lv.cut, passes, ran, ev.flag, z
+    )
+
+
+def _ran(results: Sequence[PairResult], lv: Level) -> str:
+    """How many tests the check ran, and why: pass 1 pairs the nodes off, later passes retest
+    what was open (a suspect with a cleared node) or measure a round's level between cleared
+    nodes (controls, the test that confirms the level)."""
+    if not results:
+        return "no tests"
+    passes = max(r.pass_no for r in results)
+    first = sum(1 for r in results if r.pass_no == 1)
+    said = [f"{first} in pass 1 pairing the nodes off"]
+    fine = {id(r) for r in lv.fine}
+    before = {n for r in results if r.pass_no == 1 and id(r) in fine for n in (r.a, r.b)}
+    retests = between = 0
+    for p in range(2, passes + 1):
+        mine = [r for r in results if r.pass_no == p]
+        both = sum(1 for r in mine if r.a in before and r.b in before)
+        between += both
+        retests += len(mine) - both
+        before |= {n for r in mine if id(r) in fine for n in (r.a, r.b)}
+    if retests:
+        said.append(f"{retests} retests of open nodes with cleared ones")
+    if between:
+        said.append(f"{between} between cleared nodes (controls, or confirming the level)")
+    return f"{len(results)} tests in {passes} passes: {', '.join(said)}"
+
+
+def _unknown_verdict(
+    node: str,
+    mine: Sequence[PairResult],
+    lv: Level,
+    score: float | None,
+    why_not: str | None,
+) -> NodeVerdict:
+    """A node with no verdict: tests with good nodes within the noise, a slow test explained
+    by a bad partner, or no test that says anything."""
+    evidence = tested_with(node, mine, lv.cleared) if why_not is None else []
+    if evidence and all(r.ok for r in evidence):
+        parts = [part(r, node, "good node") for r in evidence]
+        of = f"{lv.busbw or 0.0:.3g} GB/s{own(evidence, lv)}"
+        why = (
+            f"{', then '.join(parts)}: below {lv.cut:.2g} x the cluster's {of}, but within the "
+            f"measured noise ({lv.noise or 0.0:.0%}) of it: rerun the check to settle it"
+        )
+        return NodeVerdict(node, "unknown", score, why)
+    tried = next((r for r in reversed(mine) if r.inconclusive), None)
+    if why_not is not None:
+        why = f"inconclusive: {why_not}"
+    elif tried is not None:
+        why = f"its test with {tried.other(node)} could not run: {tried.error}"
+    elif any(not r.inconclusive for r in mine):
+        why = "its slow tests were with nodes found bad: rerun the check"
+    elif lv.cleared:
+        why = "no test with a cleared node (rerun the check)"
+    else:
+        why = "no known-good node to test it against"
+    return NodeVerdict(node, "unknown", score, why)
 
 
 def _cleared_why(node: str, mine: Sequence[PairResult], fine_ids: set[int]) -> str:
@@ -341,75 +415,6 @@ def _cleared_why(node: str, mine: Sequence[PairResult], fine_ids: set[int]) -> s
             f"GB/s with good node {before[0].b})"
         )
     return why
-
-
-def _suspect_verdict(
-    node: str,
-    mine: Sequence[PairResult],
-    lv: Level,
-    threshold: float,
-    score: float | None,
-    why_not: str | None,
-) -> NodeVerdict:
-    """A node of no fine test: bad on a slow or failed test with a cleared node, unknown
-    without one."""
-    evidence = _evidence(node, mine, lv.cleared)
-    if not evidence:
-        if why_not is not None:
-            return NodeVerdict(node, "unknown", score, f"inconclusive: {why_not}")
-        tried = next((r for r in reversed(mine) if r.inconclusive), None)
-        if tried is not None:
-            why = f"its test with {tried.other(node)} could not run: {tried.error}"
-        elif lv.cleared:
-            why = "no test with a cleared node (rerun the check)"
-        else:
-            why = "no known-good node to test it against"
-        return NodeVerdict(node, "unknown", score, why)
-    # "good node" only where the level is confirmed; otherwise the partner reached the level.
-    partner = "good node" if why_not is None else "node"
-    first = evidence[0]
-    if not first.ok:
-        why = f"its test with {partner} {first.other(node)} failed: {first.error}"
-        return NodeVerdict(node, "bad", score, why)
-    parts = [
-        f"{r.busbw:.3g} GB/s with {partner} {r.other(node)}"
-        if r.ok
-        else f"its test with {partner} {r.other(node)} failed: {r.error}"
-        for r in evidence
-    ]
-    of = "the cluster's" if why_not is None else "the best level measured,"
-    ref = f"{lv.busbw or 0.0:.3g} GB/s{_own(evidence, lv)}"
-    if not any(not r.ok or lv.flags(r) for r in evidence) and _combined_z(evidence, lv) < NOISE_Z:
-        why = (
-            f"{', then '.join(parts)}: below {lv.cut:.2g} x {of} {ref}, but within the "
-            f"measured noise ({lv.noise or 0.0:.0%}) of it: rerun the check to settle it"
-        )
-        return NodeVerdict(node, "unknown", score, why)
-    why = f"{', then '.join(parts)}, below {_cut_text(lv, threshold)} x {of} {ref}"
-    return NodeVerdict(node, "bad", score, why)
-
-
-def _combined_z(evidence: Sequence[PairResult], lv: Level) -> float:
-    """How far below the level a node's measured tests with cleared partners are together, in
-    noise sigmas: Stouffer's sum (each partner's sigmas, over the root of the partner count; a
-    partner met twice counts once, with its mean). 0 without a measured noise or with fewer than
-    two partners. Two partners' tests 2.5 sigmas down each are 3.5 together: as unlikely from a
-    healthy node as one test 3.5 down."""
-    if not lv.noise or lv.busbw is None:
-        return 0.0
-    per: dict[frozenset[str], list[float]] = defaultdict(list)
-    for r in evidence:
-        if r.ok and r.busbw is not None:
-            per[frozenset((r.a, r.b))].append((1.0 - r.busbw / (lv.at(r) or 1.0)) / lv.noise)
-    if len(per) < 2:
-        return 0.0
-    return sum(statistics.fmean(z) for z in per.values()) / math.sqrt(len(per))
-
-
-def _cut_text(lv: Level, threshold: float) -> str:
-    if lv.flag >= threshold or lv.noise is None:
-        return f"{threshold:g}"
-    return f"{lv.flag:.2g} (the threshold {threshold:g}, widened to the noise of {lv.noise:.0%})"
 
 
 def _why_inconclusive(nodes: Sequence[str], results: Sequence[PairResult], lv: Level) -> str:
@@ -458,19 +463,13 @@ def _link_why(r: PairResult, threshold: float, lv: Level) -> str:
     if not r.ok:
         return f"the test between two good nodes failed: {r.error}"
     return (
-        f"{r.busbw:.3g} GB/s between two good nodes, below {_cut_text(lv, threshold)} x the "
-        f"cluster's {lv.busbw or 0.0:.3g} GB/s{_own([r], lv)}"
+        f"{r.busbw:.3g} GB/s between two good nodes, below {cut_text(lv, threshold)} x the "
+        f"cluster's {lv.busbw or 0.0:.3g} GB/s{own([r], lv)}"
     )
 
 
-def _own(tests: Sequence[PairResult], lv: Level) -> str:
-    """The round levels the tests were judged against, where their rounds measured one."""
-    own = sorted({r.pass_no for r in tests if r.ok and r.pass_no in lv.rounds})
-    said = [f"pass {p}'s own: {lv.rounds[p]:.3g} GB/s" for p in own]
-    return f" ({', '.join(said)})" if said else ""
-
-
 __all__ = [
+    "DECIDED",
     "MAX_PASSES",
     "ROUNDS",
     "Findings",

@@ -44,11 +44,17 @@ import dataclasses
 import statistics
 from collections import defaultdict
 from collections.abc import Sequence
+from statistics import NormalDist
 
 from nccl_k8s.errors import RunFailed
 
 #: A test is slow only this many noise sigmas below the level (see the module docstring).
 NOISE_Z = 3.5
+#: Healthy nodes one check may call bad on noise alone, expected, over all the nodes it judges:
+#: the sigmas a test must be below the level grow with their count (`judged_z`), so a check of
+#: 4,096 nodes is no likelier to drain a healthy one than a check of 8 (about once in 10,000
+#: checks, where the noise is Gaussian).
+FALSE_BAD = 0.0001
 #: Fine tests needed before their spread is taken as the noise (see `_spread`); with fewer, a
 #: test below the threshold flags a node whatever the noise.
 NOISE_MIN_TESTS = 5
@@ -238,6 +244,22 @@ def _round_levels(ok: Sequence[PairResult], ref: float, cut: float) -> dict[int,
     return out
 
 
+def judged_z(count: int) -> float:
+    """The noise sigmas below the level that call a node bad when `count` nodes are judged:
+    a one-sided Gaussian tail of FALSE_BAD / count (Bonferroni), never below NOISE_Z: 3.7 for
+    one node judged, 4.3 for 10, 4.9 for 200. A fixed 3.5 called 3 healthy nodes bad in
+    benchmarks/badnode_sim.py's 72 runs of 1% and 5% bad nodes at 5-20% noise; this, none."""
+    return max(NOISE_Z, -NormalDist().inv_cdf(FALSE_BAD / max(count, 1)))
+
+
+def judged_flag(lv: Level, threshold: float, z: float) -> float:
+    """The fraction of the level below which one test calls a node bad at `z` sigmas: the
+    threshold, widened to z x the measured noise (never below MIN_FLAG)."""
+    if lv.noise is None:
+        return lv.flag
+    return max(MIN_FLAG, min(threshold, 1.0 - z * lv.noise))
+
+
 def by_node(results: Sequence[PairResult]) -> dict[str, list[PairResult]]:
     out: dict[str, list[PairResult]] = defaultdict(list)
     for r in results:
@@ -248,6 +270,7 @@ def by_node(results: Sequence[PairResult]) -> dict[str, list[PairResult]]:
 
 __all__ = [
     "CUT_FLOOR",
+    "FALSE_BAD",
     "MIN_FLAG",
     "NOISE_MIN_TESTS",
     "NOISE_WINDOW",
@@ -256,5 +279,7 @@ __all__ = [
     "PairResult",
     "by_node",
     "failed_test",
+    "judged_flag",
+    "judged_z",
     "level",
 ]

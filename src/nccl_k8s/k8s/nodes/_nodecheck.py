@@ -54,6 +54,7 @@ from nccl_k8s.k8s.api._client import ClientSettings, KubeClient
 from nccl_k8s.k8s.api._sync import run_sync
 from nccl_k8s.k8s.api._types import Obj
 from nccl_k8s.k8s.nodes._badnodes import (
+    DECIDED,
     Findings,
     PairResult,
     level,
@@ -127,6 +128,9 @@ class NodesChecked:
             "noise": f.noise,
             "cut": f.cut,
             "passes": f.passes,
+            "flag": f.flag,
+            "z": f.z,
+            "ran": f.ran,
             "nodes": [dataclasses.asdict(v) for v in f.nodes],
             "slow_links": [dataclasses.asdict(link) for link in f.links],
             "tests": [
@@ -532,7 +536,7 @@ async def _write_verdicts(
     done: list[str] = []
     would = "would " if dry_run else ""
     for v in findings.nodes:
-        if v.verdict == "unknown":
+        if v.verdict not in DECIDED:  # unknown, suspect: nothing to write yet
             continue
         try:
             if label:
