@@ -189,6 +189,9 @@ def _print_checked(checked: Any) -> None:
     )
     if f.ran:
         out.print(f"ran {f.ran}", markup=False)
+    if checked.fixed:
+        said = " ".join(f"{k}={v}" for k, v in checked.fixed.items())
+        out.print(f"pair tests fixed {said} (the link between the two nodes)", markup=False)
     for link in f.links:
         out.print(f"slow link {link.a} <-> {link.b}: {link.why}", markup=False)
     for name, why in checked.left_out.items():

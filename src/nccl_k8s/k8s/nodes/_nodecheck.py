@@ -114,6 +114,8 @@ class NodesChecked:
     actions: list[str]
     """What --label/--taint did (or, with dry_run, would do)."""
     dry_run: bool
+    fixed: dict[str, str] = dataclasses.field(default_factory=dict)
+    """What the check set in every pair test's environment (pair_test_spec), not the user."""
 
     @property
     def flagged(self) -> list[str]:
@@ -146,7 +148,27 @@ class NodesChecked:
             "left_out": self.left_out,
             "actions": self.actions,
             "dry_run": self.dry_run,
+            "fixed": self.fixed,
         }
+
+
+#: What a pair test fixes unless the user set it (--env): on two nodes NCCL may pick Tree, or
+#: NVLS/CollNet where the fabric has them, whose bus bandwidth can exceed what the NIC carries
+#: (NVIDIA/nccl-tests#196); Ring sends every byte over the link between the two nodes, so a
+#: pair's busbw measures that link.
+PAIR_ENV = {"NCCL_ALGO": "Ring"}
+
+
+def pair_test_spec(spec: RunSpec) -> tuple[RunSpec, dict[str, str]]:
+    """The spec every pair test runs, and what it fixed: PAIR_ENV's settings the user did not
+    set, for an engine that may use NCCL (--backend gloo measures no NCCL algorithm)."""
+    from nccl_k8s.bench.config import parse_args
+
+    if parse_args([str(a) for a in spec.engine_args]).backend == "gloo":
+        return spec, {}
+    theirs = {k for k, _ in spec.env}
+    fixed = {k: v for k, v in PAIR_ENV.items() if k not in theirs}
+    return dataclasses.replace(spec, env=(*spec.env, *fixed.items())), fixed
 
 
 def _natural(name: str) -> list[Any]:
@@ -424,6 +446,10 @@ async def nodes_check_async(
             f"{spec.gpu_resource} fits; {len(candidates)} of the nodes{where} do ({out})",
             key="--selector",
         )
+    spec, fixed = pair_test_spec(spec)
+    if fixed:
+        said = " ".join(f"{k}={v}" for k, v in fixed.items())
+        say(f"pair tests run with {said} (the link between the two nodes; --env sets another)")
     runner = _Runner(kc, spec, wait_settings or WaitSettings(), runs_dir, say)
     at_once = runner.at_once = _capacity(kc, len(candidates) // 2, parallel, say)
     try:
@@ -439,7 +465,7 @@ async def nodes_check_async(
     actions: list[str] = []
     if label or taint:
         actions = await _write_verdicts(kc, findings, label=label, taint=taint, dry_run=dry_run)
-    return NodesChecked(candidates, left_out, tests, findings, actions, dry_run)
+    return NodesChecked(candidates, left_out, tests, findings, actions, dry_run, fixed)
 
 
 def _open_files(want: int) -> int:

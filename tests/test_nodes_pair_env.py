@@ -1,0 +1,46 @@
+"""Issue 35, "pair tests measure the network": on two nodes NCCL may pick Tree (or NVLS and
+CollNet where the fabric has them), whose busbw can exceed what the NIC carries
+(NVIDIA/nccl-tests#196); every pair test of `nodes check` runs with NCCL_ALGO=Ring unless the
+user set it, and the check says what it fixed. Read off the rendered pods, as kubectl would
+show them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nccl_k8s.k8s.nodes._nodecheck import pair_test_spec
+from nccl_k8s.k8s.rendering._manifests import render
+from nccl_k8s.spec import build_run_spec
+
+
+def pod_env(spec: Any) -> list[dict[str, str]]:
+    envs = []
+    for obj in render(spec):
+        tmpl = obj.get("spec", {}).get("template")
+        if obj["kind"] in ("Job", "StatefulSet") and tmpl:
+            for c in tmpl["spec"]["containers"]:
+                envs.append({e["name"]: e.get("value", "") for e in c.get("env") or []})
+    assert envs, "no pod template rendered"
+    return envs
+
+
+def spec_of(*engine: str, env: tuple[str, ...] = ()) -> Any:
+    return build_run_spec(world_size=2, gpus_per_node=1, run_id="pair", env=env, engine_args=engine)
+
+
+def test_a_pair_test_runs_nccl_on_ring_and_says_so() -> None:
+    spec, fixed = pair_test_spec(spec_of("--ops", "all_reduce", "-b", "64M", "-e", "1G"))
+    assert fixed == {"NCCL_ALGO": "Ring"}
+    assert all(env.get("NCCL_ALGO") == "Ring" for env in pod_env(spec))
+
+
+def test_the_users_algorithm_is_kept_and_nothing_is_said() -> None:
+    spec, fixed = pair_test_spec(spec_of("-b", "64M", "-e", "1G", env=("NCCL_ALGO=Tree",)))
+    assert fixed == {}
+    assert all(env.get("NCCL_ALGO") == "Tree" for env in pod_env(spec))
+
+
+def test_gloo_pair_tests_set_no_nccl_algorithm() -> None:
+    spec, fixed = pair_test_spec(spec_of("--backend", "gloo", "-b", "32M", "-e", "64M"))
+    assert fixed == {}
+    assert all("NCCL_ALGO" not in env for env in pod_env(spec))
