@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nccl_k8s.k8s.nodes._nodecheck import pair_test_spec
+from nccl_k8s.k8s.nodes._pairspec import pair_test_spec
 from nccl_k8s.k8s.rendering._manifests import render
 from nccl_k8s.spec import build_run_spec
 

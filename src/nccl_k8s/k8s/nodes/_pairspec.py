@@ -1,0 +1,26 @@
+"""What every pair test of `nodes check` runs: the check's spec, with what it fixes so that a
+pair's bus bandwidth measures the link between its two nodes."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from nccl_k8s.spec import RunSpec
+
+#: What a pair test fixes unless the user set it (--env): on two nodes NCCL may pick Tree, or
+#: NVLS/CollNet where the fabric has them, whose bus bandwidth can exceed what the NIC carries
+#: (NVIDIA/nccl-tests#196); Ring sends every byte over the link between the two nodes, so a
+#: pair's busbw measures that link.
+PAIR_ENV = {"NCCL_ALGO": "Ring"}
+
+
+def pair_test_spec(spec: RunSpec) -> tuple[RunSpec, dict[str, str]]:
+    """The spec every pair test runs, and what it fixed: PAIR_ENV's settings the user did not
+    set, for an engine that may use NCCL (--backend gloo measures no NCCL algorithm)."""
+    from nccl_k8s.bench.config import parse_args
+
+    if parse_args([str(a) for a in spec.engine_args]).backend == "gloo":
+        return spec, {}
+    theirs = {k for k, _ in spec.env}
+    fixed = {k: v for k, v in PAIR_ENV.items() if k not in theirs}
+    return dataclasses.replace(spec, env=(*spec.env, *fixed.items())), fixed
