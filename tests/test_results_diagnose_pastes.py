@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from nccl_k8s.cli.main import app
@@ -132,3 +133,83 @@ def test_a_launchers_host_prefix_names_the_host() -> None:
         "host rdma-test-gpu-worker-1: a CUDA call failed on this GPU. NCCL's last error: Cuda "
         "failure 'initialization error'. PyTorch: torch.distributed.DistBackendError: NCCL error"
     )
+
+
+# Issue 35, acceptance 4: more real pastes of each error-only class (errors-only/README.md).
+@pytest.mark.parametrize(
+    ("name", "rank"),
+    [
+        # `B-nemo-ft3/0 [default1]:[rank1]: torch.distributed.DistBackendError: [1] is setting up
+        # NCCL communicator and retrieving ncclUniqueId from [0] ... wait timeout after 600000ms`
+        ("nemo-speech-14399_store_get_wait_timeout.log", 1),
+        # `torch.distributed.DistBackendError: [4] is setting up ... got error: Socket Timeout`
+        ("llamafactory-3698_store_get_socket_timeout.log", 4),
+    ],
+)
+def test_a_bootstrap_store_timeout_names_the_rank_and_what_it_waited_for(
+    name: str, rank: int
+) -> None:
+    # Before: PyTorch's text alone, and no rank (behind a launcher's prefix, or in `[4] is ...`).
+    (err,) = _errors(ONLY / name)
+    code, message, ranks = err
+    assert (code, ranks) == ("torch-nccl-error", [f"rank {rank}"])
+    assert message.startswith(
+        f"rank {rank}: NCCL's bootstrap timed out: this rank waited in the c10d store for rank "
+        "0's ncclUniqueId, which rank 0 never published"
+    )
+    assert f"PyTorch: torch.distributed.DistBackendError: [{rank}] is setting up" in message
+
+
+def test_a_socket_connect_that_gave_up_is_an_error_in_a_prefix_nobody_knows() -> None:
+    # NVIDIA/nccl#1618: grep's `rank_604.s12gn3064.4031852.log:` then a logger's own
+    # `[0604/1024][...] [misc/socket.cc:586] [s12gn3064:pid=3942408] NCCL WARN socketPollConnect
+    # poll() returned 1, no POLLOUT events`, twice. Before: an unexplained warning, exit 0.
+    code, _, stderr = _diagnose(str(ONLY / "nccl-1618_socketpollconnect_no_pollout_grep.log"))
+    assert code == 1
+    assert stderr.splitlines()[0].startswith(
+        "error unexplained-nccl-error: an NCCL error no rule explains on host s12gn3064: a "
+        "connection to a peer could not be made (an unreachable address, a firewall, or the "
+        "wrong interface: NCCL_SOCKET_IFNAME): NCCL WARN socketPollConnect poll() returned 1, "
+        "no POLLOUT events (1 more like it)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "timeouts"),
+    [
+        (
+            "basicsr-737_watchdog_allreduce_seq808.log",
+            [
+                (1, "ALLREDUCE", 808, 600020),
+                (0, "ALLREDUCE", 808, 600030),
+                (2, "ALLREDUCE", 808, 600061),
+            ],
+        ),
+        (  # each line behind `[80746] `
+            "llamafactory-7396_watchdog_numbered_lines.log",
+            [(0, "ALLREDUCE", 1580, 600060), (4, "ALLREDUCE", 1580, 600067)],
+        ),
+        (  # hard-wrapped (`OpTy` / `pe=BROADCAST`): before, "no NCCL log lines found", exit 2
+            "open-r1-620_watchdog_broadcast_hard_wrapped.log",
+            [
+                (1, "BROADCAST", 4, 1800010),
+                (2, "BROADCAST", 4, 1800010),
+                (3, "BROADCAST", 4, 1800011),
+                (6, "BROADCAST", 4, 1800010),
+                (5, "BROADCAST", 4, 1800010),
+            ],
+        ),
+    ],
+)
+def test_watchdog_timeouts_pasted_alone(
+    name: str, timeouts: list[tuple[int, str, int, int]]
+) -> None:
+    assert _diagnose(str(ONLY / name))[0] == 1
+    assert _errors(ONLY / name) == [
+        (
+            "collective-timeout",
+            f"rank {r}'s {op} (SeqNum {seq}) ran for {ms} ms before the watchdog timed it out",
+            [f"rank {r}"],
+        )
+        for r, op, seq, ms in timeouts
+    ]

@@ -18,11 +18,18 @@ _WATCHDOG = re.compile(
     r"collective operation timeout: WorkNCCL\(SeqNum=(?P<seq>\d+), OpType=(?P<op>\w+)).*?\) ran "
     r"for (?P<ms>\d+) milliseconds"
 )
+_WATCHDOG_START = "Watchdog caught collective operation timeout"
 _TORCH_ERROR = re.compile(
     r"(?:torch\.distributed\.)?DistBackendError.*$|NCCL error:? .*remote process exited or there "
     r"was a network error.*$"
 )
 _TORCH_RANK = re.compile(r"^\[rank(\d+)\]:")
+# PyTorch's `[rank1]:` behind a launcher's own prefix (NeMo-Run's `B-nemo-ft3/0 [default1]:`,
+# `[80746] `): the rank of the line, before the error.
+_RANK_LEAD = re.compile(r"(?:^|[\s:\]])\[rank(\d+)\]:\s*$")
+# PyTorch names the rank itself in its bootstrap error: `[4] is setting up NCCL communicator and
+# retrieving ncclUniqueId from [0] via c10d key-value store ...`.
+_SETUP_RANK = re.compile(r"\[(\d+)\] is setting up NCCL communicator")
 # A host name before the line, as pdsh, clush and `mpirun --tag-output`-like wrappers put it
 # (`rdma-test-gpu-worker-1: torch.distributed.DistBackendError: ...`).
 _HOST_LEAD = re.compile(r"(?P<host>[A-Za-z][\w.-]*):\s*")
@@ -72,13 +79,26 @@ class TorchLines:
         #: After a `Last error:` line: what preceded it on the line (`[rank3]: `), until the
         #: message.
         self._lead: str | None = None
+        #: A watchdog line cut short (a paste hard-wrapped at a terminal's width: `... OpTy` /
+        #: `pe=BROADCAST, ...`), until the line after it completes it.
+        self._cut: str | None = None
 
     def start(self) -> None:
         self._lead = None
+        self._cut = None
 
     def read(self, line: str) -> bool:
         """Whether the line is one of PyTorch's about NCCL (or NCCL's message it quotes)."""
-        return self._event(line) or self._last_error(line)
+        cut, self._cut = self._cut, None
+        # A wrap at a terminal's width cuts anywhere (nothing lost); an editor's, at a space.
+        if cut is not None and any(self._event(cut + sep + line) for sep in ("", " ")):
+            return True
+        if self._event(line) or self._last_error(line):
+            return True
+        if _WATCHDOG_START in line:
+            self._cut = line.rstrip("\r\n")
+            return True
+        return False
 
     def _event(self, line: str) -> bool:
         if w := _WATCHDOG.search(line):
@@ -88,8 +108,9 @@ class TorchLines:
                 None if rank is None else int(rank), timeout=timeout, text=w.group("what")
             )
         elif e := _TORCH_ERROR.search(line):
-            r = _TORCH_RANK.search(line)
-            h = _HOST_LEAD.fullmatch(line[: e.start()])
+            lead = line[: e.start()]
+            r = _TORCH_RANK.search(line) or _RANK_LEAD.search(lead) or _SETUP_RANK.search(line)
+            h = _HOST_LEAD.fullmatch(lead)
             # A paste that lost its line breaks keeps NCCL's message on the same line.
             error, _, last = e.group(0).partition("Last error:")
             error = error.strip()
