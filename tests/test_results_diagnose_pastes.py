@@ -213,3 +213,33 @@ def test_watchdog_timeouts_pasted_alone(
         )
         for r, op, seq, ms in timeouts
     ]
+
+
+@pytest.mark.parametrize(
+    ("name", "rank", "said"),
+    [
+        (
+            "deepseek-moe-47_watchdog_terminated_cuda_error.log",
+            1,
+            "Process group watchdog thread terminated with exception: CUDA error: unspecified "
+            "launch failure",
+        ),
+        (
+            "llama-cookbook-290_nccl_watchdog_terminated_cuda_error.log",
+            0,
+            "NCCL watchdog thread terminated with exception: CUDA error: unspecified launch failure",
+        ),
+    ],
+)
+def test_a_watchdog_that_died_of_a_cuda_error_is_a_cuda_failure(
+    name: str, rank: int, said: str
+) -> None:
+    # Before: "no NCCL log lines found", exit 2 (no NCCL line, no DistBackendError).
+    (err,) = _errors(ONLY / name)
+    assert err == (
+        "torch-nccl-error",
+        f"rank {rank}: a CUDA call failed on this GPU (unspecified launch failure), caught by "
+        "PyTorch's NCCL watchdog: the GPU's context is dead (a kernel fault; look for an Xid in "
+        f"the host's kernel log). PyTorch: {said}",
+        [f"rank {rank}"],
+    )

@@ -19,10 +19,15 @@ _WATCHDOG = re.compile(
     r"for (?P<ms>\d+) milliseconds"
 )
 _WATCHDOG_START = "Watchdog caught collective operation timeout"
+# ProcessGroupNCCL's watchdog dies of what it caught (`[PG ID 0 PG GUID 0(default_pg) Rank 1]
+# Process group watchdog thread terminated with exception: CUDA error: unspecified launch
+# failure`; older: `[Rank 0] NCCL watchdog thread terminated with exception: ...`).
 _TORCH_ERROR = re.compile(
     r"(?:torch\.distributed\.)?DistBackendError.*$|NCCL error:? .*remote process exited or there "
-    r"was a network error.*$"
+    r"was a network error.*$|(?:Process group|NCCL) watchdog thread terminated with exception: .*$"
 )
+# The rank ProcessGroupNCCL names in its own bracket before the watchdog's words.
+_PG_RANK = re.compile(r"\[(?:PG ID \d+ PG GUID \S+ )?Rank (\d+)\]\s*$")
 _TORCH_RANK = re.compile(r"^\[rank(\d+)\]:")
 # PyTorch's `[rank1]:` behind a launcher's own prefix (NeMo-Run's `B-nemo-ft3/0 [default1]:`,
 # `[80746] `): the rank of the line, before the error.
@@ -109,7 +114,12 @@ class TorchLines:
             )
         elif e := _TORCH_ERROR.search(line):
             lead = line[: e.start()]
-            r = _TORCH_RANK.search(line) or _RANK_LEAD.search(lead) or _SETUP_RANK.search(line)
+            r = (
+                _TORCH_RANK.search(line)
+                or _RANK_LEAD.search(lead)
+                or _PG_RANK.search(lead)
+                or _SETUP_RANK.search(line)
+            )
             h = _HOST_LEAD.fullmatch(lead)
             # A paste that lost its line breaks keeps NCCL's message on the same line.
             error, _, last = e.group(0).partition("Last error:")

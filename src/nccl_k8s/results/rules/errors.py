@@ -104,6 +104,18 @@ _TORCH_FORMS = [
         "NCCL's bootstrap timed out: this rank waited in the c10d store for rank {peer}'s "
         "ncclUniqueId, which rank {peer} never published (it crashed or is stuck before this "
         "collective) or this rank could not fetch (MASTER_ADDR/MASTER_PORT unreachable)",
+        "read rank {peer}'s log first (did it crash or hang before this point?), then check that "
+        "every rank reaches MASTER_ADDR:MASTER_PORT (firewall, the interface: "
+        "NCCL_SOCKET_IFNAME) and starts within the timeout.",
+    ),
+    # The watchdog's CUDA check of a collective failed: the GPU's context is dead (a kernel
+    # fault: an Xid, a bad kernel), every later call fails too.
+    (
+        re.compile(r"watchdog thread terminated with exception: CUDA error: (?P<what>[^.\n]+)"),
+        "a CUDA call failed on this GPU ({what}), caught by PyTorch's NCCL watchdog: the GPU's "
+        "context is dead (a kernel fault; look for an Xid in the host's kernel log)",
+        "check the host's kernel log (dmesg) for an Xid of that GPU and rerun with "
+        "CUDA_LAUNCH_BLOCKING=1 to find the kernel; a GPU that keeps failing is one to drain.",
     ),
 ]
 _PEER = re.compile(r"(?:peer|from|Connect to) (?P<peer>[\w.:-]+?)<\d+>")
@@ -296,14 +308,10 @@ def _torch(facts: Facts) -> list[Finding]:
                 "NCCL's own message above names what failed; the NCCL WARN lines of that rank "
                 "(NCCL_DEBUG=WARN or INFO) say more."
             )
-        elif (reason := _torch_reason(e.error)) is not None:
+        elif (known := _torch_reason(e.error)) is not None:
             code = "torch-nccl-error"
+            reason, hint = known
             message = f"{where + ': ' if where else ''}{reason}. PyTorch: {e.error}"
-            hint = (
-                "read rank 0's log first (did it crash or hang before this point?), then check "
-                "that every rank reaches MASTER_ADDR:MASTER_PORT (firewall, the interface: "
-                "NCCL_SOCKET_IFNAME) and starts within the timeout."
-            )
         else:
             code = "torch-nccl-error"
             message = f"{where + ': ' if where else ''}{e.error}"
@@ -313,11 +321,11 @@ def _torch(facts: Facts) -> list[Finding]:
     return out
 
 
-def _torch_reason(error: str) -> str | None:
-    """What PyTorch's own error about NCCL says failed, where its form is known."""
-    for rx, what in _TORCH_FORMS:
+def _torch_reason(error: str) -> tuple[str, str] | None:
+    """What PyTorch's own error about NCCL says failed, and what to do, where its form is known."""
+    for rx, what, hint in _TORCH_FORMS:
         if m := rx.search(error):
-            return what.format(**m.groupdict())
+            return what.format(**m.groupdict()), hint.format(**m.groupdict())
     return None
 
 
@@ -348,8 +356,9 @@ TORCH = Rule(
             "PyTorch's DistBackendError / remote-process errors about NCCL, with what NCCL's "
             "`Last error:` says failed (IB completion status, a closed or refused connection, a "
             "CUDA failure) and the peer it names, or what PyTorch's own words say (the bootstrap "
-            "timing out waiting for rank 0's ncclUniqueId); the rank from `[rankN]:` behind any "
-            "launcher prefix: also from a paste holding no NCCL line",
+            "timing out waiting for rank 0's ncclUniqueId, the watchdog dying of a CUDA error); "
+            "the rank from `[rankN]:` behind any launcher prefix: also from a paste holding no "
+            "NCCL line",
         ),
     ),
     _torch,
