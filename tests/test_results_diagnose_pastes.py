@@ -243,3 +243,28 @@ def test_a_watchdog_that_died_of_a_cuda_error_is_a_cuda_failure(
         f"the host's kernel log). PyTorch: {said}",
         [f"rank {rank}"],
     )
+
+
+def test_a_bootstrap_connect_that_gave_up_names_the_peer_and_nothing_twice() -> None:
+    # devopsrustem/slurmv4: NCCL 2.30's `ncclOsSocketPollConnect: connect to 10.82.101.249<37857>
+    # returned Connection refused, exceeded error retry count after 35 attempts`, a traceback whose
+    # source line `raise RuntimeError(f"NCCL error: {error_str}")` is echoed, then the error.
+    # Before: no peer named (`connect to`, lower case), "host RuntimeError", and the echoed
+    # source line an unexplained error of its own.
+    errors = _errors(ONLY / "slurmv4-6_ncclossocketpollconnect_refused_sglang.log")
+    assert errors == [
+        (
+            "nccl-error",
+            "a connection to a peer could not be made (an unreachable address, a firewall, or "
+            "the wrong interface: NCCL_SOCKET_IFNAME) on host tpgds-aihub0003 GPU 3; peer "
+            "10.82.101.249 is the likely culprit: NCCL WARN ncclOsSocketPollConnect: connect to "
+            "10.82.101.249<37857> returned Connection refused, exceeded error retry count after "
+            "35 attempts",
+            ["tpgds-aihub0003:2387398 [3]"],
+        ),
+        (
+            "torch-nccl-error",
+            "NCCL error: remote process exited or there was a network error",
+            [],
+        ),
+    ]

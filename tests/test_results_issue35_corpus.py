@@ -115,6 +115,10 @@ CLASSES: dict[str, list[Example]] = {
             ONLY / "nccl-1618_socketpollconnect_no_pollout_grep.log",
             _error_named("unexplained-nccl-error"),
         ),
+        Example(
+            ONLY / "slurmv4-6_ncclossocketpollconnect_refused_sglang.log",
+            _error_named("nccl-error"),
+        ),
     ],
     "error-only: ProcessGroupNCCL watchdog timeout or exception": [
         Example(ONLY / "nccl-1730_watchdog_timeout_rank118.log", ERROR_ONLY),

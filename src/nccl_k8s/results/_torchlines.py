@@ -37,7 +37,8 @@ _RANK_LEAD = re.compile(r"(?:^|[\s:\]])\[rank(\d+)\]:\s*$")
 _SETUP_RANK = re.compile(r"\[(\d+)\] is setting up NCCL communicator")
 # A host name before the line, as pdsh, clush and `mpirun --tag-output`-like wrappers put it
 # (`rdma-test-gpu-worker-1: torch.distributed.DistBackendError: ...`).
-_HOST_LEAD = re.compile(r"(?P<host>[A-Za-z][\w.-]*):\s*")
+# (Not an exception's name: `RuntimeError: NCCL error: remote process exited ...`.)
+_HOST_LEAD = re.compile(r"(?![\w.]*(?:Error|Exception|Warning):)(?P<host>[A-Za-z][\w.-]*):\s*")
 # PyTorch's NCCL error ends with NCCL's own last WARN message (ncclGetLastError), on the line after
 # `Last error:` (or on the same line, when a paste lost its line breaks).
 _LAST_ERROR = re.compile(r"^(?P<lead>(?:.*?[\]:]\s+)?)Last error:\s*(?P<msg>.*)$")

@@ -76,7 +76,7 @@ _FATAL = [
     # exceeded timeouts (3)`, `socketPollConnect poll() returned 1, no POLLOUT events`).
     (
         re.compile(
-            r"Connect to \S+ failed|connect(?:ion)? (?:to \S+ )?timed out|Bootstrap : no socket "
+            r"Connect to \S+ (?:failed|returned)|connect(?:ion)? (?:to \S+ )?timed out|Bootstrap : no socket "
             r"interface found|socket(?:Start|Poll)Connect\b.*?(?:exceeded|poll\(\))",
             re.IGNORECASE,
         ),
@@ -118,7 +118,9 @@ _TORCH_FORMS = [
         "CUDA_LAUNCH_BLOCKING=1 to find the kernel; a GPU that keeps failing is one to drain.",
     ),
 ]
-_PEER = re.compile(r"(?:peer|from|Connect to) (?P<peer>[\w.:-]+?)<\d+>")
+# The peer a WARN names: `from peer`, `Call to recv from`, `Connect to` (2.2x) or `connect to`
+# (2.30's `ncclOsSocketPollConnect: connect to 10.82.101.249<37857> returned ...`).
+_PEER = re.compile(r"(?:peer|from|[Cc]onnect to) (?P<peer>[\w.:-]+?)<\d+>")
 
 
 def _classify(

@@ -37,6 +37,9 @@ _ERROR = re.compile(
     r"|\b[\w.]*(?:Error|Exception):.*nccl",
     re.IGNORECASE,
 )
+#: A traceback's echo of the Python source that raised (`    raise RuntimeError(f"NCCL error:
+#: {error_str}")`): code, not a message; the exception's own line follows it.
+_RAISE = re.compile(r"^\s*raise [\w.]+(?:Error|Exception)\(")
 #: NCCLCHECK's error trace, an INFO message from the source location on, whatever comes between it
 #: and the arrow (2.29 adds the function: `transport.cc:88 (ncclTransportP2pSetup) -> 2`); codes
 #: 1-6 (7 is "in progress").
@@ -127,7 +130,9 @@ def _scan(facts: Facts) -> list[_Unexplained]:
     for line in facts.lines:
         warn = _WARN.search(line.text) is not None
         trace = None if warn else _TRACE.search(line.text)
-        error = trace is None and _ERROR.search(line.text) is not None
+        error = (
+            trace is None and _ERROR.search(line.text) is not None and not _RAISE.match(line.text)
+        )
         if not (warn or trace or error):
             continue
         proc, who = _who(line, reports)
