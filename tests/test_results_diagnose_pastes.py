@@ -268,3 +268,18 @@ def test_a_bootstrap_connect_that_gave_up_names_the_peer_and_nothing_twice() -> 
             [],
         ),
     ]
+
+
+def test_a_bootstrap_root_mismatch_is_fatal() -> None:
+    # devopsrustem/slurmv4: `bootstrap.cc:345 NCCL WARN Bootstrap Root : mismatch in info from
+    # procs, nranks 16 vs 16, nroots 1 vs 1, iroot 0 vs 0, offset 0 vs 1305411586` in two
+    # processes of one host. Before: two warnings, exit 0 (the root gives up; the ranks hang).
+    code, _, stderr = _diagnose(str(ONLY / "slurmv4-6_bootstrap_root_mismatch.log"))
+    assert code == 1
+    assert stderr.splitlines()[0].startswith(
+        "error nccl-error: NCCL's bootstrap root got a hello from a process of another world "
+        "(another job on its port, or ranks that disagree on the world size) on host "
+        "tpgds-aihub0003 GPU 0, host tpgds-aihub0003 GPU 0: NCCL WARN Bootstrap Root : mismatch "
+        "in info from procs, nranks 16 vs 16, nroots 1 vs 1, iroot 0 vs 0, offset 0 vs "
+        "1305411586 (and 1 more like it)"
+    )

@@ -119,6 +119,7 @@ CLASSES: dict[str, list[Example]] = {
             ONLY / "slurmv4-6_ncclossocketpollconnect_refused_sglang.log",
             _error_named("nccl-error"),
         ),
+        Example(ONLY / "slurmv4-6_bootstrap_root_mismatch.log", _error_named("nccl-error")),
     ],
     "error-only: ProcessGroupNCCL watchdog timeout or exception": [
         Example(ONLY / "nccl-1730_watchdog_timeout_rank118.log", ERROR_ONLY),

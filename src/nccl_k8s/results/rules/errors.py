@@ -60,6 +60,15 @@ _FATAL = [
     # bootstrap.cc: a bootstrap message of the wrong size: another job or NCCL version on the
     # port, or a peer that failed half-way (ncclInternalError).
     (re.compile(r"Message truncated"), "a bootstrap message was truncated"),
+    # bootstrap.cc: the root got a rank's hello whose world differs (`Bootstrap Root : mismatch
+    # in info from procs, nranks 16 vs 16, ... offset 0 vs 1305411586`, before 2.23 `mismatch in
+    # rank count`); the root gives up and the ranks hang: another job on the root's port, or
+    # ranks that disagree on the world.
+    (
+        re.compile(r"Bootstrap Root : mismatch"),
+        "NCCL's bootstrap root got a hello from a process of another world (another job on "
+        "its port, or ranks that disagree on the world size)",
+    ),
     # net_ib.cc: sizes differ between the two sides of a transfer (ncclInternalError).
     (re.compile(r"collective mismatch"), "the two sides of a transfer disagree"),
     # socket.cc / proxy.cc: a peer's socket closed or failed (ncclRemoteError).
@@ -262,6 +271,7 @@ WARNS = Rule(
             ("error", "warning"),
             "a fatal WARN: `Call to ibv_* failed`, `Failed to initialize any NET plugin`, "
             "aws-ofi-nccl initialization failed, `Couldn't open AV`, `Message truncated`, "
+            "`Bootstrap Root : mismatch`, "
             "`collective mismatch`, a peer's socket closed, a connection that could not be made "
             "or timed out (`socketPollConnect` / `socketStartConnect` giving up included), a "
             "failed libfabric request, `Cuda failure` (with or without a trace), "
