@@ -12,9 +12,14 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from nccl_k8s.cli.main import app
-from nccl_k8s.results.diagnose import diagnose_files
+from nccl_k8s.results.diagnose import diagnose_files, diagnose_text
 
 DIAG = Path(__file__).parent / "data" / "nccl-logs" / "diag"
+
+
+def _diagnose(path: Path) -> tuple[int, str, str]:
+    res = CliRunner().invoke(app, ["diagnose", str(path)])
+    return res.exit_code, res.stdout, res.stderr
 
 
 def test_failed_p2p_verification_is_an_error_and_an_outlier_a_warning() -> None:
@@ -49,6 +54,54 @@ def test_ras_environment_mismatch_is_named_with_its_ranks() -> None:
         ln.startswith(
             "info nccl-diag-ok: NCCL's diagnostics passed: ECC, GPU inventory, HIP driver "
             "version, NCCL environment, XGMI; diagnostics completed in 38.4 ms across 8 ranks"
+        )
+        for ln in lines
+    )
+
+
+def test_a_failed_p2p_edge_is_an_error_and_the_expected_notice_no_issue() -> None:
+    """RCCL's page: an edge named by its fields and `reason=noDescriptor` is a failed edge (before:
+    a warning, exit 0); the peer-access notice it calls expected is no issue of its own."""
+    code, _, stderr = _diagnose(DIAG / "rccl-docs_active_diagnostics_p2p_examples.log")
+    assert code == 1
+    lines = stderr.splitlines()
+    assert lines[0].startswith(
+        "error nccl-diag-failed: NCCL's diagnostics on node01: p2p: destination buffer "
+        "unavailable srcRank=0 srcCudaDev=0 srcNvmlDev=0 dstRank=1 dstCudaDev=1 dstNvmlDev=1 "
+        "path=XGMI handle=LEGACY_CUDA_IPC reason=noDescriptor;"
+    )
+    assert not [ln for ln in lines if ln.startswith("warning ")]
+    assert any(
+        ln.startswith(
+            "info nccl-diag-ok: NCCL's diagnostics passed: p2p; diagnostics completed in 40.0 ms "
+            "across 8 ranks"
+        )
+        for ln in lines
+    )
+
+
+def test_a_partial_p2p_summary_in_the_newer_words_is_an_error() -> None:
+    """The summary of NCCL 2.31.2 / RCCL when some edges failed, as RCCL's unit test of
+    `ncclDiagP2pReportSummary` prints it (ROCm/rocm-systems, code index file id 70885025108)."""
+    d = diagnose_text("node01:15 NCCL DIAG [INFO] p2p: 4/6 directed GPU P2P edges verified")
+    assert [(f.severity, f.code) for f in d.findings] == [("error", "nccl-diag-failed")]
+
+
+def test_nvidias_ras_report_reads_its_mismatch_and_its_peers() -> None:
+    code, _, stderr = _diagnose(DIAG / "nccl-docs_v2.31_ras_diagnostics_examples.log")
+    assert code == 0  # a difference to review, not a failure
+    lines = stderr.splitlines()
+    assert lines[0] == (
+        "warning nccl-diag-issue: NCCL's diagnostics on node042: NCCL environment: mismatch "
+        "across 8 ranks in comm 0x1234 for NCCL_DEBUG; NCCL environment: NCCL_DEBUG=INFO on "
+        "rank(s) {0,1,2,3}; NCCL environment: NCCL_DEBUG=WARN on rank(s) {4,5,6,7}; NCCL "
+        "environment: 1 NCCL_* env var(s) differ across ranks in comm 0x1234"
+    )
+    assert any(
+        ln.startswith(
+            "info nccl-diag-ok: NCCL's diagnostics passed: CUDA driver version, ECC, GPU "
+            "inventory, NCCL environment, NVLink; diagnostics completed in 12.3 ms across 8 RAS "
+            "peers"
         )
         for ln in lines
     )

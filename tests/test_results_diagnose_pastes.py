@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from nccl_k8s.cli.main import app
@@ -131,4 +132,154 @@ def test_a_launchers_host_prefix_names_the_host() -> None:
     assert err[1].startswith(
         "host rdma-test-gpu-worker-1: a CUDA call failed on this GPU. NCCL's last error: Cuda "
         "failure 'initialization error'. PyTorch: torch.distributed.DistBackendError: NCCL error"
+    )
+
+
+# Issue 35, acceptance 4: more real pastes of each error-only class (errors-only/README.md).
+@pytest.mark.parametrize(
+    ("name", "rank"),
+    [
+        # `B-nemo-ft3/0 [default1]:[rank1]: torch.distributed.DistBackendError: [1] is setting up
+        # NCCL communicator and retrieving ncclUniqueId from [0] ... wait timeout after 600000ms`
+        ("nemo-speech-14399_store_get_wait_timeout.log", 1),
+        # `torch.distributed.DistBackendError: [4] is setting up ... got error: Socket Timeout`
+        ("llamafactory-3698_store_get_socket_timeout.log", 4),
+    ],
+)
+def test_a_bootstrap_store_timeout_names_the_rank_and_what_it_waited_for(
+    name: str, rank: int
+) -> None:
+    # Before: PyTorch's text alone, and no rank (behind a launcher's prefix, or in `[4] is ...`).
+    (err,) = _errors(ONLY / name)
+    code, message, ranks = err
+    assert (code, ranks) == ("torch-nccl-error", [f"rank {rank}"])
+    assert message.startswith(
+        f"rank {rank}: NCCL's bootstrap timed out: this rank waited in the c10d store for rank "
+        "0's ncclUniqueId, which rank 0 never published"
+    )
+    assert f"PyTorch: torch.distributed.DistBackendError: [{rank}] is setting up" in message
+
+
+def test_a_socket_connect_that_gave_up_is_an_error_in_a_prefix_nobody_knows() -> None:
+    # NVIDIA/nccl#1618: grep's `rank_604.s12gn3064.4031852.log:` then a logger's own
+    # `[0604/1024][...] [misc/socket.cc:586] [s12gn3064:pid=3942408] NCCL WARN socketPollConnect
+    # poll() returned 1, no POLLOUT events`, twice. Before: an unexplained warning, exit 0.
+    code, _, stderr = _diagnose(str(ONLY / "nccl-1618_socketpollconnect_no_pollout_grep.log"))
+    assert code == 1
+    assert stderr.splitlines()[0].startswith(
+        "error unexplained-nccl-error: an NCCL error no rule explains on host s12gn3064: a "
+        "connection to a peer could not be made (an unreachable address, a firewall, or the "
+        "wrong interface: NCCL_SOCKET_IFNAME): NCCL WARN socketPollConnect poll() returned 1, "
+        "no POLLOUT events (1 more like it)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "timeouts"),
+    [
+        (
+            "basicsr-737_watchdog_allreduce_seq808.log",
+            [
+                (1, "ALLREDUCE", 808, 600020),
+                (0, "ALLREDUCE", 808, 600030),
+                (2, "ALLREDUCE", 808, 600061),
+            ],
+        ),
+        (  # each line behind `[80746] `
+            "llamafactory-7396_watchdog_numbered_lines.log",
+            [(0, "ALLREDUCE", 1580, 600060), (4, "ALLREDUCE", 1580, 600067)],
+        ),
+        (  # hard-wrapped (`OpTy` / `pe=BROADCAST`): before, "no NCCL log lines found", exit 2
+            "open-r1-620_watchdog_broadcast_hard_wrapped.log",
+            [
+                (1, "BROADCAST", 4, 1800010),
+                (2, "BROADCAST", 4, 1800010),
+                (3, "BROADCAST", 4, 1800011),
+                (6, "BROADCAST", 4, 1800010),
+                (5, "BROADCAST", 4, 1800010),
+            ],
+        ),
+    ],
+)
+def test_watchdog_timeouts_pasted_alone(
+    name: str, timeouts: list[tuple[int, str, int, int]]
+) -> None:
+    assert _diagnose(str(ONLY / name))[0] == 1
+    assert _errors(ONLY / name) == [
+        (
+            "collective-timeout",
+            f"rank {r}'s {op} (SeqNum {seq}) ran for {ms} ms before the watchdog timed it out",
+            [f"rank {r}"],
+        )
+        for r, op, seq, ms in timeouts
+    ]
+
+
+@pytest.mark.parametrize(
+    ("name", "rank", "said"),
+    [
+        (
+            "deepseek-moe-47_watchdog_terminated_cuda_error.log",
+            1,
+            "Process group watchdog thread terminated with exception: CUDA error: unspecified "
+            "launch failure",
+        ),
+        (
+            "llama-cookbook-290_nccl_watchdog_terminated_cuda_error.log",
+            0,
+            "NCCL watchdog thread terminated with exception: CUDA error: unspecified launch failure",
+        ),
+    ],
+)
+def test_a_watchdog_that_died_of_a_cuda_error_is_a_cuda_failure(
+    name: str, rank: int, said: str
+) -> None:
+    # Before: "no NCCL log lines found", exit 2 (no NCCL line, no DistBackendError).
+    (err,) = _errors(ONLY / name)
+    assert err == (
+        "torch-nccl-error",
+        f"rank {rank}: a CUDA call failed on this GPU (unspecified launch failure), caught by "
+        "PyTorch's NCCL watchdog: the GPU's context is dead (a kernel fault; look for an Xid in "
+        f"the host's kernel log). PyTorch: {said}",
+        [f"rank {rank}"],
+    )
+
+
+def test_a_bootstrap_connect_that_gave_up_names_the_peer_and_nothing_twice() -> None:
+    # devopsrustem/slurmv4: NCCL 2.30's `ncclOsSocketPollConnect: connect to 10.82.101.249<37857>
+    # returned Connection refused, exceeded error retry count after 35 attempts`, a traceback whose
+    # source line `raise RuntimeError(f"NCCL error: {error_str}")` is echoed, then the error.
+    # Before: no peer named (`connect to`, lower case), "host RuntimeError", and the echoed
+    # source line an unexplained error of its own.
+    errors = _errors(ONLY / "slurmv4-6_ncclossocketpollconnect_refused_sglang.log")
+    assert errors == [
+        (
+            "nccl-error",
+            "a connection to a peer could not be made (an unreachable address, a firewall, or "
+            "the wrong interface: NCCL_SOCKET_IFNAME) on host tpgds-aihub0003 GPU 3; peer "
+            "10.82.101.249 is the likely culprit: NCCL WARN ncclOsSocketPollConnect: connect to "
+            "10.82.101.249<37857> returned Connection refused, exceeded error retry count after "
+            "35 attempts",
+            ["tpgds-aihub0003:2387398 [3]"],
+        ),
+        (
+            "torch-nccl-error",
+            "NCCL error: remote process exited or there was a network error",
+            [],
+        ),
+    ]
+
+
+def test_a_bootstrap_root_mismatch_is_fatal() -> None:
+    # devopsrustem/slurmv4: `bootstrap.cc:345 NCCL WARN Bootstrap Root : mismatch in info from
+    # procs, nranks 16 vs 16, nroots 1 vs 1, iroot 0 vs 0, offset 0 vs 1305411586` in two
+    # processes of one host. Before: two warnings, exit 0 (the root gives up; the ranks hang).
+    code, _, stderr = _diagnose(str(ONLY / "slurmv4-6_bootstrap_root_mismatch.log"))
+    assert code == 1
+    assert stderr.splitlines()[0].startswith(
+        "error nccl-error: NCCL's bootstrap root got a hello from a process of another world "
+        "(another job on its port, or ranks that disagree on the world size) on host "
+        "tpgds-aihub0003 GPU 0, host tpgds-aihub0003 GPU 0: NCCL WARN Bootstrap Root : mismatch "
+        "in info from procs, nranks 16 vs 16, nroots 1 vs 1, iroot 0 vs 0, offset 0 vs "
+        "1305411586 (and 1 more like it)"
     )

@@ -681,3 +681,20 @@ def test_a_decorated_cell_is_read(tmp_path: Path) -> None:
         468.57,
         469.64,
     ]
+
+
+@pytest.mark.parametrize(
+    "decorated",
+    ["*468.57*", "_468.57_", "***468.57***", "**`468.57`**", "~~468.57~~", "<b>468.57</b>"],
+)
+def test_a_cell_decorated_in_any_markdown_or_html_emphasis_is_read(
+    tmp_path: Path, decorated: str
+) -> None:
+    """Issue 35: italics, bold italics, nested marks, strikethrough and HTML emphasis refused the
+    whole file ("busbw '*468.57*' is not a number"); the value inside is the cell."""
+    src = PUBLIC / "nccl-tests-290_h100x8_single_node.txt"
+    text = src.read_text()
+    assert text.count(" 468.57 ") == 1
+    path = tmp_path / "decorated.md"
+    path.write_text(text.replace(" 468.57 ", f" {decorated} "))
+    assert import_file(path).rows == import_file(src).rows

@@ -18,14 +18,27 @@ _WATCHDOG = re.compile(
     r"collective operation timeout: WorkNCCL\(SeqNum=(?P<seq>\d+), OpType=(?P<op>\w+)).*?\) ran "
     r"for (?P<ms>\d+) milliseconds"
 )
+_WATCHDOG_START = "Watchdog caught collective operation timeout"
+# ProcessGroupNCCL's watchdog dies of what it caught (`[PG ID 0 PG GUID 0(default_pg) Rank 1]
+# Process group watchdog thread terminated with exception: CUDA error: unspecified launch
+# failure`; older: `[Rank 0] NCCL watchdog thread terminated with exception: ...`).
 _TORCH_ERROR = re.compile(
     r"(?:torch\.distributed\.)?DistBackendError.*$|NCCL error:? .*remote process exited or there "
-    r"was a network error.*$"
+    r"was a network error.*$|(?:Process group|NCCL) watchdog thread terminated with exception: .*$"
 )
+# The rank ProcessGroupNCCL names in its own bracket before the watchdog's words.
+_PG_RANK = re.compile(r"\[(?:PG ID \d+ PG GUID \S+ )?Rank (\d+)\]\s*$")
 _TORCH_RANK = re.compile(r"^\[rank(\d+)\]:")
+# PyTorch's `[rank1]:` behind a launcher's own prefix (NeMo-Run's `B-nemo-ft3/0 [default1]:`,
+# `[80746] `): the rank of the line, before the error.
+_RANK_LEAD = re.compile(r"(?:^|[\s:\]])\[rank(\d+)\]:\s*$")
+# PyTorch names the rank itself in its bootstrap error: `[4] is setting up NCCL communicator and
+# retrieving ncclUniqueId from [0] via c10d key-value store ...`.
+_SETUP_RANK = re.compile(r"\[(\d+)\] is setting up NCCL communicator")
 # A host name before the line, as pdsh, clush and `mpirun --tag-output`-like wrappers put it
 # (`rdma-test-gpu-worker-1: torch.distributed.DistBackendError: ...`).
-_HOST_LEAD = re.compile(r"(?P<host>[A-Za-z][\w.-]*):\s*")
+# (Not an exception's name: `RuntimeError: NCCL error: remote process exited ...`.)
+_HOST_LEAD = re.compile(r"(?![\w.]*(?:Error|Exception|Warning):)(?P<host>[A-Za-z][\w.-]*):\s*")
 # PyTorch's NCCL error ends with NCCL's own last WARN message (ncclGetLastError), on the line after
 # `Last error:` (or on the same line, when a paste lost its line breaks).
 _LAST_ERROR = re.compile(r"^(?P<lead>(?:.*?[\]:]\s+)?)Last error:\s*(?P<msg>.*)$")
@@ -72,13 +85,26 @@ class TorchLines:
         #: After a `Last error:` line: what preceded it on the line (`[rank3]: `), until the
         #: message.
         self._lead: str | None = None
+        #: A watchdog line cut short (a paste hard-wrapped at a terminal's width: `... OpTy` /
+        #: `pe=BROADCAST, ...`), until the line after it completes it.
+        self._cut: str | None = None
 
     def start(self) -> None:
         self._lead = None
+        self._cut = None
 
     def read(self, line: str) -> bool:
         """Whether the line is one of PyTorch's about NCCL (or NCCL's message it quotes)."""
-        return self._event(line) or self._last_error(line)
+        cut, self._cut = self._cut, None
+        # A wrap at a terminal's width cuts anywhere (nothing lost); an editor's, at a space.
+        if cut is not None and any(self._event(cut + sep + line) for sep in ("", " ")):
+            return True
+        if self._event(line) or self._last_error(line):
+            return True
+        if _WATCHDOG_START in line:
+            self._cut = line.rstrip("\r\n")
+            return True
+        return False
 
     def _event(self, line: str) -> bool:
         if w := _WATCHDOG.search(line):
@@ -88,8 +114,14 @@ class TorchLines:
                 None if rank is None else int(rank), timeout=timeout, text=w.group("what")
             )
         elif e := _TORCH_ERROR.search(line):
-            r = _TORCH_RANK.search(line)
-            h = _HOST_LEAD.fullmatch(line[: e.start()])
+            lead = line[: e.start()]
+            r = (
+                _TORCH_RANK.search(line)
+                or _RANK_LEAD.search(lead)
+                or _PG_RANK.search(lead)
+                or _SETUP_RANK.search(line)
+            )
+            h = _HOST_LEAD.fullmatch(lead)
             # A paste that lost its line breaks keeps NCCL's message on the same line.
             error, _, last = e.group(0).partition("Last error:")
             error = error.strip()

@@ -152,14 +152,22 @@ def _num(tok: str, what: str, where: str) -> float:
 _CELL = re.compile(r"[-+0-9.e]+\*?|N/A")
 
 
-# A cell a user emphasised in a pasted table (`**514.40**`, `__514.40__`, `` `514.40` ``): the
-# value inside. A single trailing `*` is nccl-tests' own mark of an error past its threshold.
-_DECORATED = re.compile(r"^(\*\*|__|`)(?P<cell>[^*_`]+)\1$")
+# A cell a user emphasised in a pasted table, in markdown (`**514.40**`, `*514.40*`, `__514.40__`,
+# `~~514.40~~`, `` `514.40` ``, nested: `` **`514.40`** ``) or HTML (`<b>514.40</b>`): the value
+# inside. A single trailing `*` alone is nccl-tests' own mark of an error past its threshold.
+_DECORATED = re.compile(
+    r"^(?:(?P<mark>\*{1,3}|_{1,3}|~~|`)(?P<cell>.+?)(?P=mark)"
+    r"|<(?P<tag>b|strong|em|i|u|mark|code)>(?P<html>.+?)</(?P=tag)>)$"
+)
 
 
 def _undecorated(tok: str) -> str:
-    m = _DECORATED.match(tok)
-    return m.group("cell") if m else tok
+    for _ in range(3):  # `***x***`, `` **`x`** ``, `<b>*x*</b>`
+        m = _DECORATED.match(tok)
+        if m is None:
+            break
+        tok = m.group("cell") or m.group("html")
+    return tok
 
 
 def _looks_numeric(toks: list[str]) -> bool:

@@ -28,11 +28,18 @@ _CHECK = re.compile(r"^(?P<check>[\w][\w ./-]{0,40}?):\s")
 # A result that says the system failed a check (NCCL's and RCCL's report lines: `p2p: only
 # 52/56 GPU-to-GPU peer accesses passed verification`, `p2p: write mismatch`, `p2p: setup failed`,
 # `tool run timed out`, ECC errors, a link down), not a difference to review.
+# NCCL 2.31.2+ and RCCL word a partial P2P result `p2p: 4/6 directed GPU P2P edges verified`, and
+# name a failed edge by its fields and `reason=` (`destination buffer unavailable srcRank=0 ...
+# reason=noDescriptor`; reasons `indirect` and `none` are not failures).
 _FAILED = re.compile(
     r"\bonly \d+/\d+\b|\b(?:write|read) mismatch|\bfailed\b|timed out|uncorrect|deferred errors"
-    r"|\bdown\b",
+    r"|\bdown\b|^p2p: \d+/\d+ directed\b|\breason=(?!none\b|indirect\b)\w+",
     re.IGNORECASE,
 )
+# A notice NCCL's and RCCL's docs call expected on a healthy system, not a result: a process
+# driving several GPUs enables peer access for the check (`p2p: temporarily enabled
+# context-wide HIP peer access rank=3 cudaDev=3; ...`).
+_NOTICE = re.compile(r"temporarily enabled context-wide \w+ peer access")
 _DONE = re.compile(r"diagnostics completed in (?P<ms>[\d.]+) ms across (?P<n>\d+) (?P<who>.*)$")
 
 
@@ -44,7 +51,7 @@ def _diag(facts: Facts) -> list[Finding]:
         if "NCCL DIAG" not in line.text or (m := _DIAG.search(line.text)) is None:
             continue
         msg, host = m.group("msg"), m.group("host") or ""
-        if m.group("tag") == "OK":
+        if m.group("tag") == "OK" or _NOTICE.search(msg):
             ok.append(msg)
         elif m.group("tag") == "INFO":
             c = _CHECK.match(msg)
@@ -88,8 +95,9 @@ DIAG = Rule(
             "nccl-diag-failed",
             ("error",),
             "NCCL's own diagnostics (2.31+, `NCCL DIAG` lines) report a failure: a P2P "
-            "verification that failed (`only N/M ... passed`, a write or read mismatch), a failed "
-            "or timed-out check, uncorrectable ECC errors, a link down",
+            "verification that failed (`only N/M ... passed`, `N/M directed ... edges verified`, a "
+            "failed edge with its `reason=`, a write or read mismatch), a failed or timed-out "
+            "check, uncorrectable ECC errors, a link down",
         ),
         Code(
             "nccl-diag-issue",
@@ -100,7 +108,8 @@ DIAG = Rule(
         Code(
             "nccl-diag-ok",
             ("info",),
-            "the checks NCCL's diagnostics passed (`[OK]`) and its `completed in ... across N` line",
+            "the checks NCCL's diagnostics passed (`[OK]`) and its `completed in ... across N` "
+            "line; the notices NCCL calls expected (peer access enabled for the check) go with it",
         ),
     ),
     _diag,

@@ -60,6 +60,15 @@ _FATAL = [
     # bootstrap.cc: a bootstrap message of the wrong size: another job or NCCL version on the
     # port, or a peer that failed half-way (ncclInternalError).
     (re.compile(r"Message truncated"), "a bootstrap message was truncated"),
+    # bootstrap.cc: the root got a rank's hello whose world differs (`Bootstrap Root : mismatch
+    # in info from procs, nranks 16 vs 16, ... offset 0 vs 1305411586`, before 2.23 `mismatch in
+    # rank count`); the root gives up and the ranks hang: another job on the root's port, or
+    # ranks that disagree on the world.
+    (
+        re.compile(r"Bootstrap Root : mismatch"),
+        "NCCL's bootstrap root got a hello from a process of another world (another job on "
+        "its port, or ranks that disagree on the world size)",
+    ),
     # net_ib.cc: sizes differ between the two sides of a transfer (ncclInternalError).
     (re.compile(r"collective mismatch"), "the two sides of a transfer disagree"),
     # socket.cc / proxy.cc: a peer's socket closed or failed (ncclRemoteError).
@@ -72,10 +81,12 @@ _FATAL = [
     ),
     # socket.cc (bootstrap, proxy): a connection to a peer could not be made or timed out
     # (ncclSystemError / ncclRemoteError); bootstrap.cc: no interface to bootstrap over.
+    # socket.cc's own words when the retries run out or poll() gives up (`socketStartConnect:
+    # exceeded timeouts (3)`, `socketPollConnect poll() returned 1, no POLLOUT events`).
     (
         re.compile(
-            r"Connect to \S+ failed|connect(?:ion)? (?:to \S+ )?timed out|Bootstrap : no socket "
-            r"interface found",
+            r"Connect to \S+ (?:failed|returned)|connect(?:ion)? (?:to \S+ )?timed out|Bootstrap : no socket "
+            r"interface found|socket(?:Start|Poll)Connect\b.*?(?:exceeded|poll\(\))",
             re.IGNORECASE,
         ),
         "a connection to a peer could not be made (an unreachable address, a firewall, or the "
@@ -89,7 +100,36 @@ _FATAL = [
 # NCCL 2.30 prints such WARNs on teardown paths (ncclStrongStreamSynchronize, ncclMemFree) with
 # no error trace after them. Fatal either way; where a trace follows, that names it.
 _CUDA_FAILURE = (re.compile(r"Cuda failure"), "a CUDA call failed on this GPU")
-_PEER = re.compile(r"(?:peer|from|Connect to) (?P<peer>[\w.:-]+?)<\d+>")
+# PyTorch's own words for an NCCL failure it saw before NCCL said anything (no `Last error:`):
+# ProcessGroupNCCL's bootstrap waits in the c10d store for rank 0's ncclUniqueId
+# (`[4] is setting up NCCL communicator and retrieving ncclUniqueId from [0] via c10d key-value
+# store by key '0', but store->get('0') got error: Socket Timeout`, `wait timeout after 600000ms`).
+_TORCH_FORMS = [
+    (
+        re.compile(
+            r"retriev\w+ ncclUniqueId from \[(?P<peer>\d+)\].*got error:.*time ?out",
+            re.IGNORECASE,
+        ),
+        "NCCL's bootstrap timed out: this rank waited in the c10d store for rank {peer}'s "
+        "ncclUniqueId, which rank {peer} never published (it crashed or is stuck before this "
+        "collective) or this rank could not fetch (MASTER_ADDR/MASTER_PORT unreachable)",
+        "read rank {peer}'s log first (did it crash or hang before this point?), then check that "
+        "every rank reaches MASTER_ADDR:MASTER_PORT (firewall, the interface: "
+        "NCCL_SOCKET_IFNAME) and starts within the timeout.",
+    ),
+    # The watchdog's CUDA check of a collective failed: the GPU's context is dead (a kernel
+    # fault: an Xid, a bad kernel), every later call fails too.
+    (
+        re.compile(r"watchdog thread terminated with exception: CUDA error: (?P<what>[^.\n]+)"),
+        "a CUDA call failed on this GPU ({what}), caught by PyTorch's NCCL watchdog: the GPU's "
+        "context is dead (a kernel fault; look for an Xid in the host's kernel log)",
+        "check the host's kernel log (dmesg) for an Xid of that GPU and rerun with "
+        "CUDA_LAUNCH_BLOCKING=1 to find the kernel; a GPU that keeps failing is one to drain.",
+    ),
+]
+# The peer a WARN names: `from peer`, `Call to recv from`, `Connect to` (2.2x) or `connect to`
+# (2.30's `ncclOsSocketPollConnect: connect to 10.82.101.249<37857> returned ...`).
+_PEER = re.compile(r"(?:peer|from|[Cc]onnect to) (?P<peer>[\w.:-]+?)<\d+>")
 
 
 def _classify(
@@ -111,7 +151,7 @@ def _classify(
             if c := _COMPLETION.search(w):
                 completions.setdefault((r.key, c.group("peer")), []).append(c)
                 continue
-            why = next((what for rx, what in _FATAL if rx.search(w)), None)
+            why = fatal_reason(w)
             if why is None and w in r.fatal_warnings:
                 why = "a fatal NCCL error (an error trace `file:line -> code` follows it)"
             if why is None and _CUDA_FAILURE[0].search(w):
@@ -121,6 +161,13 @@ def _classify(
             else:
                 fatal.setdefault(w, (why, []))[1].append(r)
     return completions, fatal, harmless
+
+
+def fatal_reason(warn: str) -> str | None:
+    """What an NCCL WARN (the log's text) that ends the communicator says failed; None for any
+    other WARN (a `Cuda failure` and a WARN followed by an error trace are fatal too: their
+    callers know)."""
+    return next((what for rx, what in _FATAL if rx.search(warn)), None)
 
 
 def _completion_findings(
@@ -224,8 +271,10 @@ WARNS = Rule(
             ("error", "warning"),
             "a fatal WARN: `Call to ibv_* failed`, `Failed to initialize any NET plugin`, "
             "aws-ofi-nccl initialization failed, `Couldn't open AV`, `Message truncated`, "
+            "`Bootstrap Root : mismatch`, "
             "`collective mismatch`, a peer's socket closed, a connection that could not be made "
-            "or timed out, a failed libfabric request, `Cuda failure` (with or without a trace), "
+            "or timed out (`socketPollConnect` / `socketStartConnect` giving up included), a "
+            "failed libfabric request, `Cuda failure` (with or without a trace), "
             "or any WARN followed by NCCL's error trace; names who printed it and the peer when "
             "the line has one",
             "**error** (the aws-ofi-nccl init failure on one node: warning)",
@@ -271,13 +320,25 @@ def _torch(facts: Facts) -> list[Finding]:
                 "NCCL's own message above names what failed; the NCCL WARN lines of that rank "
                 "(NCCL_DEBUG=WARN or INFO) say more."
             )
+        elif (known := _torch_reason(e.error)) is not None:
+            code = "torch-nccl-error"
+            reason, hint = known
+            message = f"{where + ': ' if where else ''}{reason}. PyTorch: {e.error}"
         else:
             code = "torch-nccl-error"
-            message = f"{who + ': ' if who else ''}{e.error}"
+            message = f"{where + ': ' if where else ''}{e.error}"
             hint = "the NCCL WARN lines before it in the same log say which peer or link failed."
         stands_for = [t for t in (e.text, e.last_error, e.result) if t]
         out.append(Finding("error", code, message, hint, [who] if who else [], stands_for))
     return out
+
+
+def _torch_reason(error: str) -> tuple[str, str] | None:
+    """What PyTorch's own error about NCCL says failed, and what to do, where its form is known."""
+    for rx, what, hint in _TORCH_FORMS:
+        if m := rx.search(error):
+            return what.format(**m.groupdict()), hint.format(**m.groupdict())
+    return None
 
 
 def explain(message: str) -> tuple[str, str | None]:
@@ -306,7 +367,10 @@ TORCH = Rule(
             ("error",),
             "PyTorch's DistBackendError / remote-process errors about NCCL, with what NCCL's "
             "`Last error:` says failed (IB completion status, a closed or refused connection, a "
-            "CUDA failure) and the peer it names: also from a paste holding no NCCL line",
+            "CUDA failure) and the peer it names, or what PyTorch's own words say (the bootstrap "
+            "timing out waiting for rank 0's ncclUniqueId, the watchdog dying of a CUDA error); "
+            "the rank from `[rankN]:` behind any launcher prefix: also from a paste holding no "
+            "NCCL line",
         ),
     ),
     _torch,
@@ -341,4 +405,4 @@ RUN_FAILED = Rule(
     LineInterest(unplaced=True),  # the failure lines of every log
 )
 
-__all__ = ["RUN_FAILED", "TORCH", "WARNS"]
+__all__ = ["RUN_FAILED", "TORCH", "WARNS", "explain", "fatal_reason"]

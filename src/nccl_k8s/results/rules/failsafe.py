@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from nccl_k8s.results.findings import Code, Facts, Finding, Rule, Severity, seen_by
 from nccl_k8s.results.nccllog import LineInterest, NcclLine, RankReport
+from nccl_k8s.results.rules.errors import fatal_reason
 
 _WARN = re.compile(r"\bNCCL (?:WARN|ABORT)\b")
 #: ncclResult_t by name (nccl.h): what NCCL's calls return when they fail.
@@ -36,6 +37,9 @@ _ERROR = re.compile(
     r"|\b[\w.]*(?:Error|Exception):.*nccl",
     re.IGNORECASE,
 )
+#: A traceback's echo of the Python source that raised (`    raise RuntimeError(f"NCCL error:
+#: {error_str}")`): code, not a message; the exception's own line follows it.
+_RAISE = re.compile(r"^\s*raise [\w.]+(?:Error|Exception)\(")
 #: NCCLCHECK's error trace, an INFO message from the source location on, whatever comes between it
 #: and the arrow (2.29 adds the function: `transport.cc:88 (ncclTransportP2pSetup) -> 2`); codes
 #: 1-6 (7 is "in progress").
@@ -61,6 +65,8 @@ def _may_say_failure(text: str) -> bool:
 _TAG = re.compile(r"\bNCCL (?:INFO|WARN|ABORT|TRACE)\b")
 #: Who printed it, where the line says: NCCL's `host:pid:tid [dev]`, PyTorch's and Open MPI's rank.
 _WHO = re.compile(r"(?P<host>[^\s:\[\]|]+):(?P<pid>\d+):\d+ \[(?P<dev>\d+)\]")
+#: A logger's own process field (`[s12gn3064:pid=3942408]`): the host, without a GPU.
+_HOST_PID = re.compile(r"\[(?P<host>[^\s:\[\]|]+):pid=(?P<pid>\d+)\]")
 _RANK = re.compile(r"\[[Rr]ank ?(?P<rank>\d+)\]|^\[\d+,(?P<mpi>\d+)\]<std")
 #: What a removed timestamp leaves of NCCL's own `[%F %T] ` (NCCL_DEBUG_TIMESTAMP_FORMAT).
 _STAMP_LEFT = re.compile(r"^\[\s*\]\s*")
@@ -85,6 +91,9 @@ def _who(line: NcclLine, reports: dict[str, RankReport]) -> tuple[str, str]:
         parts.append(f"rank {r.group('rank')}" if r.group("rank") else f"MPI rank {r.group('mpi')}")
     if w := _WHO.search(line.text):
         parts += [f"host {w.group('host')}", f"GPU {w.group('dev')}"]
+        return f"{w.group('host')}:{w.group('pid')}", " ".join(parts)
+    if w := _HOST_PID.search(line.text):
+        parts.append(f"host {w.group('host')}")
         return f"{w.group('host')}:{w.group('pid')}", " ".join(parts)
     return "", " ".join(parts)
 
@@ -121,7 +130,9 @@ def _scan(facts: Facts) -> list[_Unexplained]:
     for line in facts.lines:
         warn = _WARN.search(line.text) is not None
         trace = None if warn else _TRACE.search(line.text)
-        error = trace is None and _ERROR.search(line.text) is not None
+        error = (
+            trace is None and _ERROR.search(line.text) is not None and not _RAISE.match(line.text)
+        )
         if not (warn or trace or error):
             continue
         proc, who = _who(line, reports)
@@ -144,6 +155,9 @@ def _scan(facts: Facts) -> list[_Unexplained]:
             what = f"{cause.message}, then an error travelled up NCCL's calls ({where}: {name})"
         else:
             what = _message(line)
+            if warn and (why := fatal_reason(what)) is not None:
+                # A WARN that ends the communicator, in a line the reader could not place.
+                what, error = f"{why}: {what}", True
         key: tuple[Severity, str] = ("error" if error or trace else "warning", _short(what))
         u = found.setdefault(key, _Unexplained(*key))
         if who and who not in u.who:
@@ -196,7 +210,9 @@ FAILSAFE = Rule(
             "a line no other rule explains says an NCCL error happened: `NCCL error`, an "
             "ncclResult_t by name (`ncclSystemError`, ...), `unhandled cuda error`, a "
             "framework's exception about NCCL, or an error trace `file:line ... -> 1..6` after "
-            "a WARN of its process (named as the cause); names the line, host and rank",
+            "a WARN of its process (named as the cause), or a WARN in a line the reader could "
+            "not place whose message is a fatal one (`nccl-error`'s forms, with its reason); "
+            "names the line, host and rank",
         ),
         Code(
             "unexplained-nccl-warn",
