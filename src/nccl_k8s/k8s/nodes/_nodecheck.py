@@ -62,6 +62,7 @@ from nccl_k8s.k8s.nodes._badnodes import (
     plan,
     verdicts,
 )
+from nccl_k8s.k8s.nodes._floor import FloorVerdict, judge_floor, pair_floor
 from nccl_k8s.k8s.nodes._level import failed_test
 from nccl_k8s.k8s.nodes._pairspec import pair_test_spec
 from nccl_k8s.k8s.preflight._nodefit import place
@@ -71,6 +72,7 @@ from nccl_k8s.k8s.run._collect import collect_async
 from nccl_k8s.k8s.run._deploy import deploy_async
 from nccl_k8s.k8s.run._plumbing import bounded
 from nccl_k8s.k8s.run._settings import WaitSettings
+from nccl_k8s.results.floors import with_floor
 from nccl_k8s.spec import RUN_ID_MAX_LEN, RunSpec, master_port_for
 
 LABEL_KEY = "nccl-k8s/node-check"
@@ -117,6 +119,10 @@ class NodesChecked:
     dry_run: bool
     fixed: dict[str, str] = dataclasses.field(default_factory=dict)
     """What the check set in every pair test's environment (pair_test_spec), not the user."""
+    floor: FloorVerdict | None = None
+    """The cluster against its expected floor (nodes._floor); None when none is known."""
+    floor_note: str = ""
+    """Why no floor was judged, when none was."""
 
     @property
     def flagged(self) -> list[str]:
@@ -150,6 +156,8 @@ class NodesChecked:
             "actions": self.actions,
             "dry_run": self.dry_run,
             "fixed": self.fixed,
+            "floor": None if self.floor is None else self.floor.to_dict(),
+            "floor_note": self.floor_note,
         }
 
 
@@ -344,6 +352,7 @@ def nodes_check(
     selector: str | None = None,
     parallel: int | None = None,
     threshold: float = 0.9,
+    floor: float | None = None,
     links: int | Literal["all"] | None = None,
     label: bool = False,
     taint: bool = False,
@@ -360,6 +369,7 @@ def nodes_check(
             selector=selector,
             parallel=parallel,
             threshold=threshold,
+            floor=floor,
             links=links,
             label=label,
             taint=taint,
@@ -391,6 +401,7 @@ async def nodes_check_async(
     selector: str | None = None,
     parallel: int | None = None,
     threshold: float = 0.9,
+    floor: float | None = None,
     links: int | Literal["all"] | None = None,
     label: bool = False,
     taint: bool = False,
@@ -401,7 +412,9 @@ async def nodes_check_async(
 ) -> NodesChecked:
     """Test the candidate nodes in rounds of disjoint pairs (pass 1 pairs them off, each later
     pass retests what is open: _badnodes.plan), give every node a verdict, with `links` test the
-    links among the good nodes too, and with `label`/`taint` write the verdicts. Every request
+    links among the good nodes too, and with `label`/`taint` write the verdicts; the cluster's
+    level is judged against `floor` (GB/s), else the expected floor of its platform where one is
+    known (nodes._floor). Every request
     goes through `kc`; interrupted (cancelled), it removes the test runs it started."""
     say = progress or (lambda text: None)
     try:
@@ -429,6 +442,8 @@ async def nodes_check_async(
             key="--selector",
         )
     spec, fixed = pair_test_spec(spec)
+    spec = with_floor(spec)[0]  # --min-busbw auto: known (or refused) before any test
+    expected = pair_floor(spec, floor)
     if fixed:
         said = " ".join(f"{k}={v}" for k, v in fixed.items())
         say(f"pair tests run with {said} (the link between the two nodes; --env sets another)")
@@ -447,7 +462,12 @@ async def nodes_check_async(
     actions: list[str] = []
     if label or taint:
         actions = await _write_verdicts(kc, findings, label=label, taint=taint, dry_run=dry_run)
-    return NodesChecked(candidates, left_out, tests, findings, actions, dry_run, fixed)
+    judged = None if isinstance(expected, str) else judge_floor(
+        findings, [t.result for t in tests], expected)  # fmt: skip
+    note = expected if isinstance(expected, str) else ""
+    return NodesChecked(
+        candidates, left_out, tests, findings, actions, dry_run, fixed, judged, note
+    )
 
 
 def _open_files(want: int) -> int:
