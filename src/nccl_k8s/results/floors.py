@@ -240,6 +240,10 @@ def with_floor(spec: RunSpec) -> tuple[RunSpec, str]:
         return spec, ""
     q = query(spec, nodes=spec.nodes, smallest=True)
     give = f"{_FLAG} GBPS after --"
+    if spec.platform not in PLATFORMS:  # `auto` where no node was read (render)
+        raise UsageError(f"{_FLAG} auto: the platform is not known here (--platform "
+                         f"{spec.platform}); name it (--platform, --instance-type) or give {give}",
+                         key="engine_args")  # fmt: skip
     if q is None:
         raise UsageError(f"{_FLAG} auto: the gloo backend has no expected floor; give {give}",
                          key="engine_args")  # fmt: skip

@@ -74,6 +74,15 @@ def pair_floor(spec: RunSpec, given: float | None) -> tuple[float, Floor | None]
     return (row.floor_gbps, row) if row is not None else no_floor(q, give=FLOOR_FLAG)
 
 
+def cluster_floor(
+    expected: tuple[float, Floor | None] | str, findings: Findings, results: list[PairResult]
+) -> tuple[FloorVerdict | None, str]:
+    """The verdict against `expected` (pair_floor's), or none and why not."""
+    if isinstance(expected, str):
+        return None, expected
+    return judge_floor(findings, results, expected), ""
+
+
 def judge_floor(
     findings: Findings, results: list[PairResult], floor: tuple[float, Floor | None]
 ) -> FloorVerdict:
@@ -87,4 +96,4 @@ def judge_floor(
     return FloorVerdict(gbps, measured, below, row)
 
 
-__all__ = ["FLOOR_FLAG", "FloorVerdict", "judge_floor", "pair_floor"]
+__all__ = ["FLOOR_FLAG", "FloorVerdict", "cluster_floor", "judge_floor", "pair_floor"]

@@ -62,7 +62,7 @@ from nccl_k8s.k8s.nodes._badnodes import (
     plan,
     verdicts,
 )
-from nccl_k8s.k8s.nodes._floor import FloorVerdict, judge_floor, pair_floor
+from nccl_k8s.k8s.nodes._floor import FloorVerdict, cluster_floor, pair_floor
 from nccl_k8s.k8s.nodes._level import failed_test
 from nccl_k8s.k8s.nodes._pairspec import pair_test_spec
 from nccl_k8s.k8s.preflight._nodefit import place
@@ -119,10 +119,8 @@ class NodesChecked:
     dry_run: bool
     fixed: dict[str, str] = dataclasses.field(default_factory=dict)
     """What the check set in every pair test's environment (pair_test_spec), not the user."""
-    floor: FloorVerdict | None = None
-    """The cluster against its expected floor (nodes._floor); None when none is known."""
-    floor_note: str = ""
-    """Why no floor was judged, when none was."""
+    floor: FloorVerdict | None = None  # the cluster against its floor (nodes._floor)
+    floor_note: str = ""  # why no floor was judged, when none was
 
     @property
     def flagged(self) -> list[str]:
@@ -412,9 +410,8 @@ async def nodes_check_async(
 ) -> NodesChecked:
     """Test the candidate nodes in rounds of disjoint pairs (pass 1 pairs them off, each later
     pass retests what is open: _badnodes.plan), give every node a verdict, with `links` test the
-    links among the good nodes too, and with `label`/`taint` write the verdicts; the cluster's
-    level is judged against `floor` (GB/s), else the expected floor of its platform where one is
-    known (nodes._floor). Every request
+    links among the good nodes too, with `label`/`taint` write the verdicts, and judge the
+    cluster against `floor` (GB/s) or its platform's (nodes._floor). Every request
     goes through `kc`; interrupted (cancelled), it removes the test runs it started."""
     say = progress or (lambda text: None)
     try:
@@ -462,12 +459,8 @@ async def nodes_check_async(
     actions: list[str] = []
     if label or taint:
         actions = await _write_verdicts(kc, findings, label=label, taint=taint, dry_run=dry_run)
-    judged = None if isinstance(expected, str) else judge_floor(
-        findings, [t.result for t in tests], expected)  # fmt: skip
-    note = expected if isinstance(expected, str) else ""
-    return NodesChecked(
-        candidates, left_out, tests, findings, actions, dry_run, fixed, judged, note
-    )
+    floor_of = cluster_floor(expected, findings, [t.result for t in tests])
+    return NodesChecked(candidates, left_out, tests, findings, actions, dry_run, fixed, *floor_of)
 
 
 def _open_files(want: int) -> int:
