@@ -188,3 +188,10 @@ def test_pair_tests_floor_given_or_from_the_table_or_why_not() -> None:
     gloo = _spec("--backend", "gloo", world_size=2, gpus_per_node=1, platform="generic",
                  instance_type=None)  # fmt: skip
     assert "gloo" in str(pair_floor(gloo, None))
+
+
+@pytest.mark.parametrize("value", ["0", "-5"])
+def test_nodes_check_floor_must_be_a_positive_bandwidth(value: str) -> None:
+    got = CliRunner().invoke(app, ["nodes", "check", "--floor", value])
+    assert got.exit_code == 2, got.output
+    assert f"--floor {float(value):g}: expected a bus bandwidth in GB/s > 0" in got.output

@@ -44,3 +44,20 @@ def test_a_floor_above_the_cluster_fails_it_as_a_whole(cluster: Cluster, namespa
     # The cluster's level is the finding: no node is called bad for it.
     assert [v["node"] for v in doc["nodes"] if v["verdict"] == "bad"] == []
     assert labelled(cluster, namespace) == []  # every test run was removed
+
+
+def test_deploy_min_busbw_auto_without_a_known_floor_is_refused(
+    cluster: Cluster, namespace: str
+) -> None:
+    """The test cluster is `generic` (--platform auto finds no fabric): no floor is known, so
+    `--min-busbw auto` is one exit-2 line saying for what and how to give a number, and nothing
+    is created."""
+    got = cli(
+        cluster, "deploy", "-n", namespace, "--world-size", "2", "--gpus-per-node", "1",
+        "--", "-b", "32M", "-e", "64M", "--min-busbw", "auto",
+    )  # fmt: skip
+    assert got.exit_code == 2, got.output
+    line = got.output.strip().splitlines()[-1]
+    assert "--min-busbw auto: no expected floor is known for generic" in line
+    assert "give a number: --min-busbw GBPS" in line
+    assert labelled(cluster, namespace) == []
