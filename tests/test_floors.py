@@ -15,9 +15,9 @@ from typer.testing import CliRunner
 from nccl_k8s.cli.main import app
 from nccl_k8s.errors import UsageError
 from nccl_k8s.k8s.nodes._badnodes import Findings
+from nccl_k8s.k8s.nodes._checked import NodesChecked
 from nccl_k8s.k8s.nodes._floor import judge_floor, pair_floor
 from nccl_k8s.k8s.nodes._level import PairResult
-from nccl_k8s.k8s.nodes._nodecheck import NodesChecked
 from nccl_k8s.results.floors import (
     FLOORS,
     FloorQuery,
