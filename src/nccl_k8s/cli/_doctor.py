@@ -107,6 +107,7 @@ def nodes_check_command(
     selector: Selector = None,
     parallel: Parallel = None,
     threshold: Threshold = 0.9,
+    floor: Floor = None,
     links: Links = None,
     write_label: WriteLabel = False,
     write_taint: WriteTaint = False,
@@ -119,7 +120,8 @@ def nodes_check_command(
 ) -> None:
     """Find bad nodes: 2-node tests (the deploy flags, two pods pinned to two nodes) in rounds
     of disjoint pairs: the nodes where a pod fits paired off, then each suspect with a cleared
-    node. Exit 1 when a node is bad, or unknown (inconclusive). Default engine flags: `-- --ops
+    node. Exit 1 when a node is bad, or unknown (inconclusive), or the whole cluster is below
+    its expected floor (--floor, else the platform's: docs/floors.md). Default engine flags: `-- --ops
     all_reduce -b 64M -e 1G -f 4 -n 20`."""
     from nccl_k8s import k8s
 
@@ -131,6 +133,8 @@ def nodes_check_command(
         raise UsageError(
             f"--threshold {threshold:g}: expected a fraction in (0, 1]", key="--threshold"
         )
+    if floor is not None and not floor > 0:
+        raise UsageError(f"--floor {floor:g}: expected a bus bandwidth in GB/s > 0", key="--floor")
     if dry_run and not (write_label or write_taint):
         raise UsageError("--dry-run: applies to --label or --taint", key="--dry-run")
     if selector is not None:
@@ -142,6 +146,7 @@ def nodes_check_command(
         selector=selector,
         parallel=parallel,
         threshold=threshold,
+        floor=floor,
         links=links_arg,
         label=write_label,
         taint=write_taint,
@@ -155,7 +160,7 @@ def nodes_check_command(
         _print_checked(checked)
     for action in checked.actions:
         err.print(action, markup=False, highlight=False)
-    if checked.flagged:
+    if checked.flagged or (checked.floor is not None and checked.floor.below):
         raise typer.Exit(1)
 
 
@@ -192,6 +197,10 @@ def _print_checked(checked: Any) -> None:
     if checked.fixed:
         said = " ".join(f"{k}={v}" for k, v in checked.fixed.items())
         out.print(f"pair tests fixed {said} (the link between the two nodes)", markup=False)
+    if checked.floor is not None:
+        out.print(checked.floor.finding, markup=False)
+    elif checked.floor_note:
+        out.print(checked.floor_note, markup=False)
     for link in f.links:
         out.print(f"slow link {link.a} <-> {link.b}: {link.why}", markup=False)
     for name, why in checked.left_out.items():
@@ -301,6 +310,20 @@ Threshold = Annotated[
         "--threshold",
         metavar="FRACTION",
         help="A node is bad below this fraction of the good nodes' median bus bandwidth.",
+    ),
+]
+
+Floor = Annotated[
+    float | None,
+    typer.Option(
+        "--floor",
+        metavar="GBPS",
+        help=with_default(
+            "Fail when the cluster's bus bandwidth (its level) is below this: the whole cluster, "
+            "not one node.",
+            "the expected floor of the detected platform, where docs/floors.md knows one",
+        ),
+        show_default=False,
     ),
 ]
 

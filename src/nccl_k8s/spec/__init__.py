@@ -13,7 +13,14 @@ generated run id, both overridable for tests.
 from __future__ import annotations
 
 from nccl_k8s.spec import _kinds
-from nccl_k8s.spec._build import build_run_spec, missing_devices, with_platform
+from nccl_k8s.spec._build import (
+    MIN_BUSBW_AUTO,
+    build_run_spec,
+    engine_numeric,
+    min_busbw_auto_at,
+    missing_devices,
+    with_platform,
+)
 from nccl_k8s.spec._gangs import GANGS, Gang, GangScheduler
 from nccl_k8s.spec._kinds import *  # noqa: F403  # the optional-kinds table: every name of its __all__
 from nccl_k8s.spec._model import (
@@ -82,6 +89,7 @@ __all__ = [
     "MASTER_PORT_SPAN",
     "MEMORY_PER_GPU",
     "METADATA",
+    "MIN_BUSBW_AUTO",
     "MONITORING",
     "NETWORK",
     "NETWORKS_ANNOTATION",
@@ -111,9 +119,11 @@ __all__ = [
     "build_run_spec",
     "bytes_quantity",
     "cpu_quantity",
+    "engine_numeric",
     "generate_run_id",
     "label_selector",
     "master_port_for",
+    "min_busbw_auto_at",
     "missing_devices",
     "parse_duration",
     "parse_toleration",

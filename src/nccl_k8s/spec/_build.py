@@ -115,6 +115,31 @@ def _fits(world: int, g: int, nodes: int, given: str) -> tuple[int, int, int]:
     return world, g, nodes
 
 
+#: `--min-busbw auto` (deploy, render, nodes check): the expected floor of the run's platform,
+#: resolved where the platform is known (results.floors.with_floor); a number until then.
+MIN_BUSBW_AUTO = "auto"
+_MIN_BUSBW = "--min-busbw"
+
+
+def min_busbw_auto_at(args: Sequence[str]) -> int | None:
+    """The index of the `auto` value of --min-busbw among engine arguments, or None."""
+    for i, a in enumerate(args):
+        if a == f"{_MIN_BUSBW}={MIN_BUSBW_AUTO}":
+            return i
+        if a == MIN_BUSBW_AUTO and i > 0 and args[i - 1] == _MIN_BUSBW:
+            return i
+    return None
+
+
+def engine_numeric(args: Sequence[str]) -> list[str]:
+    """Engine arguments as the engine's parser takes them: `--min-busbw auto`'s value a number."""
+    at = min_busbw_auto_at(args)
+    out = [str(a) for a in args]
+    if at is not None:
+        out[at] = "0" if out[at] == MIN_BUSBW_AUTO else f"{_MIN_BUSBW}=0"
+    return out
+
+
 def _engine_args(args: Sequence[str], *, world_size: int) -> tuple[str, ...]:
     """Validate engine flags with the engine's own parser, so a bad -b fails here, not in a pod."""
     from nccl_k8s.bench.config import ConfigError, check_backend, parse_args
@@ -126,7 +151,7 @@ def _engine_args(args: Sequence[str], *, world_size: int) -> tuple[str, ...]:
             key="engine_args",
         )
     try:
-        config = parse_args(argv)
+        config = parse_args(engine_numeric(argv))
         # On GPU pods `auto` resolves to NCCL; an explicit backend is checked as given.
         backend = config.backend if config.backend != "auto" else "nccl"
         check_backend(config, backend, world_size=world_size)
@@ -372,7 +397,7 @@ def _monitoring(f: Fields, engine_args: Sequence[str]) -> None:
             )
     from nccl_k8s.bench.config import parse_args
 
-    if kind == "job" and parse_args([str(a) for a in engine_args]).sweeps == 0:
+    if kind == "job" and parse_args(engine_numeric(engine_args)).sweeps == 0:
         raise UsageError(
             "engine arguments: --sweeps 0 sweeps until stopped, which a Job never is (its "
             "--active-deadline fails it): expected --workload statefulset for continuous sweeps",

@@ -62,6 +62,8 @@ from nccl_k8s.k8s.nodes._badnodes import (
     plan,
     verdicts,
 )
+from nccl_k8s.k8s.nodes._checked import NodesChecked, PairTest
+from nccl_k8s.k8s.nodes._floor import cluster_floor, pair_floor
 from nccl_k8s.k8s.nodes._level import failed_test
 from nccl_k8s.k8s.nodes._pairspec import pair_test_spec
 from nccl_k8s.k8s.preflight._nodefit import place
@@ -71,6 +73,7 @@ from nccl_k8s.k8s.run._collect import collect_async
 from nccl_k8s.k8s.run._deploy import deploy_async
 from nccl_k8s.k8s.run._plumbing import bounded
 from nccl_k8s.k8s.run._settings import WaitSettings
+from nccl_k8s.results.floors import with_floor
 from nccl_k8s.spec import RUN_ID_MAX_LEN, RunSpec, master_port_for
 
 LABEL_KEY = "nccl-k8s/node-check"
@@ -91,66 +94,6 @@ RAW_PER_TEST = 2
 #: Files the check keeps for itself beside its tests' sockets (the kubeconfig, results files,
 #: the interpreter's own).
 RESERVED_FILES = 64
-
-
-@dataclasses.dataclass(frozen=True)
-class PairTest:
-    result: PairResult
-    run_id: str
-    seconds: float
-    """From its deploy to its result (its removal runs on beside the next tests)."""
-    culprit_node: str | None = None
-    """The node the failed run's message named as its culprit's, when it named one."""
-    deploy_s: float | None = None
-    """Of `seconds`, the deploy followed to the run's end (the rest: collect)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class NodesChecked:
-    candidates: list[str]
-    left_out: dict[str, str]
-    """GPU nodes that are not candidates, and why (taint, too few GPUs ...)."""
-    tests: list[PairTest]
-    findings: Findings
-    actions: list[str]
-    """What --label/--taint did (or, with dry_run, would do)."""
-    dry_run: bool
-    fixed: dict[str, str] = dataclasses.field(default_factory=dict)
-    """What the check set in every pair test's environment (pair_test_spec), not the user."""
-
-    @property
-    def flagged(self) -> list[str]:
-        return [v.node for v in self.findings.flagged]
-
-    def to_dict(self) -> dict[str, Any]:
-        f = self.findings
-        return {
-            "threshold": f.threshold,
-            "reference_busbw": f.reference,
-            "inconclusive": f.inconclusive,
-            "noise": f.noise,
-            "cut": f.cut,
-            "passes": f.passes,
-            "flag": f.flag,
-            "z": f.z,
-            "ran": f.ran,
-            "nodes": [dataclasses.asdict(v) for v in f.nodes],
-            "slow_links": [dataclasses.asdict(link) for link in f.links],
-            "tests": [
-                {
-                    **dataclasses.asdict(t.result),
-                    "run_id": t.run_id,
-                    "seconds": round(t.seconds, 1),
-                    "deploy_s": None if t.deploy_s is None else round(t.deploy_s, 1),
-                    "culprit_node": t.culprit_node,
-                }
-                for t in self.tests
-            ],
-            "left_out": self.left_out,
-            "actions": self.actions,
-            "dry_run": self.dry_run,
-            "fixed": self.fixed,
-        }
 
 
 def _natural(name: str) -> list[Any]:
@@ -344,6 +287,7 @@ def nodes_check(
     selector: str | None = None,
     parallel: int | None = None,
     threshold: float = 0.9,
+    floor: float | None = None,
     links: int | Literal["all"] | None = None,
     label: bool = False,
     taint: bool = False,
@@ -360,6 +304,7 @@ def nodes_check(
             selector=selector,
             parallel=parallel,
             threshold=threshold,
+            floor=floor,
             links=links,
             label=label,
             taint=taint,
@@ -391,6 +336,7 @@ async def nodes_check_async(
     selector: str | None = None,
     parallel: int | None = None,
     threshold: float = 0.9,
+    floor: float | None = None,
     links: int | Literal["all"] | None = None,
     label: bool = False,
     taint: bool = False,
@@ -401,7 +347,8 @@ async def nodes_check_async(
 ) -> NodesChecked:
     """Test the candidate nodes in rounds of disjoint pairs (pass 1 pairs them off, each later
     pass retests what is open: _badnodes.plan), give every node a verdict, with `links` test the
-    links among the good nodes too, and with `label`/`taint` write the verdicts. Every request
+    links among the good nodes too, with `label`/`taint` write the verdicts, and judge the
+    cluster against `floor` (GB/s) or its platform's (nodes._floor). Every request
     goes through `kc`; interrupted (cancelled), it removes the test runs it started."""
     say = progress or (lambda text: None)
     try:
@@ -429,6 +376,8 @@ async def nodes_check_async(
             key="--selector",
         )
     spec, fixed = pair_test_spec(spec)
+    spec = with_floor(spec)[0]  # --min-busbw auto: known (or refused) before any test
+    expected = pair_floor(spec, floor)
     if fixed:
         said = " ".join(f"{k}={v}" for k, v in fixed.items())
         say(f"pair tests run with {said} (the link between the two nodes; --env sets another)")
@@ -447,7 +396,8 @@ async def nodes_check_async(
     actions: list[str] = []
     if label or taint:
         actions = await _write_verdicts(kc, findings, label=label, taint=taint, dry_run=dry_run)
-    return NodesChecked(candidates, left_out, tests, findings, actions, dry_run, fixed)
+    floor_of = cluster_floor(expected, findings, [t.result for t in tests])
+    return NodesChecked(candidates, left_out, tests, findings, actions, dry_run, fixed, *floor_of)
 
 
 def _open_files(want: int) -> int:

@@ -527,7 +527,11 @@ def pod_monitor(spec: RunSpec) -> Obj:
 def render(spec: RunSpec, *, adopt: bool = False) -> list[Obj]:
     """The run's objects in apply order; the same spec always gives the same objects. With
     `adopt`, the objects with which the run's pods make the others dependents of the workload
-    come first (rendering._adopt): `nccl-k8s render` prints them, `deploy` adopts itself."""
+    come first (rendering._adopt): `nccl-k8s render` prints them, `deploy` adopts itself.
+    `--min-busbw auto` becomes the floor of the spec's platform and machine (results.floors)."""
+    from nccl_k8s.results.floors import with_floor  # the results package: only when rendering
+
+    spec = with_floor(spec)[0]
     check_platform(spec)
     objs: list[Obj] = []
     if spec.engine == "zipapp":

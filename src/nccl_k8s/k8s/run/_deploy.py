@@ -41,6 +41,7 @@ from nccl_k8s.k8s.run._outcomes import Created, Deployed, ProgressFn, WaitOutcom
 from nccl_k8s.k8s.run._plumbing import WORKLOADS, delete_created
 from nccl_k8s.k8s.run._settings import WaitSettings
 from nccl_k8s.k8s.run._tracing import span
+from nccl_k8s.results.floors import with_floor
 from nccl_k8s.spec import LABEL_INSTANCE, LABEL_NAME, RunSpec
 from nccl_k8s.spec.platforms import PLATFORMS
 
@@ -99,11 +100,12 @@ async def deploy_async(
     left as it is)."""
     ns = spec.namespace or kc.namespace
     resolved = await resolve_async(kc, spec)  # --platform auto: read the nodes, choose
-    spec = resolved.spec
+    spec, floor_note = with_floor(resolved.spec)  # --min-busbw auto: the platform's floor
+    note = "\n".join(n for n in (resolved.note, floor_note) if n)
     with span("deploy", run_id=spec.run_id, namespace=ns, **_span_attributes(spec)):
         with span("apply", run_id=spec.run_id, namespace=ns):
             deployed = await _deploy(
-                kc, spec, create_namespace=create_namespace, platform_note=resolved.note
+                kc, spec, create_namespace=create_namespace, platform_note=note
             )
         if on_deployed is not None:
             on_deployed(deployed)
