@@ -32,8 +32,9 @@ import json
 from collections.abc import Callable
 
 from nccl_k8s.k8s.api._types import Obj
-from nccl_k8s.k8s.rendering._names import CONTAINER_NAME
+from nccl_k8s.k8s.rendering._names import CONTAINER_NAME, RENDERED_ANNOTATION
 from nccl_k8s.k8s.rendering._wrapper import ADOPT_ENV
+from nccl_k8s.spec import LABEL_INSTANCE
 
 RBAC_VERSION = "rbac.authorization.k8s.io/v1"
 
@@ -98,7 +99,16 @@ def with_adoption(objs: list[Obj], meta: Callable[[str], Obj]) -> list[Obj]:
     adopted = [_ref(o) for o in [account, role, binding, *objs[:-1]]]
     owner = _ref(workload)
     role["rules"] = [_rule(owner, ["get"]), *(_rule(r, ["get", "patch"]) for r in adopted)]
-    plan = {"owner": owner, "objects": adopted}
+    marks = meta(name)
+    plan = {
+        "owner": owner,
+        "objects": adopted,
+        # Only an object carrying the run's render mark and run label is adopted.
+        "mark": {
+            "labels": {LABEL_INSTANCE: marks["labels"][LABEL_INSTANCE]},
+            "annotations": {RENDERED_ANNOTATION: marks["annotations"][RENDERED_ANNOTATION]},
+        },
+    }
 
     pod = workload["spec"]["template"]["spec"]
     pod["serviceAccountName"] = name

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import re
 import shlex
 
 from nccl_k8s.bench.config import METRICS_ADDR_ENV, NODE_NAME_ENV
@@ -123,9 +124,13 @@ def _metadata(spec: RunSpec, name: str, **extra_labels: str) -> Obj:
     return meta
 
 
+_DOLLAR = re.compile(r"\$(?=[$(])")
+
+
 def _escape_refs(text: str) -> str:
-    """Kubernetes expands `$(VAR)` in command and args; `$$(` keeps a literal `$(`."""
-    return text.replace("$(", "$$(")
+    """Kubernetes expands `$(VAR)` in command, args and env values and reads `$$` as `$`: a `$`
+    before `(` or `$` is doubled, so the container sees exactly `text`."""
+    return _DOLLAR.sub("$$", text)
 
 
 def configmap(spec: RunSpec) -> Obj:
@@ -244,7 +249,8 @@ def _env(spec: RunSpec) -> list[Obj]:
             env.append({"name": METRICS_ADDR_ENV, "value": "$(POD_IP)"})
     if spec.engine == "zipapp":
         env.append({"name": "PYTHONPATH", "value": f"{ENGINE_MOUNT}/{ZIPAPP_NAME}"})
-    env += [{"name": k, "value": v} for k, v in pod_env(spec)]
+    user = dict(spec.env)  # the user's values are data, never references; presets may be
+    env += [{"name": k, "value": _escape_refs(v) if k in user else v} for k, v in pod_env(spec)]
     return env
 
 

@@ -18,7 +18,9 @@ from nccl_k8s.bench.report import BLOCK_BEGIN, BLOCK_END
 WRAPPER_ENV = "NCCL_K8S_WRAPPER"
 
 #: JSON naming the workload (`owner`) and the objects it adopts (`objects`), each as
-#: {"apiVersion", "kind", "plural", "name"}; set on the pods of a rendered run with adoption.
+#: {"apiVersion", "kind", "plural", "name"}, and the run's `mark` ({"labels": {...},
+#: "annotations": {...}}): an object of that name that lacks any of them is not adopted (it is
+#: not the run's); set on the pods of a rendered run with adoption.
 ADOPT_ENV = "NCCL_K8S_ADOPT"
 
 #: Where Kubernetes mounts a pod's service account token, CA bundle and namespace.
@@ -48,8 +50,13 @@ def adopt(plan):
     # The pod of index 0 makes the run's objects dependents of its workload (ownerReferences),
     # so that deleting the workload deletes them: render | kubectl apply leaves no orphans.
     d = "__SA_DIR__/"
-    ns = open(d + "namespace").read().strip()
-    auth = {"Authorization": "Bearer " + open(d + "token").read().strip()}
+
+    def read(name):
+        with open(d + name) as f:
+            return f.read().strip()
+
+    ns = read("namespace")
+    auth = {"Authorization": "Bearer " + read("token")}
     ctx = ssl.create_default_context(cafile=d + "ca.crt")
     host, port = os.environ["KUBERNETES_SERVICE_HOST"], os.environ["KUBERNETES_SERVICE_PORT"]
     base = "https://%s:%s" % ("[%s]" % host if ":" in host else host, port)
@@ -79,6 +86,10 @@ def adopt(plan):
         try:
             for attempt in range(3):
                 meta = call(o)["metadata"]
+                if any((meta.get(f) or {}).get(k) != v
+                       for f, kv in plan["mark"].items() for k, v in kv.items()):
+                    raise NotOurs("not this run's: its render mark or run label differ; "
+                                  "left alone")
                 refs = meta.get("ownerReferences") or []
                 if any(r.get("uid") == uid for r in refs):
                     break
@@ -98,7 +109,13 @@ def adopt(plan):
         "removes them" % (who, "; ".join(failed), who, w["name"])
 
 
+class NotOurs(Exception):
+    pass
+
+
 def why(e):
+    if isinstance(e, NotOurs):
+        return str(e)
     if isinstance(e, urllib.error.HTTPError):
         try:
             return "%d %s" % (e.code, json.loads(e.read().decode())["message"])
