@@ -125,12 +125,12 @@ def wrapper_adopt(tmp_path: Any, monkeypatch: pytest.MonkeyPatch, objects: dict[
     import ssl
     import urllib.request
 
-    from nccl_k8s.k8s.rendering._wrapper import POD_WRAPPER, SERVICE_ACCOUNT_DIR
+    from nccl_k8s.k8s.rendering._wrapper import ADOPT_TOKEN_DIR, ADOPTER
 
     for name, text in (("namespace", "team"), ("token", "t"), ("ca.crt", "")):
         (tmp_path / name).write_text(text)
-    code = POD_WRAPPER[POD_WRAPPER.index("def adopt(plan):") : POD_WRAPPER.index("def adoption(")]
-    code = code.replace(SERVICE_ACCOUNT_DIR, str(tmp_path))
+    code = ADOPTER[ADOPTER.index("def adopt(plan):") : ADOPTER.index("\nindex = ")]
+    code = code.replace(ADOPT_TOKEN_DIR, str(tmp_path))
     patched: list[str] = []
 
     class Answer(io.BytesIO):
@@ -165,7 +165,7 @@ def test_adoption_leaves_an_object_of_the_same_name_that_is_not_the_runs(
     spec = build_run_spec(world_size=2, gpus_per_node=1, run_id="r", namespace="team")
     objs = render(spec, adopt=True)
     job = objs[-1]
-    env = job["spec"]["template"]["spec"]["containers"][0]["env"]
+    env = job["spec"]["template"]["spec"]["initContainers"][0]["env"]
     plan = json.loads(next(e["value"] for e in env if e["name"] == "NCCL_K8S_ADOPT"))
     served: dict[str, Any] = {}
     for o in objs:
@@ -268,3 +268,94 @@ def test_platform_auto_never_escalates_and_says_how_to_ask(
         assert not pod.get("hostNetwork")
         for c in pod["containers"] + pod.get("initContainers", []):
             assert not c.get("securityContext", {}).get("privileged"), c["name"]
+
+
+# ---- tokens ------------------------------------------------------------------------------------
+
+
+CLI_PLATFORMS = ("generic", "gke-tcpxo", "oke-roce")
+
+
+def every_variant() -> list[dict[str, Any]]:
+    """Every platform (with what it needs to render), workload and gang."""
+    from nccl_k8s.spec import GANGS
+    from nccl_k8s.spec.platforms import PLATFORMS
+
+    needs: dict[str, dict[str, Any]] = {"eks-efa": {"instance_type": "p5.48xlarge"}, "gke-tcpx": {"instance_type":
+             "a3-highgpu-8g"}, "gke-tcpxo": {"instance_type": "a3-megagpu-8g"},
+             "gke-rdma": {"instance_type": "a3-ultragpu-8g"}, "aks-ib": {"instance_type":
+             "Standard_ND96isr_H100_v5"}, "oke-roce": {"instance_type": "BM.GPU.H100.8"},
+             "together": {"rdma_resource": ["rdma/ib=1"]}}  # fmt: skip
+    out: list[dict[str, Any]] = []
+    for platform in PLATFORMS:
+        for workload in ("job", "statefulset"):
+            for gang in (None, *GANGS):
+                out.append({"platform": platform, "workload": workload, "gang": gang,
+                            **needs.get(platform, {})})  # fmt: skip
+    return out
+
+
+def pod_specs(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [o["spec"]["template"]["spec"] for o in objs if "template" in o.get("spec", {})]
+
+
+def token_mounts(pod: dict[str, Any]) -> dict[str, list[str]]:
+    """Per container (init containers too), the volumes it mounts that hold an API token."""
+    tokens = {v["name"] for v in pod.get("volumes", [])
+              if any("serviceAccountToken" in s for s in v.get("projected", {}).get("sources", []))
+              or "kube-api-access" in v["name"]}  # fmt: skip
+    return {
+        c["name"]: [m["name"] for m in c.get("volumeMounts", []) if m["name"] in tokens]
+        for c in pod.get("initContainers", []) + pod["containers"]
+    }
+
+
+def test_a_default_render_mounts_no_token_anywhere() -> None:
+    """Issue 36: `render` used to mount the adoption token in every container of every pod."""
+    variants = every_variant()
+    assert len(variants) >= 10 * 2 * 4
+    for v in variants:
+        spec = build_run_spec(world_size=16, gpus_per_node=8, run_id="r", **v)
+        # The CLI's default once per platform (it is the same function): the suite stays fast.
+        by_cli = v["workload"] == "job" and v["gang"] is None and v["platform"] in CLI_PLATFORMS
+        for objs in (render(spec), *([rendered_by_cli(spec)] if by_cli else [])):
+            pods = pod_specs(objs)
+            assert pods, v
+            for pod in pods:
+                assert pod["automountServiceAccountToken"] is False, v
+                assert "serviceAccountName" not in pod, v
+                assert not any(token_mounts(pod).values()), v
+            assert not [o for o in objs if o["kind"] in ("ServiceAccount", "Role", "RoleBinding")]
+
+
+def rendered_by_cli(spec: Any) -> list[dict[str, Any]]:
+    """What `nccl-k8s render` prints for the spec's options (its default, no --adopt)."""
+    args = ["render", "--run-id", spec.run_id, "--world-size", "16", "--gpus-per-node", "8",
+            "--platform", spec.platform, "--workload", spec.workload]  # fmt: skip
+    if spec.gang:
+        args += ["--gang", spec.gang]
+    if spec.instance_type:
+        args += ["--instance-type", spec.instance_type]
+    if spec.platform == "together":
+        args += ["--rdma-resource", "rdma/ib=1"]
+    res = cli(*args)
+    assert res.exit_code == 0, res.output
+    return [d for d in yaml.safe_load_all(res.output) if d]
+
+
+def test_with_adopt_the_token_is_in_one_init_container_only() -> None:
+    for v in every_variant():
+        spec = build_run_spec(world_size=16, gpus_per_node=8, run_id="r", **v)
+        (pod,) = pod_specs(render(spec, adopt=True))
+        assert pod["automountServiceAccountToken"] is False and pod["serviceAccountName"] == "r"
+        mounts = token_mounts(pod)
+        assert {c: m for c, m in mounts.items() if m} == {
+            "nccl-k8s-adopt": ["nccl-k8s-adopt-token"]
+        }
+        adopter = pod["initContainers"][0]
+        assert adopter["name"] == "nccl-k8s-adopt"
+        assert adopter["securityContext"]["privileged"] is False
+        assert adopter["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+        assert "restartPolicy" not in adopter  # a short init container, not a sidecar
+        for c in pod["containers"] + pod["initContainers"][1:]:
+            assert "NCCL_K8S_ADOPT" not in [e["name"] for e in c.get("env", [])], c["name"]

@@ -390,6 +390,7 @@ def test_the_commands_send_exactly_the_requests_of_the_table(
                             f"{rid}-r{i}",
                             "--scheduler",
                             "nobody",
+                            "--adopt",
                             *extra,
                             *SMALL,
                             *ENGINE,
