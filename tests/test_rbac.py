@@ -274,7 +274,22 @@ def test_the_commands_send_exactly_the_requests_of_the_table(
         kc = grant(cluster, ns, user, "--cluster-reads", "--create-namespace", "--label-nodes",
                    "--render-apply")  # fmt: skip
         # --create-namespace grants only namespaces create cluster-wide: the new namespace has
-        # no RoleBinding until the admin applies rbac's Role there.
+        # no RoleBinding until the admin applies rbac's Role there. With every part granted,
+        # the user may still write nothing namespaced outside its namespace (kube-system).
+        assert cluster.apiserver is not None
+        who = cluster_rbac.User(user, (cluster_rbac.AUTHENTICATED,))
+        for group, resource in (
+            ("", "configmaps"),
+            ("batch", "jobs"),
+            ("", "serviceaccounts"),
+            ("rbac.authorization.k8s.io", "rolebindings"),
+            ("", "pods"),
+        ):
+            for verb in ("create", "patch", "delete"):
+                asked = cluster_rbac.Attributes(
+                    who, verb, True, group, resource, namespace="kube-system", name="x"
+                )
+                assert not cluster.apiserver.authorizer.decide(asked)[0], asked
         rid = f"e-{ns[-6:]}"
 
         def ok(*args: str, code: int = 0) -> str:
