@@ -1,7 +1,7 @@
 """Issue 24, acceptance 5: a run applied with `render | kubectl apply -f -` leaves nothing behind,
 whether its workload is deleted with kubectl (garbage collection, once the run's pod of index 0
 has adopted the other objects: rendering._adopt) or the run is removed with `cleanup --run`
-(the only way with `render --no-adopt`).
+(the only way without `render --adopt`, the default).
 
 On the test cluster, pods reach the API server over https with their ServiceAccount's token, and
 RBAC is enforced for that ServiceAccount (tests/cluster/incluster.py): the adoption succeeds
@@ -27,7 +27,7 @@ from typer.testing import CliRunner
 
 from nccl_k8s.cli.main import app
 from nccl_k8s.k8s.api._kinds import plural as client_plural
-from nccl_k8s.k8s.rendering._adopt import plural
+from nccl_k8s.k8s.rendering._adopt import ADOPTER_NAME, TOKEN_VOLUME, plural
 from nccl_k8s.k8s.rendering._manifests import render
 from nccl_k8s.spec import build_run_spec
 
@@ -106,12 +106,14 @@ def job_done(cluster: Cluster, ns: str, rid: str) -> bool:
 
 
 def adoption_line(cluster: Cluster, ns: str, rid: str) -> str:
-    """The one line the wrapper of the pod of index 0 printed about adoption."""
+    """The one line the adopter of the pod of index 0 printed."""
     pods, _ = cluster.store.list("pods", ns, label_selector=f"job-name={rid}")
     pod = next(p for p in pods if p["metadata"]["labels"].get(
         "batch.kubernetes.io/job-completion-index") == "0")  # fmt: skip
     assert cluster.kubelet is not None
-    path = cluster.kubelet.log_path(ns, pod["metadata"]["name"], "bench")
+    path = cluster.kubelet.log_path(ns, pod["metadata"]["name"], ADOPTER_NAME)
+    if path is None:  # no adopter in the pod
+        return ""
     lines = [x for x in path.read_text().splitlines() if x.startswith("nccl-k8s: ")]
     assert len(lines) <= 1, lines
     return lines[0] if lines else ""
@@ -121,7 +123,7 @@ def adoption_line(cluster: Cluster, ns: str, rid: str) -> str:
 
 
 def test_render_adds_a_service_account_role_and_binding_limited_to_the_run() -> None:
-    docs = rendered("team-a", "r1")
+    docs = rendered("team-a", "r1", "--adopt")
     assert [(d["kind"], d["metadata"]["name"]) for d in docs] == [
         ("ServiceAccount", "r1"), ("Role", "r1"), ("RoleBinding", "r1"), ("ConfigMap", "r1-engine"),
         ("Service", "r1"), ("PodMonitor", "r1"), ("Job", "r1"),
@@ -144,8 +146,15 @@ def test_render_adds_a_service_account_role_and_binding_limited_to_the_run() -> 
     assert docs[2]["subjects"] == [{"kind": "ServiceAccount", "name": "r1", "namespace": "team-a"}]
     assert docs[0]["automountServiceAccountToken"] is False
     pod = docs[-1]["spec"]["template"]["spec"]
-    assert pod["serviceAccountName"] == "r1" and pod["automountServiceAccountToken"] is True
-    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    assert pod["serviceAccountName"] == "r1" and pod["automountServiceAccountToken"] is False
+    # The token is in the adopter's projected volume, mounted there alone.
+    adopter = pod["initContainers"][0]
+    assert adopter["name"] == ADOPTER_NAME
+    assert [m["name"] for m in adopter["volumeMounts"]] == [TOKEN_VOLUME]
+    for c in pod["containers"]:
+        assert TOKEN_VOLUME not in [m["name"] for m in c.get("volumeMounts", [])]
+        assert "NCCL_K8S_ADOPT" not in [e["name"] for e in c.get("env", [])]
+    env = {e["name"]: e.get("value") for e in adopter["env"]}
     plan = json.loads(env["NCCL_K8S_ADOPT"])
     assert plan["owner"] == {"apiVersion": "batch/v1", "kind": "Job", "plural": "jobs",
                              "name": "r1"}  # fmt: skip
@@ -160,15 +169,16 @@ def test_render_adds_a_service_account_role_and_binding_limited_to_the_run() -> 
 
 
 def test_no_adopt_and_deploy_render_no_rbac_and_no_token() -> None:
-    docs = rendered("team-a", "r1", "--no-adopt")
+    docs = rendered("team-a", "r1")
     spec = build_run_spec(world_size=2, gpus_per_node=1, run_id="r1", namespace="team-a",
                           pod_monitor=True)  # fmt: skip
     for objs in (docs, render(spec)):
         assert [d["kind"] for d in objs] == ["ConfigMap", "Service", "PodMonitor", "Job"]
         pod = objs[-1]["spec"]["template"]["spec"]
         assert pod["automountServiceAccountToken"] is False and "serviceAccountName" not in pod
+    assert docs == rendered("team-a", "r1", "--no-adopt")  # the default, said
     help_text = CliRunner().invoke(app, ["render", "--help"]).output
-    assert "--no-adopt" in help_text
+    assert "--adopt" in help_text
 
 
 def test_the_plural_of_every_rendered_kind_is_the_clients() -> None:
@@ -186,7 +196,7 @@ def test_deleting_the_job_of_an_applied_render_deletes_every_object(
     cluster: Cluster, restricted: str, kubectl: Callable[..., Any]
 ) -> None:
     ns, rid = restricted, f"gc-{uuid.uuid4().hex[:6]}"
-    docs = rendered(ns, rid)
+    docs = rendered(ns, rid, "--adopt")
     apply(kubectl, ns, docs)
     wait_for("the run to end", lambda: job_done(cluster, ns, rid))
     line = wait_for("the adoption line", lambda: adoption_line(cluster, ns, rid))
@@ -226,7 +236,7 @@ def test_a_role_without_patch_on_services_leaves_the_service_and_the_log_says_40
     cluster: Cluster, restricted: str, kubectl: Callable[..., Any]
 ) -> None:
     ns, rid = restricted, f"sb-{uuid.uuid4().hex[:6]}"
-    docs = rendered(ns, rid)
+    docs = rendered(ns, rid, "--adopt")
     role = next(d for d in docs if d["kind"] == "Role")
     rule = next(r for r in role["rules"] if r["resources"] == ["services"])
     rule["verbs"].remove("patch")

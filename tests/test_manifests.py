@@ -180,12 +180,12 @@ def test_golden(name: str) -> None:
     assert text == path.read_text(), (
         f"{path} differs; regenerate with NCCL_K8S_UPDATE_GOLDEN=1 and review"
     )
-    # The CLI prints exactly these objects (zipapp included), and with adoption (its default)
-    # the ServiceAccount, Role and RoleBinding with which the run adopts them (rendering._adopt).
-    result = CliRunner().invoke(app, ["render", *CONFIGS[name]])
+    # The CLI prints exactly these objects (zipapp included), and with --adopt the
+    # ServiceAccount, Role and RoleBinding with which the run adopts them (rendering._adopt).
+    result = CliRunner().invoke(app, ["render", "--adopt", *CONFIGS[name]])
     assert result.exit_code == 0, result.output
     assert list(yaml.safe_load_all(result.stdout)) == render(spec, adopt=True)
-    result = CliRunner().invoke(app, ["render", "--no-adopt", *CONFIGS[name]])
+    result = CliRunner().invoke(app, ["render", *CONFIGS[name]])
     assert result.exit_code == 0, result.output
     assert list(yaml.safe_load_all(result.stdout)) == render(spec)
 
@@ -644,7 +644,7 @@ def test_json_output_is_a_kubectl_list() -> None:
     assert result.exit_code == 0
     doc = yaml.safe_load(result.stdout)
     assert doc["apiVersion"] == "v1" and doc["kind"] == "List"
-    assert doc["items"] == render(_SPECS["job-8x4"], adopt=True)
+    assert doc["items"] == render(_SPECS["job-8x4"])
 
 
 def test_engine_flags_pass_through_after_the_separator_only() -> None:

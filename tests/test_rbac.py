@@ -56,11 +56,10 @@ def rbac_docs_of(res: Any) -> list[dict[str, Any]]:
 @pytest.mark.parametrize("version", K8S_VERSIONS)
 def test_every_object_passes_the_strict_upstream_schema(version: str) -> None:
     docs = rbac_docs("-n", "team-a", "--service-account", "ci/bench", "--cluster-reads",
-                     "--create-namespace", "--label-nodes")  # fmt: skip
+                     "--create-namespace", "--label-nodes", "--render-apply")  # fmt: skip
     assert [(d["kind"], d["metadata"]["name"]) for d in docs[::2]] == [
         ("Role", "nccl-k8s"),
         ("ClusterRole", "nccl-k8s:cluster-reads"),
-        ("ClusterRole", "nccl-k8s:run"),
         ("ClusterRole", "nccl-k8s:create-namespace"),
         ("ClusterRole", "nccl-k8s:label-nodes"),
     ]
@@ -73,7 +72,7 @@ def test_the_rules_are_the_table_and_the_subject_is_named_once() -> None:
     role, binding = rbac_docs("-n", "team-a", "--user", "alice@example.com")
     assert role["metadata"] == {"name": "nccl-k8s", "namespace": "team-a",
                                 "labels": {"app.kubernetes.io/name": "nccl-k8s"}}  # fmt: skip
-    table = [a for a in ACCESS if a.feature == "run"]
+    table = [a for a in ACCESS if a.feature == "run" and a.scope == "namespace"]
     assert role["rules"] == [
         {"apiGroups": [a.group], "resources": [a.resource], "verbs": sorted(a.verbs)} for a in table
     ]
@@ -90,6 +89,51 @@ def test_the_rules_are_the_table_and_the_subject_is_named_once() -> None:
     assert sa["subjects"] == [{"kind": "ServiceAccount", "name": "bench", "namespace": "team-a"}]
     # Nothing cluster-scoped unless asked.
     assert all(d["kind"] in ("Role", "RoleBinding") for d in rbac_docs("-n", "a", "--group", "g"))
+
+
+def rules_of(doc: dict[str, Any]) -> set[tuple[str, str, str]]:
+    return {(g, r, v) for rule in doc["rules"] for g in rule["apiGroups"]
+            for r in rule["resources"] for v in rule["verbs"]}  # fmt: skip
+
+
+def test_create_namespace_grants_only_namespaces_create_cluster_wide() -> None:
+    """Issue 36: --create-namespace used to bind the whole run Role cluster-wide (configmaps
+    patch, jobs create, pods/log in every namespace, kube-system included)."""
+    docs = rbac_docs("-n", "made", "--user", "u", "--create-namespace")
+    cluster_wide = [d for d in docs if d["kind"] == "ClusterRole"]
+    assert [rules_of(d) for d in cluster_wide] == [{("", "namespaces", "create")}]
+    bindings = [d for d in docs if d["kind"] == "ClusterRoleBinding"]
+    assert [b["roleRef"]["name"] for b in bindings] == ["nccl-k8s:create-namespace"]
+    # The run's rules are granted in the new namespace only, by its own Role and RoleBinding.
+    role, binding = (d for d in docs if d["kind"] in ("Role", "RoleBinding"))
+    assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == "made"
+    assert ("batch", "jobs", "create") in rules_of(role)
+    text = nccl("rbac", "-n", "made", "--user", "u", "--create-namespace").output
+    assert "apply this Role and its RoleBinding once it exists" in text
+    # Whatever else is asked, nothing namespaced is ever granted cluster-wide.
+    every = rbac_docs("-n", "made", "--user", "u", "--create-namespace", "--cluster-reads",
+                      "--label-nodes", "--render-apply")  # fmt: skip
+    writes = {"create", "patch", "delete", "update", "*"}
+    for d in every:
+        if d["kind"] == "ClusterRole":
+            assert not {(g, r, v) for g, r, v in rules_of(d) if v in writes} - {
+                ("", "namespaces", "create"),
+                ("", "nodes", "patch"),
+            }, d
+
+
+def test_render_apply_verbs_and_rbac_objects_only_when_asked() -> None:
+    """Issue 36: the Role granted serviceaccounts/roles/rolebindings create and patch, which
+    only `kubectl apply` of render's output sends, to every user."""
+    role, _ = rbac_docs("-n", "a", "--user", "u")
+    plain = rules_of(role)
+    for resource in ("serviceaccounts", "roles", "rolebindings"):
+        assert not {v for _, r, v in plain if r == resource} & {"create", "patch", "get"}
+    assert not [a for a in ACCESS if a.optional == RENDER_APPLY and a.feature == "run"]
+    role, _ = rbac_docs("-n", "a", "--user", "u", "--render-apply")
+    asked = rules_of(role)
+    assert ("", "serviceaccounts", "create") in asked and ("batch", "jobs", "get") in asked
+    assert plain < asked
 
 
 @pytest.mark.parametrize(
@@ -227,9 +271,25 @@ def test_the_commands_send_exactly_the_requests_of_the_table(
     user = "everything"
     with fresh_namespace(cluster) as ns:
         made = f"{ns}-made"
-        kc = grant(cluster, ns, user, "--cluster-reads", "--create-namespace", "--label-nodes")
-        # --create-namespace binds the run's rules cluster-wide: the new namespace has no
-        # RoleBinding, and creating a namespace gives no rights in it.
+        kc = grant(cluster, ns, user, "--cluster-reads", "--create-namespace", "--label-nodes",
+                   "--render-apply")  # fmt: skip
+        # --create-namespace grants only namespaces create cluster-wide: the new namespace has
+        # no RoleBinding until the admin applies rbac's Role there. With every part granted,
+        # the user may still write nothing namespaced outside its namespace (kube-system).
+        assert cluster.apiserver is not None
+        who = cluster_rbac.User(user, (cluster_rbac.AUTHENTICATED,))
+        for group, resource in (
+            ("", "configmaps"),
+            ("batch", "jobs"),
+            ("", "serviceaccounts"),
+            ("rbac.authorization.k8s.io", "rolebindings"),
+            ("", "pods"),
+        ):
+            for verb in ("create", "patch", "delete"):
+                asked = cluster_rbac.Attributes(
+                    who, verb, True, group, resource, namespace="kube-system", name="x"
+                )
+                assert not cluster.apiserver.authorizer.decide(asked)[0], asked
         rid = f"e-{ns[-6:]}"
 
         def ok(*args: str, code: int = 0) -> str:
@@ -310,17 +370,16 @@ def test_the_commands_send_exactly_the_requests_of_the_table(
                    "--scheduler", "absent", "--schedule-timeout", "1s", "--keep-on-failure",
                    *SMALL, *ENGINE, code=1)  # fmt: skip
             ok("cleanup", "-n", ns, "--all")
-            ok(
-                "deploy",
-                "-n",
-                made,
-                "--create-namespace",
-                "--run-id",
-                rid,
-                "--no-wait",
-                *SMALL,
-                *ENGINE,
-            )
+            made_first = ("deploy", "-n", made, "--create-namespace", "--run-id", rid,
+                          "--no-wait", *SMALL, *ENGINE)  # fmt: skip
+            # It makes the namespace, then meets the 403 of its first object there, and keeps
+            # the namespace for the admin to grant the Role in ...
+            said = ok(*made_first, code=1)
+            assert f"namespace {made} was created and stays" in said, said
+            assert cluster.store.get("namespaces", None, made)["metadata"]["name"] == made
+            # ... until the admin applies rbac's Role and RoleBinding in it.
+            kubectl_apply(cluster, nccl("rbac", "-n", made, "--user", user).output)
+            ok(*made_first)
             ok("cleanup", "-n", made, "--all")
             # Its measured verdicts depend on the machine's load (on a noisy 2-core machine
             # every healthy node may end "suspect", which labels nothing), so one node crashes
@@ -354,6 +413,7 @@ def test_the_commands_send_exactly_the_requests_of_the_table(
                             f"{rid}-r{i}",
                             "--scheduler",
                             "nobody",
+                            "--adopt",
                             *extra,
                             *SMALL,
                             *ENGINE,
@@ -367,7 +427,7 @@ def test_the_commands_send_exactly_the_requests_of_the_table(
                                        capture_output=True, timeout=60)  # fmt: skip
                 ok("cleanup", "-n", ns, "--all")
         assert denied(cluster, seen, user) == []
-        by_kubectl = [a for a in ACCESS if a.optional == RENDER_APPLY]
+        by_kubectl = [a for a in ACCESS if a.feature == "render-apply"]
         table = {(a.group, a.resource, v, a.scope) for a in ACCESS for v in a.verbs}
         sent = requests_of(seen, user, {ns, made})
         assert sorted(sent - table) == [], "requests the table lacks"

@@ -18,7 +18,9 @@ server, which serves https only. Here:
 The kubelet mounts the three files and sets the variables (kubelet.py, `InCluster`).
 Approximation: the ServiceAccount admission plugin's `kube-api-access-*` projected volume is not
 added to the pod spec; the kubelet mounts the same files itself, so the pod's view is the same
-but `kubectl get pod -o yaml` does not list that volume. The `default` ServiceAccount is not
+but `kubectl get pod -o yaml` does not list that volume. Likewise the root CA publisher's
+`kube-root-ca.crt` ConfigMap is not stored; a configMap volume or projected source naming it
+gets the CA bundle from the kubelet. The `default` ServiceAccount is not
 stored: every namespace is taken to have one.
 """
 

@@ -115,6 +115,8 @@ _POD_RANGE_BASE = 16  # third octet of node 0's pod range
 _GPU = "nvidia.com/gpu"
 #: Where a pod finds its ServiceAccount's token, the CA bundle and its namespace.
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+#: The ConfigMap of the cluster's CA bundle that Kubernetes publishes in every namespace.
+ROOT_CA = "kube-root-ca.crt"
 _XATTR = "user.nccl-k8s.mountpoint"  # on host paths a kubelet created as mount points
 _HOLD = ".nccl-k8s-hold-"  # one per pod using such a mount point
 # In every container's environment, so what a container leaves behind can be found and killed.
@@ -897,15 +899,19 @@ class Kubelet:
         try:
             obj = self._store.get(resource, pod.namespace, name)
         except ApiError:
-            if ref.get("optional"):
+            if (resource, name) == ("configmaps", ROOT_CA) and self.in_cluster is not None:
+                # What the root CA publisher puts in every namespace (incluster.py).
+                obj = {"data": {"ca.crt": self.in_cluster.ca_pem.decode()}}
+            elif ref.get("optional"):
                 vdir.mkdir(parents=True, exist_ok=True)
                 return
-            kind = "configmap" if resource == "configmaps" else "secret"
-            raise _PodError(
-                "ContainerCreating",
-                f'MountVolume.SetUp failed for volume "{name}" : {kind} "{name}" not found',
-                event="FailedMount",
-            ) from None
+            else:
+                kind = "configmap" if resource == "configmaps" else "secret"
+                raise _PodError(
+                    "ContainerCreating",
+                    f'MountVolume.SetUp failed for volume "{name}" : {kind} "{name}" not found',
+                    event="FailedMount",
+                ) from None
         data: dict[str, bytes] = {}
         if resource == "secrets":
             for k, v in (obj.get("data") or {}).items():

@@ -47,25 +47,25 @@ def render_command(
     output: Annotated[
         str, typer.Option("--output", "-o", metavar="yaml|json", help="Output format.")
     ] = "yaml",
-    no_adopt: Annotated[
+    adopt: Annotated[
         bool,
         typer.Option(
-            "--no-adopt",
-            help="Leave out the ServiceAccount, Role and RoleBinding with which the run's pod "
-            "of index 0 makes the other objects dependents of the workload (so deleting the "
-            "Job or StatefulSet deletes them all); for clusters where whoever applies the "
-            "output may not create RBAC objects. `nccl-k8s cleanup --run ID` removes the run "
-            "either way.",
+            "--adopt/--no-adopt",
+            help="Also a ServiceAccount, Role and RoleBinding, and an init container of the pod "
+            "of index 0 that makes the other objects dependents of the workload (so deleting "
+            "the Job or StatefulSet deletes them all); only that init container gets an API "
+            "token. Off by default: no pod of the run holds a token, and `nccl-k8s cleanup --run "
+            "ID` or `kubectl delete -f` of the same output removes the run.",
         ),
     ] = False,
 ) -> None:
     """Print the objects of a run, to apply with kubectl or GitOps (nothing is sent to a
-    cluster): those a deploy creates, plus what lets the run own them (see --no-adopt)."""
+    cluster): those a deploy creates (with --adopt, what lets the run own them)."""
     from nccl_k8s.k8s import dump, render
 
     if output not in ("yaml", "json"):
         raise UsageError(f'--output "{output}": expected yaml or json', key="--output")
-    out.file.write(dump(render(spec, adopt=not no_adopt), cast(Literal["yaml", "json"], output)))
+    out.file.write(dump(render(spec, adopt=adopt), cast(Literal["yaml", "json"], output)))
 
 
 class _LiveSummary:

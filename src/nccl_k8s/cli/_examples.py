@@ -23,7 +23,7 @@ EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
     "render": (
         ("16 ranks on 2 nodes, engine flags after --", "nccl-k8s render --world-size 16 --gpus-per-node 8 -- -b 8 -e 1G -f 2"),
         ("for GitOps", "nccl-k8s render --world-size 16 --gpus-per-node 8 | kubectl apply -f -"),
-        ("where you may not create RBAC objects (then cleanup --run ID removes the run)", "nccl-k8s render --world-size 16 --gpus-per-node 8 --no-adopt | kubectl apply -f -"),
+        ("owned by its Job: deleting the Job deletes it all (rbac --render-apply)", "nccl-k8s render --world-size 16 --gpus-per-node 8 --adopt | kubectl apply -f -"),
     ),
     "rbac": (
         ("what a cluster admin grants alice in namespace bench", "nccl-k8s rbac -n bench --user alice | kubectl apply -f -"),

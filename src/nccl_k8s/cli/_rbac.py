@@ -22,7 +22,19 @@ ClusterReadsFlag = Annotated[
 ]
 CreateNamespaceFlag = Annotated[
     bool,
-    typer.Option("--create-namespace", help="Also a ClusterRole for deploy --create-namespace."),
+    typer.Option(
+        "--create-namespace",
+        help="Also a ClusterRole to create namespaces (deploy --create-namespace); nothing else "
+        "cluster-wide: apply the Role and RoleBinding in the new namespace once it exists.",
+    ),
+]
+RenderApplyFlag = Annotated[
+    bool,
+    typer.Option(
+        "--render-apply",
+        help="Also, in the Role, what `render | kubectl apply -f -` sends beyond deploy: get on "
+        "every kind, and create/patch of a rendered run's ServiceAccount, Role and RoleBinding.",
+    ),
 ]
 LabelNodesFlag = Annotated[
     bool,
@@ -66,6 +78,7 @@ def rbac_command(
         typer.Option("--group", metavar="NAME", help="Grant a group.", show_default=False),
     ] = None,
     service_account: ServiceAccountFlag = None,
+    render_apply: RenderApplyFlag = False,
     cluster_reads: ClusterReadsFlag = False,
     create_namespace: CreateNamespaceFlag = False,
     label_nodes: LabelNodesFlag = False,
@@ -75,7 +88,8 @@ def rbac_command(
 ) -> None:
     """Print what a cluster admin grants a user of nccl-k8s: a Role with exactly the verbs
     deploy, wait, status, list, logs, results, cleanup, bundle and doctor send in one namespace,
-    and its RoleBinding; the cluster-scoped parts only when asked. Apply it with `kubectl apply
+    and its RoleBinding; what `kubectl apply` of render's output needs and the cluster-scoped
+    parts only when asked. Apply it with `kubectl apply
     -f -`; `doctor` then checks it (SelfSubjectAccessReview)."""
     from nccl_k8s import k8s
 
@@ -89,6 +103,7 @@ def rbac_command(
     subject = k8s.subject_of(namespace, user=user, group=group, service_account=service_account)
     features = ["run"]
     for asked, feature in (
+        (render_apply, "render-apply"),
         (cluster_reads, "cluster-reads"),
         (create_namespace, "create-namespace"),
         (label_nodes, "label-nodes"),

@@ -192,6 +192,13 @@ def _platform(f: Fields, given: set[str] | frozenset[str], devices: int | None =
         f["network"] = platform.network
     if "security" not in given and platform.security is not None:
         f["security"] = platform.security
+    if "security" in given and platform.escalation and f["security"] != "privileged":
+        raise UsageError(
+            f"--security {f['security']} --platform {platform.name}: its pods need "
+            f"{platform.escalation} ({platform.privilege_reason}); expected --security "
+            "privileged, or no --security",
+            key="--security",
+        )
     if "image" not in given and platform.image is not None:
         f["image"] = platform.image
     # An unknown machine type is refused wherever the platform's table matters: its devices,

@@ -99,6 +99,38 @@ MASTER_PORT_SPAN = 10000
 #: DNS labels (63 characters), so run ids are kept well below that.
 RUN_ID_MAX_LEN = 40
 
+#: Run ids that would name (and so make `kubectl apply` rewrite, and cleanup delete) an object
+#: the namespace or the cluster already owns: the run's ServiceAccount, Role, RoleBinding, Service
+#: and workload are named after the run. Each entry: the name (a trailing `*`: a prefix) and why.
+RESERVED_RUN_IDS: tuple[tuple[str, str], ...] = (
+    ("default", "every namespace's own ServiceAccount"),
+    ("kubernetes", "the API server's Service in the default namespace"),
+    ("kube-*", "Kubernetes' own names (kube-root-ca.crt, kube-system's objects)"),
+    ("openshift-*", "OpenShift's own names in every project"),
+    ("builder", "OpenShift's ServiceAccount in every project"),
+    ("deployer", "OpenShift's ServiceAccount in every project"),
+    ("nccl-k8s", "the Role that `nccl-k8s rbac` grants its users"),
+)
+
+
+def reserved_because(run_id: str) -> str | None:
+    """Why `run_id` may not name a run (RESERVED_RUN_IDS), or None."""
+    for name, why in RESERVED_RUN_IDS:
+        if run_id == name or (name.endswith("*") and run_id.startswith(name[:-1])):
+            return why
+    return None
+
+
+def _run_id(flag: str, value: str) -> str:
+    run_id = dns_label(flag, value, max_len=RUN_ID_MAX_LEN)
+    why = reserved_because(run_id)
+    if why is not None:
+        raise UsageError(
+            f"{flag} {quote(value)}: reserved ({why}); expected another run id",
+            key=flag,
+        )
+    return run_id
+
 
 def _labels(flag: str, items: list[str]) -> tuple[tuple[str, str], ...]:
     """User labels: any but the ones nccl-k8s sets itself (selection by them must stay exact)."""
@@ -170,7 +202,7 @@ class RunSpec:
     """StatefulSet only: seconds to pause between sweeps (the default is frequent enough to catch
     a degrading link within minutes, sparse enough to leave the fabric mostly to real work)."""
     run_id: str = option(
-        "--run-id", parse=functools.partial(dns_label, max_len=RUN_ID_MAX_LEN), metavar="ID",
+        "--run-id", parse=_run_id, metavar="ID",
         panel=METADATA, default_note="nccl-<time>-<hex>", help="Run name (a DNS-1123 label).",
     )
     """DNS-1123 label naming the run; every object carries it as app.kubernetes.io/instance.

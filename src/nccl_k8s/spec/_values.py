@@ -16,8 +16,22 @@ TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
 C = TypeVar("C", bound=str)
 
 #: Environment variables the manifests set themselves; a user value would break the pod's wiring.
+#: The pods' environment that the renderer (k8s.rendering: the run id, the node, the index, the
+#: wrapper, the adoption plan, the metrics address's POD_IP, the zipapp's PYTHONPATH) and the
+#: in-pod launcher set themselves; `--env` may not name them (a second entry of a name would
+#: make which one wins the kubelet's business). tests/test_env_names.py checks the renderer's.
 RESERVED_ENV = frozenset(
-    {"NCCL_K8S_RUN_ID", "NCCL_K8S_WRAPPER", "JOB_COMPLETION_INDEX", "POD_NAME", "PYTHONPATH"}
+    {
+        "NCCL_K8S_RUN_ID",
+        "NCCL_K8S_WRAPPER",
+        "NCCL_K8S_ADOPT",
+        "NCCL_K8S_NODE_NAME",
+        "NCCL_K8S_LAUNCHER_PID",
+        "JOB_COMPLETION_INDEX",
+        "POD_NAME",
+        "POD_IP",
+        "PYTHONPATH",
+    }
 )
 
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -26,7 +40,9 @@ _DNS1123_SUBDOMAIN = re.compile(
 )
 _LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
-_ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+#: A shell variable name: the pods' commands run under `sh`, where any other name (Kubernetes
+#: allows `-` and `.`) cannot be read and some platforms' scripts make `sh` exit 2.
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Kubernetes resource.Quantity, positive only: a decimal number with a binary (Ki..Ei) or
 # decimal (m, k, M..E) suffix, or an exponent.
 _QUANTITY = re.compile(r"^(\d+(\.\d*)?|\.\d+)([KMGTPE]i|[mkMGTPE]|[eE]\d+)?$")
@@ -126,8 +142,8 @@ def env_pairs(flag: str, items: Sequence[str]) -> tuple[tuple[str, str], ...]:
             raise UsageError(f"{flag} {quote(item)}: expected KEY=VALUE", key=flag)
         if not _ENV_NAME.match(key):
             raise UsageError(
-                f"{flag} {quote(item)}: {quote(key)} is not a valid variable name (expected letters, "
-                "digits, '_', '-', '.', not starting with a digit)",
+                f"{flag} {quote(item)}: {quote(key)} is not a valid variable name (expected a "
+                "shell name: letters, digits and '_', not starting with a digit)",
                 key=flag,
             )
         if key in RESERVED_ENV:

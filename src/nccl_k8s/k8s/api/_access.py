@@ -5,7 +5,8 @@ doctor (a SelfSubjectAccessReview per entry, preflight._access).
 Each entry says where it applies (`scope`: the run's namespace, or the cluster) and which part of
 the tool needs it (`feature`): "run" is every command about a run (deploy, wait, status, list,
 logs, results, cleanup, bundle, doctor and doctor --run); the others are granted only when asked
-(`nccl-k8s rbac --cluster-reads`, `--create-namespace`, `--label-nodes`). `tests/test_rbac.py`
+(`nccl-k8s rbac --render-apply`, `--cluster-reads`, `--create-namespace`, `--label-nodes`):
+"render-apply" is the namespace's, the others the cluster's. `tests/test_rbac.py`
 runs the commands on the test cluster as a user bound to exactly what `rbac` prints, records
 every request, and fails when a request is missing here or an entry is never used: add the
 entry with the request, in the same commit. The optional kinds' entries (PodGroups, PodMonitor,
@@ -25,8 +26,14 @@ from nccl_k8s.spec.platforms import PLATFORMS
 
 Scope = Literal["namespace", "cluster"]
 #: Which part of the tool needs an entry; "run" ones make the namespace's Role.
-Feature = Literal["run", "cluster-reads", "create-namespace", "label-nodes"]
-FEATURES: tuple[Feature, ...] = ("run", "cluster-reads", "create-namespace", "label-nodes")
+Feature = Literal["run", "render-apply", "cluster-reads", "create-namespace", "label-nodes"]
+FEATURES: tuple[Feature, ...] = (
+    "run",
+    "render-apply",
+    "cluster-reads",
+    "create-namespace",
+    "label-nodes",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,7 +164,7 @@ ACCESS: tuple[Access, ...] = (
         )
     ),
     *(
-        Access(group, resource, verbs, why, optional=RENDER_APPLY)
+        Access(group, resource, verbs, why, feature="render-apply", optional=RENDER_APPLY)
         for group, resource, verbs, why in (
             ("", "serviceaccounts", ("create", "get", "patch"), _ADOPTION_WHY),
             ("rbac.authorization.k8s.io", "roles", ("create", "get", "patch"), _ADOPTION_WHY),
@@ -257,7 +264,8 @@ ACCESS: tuple[Access, ...] = (
         "",
         "namespaces",
         ("create",),
-        "deploy --create-namespace",
+        "deploy --create-namespace (the namespace only: a Role and RoleBinding in it, applied "
+        "once it exists, grant the run's requests there)",
         scope="cluster",
         feature="create-namespace",
     ),

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 
 from nccl_k8s.errors import ClusterError
-from nccl_k8s.k8s.api._access import ACCESS, RENDER_APPLY, Access
+from nccl_k8s.k8s.api._access import ACCESS, Access
 from nccl_k8s.k8s.api._client import KubeClient
 from nccl_k8s.k8s.preflight._preflight import Check
 from nccl_k8s.k8s.rendering._gangs import scheduler_name
@@ -26,7 +26,9 @@ _FLAG = {"cluster-reads": " --cluster-reads", "create-namespace": " --create-nam
 
 def _uses(a: Access, spec: RunSpec, create_namespace: bool) -> bool:
     """Does this run (as doctor checks it) send the entry's requests?"""
-    if a.feature == "label-nodes" or (a.feature == "create-namespace" and not create_namespace):
+    if a.feature in ("label-nodes", "render-apply"):  # nodes check's; kubectl's
+        return False
+    if a.feature == "create-namespace" and not create_namespace:
         return False
     if a.optional.startswith("--gang "):
         return spec.gang == a.optional.removeprefix("--gang ")
@@ -37,7 +39,6 @@ def _uses(a: Access, spec: RunSpec, create_namespace: bool) -> bool:
         return platform is not None and any(p.kind == wanted for p in platform.prerequisites)
     return {
         "": True,
-        RENDER_APPLY: False,  # kubectl's requests, not any command's
         "--compute-domain": spec.compute_domain,
         "--pod-monitor": spec.pod_monitor,
         "--queue": spec.queue is not None,

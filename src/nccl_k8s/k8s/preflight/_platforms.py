@@ -21,7 +21,15 @@ from nccl_k8s.k8s.api._client import KubeClient
 from nccl_k8s.k8s.api._types import Obj
 from nccl_k8s.k8s.preflight._nodefit import node_view, untolerated
 from nccl_k8s.spec import RunSpec, missing_devices, with_platform
-from nccl_k8s.spec.platforms import AUTO, PLATFORMS, Choice, NodeFacts, Platform, detect
+from nccl_k8s.spec.platforms import (
+    AUTO,
+    GENERIC,
+    PLATFORMS,
+    Choice,
+    NodeFacts,
+    Platform,
+    detect,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,6 +133,13 @@ def resolve(spec: RunSpec, nodes: Sequence[Obj], slices: Sequence[Obj]) -> Resol
         return Resolved(with_platform(spec, named.name, devices=devices), note)
     choice = detect(facts, PLATFORMS, gpu_resource=spec.gpu_resource)
     platform = PLATFORMS[choice.platform]
+    if platform.escalation:  # never more privilege than asked for, whatever the nodes say
+        note = (
+            f"platform generic: the nodes look like {choice.reason}, but {platform.name}'s pods "
+            f"need {platform.escalation} ({platform.privilege_reason}), which --platform auto "
+            f"never chooses on its own: pass --platform {platform.name} to use it"
+        )
+        return Resolved(with_platform(spec, GENERIC.name), note)
     share = None if choice.devices is None else per_pod(platform, spec, facts, choice.devices)
     resolved = with_platform(
         spec, choice.platform, devices=share, instance_type=choice.instance_type

@@ -6,23 +6,29 @@ object at once). `deploy` patches them from the CLI once the workload exists (ru
 A run applied from `render` (`render | kubectl apply -f -`, a GitOps repository) has no CLI
 after the apply, so it adopts its objects from inside: `render` adds
 
-    ServiceAccount <run>   the pods run as it (its own token mount is off; the pods turn it on)
+    ServiceAccount <run>   the pods run as it (automount off, on it and on the pods)
     Role <run>             get on the workload; get and patch on each other object of the run,
                            the three adoption objects included, each rule by resourceNames
     RoleBinding <run>      the Role to the ServiceAccount
 
-and the wrapper of the pod of index 0 (rendering._wrapper) reads the workload's uid and patches
-an ownerReference (controller false, blockOwnerDeletion false) onto each object named in its
-ADOPT_ENV. Deleting the workload (by hand, or its ttlSecondsAfterFinished) then deletes all of
-them, and `nccl-k8s cleanup --run` still removes whatever was not adopted.
+and an init container, `nccl-k8s-adopt` (rendering._wrapper.ADOPTER), which in the pod of index
+0 reads the workload's uid and patches an ownerReference (controller false, blockOwnerDeletion
+false) onto each object named in its ADOPT_ENV, only where the object carries the run's render
+mark and run label. It is the only container with a token: a projected volume (a bound token of
+ten minutes, the CA bundle, the namespace) mounted there alone; the pods' automount stays off,
+so neither the benchmark nor any platform container holds a token (the adopter of any other
+index exits at once). Deleting the workload (by hand, or its ttlSecondsAfterFinished) then
+deletes all of them, and `nccl-k8s cleanup --run` still removes whatever was not adopted.
 
 The Role grants nothing beyond the run's own objects, and only get and patch: a patch can change
 more than ownerReferences, but only of objects the run's own pods already depend on. RBAC's
 escalation rule lets the ServiceAccount patch its own Role and RoleBinding: it holds every
 permission the Role grants (through that RoleBinding).
 
-`deploy` does not render these (its objects get their owner from the CLI); `render --no-adopt`
-leaves them out where the applying user may not create RBAC objects.
+Opt-in (`render --adopt`): by default a rendered run carries no ServiceAccount, Role or token,
+and `nccl-k8s cleanup --run ID` (by its labels and render mark) or `kubectl delete -f` of the
+same render removes it. `deploy` does not render these (its objects get their owner from the
+CLI).
 """
 
 from __future__ import annotations
@@ -32,10 +38,15 @@ import json
 from collections.abc import Callable
 
 from nccl_k8s.k8s.api._types import Obj
-from nccl_k8s.k8s.rendering._names import CONTAINER_NAME
-from nccl_k8s.k8s.rendering._wrapper import ADOPT_ENV
+from nccl_k8s.k8s.rendering._names import CONTAINER_NAME, RENDERED_ANNOTATION
+from nccl_k8s.k8s.rendering._wrapper import ADOPT_ENV, ADOPT_TOKEN_DIR, ADOPTER
+from nccl_k8s.spec import LABEL_INSTANCE
 
 RBAC_VERSION = "rbac.authorization.k8s.io/v1"
+
+#: The init container that adopts, and its token volume (mounted there alone).
+ADOPTER_NAME = "nccl-k8s-adopt"
+TOKEN_VOLUME = "nccl-k8s-adopt-token"
 
 #: The kinds of a run's adoption objects, in apply order (the ServiceAccount before the pods).
 ADOPTION_KINDS = ("ServiceAccount", "Role", "RoleBinding")
@@ -98,17 +109,68 @@ def with_adoption(objs: list[Obj], meta: Callable[[str], Obj]) -> list[Obj]:
     adopted = [_ref(o) for o in [account, role, binding, *objs[:-1]]]
     owner = _ref(workload)
     role["rules"] = [_rule(owner, ["get"]), *(_rule(r, ["get", "patch"]) for r in adopted)]
-    plan = {"owner": owner, "objects": adopted}
+    marks = meta(name)
+    plan = {
+        "owner": owner,
+        "objects": adopted,
+        # Only an object carrying the run's render mark and run label is adopted.
+        "mark": {
+            "labels": {LABEL_INSTANCE: marks["labels"][LABEL_INSTANCE]},
+            "annotations": {RENDERED_ANNOTATION: marks["annotations"][RENDERED_ANNOTATION]},
+        },
+    }
 
     pod = workload["spec"]["template"]["spec"]
     pod["serviceAccountName"] = name
-    pod["automountServiceAccountToken"] = True
-    for container in pod["containers"]:
-        if container["name"] == CONTAINER_NAME:
-            container.setdefault("env", []).append(
-                {"name": ADOPT_ENV, "value": json.dumps(plan, separators=(",", ":"))}
-            )
+    # No container gets the token by automount; the adopter's own volume holds it.
+    pod["automountServiceAccountToken"] = False
+    pod.setdefault("volumes", []).append(_token_volume())
+    bench = next(c for c in pod["containers"] if c["name"] == CONTAINER_NAME)
+    pod["initContainers"] = [_adopter(bench, plan), *pod.get("initContainers", [])]
     return [account, role, binding, *objs[:-1], workload]
 
 
-__all__ = ["ADOPTION_KINDS", "plural", "with_adoption"]
+def _token_volume() -> Obj:
+    """What the ServiceAccount admission plugin's kube-api-access volume holds (a bound token,
+    the cluster's CA bundle, the namespace), as a volume that only the adopter mounts."""
+    return {
+        "name": TOKEN_VOLUME,
+        "projected": {
+            "defaultMode": 0o444,
+            "sources": [
+                # The shortest life the API server grants; the adopter is done in seconds.
+                {"serviceAccountToken": {"path": "token", "expirationSeconds": 600}},
+                {"configMap": {"name": "kube-root-ca.crt",
+                               "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                {"downwardAPI": {"items": [{"path": "namespace",
+                                            "fieldRef": {"fieldPath": "metadata.namespace"}}]}},
+            ],
+        },
+    }  # fmt: skip
+
+
+def _adopter(bench: Obj, plan: Obj) -> Obj:
+    """The init container that adopts (rendering._wrapper.ADOPTER): the benchmark's image and
+    index variables, the token volume, no privilege whatever the benchmark's."""
+    index = [e for e in bench.get("env", []) if e["name"] in ("JOB_COMPLETION_INDEX", "POD_NAME")]
+    small = {"cpu": "100m", "memory": "128Mi"}
+    return {
+        "name": ADOPTER_NAME,
+        "image": bench["image"],
+        "imagePullPolicy": bench.get("imagePullPolicy", "IfNotPresent"),
+        "command": ["python3", "-c", ADOPTER],
+        "env": [*index, {"name": ADOPT_ENV, "value": json.dumps(plan, separators=(",", ":"))}],
+        # requests = limits: a Guaranteed pod stays Guaranteed; the pod's own request is the
+        # benchmark's, which is larger.
+        "resources": {"requests": dict(small), "limits": dict(small)},
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "privileged": False,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "volumeMounts": [{"name": TOKEN_VOLUME, "mountPath": ADOPT_TOKEN_DIR, "readOnly": True}],
+    }
+
+
+__all__ = ["ADOPTER_NAME", "ADOPTION_KINDS", "TOKEN_VOLUME", "plural", "with_adoption"]

@@ -29,9 +29,9 @@ Ownership: the other objects should be deleted with the workload, so they get an
 ownerReference to it. An ownerReference needs the owner's uid, which the API server assigns at
 creation, so no rendered object carries one (a made-up uid would make the garbage collector
 delete them at once as orphans). The deployer patches them on once the workload exists
-(`attach_owner`, k8s.run._deploy); a run rendered with `adopt` (what `nccl-k8s render` prints
-unless --no-adopt) carries a ServiceAccount, Role and RoleBinding with which its pod of index 0
-patches them itself (rendering._adopt).
+(`attach_owner`, k8s.run._deploy); a run rendered with `adopt` (`nccl-k8s render --adopt`)
+carries a ServiceAccount, Role and RoleBinding with which an init container of its pod of index 0
+patches them itself (rendering._adopt). No other container of any pod holds an API token.
 
 The facts the objects are made of live elsewhere, so that a module wanting one does not import
 the renderer: names and ports in rendering._names, the pods' requests and limits in
@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import re
 import shlex
 
 from nccl_k8s.bench.config import METRICS_ADDR_ENV, NODE_NAME_ENV
@@ -123,9 +124,13 @@ def _metadata(spec: RunSpec, name: str, **extra_labels: str) -> Obj:
     return meta
 
 
+_DOLLAR = re.compile(r"\$(?=[$(])")
+
+
 def _escape_refs(text: str) -> str:
-    """Kubernetes expands `$(VAR)` in command and args; `$$(` keeps a literal `$(`."""
-    return text.replace("$(", "$$(")
+    """Kubernetes expands `$(VAR)` in command, args and env values and reads `$$` as `$`: a `$`
+    before `(` or `$` is doubled, so the container sees exactly `text`."""
+    return _DOLLAR.sub("$$", text)
 
 
 def configmap(spec: RunSpec) -> Obj:
@@ -244,7 +249,8 @@ def _env(spec: RunSpec) -> list[Obj]:
             env.append({"name": METRICS_ADDR_ENV, "value": "$(POD_IP)"})
     if spec.engine == "zipapp":
         env.append({"name": "PYTHONPATH", "value": f"{ENGINE_MOUNT}/{ZIPAPP_NAME}"})
-    env += [{"name": k, "value": v} for k, v in pod_env(spec)]
+    user = dict(spec.env)  # the user's values are data, never references; presets may be
+    env += [{"name": k, "value": _escape_refs(v) if k in user else v} for k, v in pod_env(spec)]
     return env
 
 
@@ -353,7 +359,8 @@ def _pod_spec(spec: RunSpec) -> Obj:
     host_network = uses_host_network(spec)
     pod: Obj = {
         "restartPolicy": "Never" if spec.workload == "job" else "Always",
-        # The benchmark needs no API access: no token (adoption, rendering._adopt, turns it on).
+        # The benchmark needs no API access: no token (with adoption, rendering._adopt, only
+        # its init container mounts one).
         "automountServiceAccountToken": False,
         # Service links would put every Service of the namespace into the environment; a Service
         # named `master` would then shadow torchrun's MASTER_PORT.

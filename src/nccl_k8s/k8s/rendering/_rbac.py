@@ -1,15 +1,17 @@
 """`nccl-k8s rbac`: the least-privilege Role, ClusterRoles and their bindings for one user,
 group or ServiceAccount, built from the permissions table (api._access), never written by hand.
 
-    Role nccl-k8s                      in the namespace: every "run" entry (deploy ... cleanup)
+    Role nccl-k8s                      in the namespace: every "run" entry (deploy ... cleanup),
+                                       and the "render-apply" ones with --render-apply
     RoleBinding nccl-k8s:<subject>     binds it to the subject, in that namespace
     ClusterRole nccl-k8s:<feature>     one per cluster feature asked for (--cluster-reads,
     ClusterRoleBinding ...:<subject>   --create-namespace, --label-nodes)
 
 One ClusterRole per feature, named after it, so that granting it to a second user applies the
-same ClusterRole again and only adds a binding. --create-namespace also binds the Role's rules
-cluster-wide (ClusterRole nccl-k8s:run): a namespace the deploy creates has no RoleBinding yet,
-and no one gets rights in a namespace by creating it. Pure: no client, no cluster.
+same ClusterRole again and only adds a binding. Nothing namespaced is ever granted cluster-wide:
+--create-namespace's ClusterRole holds `namespaces create` alone, and the Role and RoleBinding
+are applied in the new namespace once it exists (no one gets rights in a namespace by creating
+it; a deploy into it stops at its first 403 until then). Pure: no client, no cluster.
 """
 
 from __future__ import annotations
@@ -103,30 +105,29 @@ def _meta(name: str, namespace: str | None = None) -> Obj:
 def rbac_objects(
     namespace: str, subject: Subject, *, features: tuple[Feature, ...] = ("run",)
 ) -> list[Obj]:
-    """The Role and RoleBinding for the "run" feature in `namespace`, then a ClusterRole and
-    ClusterRoleBinding per other feature in `features`, in the table's order."""
+    """The Role and RoleBinding in `namespace` (the namespace-scoped entries of `features`: "run"
+    always, "render-apply" when asked), then a ClusterRole and ClusterRoleBinding per feature
+    in `features` with cluster-scoped entries, in the table's order."""
     if not _LABEL.match(namespace) or len(namespace) > 63:
         raise UsageError(
             f'-n "{namespace}": expected a namespace name (lower case letters, digits, "-")',
             key="--namespace",
         )
     ref = {"apiGroup": RBAC_GROUP}
-    objs: list[Obj] = []
+    asked = ("run", *features)
+    objs: list[Obj] = [
+        {"apiVersion": f"{RBAC_GROUP}/v1", "kind": "Role",
+         "metadata": _meta(ROLE_NAME, namespace),
+         "rules": [_rule(a) for a in ACCESS if a.scope == "namespace" and a.feature in asked]},
+        {"apiVersion": f"{RBAC_GROUP}/v1", "kind": "RoleBinding",
+         "metadata": _meta(f"{ROLE_NAME}:{subject.slug}", namespace),
+         "roleRef": {**ref, "kind": "Role", "name": ROLE_NAME},
+         "subjects": [subject.to_obj()]},
+    ]  # fmt: skip
     for feature in FEATURES:
-        if feature not in features:
-            continue
-        rules = [_rule(a) for a in ACCESS if a.feature == feature]
-        if feature == "run":
-            objs.append({"apiVersion": f"{RBAC_GROUP}/v1", "kind": "Role",
-                         "metadata": _meta(ROLE_NAME, namespace), "rules": rules})  # fmt: skip
-            objs.append({"apiVersion": f"{RBAC_GROUP}/v1", "kind": "RoleBinding",
-                         "metadata": _meta(f"{ROLE_NAME}:{subject.slug}", namespace),
-                         "roleRef": {**ref, "kind": "Role", "name": ROLE_NAME},
-                         "subjects": [subject.to_obj()]})  # fmt: skip
-            continue
-        if feature == "create-namespace":
-            objs += _cluster_role("run", [_rule(a) for a in ACCESS if a.feature == "run"], subject)
-        objs += _cluster_role(feature, rules, subject)
+        rules = [_rule(a) for a in ACCESS if a.scope == "cluster" and a.feature == feature]
+        if feature in features and rules:
+            objs += _cluster_role(feature, rules, subject)
     return objs
 
 
@@ -145,6 +146,7 @@ def _cluster_role(feature: str, rules: list[Obj], subject: Subject) -> list[Obj]
 
 _FEATURE_TEXT = {
     "run": "deploy, wait, status, list, logs, results, cleanup, bundle, doctor in {ns}",
+    "render-apply": "kubectl apply of render's output in {ns}",
     "cluster-reads": "doctor's node and scheduler checks, nodes check, doctor --run, bundle",
     "create-namespace": "deploy --create-namespace",
     "label-nodes": "nodes check --label/--taint",
@@ -157,19 +159,33 @@ def rbac_text(objs: list[Obj]) -> str:
     for obj in objs:
         comment = ""
         if obj["kind"] in ("Role", "ClusterRole"):
-            feature: str = "run" if obj["kind"] == "Role" else obj["metadata"]["name"].split(":")[1]
-            ns = obj["metadata"].get("namespace")
-            where = f"namespace {ns}" if ns else "every namespace (deploy --create-namespace)"
-            lines = [f"{obj['kind']} {obj['metadata']['name']}, the requests of "
-                     f"{_FEATURE_TEXT[feature].format(ns=where)}:"]  # fmt: skip
-            for a in ACCESS:
-                if a.feature == feature:
-                    extra = f" (only with {a.optional})" if a.optional else ""
-                    lines.append(f"  {a.qualified} {','.join(sorted(a.verbs))}: {a.why}{extra}")
-            comment = "".join(f"# {line}\n" for line in lines)
+            comment = _comment(obj)
         body = yaml.safe_dump(obj, sort_keys=False, default_flow_style=False, width=100)
         docs.append(comment + body)
     return "---\n".join(docs)
+
+
+def _comment(role: Obj) -> str:
+    """Per feature a Role or ClusterRole holds: who sends its requests, then each rule's why."""
+    ns = role["metadata"].get("namespace")
+    if ns is None:
+        features: tuple[str, ...] = (role["metadata"]["name"].split(":")[1],)
+        lines = [f"ClusterRole {role['metadata']['name']}, at the cluster scope:"]
+    else:
+        features = tuple(f for f in FEATURES if any(
+            a.feature == f and a.scope == "namespace" and _rule(a) in role["rules"]
+            for a in ACCESS))  # fmt: skip
+        lines = [
+            f"Role {role['metadata']['name']} in namespace {ns} (a namespace that deploy "
+            "--create-namespace makes: apply this Role and its RoleBinding once it exists):"
+        ]
+    for feature in features:
+        lines.append(f"the requests of {_FEATURE_TEXT[feature].format(ns=ns)}:")
+        for a in ACCESS:
+            if a.feature == feature and a.scope == ("namespace" if ns else "cluster"):
+                extra = f" (only with {a.optional})" if a.optional else ""
+                lines.append(f"  {a.qualified} {','.join(sorted(a.verbs))}: {a.why}{extra}")
+    return "".join(f"# {line}\n" for line in lines)
 
 
 __all__ = ["Subject", "rbac_objects", "rbac_text", "subject_of"]

@@ -13,8 +13,9 @@ Beyond the workload, Service and ConfigMap, cleanup deletes the run's optional o
 --gang's PodGroup, a --pod-monitor's PodMonitor, a --compute-domain's ComputeDomain; custom
 kinds a cluster may not serve, which then have nothing to delete) and a rendered run's adoption
 objects (ServiceAccount, Role, RoleBinding: rendering._adopt), last. A deployed run's are owned
-by its workload and mostly gone with it already; a run applied from `render --no-adopt`, or
-whose adoption failed, has nothing else that deletes them.
+by its workload and mostly gone with it already; a run applied from `render` (adoption is
+opt-in, `--adopt`), or whose adoption failed, has nothing else that deletes them. None of this
+needs a token in the run's pods: the labels and the render mark are read by the CLI.
 """
 
 from __future__ import annotations

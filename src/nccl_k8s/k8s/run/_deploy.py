@@ -184,6 +184,45 @@ def _still_running(e: ClusterError, d: Deployed) -> ClusterError:
     return out
 
 
+async def _namespace(
+    kc: KubeClient, namespace: str, *, create_namespace: bool
+) -> tuple[Obj | None, bool]:
+    """The namespace (None when absent or unreadable) and whether the deploy creates it."""
+    ns_known = True
+    try:
+        ns_obj = await kc.get("Namespace", namespace)
+    except Forbidden:
+        ns_known, ns_obj = False, None  # many users may not read namespaces; create will tell
+    # Who may only create namespaces (rbac --create-namespace) cannot read one it has no Role
+    # in yet: then create, and an existing one answers AlreadyExists.
+    must_create = ns_obj is None and (ns_known or create_namespace)
+    if must_create and not create_namespace:
+        raise UsageError(
+            f"namespace {namespace} does not exist on {kc.server}: create it (kubectl create "
+            "namespace ...) or pass --create-namespace",
+            key="--namespace",
+        )
+    return ns_obj, must_create
+
+
+async def _forbidden(
+    kc: KubeClient, namespace: str, created: list[Created], e: Forbidden
+) -> Forbidden:
+    """A 403 half way: delete what was created, but a namespace this deploy made stays when the
+    user may create namespaces but has no rights in them until an admin applies the Role there
+    (rbac --create-namespace); the error then says so."""
+    if not created or created[0].kind != "Namespace":
+        await delete_created(kc, namespace, created)
+        return e
+    await delete_created(kc, namespace, created[1:])
+    return Forbidden(
+        f"{e} (namespace {namespace} was created and stays: a cluster admin applies "
+        f"`nccl-k8s rbac -n {namespace} --user NAME` there, then deploy again)",
+        status=e.status, reason=e.reason, verb=e.verb, resource=e.resource,
+        namespace=e.namespace, name=e.name, server=e.server,
+    )  # fmt: skip
+
+
 async def _deploy(
     kc: KubeClient, spec: RunSpec, *, create_namespace: bool, platform_note: str = ""
 ) -> Deployed:
@@ -191,18 +230,7 @@ async def _deploy(
     spec = dataclasses.replace(spec, namespace=namespace)
     objs = render(spec)  # pure; same objects `render` prints
 
-    ns_known = True
-    try:
-        ns_obj = await kc.get("Namespace", namespace)
-    except Forbidden:
-        ns_known, ns_obj = False, None  # many users may not read namespaces; create will tell
-    must_create = ns_known and ns_obj is None
-    if must_create and not create_namespace:
-        raise UsageError(
-            f"namespace {namespace} does not exist on {kc.server}: create it (kubectl create "
-            "namespace ...) or pass --create-namespace",
-            key="--namespace",
-        )
+    ns_obj, must_create = await _namespace(kc, namespace, create_namespace=create_namespace)
     refused = await refusal(kc, spec, namespace, ns_obj)
     if refused is not None:
         raise Refused(
@@ -252,6 +280,11 @@ async def _deploy(
                 namespace=namespace,
                 api_version=obj["apiVersion"],
             )
+    except Forbidden as e:
+        said = await _forbidden(kc, namespace, created, e)
+        if said is e:
+            raise
+        raise said from e
     except BaseException:
         await delete_created(kc, namespace, created)
         raise

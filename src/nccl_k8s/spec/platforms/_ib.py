@@ -74,6 +74,8 @@ NEBIUS = Platform(
     # in that container's own process only (a limit does not outlive the process).
     security="privileged",
     privileged=True,
+    privilege_reason="Nebius's Network Operator installs no RDMA device plugin: its NCCL test "
+    "reaches /dev/infiniband as a privileged container, which also holds CAP_IPC_LOCK",
     # "Nodes with the same value have high-speed network connectivity between each other"
     # (topology-aware-scheduling): only nodes in a GPU cluster carry it.
     detect=Detect(labels={"topology.nebius.com/gpu-cluster-id": ()}),
@@ -231,6 +233,8 @@ OKE_ROCE = Platform(
     security="privileged",
     privileged=True,
     host_network=True,
+    privilege_reason="Oracle's RDMA manifests reach the host's RDMA interfaces with hostNetwork, "
+    "/dev/infiniband from the host and a privileged container",
     volumes=({"name": "devinf", "hostPath": {"path": "/dev/infiniband"}},),
     mounts=({"name": "devinf", "mountPath": "/dev/infiniband"},),
     instances=(

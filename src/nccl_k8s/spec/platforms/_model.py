@@ -143,6 +143,10 @@ class Platform:
     """The benchmark container runs privileged (a vendor reference that requires it)."""
     host_network: bool = False
     """The pods share the node's network namespace (GKE TCPX)."""
+    privilege_reason: str = ""
+    """Why its pods need a privileged container or the node's network (`escalation`), from its
+    vendor's reference: said when an explicit lesser --security is refused for the platform and
+    when --platform auto does not choose it. Required where `escalation` is not empty."""
     node_selector: Mapping[str, str] = dataclasses.field(default_factory=dict)
     tolerations: tuple[Obj, ...] = ()
     image: str | None = None
@@ -160,6 +164,22 @@ class Platform:
         # The table's member for a name, so a typo fails at import rather than at the gate.
         if self.fabric is not None and not isinstance(self.fabric, Fabric):
             object.__setattr__(self, "fabric", member(self.fabric))
+        if self.escalation and not self.privilege_reason:
+            raise ValueError(f"platform {self.name}: needs {self.escalation}: say why")
+
+    @property
+    def escalation(self) -> str:
+        """What its pods need that no lesser --security gives: "a privileged container",
+        "the node's network", both, or "" for nothing."""
+        needs = [
+            what
+            for what, needed in (
+                ("a privileged container", self.privileged or self.security == "privileged"),
+                ("the node's network (hostNetwork)", self.host_network),
+            )
+            if needed
+        ]
+        return " and ".join(needs)
 
     def instance(self, name: str) -> Instance | None:
         return next((i for i in self.instances if i.name == name), None)
