@@ -62,7 +62,9 @@ def import_command(
     identified from the table and a note on stderr says how; the run's own failure line, if
     any, is reported too. A file without nccl-tests' preamble (a tail: rows and footer only) is
     imported with a warning naming what was taken from the footer or the rows and which fields
-    (world size, GPU model, NCCL version, ...) it could not know."""
+    (world size, GPU model, NCCL version, ...) it could not know. An output cut off (no footer
+    after a table that stops before the sizes its header announced, or a last row cut in the
+    middle) is imported marked partial, with a warning saying where it stops."""
     if output is not None:
         from nccl_k8s.launch import check_writable
 
@@ -90,7 +92,7 @@ def import_command(
     ops = ", ".join(run.ops())
     out.print(
         f"imported {len(run.rows)} rows ({ops}) from {len(files)} file"
-        f"{'s' if len(files) != 1 else ''} -> {path}"
+        f"{'s' if len(files) != 1 else ''}{', partial' if run.meta.partial else ''} -> {path}"
     )
 
 
