@@ -42,7 +42,7 @@ Driver = Literal["direct", "torch"]
 #: How results read an option's value back from our meta line: an integer, a string, a list of
 #: strings, or a mode (an integer of the option's `modes`; true/false read as 1/0: the form
 #: nccl-tests' -J gives -z, and our runs stored before the mode was kept).
-Reader = Literal["int", "str", "strs", "mode"]
+Reader = Literal["int", "number", "str", "strs", "mode"]
 
 REDOPS: tuple[RedOp, ...] = get_args(RedOp)
 BACKENDS: tuple[Backend, ...] = get_args(Backend)
@@ -398,7 +398,7 @@ OWN_OPTIONS: tuple[EngineOption, ...] = (
     E(("-J", "--json", "--output_file"), "json_path", None, "nccl-tests -J style JSON",
       metavar="PATH", dest="json_path"),
     E(("--min-busbw",), "min_busbw", None, "fail when an op's average busbw is lower",
-      number("--min-busbw"), metavar="GBPS"),
+      number("--min-busbw"), metavar="GBPS", meta="min_busbw", read="number"),
     E(("--duration",), "duration_s", 0.0, "soak mode: repeat each op and size for this long",
       number("--duration"), metavar="SECONDS", meta="duration_s"),
     E(("--report-interval",), "report_interval_s", 10.0, "soak mode: seconds between busbw "

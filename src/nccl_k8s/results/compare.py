@@ -112,10 +112,18 @@ class DataCheck:
 def data_check(run: Run) -> DataCheck:
     """The run's own verdict on its results: rows with #wrong > 0, footers that said FAILED, the
     failure line it printed."""
+    floor = run.meta.config.min_busbw
+    # Our result lines' summary says ok=false for a --min-busbw miss too: that is the gate's
+    # verdict (run_failures), not a data check that failed.
+    missed = {
+        s.op
+        for s in run.summaries
+        if floor is not None and s.avg_busbw is not None and s.avg_busbw < floor
+    }
     oob = {
         s.op: s.out_of_bounds or 0
         for s in run.summaries
-        if s.ok is False or (s.out_of_bounds or 0) > 0
+        if (s.ok is False and s.op not in missed) or (s.out_of_bounds or 0) > 0
     }
     return DataCheck(
         wrong_rows=[r for r in run.rows if (r.wrong or 0) > 0],
@@ -416,6 +424,8 @@ class GateResult:
     #: op -> average busbw over its printed cells (GB/s).
     averages: dict[str, float]
     failed_ops: list[str]
+    #: op -> its rows (the sizes the average is over).
+    rows: dict[str, list[Row]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -425,6 +435,24 @@ class GateResult:
         avgs = ", ".join(f"{op} {bw:.2f}" for op, bw in self.averages.items())
         verdict = "ok" if self.ok else "FAILED for " + ", ".join(self.failed_ops)
         return f"min busbw {self.floor_gbps:g} GB/s: average busbw {avgs} GB/s: {verdict}"
+
+    def failure_text(self) -> str:
+        """One line naming the gate, each op below it with the sizes its average is over and
+        the busbw at the largest, measured against the floor."""
+        parts = []
+        for op in self.failed_ops:
+            rows = self.rows.get(op, [])
+            sizes = sorted({r.size_bytes for r in rows})
+            largest = human_size(sizes[-1])
+            if len(sizes) == 1:
+                parts.append(f"{op} averaged {self.averages[op]:.2f} GB/s at {largest}")
+                continue
+            top = max(r.busbw for r in rows if r.size_bytes == sizes[-1])
+            parts.append(
+                f"{op} averaged {self.averages[op]:.2f} GB/s over {len(sizes)} sizes, "
+                f"{human_size(sizes[0])} to {largest} ({top:.2f} GB/s at {largest})"
+            )
+        return f"--min-busbw {self.floor_gbps:g} GB/s missed: {'; '.join(parts)}"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -439,14 +467,14 @@ def min_busbw_gate(run: Run, floor_gbps: float) -> GateResult:
     """Each op's average busbw (over out- and in-place cells, as nccl-tests' closing line) >= floor."""
     if floor_gbps < 0:
         raise UsageError(f"--min-busbw {floor_gbps}: expected GB/s >= 0", key="min_busbw")
-    sums: dict[str, list[float]] = {}
+    rows: dict[str, list[Row]] = {}
     for row in run.rows:
-        sums.setdefault(row.op, []).append(row.busbw)
-    if not sums:
+        rows.setdefault(row.op, []).append(row)
+    if not rows:
         raise ResultsError("the run has no rows: nothing to gate")
-    averages = {op: sum(v) / len(v) for op, v in sums.items()}
+    averages = {op: sum(r.busbw for r in v) / len(v) for op, v in rows.items()}
     failed = [op for op, avg in averages.items() if avg < floor_gbps]
-    return GateResult(floor_gbps, averages, failed)
+    return GateResult(floor_gbps, averages, failed, rows)
 
 
 @dataclass
@@ -497,6 +525,19 @@ class CompareOutcome:
         return doc
 
 
+def run_failures(run: Run) -> list[str]:
+    """Why a run that printed its table failed, one line each: its own data check (wrong
+    elements, out of bounds FAILED) and its --min-busbw gate (`meta.config.min_busbw`)."""
+    found = []
+    check = data_check(run)
+    if check.wrong_rows or check.out_of_bounds:
+        found.append(f"data check failed: {check.text(with_failure=False)}")
+    floor = run.meta.config.min_busbw
+    if floor is not None and run.rows and not (gate := min_busbw_gate(run, floor)).ok:
+        found.append(gate.failure_text())
+    return found
+
+
 def judge(
     current: str,
     baseline: str | None,
@@ -545,5 +586,6 @@ __all__ = [
     "min_busbw_gate",
     "parse_metric",
     "parse_tolerance",
+    "run_failures",
     "select",
 ]
