@@ -71,3 +71,19 @@ def test_run_into_a_closed_pipe_ends_without_a_traceback(tmp_path: Path) -> None
     assert "Traceback" not in err and "BrokenPipe" not in err
     assert "# stdout was closed (a pipe's reader ended)" in err
     assert (tmp_path / "runs" / "piped" / "results.json").is_file()
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["logs", "--tail", "abc"], "--tail 'abc': expected a whole number"),
+        (["logs", "--rank=one"], "--rank 'one': expected a whole number"),
+        (["compare", "x", "--min-busbw", "fast"], "--min-busbw 'fast': expected a number"),
+    ],
+)
+def test_a_word_for_a_number_is_said_in_our_words(args: list[str], said: str) -> None:
+    code, err = _err(*args)
+    assert code == 2
+    (line,) = err.strip().splitlines()
+    assert line.startswith(f"error: {said} (see `")
+    assert "Input should be" not in line and "unable to parse" not in line

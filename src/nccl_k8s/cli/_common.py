@@ -326,8 +326,9 @@ class Group(TyperGroup):
             rv = int(getattr(e, "exit_code", 2))
             ctx = getattr(e, "ctx", None)
             where = f" (see `{ctx.command_path} --help`)" if rv == 2 and ctx is not None else ""
+            said = _not_a_number(e, sys.argv[1:] if args is None else list(args))
             err.print(
-                f"[red]error:[/red] {escape(e.format_message() + _engine_hint(e) + where)}",
+                f"[red]error:[/red] {escape((said or e.format_message()) + _engine_hint(e) + where)}",
                 markup=True,
                 highlight=False,
             )
@@ -337,6 +338,23 @@ class Group(TyperGroup):
         if not standalone_mode:
             return rv
         sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _not_a_number(e: typer.TyperException, argv: list[str]) -> str | None:
+    """A number option given a word, said as every other bad value is (`--tail 'abc': expected
+    a whole number`), not in the words of typer's coercion; None for any other error."""
+    param = getattr(e, "param", None)
+    # typer's option keeps the parameter's annotation (int for `int | None`) with its type.
+    kind: object = getattr(getattr(param, "type_descriptor", None), "annotation", None)
+    expected = "a whole number" if kind is int else "a number" if kind is float else None
+    opts = list(getattr(param, "opts", ()) or ())
+    if expected is None or not opts:
+        return None
+    for i, arg in enumerate(argv):
+        flag, eq, value = arg.partition("=")
+        if flag in opts and (eq or i + 1 < len(argv)):
+            return f"{flag} {value if eq else argv[i + 1]!r}: expected {expected}"
+    return f"{opts[0]}: expected {expected}"
 
 
 def _engine_hint(e: typer.TyperException) -> str:
