@@ -31,3 +31,13 @@ def test_a_missing_run_is_exit_2_naming_it_everywhere(
         res = CliRunner().invoke(app, args)
         assert res.exit_code == 2, (args, res.output)
         assert f"no run {nope!r} in" in res.stderr
+
+
+def test_nodes_check_in_a_missing_namespace_fails_before_its_first_pass(cluster: Cluster) -> None:
+    missing = f"nosuchns-{uuid.uuid4().hex[:6]}"
+    res = cli(cluster, "nodes", "check", "-n", missing)
+    assert res.exit_code == 2, res.output
+    (line,) = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert line.startswith(f"error: namespace {missing} does not exist on ")
+    assert "--create-namespace" not in line  # nodes check has no such flag
+    assert "pass 1" not in res.output
