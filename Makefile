@@ -4,9 +4,10 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
-# torch is pinned for the local run and tests: 2.13.0 is the CPU wheel this project's machines
-# hold on disk; any other spec downloads a multi-GB CUDA build.
+# torch is pinned for the local run and tests. From PyPI on Linux that is the CUDA build (several
+# GB); `make run TORCH_INDEX=https://download.pytorch.org/whl/cpu` takes the CPU wheel instead.
 TORCH  := torch==2.13.0
+TORCH_INDEX ?=
 STAMP_RUN  := $(VENV)/.stamp-run
 STAMP_TEST := $(VENV)/.stamp-test
 
@@ -18,7 +19,7 @@ $(PY):
 
 # The run environment holds what every command of the README needs, `report` (matplotlib) included.
 $(STAMP_RUN): pyproject.toml | $(PY)
-	$(PIP) install -q $(TORCH)
+	$(PIP) install -q $(TORCH) $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(PIP) install -q -e '.[engine,k8s,metrics,report]'
 	touch $@
 

@@ -180,7 +180,8 @@ def test_statefulset_sweeps_scraped_and_a_sabotaged_sweep_fails_visibly(
     # results: the latest sweep (failed: exit 1), any sweep still in the log, all of them.
     latest = cli(cluster, "results", "-n", ns, "--run", rid)
     assert latest.exit_code == 1, latest.output
-    assert "wrong results" in latest.output
+    # One line says why (issue 39: the same line `run` prints), the wrong elements named.
+    assert "error: data check failed: 4 wrong elements in 4 rows" in latest.output
     assert re.search(rf"run {rid}: sweep \d+: 4 rows from 2 pods", latest.output)
     run = load(tmp_path / "runs" / rid / "results.json")
     assert run.meta.sweep is not None and any(r.wrong for r in run.rows)

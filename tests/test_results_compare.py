@@ -62,7 +62,7 @@ def test_20_percent_slower_exits_1_naming_exactly_the_regressed_rows(
     # 10 rows print busbw 0.00 in both runs (all_reduce 8 and 32 B, broadcast 8 to 128 B, both
     # placements): they are decided on time, unchanged, so ok.
     assert (
-        "52 rows compared on busbw, 10 of them on time because busbw is 0 on both sides "
+        "52 rows compared on busbw, 10 of them on time because busbw is 0 on either side "
         "(tolerance 5%): 46 ok, 6 regressed, 0 improved, 0 missing" in res.stdout
     )
     assert res.stderr.strip() == (
@@ -190,12 +190,12 @@ def test_world_size_1_run_25_percent_slower_fails_on_time(tmp_path: Path) -> Non
     res = CliRunner().invoke(app, ["compare", cur, "--baseline", ref])
     assert res.exit_code == 1, res.output
     assert (
-        "50 rows compared on busbw, 50 of them on time because busbw is 0 on both sides "
+        "50 rows compared on busbw, 50 of them on time because busbw is 0 on either side "
         "(tolerance 5%): 0 ok, 50 regressed, 0 improved, 0 missing" in res.stdout
     )
     first = res.stderr.splitlines()[0]
     assert first.startswith(
-        "regressed: 50 rows past 5% on time (busbw is 0 on both sides): all_reduce 8 out (1.25x), "
+        "regressed: 50 rows past 5% on time (busbw is 0 on either side): all_reduce 8 out (1.25x), "
         "all_reduce 8 in (1.25x), all_reduce 16 out (1.25x)"
     )
     doc = json.loads(
@@ -218,11 +218,20 @@ def test_zero_byte_rows_are_skipped_and_counted(tmp_path: Path) -> None:
     assert c.summary().endswith("; 8 rows of 0 bytes skipped (both runs)")
 
 
-def test_different_world_sizes_and_gpus_are_warned(tmp_path: Path) -> None:
+def test_different_world_sizes_and_gpus_are_refused_unless_allowed(tmp_path: Path) -> None:
+    """Issue 39, item 6: what used to be a warning beside confident verdicts is a refusal (exit
+    2, naming each difference); --allow-different compares and warns as before."""
     one_node = import_file(PUBLIC / "nccl-tests-290_h100x8_single_node.txt")
     two_nodes = import_file(PUBLIC / "nccl-tests-290_h100x16_srun.txt")
     cur, ref = _files(tmp_path, one_node, two_nodes)
     res = CliRunner().invoke(app, ["compare", cur, "--baseline", ref])
+    assert res.exit_code == 2, res.output
+    assert res.stdout == ""
+    assert res.stderr.startswith(
+        "error: the runs are not comparable: world size 16 vs 8 (current vs baseline); "
+        "pass --allow-different"
+    )
+    res = CliRunner().invoke(app, ["compare", cur, "--baseline", ref, "--allow-different"])
     warnings = [ln for ln in res.stderr.splitlines() if ln.startswith("warning:")]
     assert warnings == [
         "warning: world size differs: current 16, baseline 8",
@@ -230,7 +239,12 @@ def test_different_world_sizes_and_gpus_are_warned(tmp_path: Path) -> None:
     ]
     k80 = import_file(PUBLIC / "pkb_k80x2_nccl_output.txt")
     t4 = import_file(PUBLIC / "aws-eks-efa_t4x2_mpijob_launcher.log")
-    assert compare(k80, t4).warnings == ["GPU model differs: current Tesla K80, baseline Tesla T4"]
+    with pytest.raises(UsageError, match="device Tesla K80 vs Tesla T4") as refused:
+        compare(k80, t4)
+    assert refused.value.key == "allow_different"
+    assert compare(k80, t4, allow_different=True).warnings == [
+        "device differs: current Tesla K80, baseline Tesla T4"
+    ]
 
 
 def test_runs_on_different_kubernetes_nodes_are_warned_naming_them() -> None:

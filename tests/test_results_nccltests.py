@@ -146,12 +146,17 @@ def test_several_files_into_one_run() -> None:
     assert len(run.meta.inputs) == 7
 
 
-def test_truncated_table_is_an_error(tmp_path: Path) -> None:
+def test_truncated_table_is_partial_a_short_row_inside_is_an_error(tmp_path: Path) -> None:
     text = (NCCL_TESTS / "h200x1-a" / "all_reduce_perf.txt").read_text()
     cut = text[: text.index("2048           512") + 60]
+    # The output ends inside a row (issue 39): the whole rows before it are the run's, partial.
     (tmp_path / "cut.txt").write_text(cut)
+    run = import_file(tmp_path / "cut.txt")
+    assert run.meta.partial and [r.size_bytes for r in run.rows[::2]] == [8, 32, 128, 512]
+    # A short row with more lines after it is no cut: an edited file.
+    (tmp_path / "edited.txt").write_text(cut + "\n" + text[len(cut) :])
     with pytest.raises(ResultsError, match="table row has 7 columns, the header announced 13"):
-        import_file(tmp_path / "cut.txt")
+        import_file(tmp_path / "edited.txt")
     (tmp_path / "empty.txt").write_text("hello\n")
     with pytest.raises(ResultsError, match="no nccl-tests table found"):
         import_file(tmp_path / "empty.txt")

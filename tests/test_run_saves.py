@@ -85,7 +85,12 @@ def test_a_failed_run_is_stored_too_under_its_id_with_the_users_json(tmp_path: P
     args = ["--nproc", "2", "-b", "1K", "-e", "1K", "-n", "2", "--min-busbw", "1000"]
     proc = _run(tmp_path, *args, "--json", str(user_json), "--run-id", "floor-miss")
     assert proc.returncode == 1, proc.stderr[-2000:]
-    assert "error:" not in proc.stderr  # a verdict the table printed, not a crashed rank
+    # A verdict the table printed, not a crashed rank: one line says which gate, and why.
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1, proc.stderr
+    assert errors[0].startswith("error: --min-busbw 1000 GB/s missed: all_reduce averaged ")
+    assert errors[0].endswith(" GB/s at 1K")
+    assert "crash" not in proc.stderr.lower()
     assert f"# results: {tmp_path / 'runs' / 'floor-miss' / 'results.json'}" in proc.stderr
     run = load(tmp_path / "runs" / "floor-miss" / "results.json")
     assert run.meta.run_id == "floor-miss" and run.meta.inputs == [str(user_json)]

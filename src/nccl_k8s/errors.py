@@ -10,6 +10,7 @@
      ├─ Interrupted              SIGINT/SIGTERM/SIGHUP stopped the command: exit 128 + signal
      └─ ClusterError             the API server refused a request or cannot be reached: exit 1
          ├─ NotFound             404: the object (run, pod, namespace) does not exist
+         │   └─ NoSuchRun        the run id names no run: exit 2 (bad input, as ResultsError)
          ├─ Conflict             409: the run's objects already exist, or another manager owns them
          ├─ Forbidden            403: RBAC denies a verb on a resource (both named)
          ├─ Expired              410: a watch's resourceVersion is too old; relist (internal)
@@ -238,6 +239,13 @@ class NotFound(ClusterError):
     """404: the object does not exist (a run, its pods, a namespace)."""
 
 
+class NoSuchRun(NotFound):
+    """The run id names no run in the namespace: bad input, exit 2, as `compare` and `report`
+    answer a run id that names no results (ResultsError)."""
+
+    exit_code = 2
+
+
 class Conflict(ClusterError):
     """409: the object already exists, or server-side apply found fields another manager owns."""
 
@@ -281,6 +289,7 @@ __all__ = [
     "Forbidden",
     "Interrupted",
     "NcclK8sError",
+    "NoSuchRun",
     "NotFound",
     "ResultsError",
     "RunFailed",

@@ -99,6 +99,11 @@ def config_from_namespace(ns: argparse.Namespace) -> BenchConfig:
             f"-z {cfg.blocking} with -G {cfg.graph}: a CUDA graph cannot wait inside its "
             "capture; expected -z 0 or 3 with -G"
         )
+    if cfg.report_interval_s != BenchConfig().report_interval_s and not cfg.duration_s:
+        raise ConfigError(
+            f"--report-interval {ns.report_interval:g} without --duration: the interval is soak "
+            "mode's (--duration SECONDS); a sweep reports once per size"
+        )
     if cfg.metrics_addr is not None and not cfg.metrics_port:
         raise ConfigError(f"--metrics-addr {cfg.metrics_addr!r}: expected --metrics-port too")
     return cfg

@@ -42,7 +42,7 @@ Driver = Literal["direct", "torch"]
 #: How results read an option's value back from our meta line: an integer, a string, a list of
 #: strings, or a mode (an integer of the option's `modes`; true/false read as 1/0: the form
 #: nccl-tests' -J gives -z, and our runs stored before the mode was kept).
-Reader = Literal["int", "str", "strs", "mode"]
+Reader = Literal["int", "number", "str", "strs", "mode"]
 
 REDOPS: tuple[RedOp, ...] = get_args(RedOp)
 BACKENDS: tuple[Backend, ...] = get_args(Backend)
@@ -98,6 +98,9 @@ class EngineOption:
     """(field value, BenchConfig) to the -J value (OMIT: left out); None: as `show` says."""
     json_own: bool = False
     """nccl-tests' -J value cannot say it all (-z's bool): the -J file carries `meta` too."""
+    once: bool = False
+    """Given twice with two values, refused: an output file, of which argparse (and nccl-tests)
+    would write only the last."""
 
     @property
     def arg_dest(self) -> str:
@@ -396,9 +399,9 @@ OWN_OPTIONS: tuple[EngineOption, ...] = (
       "NCCL only: direct (libnccl, as nccl-tests) or torch (torch.distributed)",
       value=literal("--driver", DRIVERS, "direct or torch")),
     E(("-J", "--json", "--output_file"), "json_path", None, "nccl-tests -J style JSON",
-      metavar="PATH", dest="json_path"),
+      metavar="PATH", dest="json_path", once=True),
     E(("--min-busbw",), "min_busbw", None, "fail when an op's average busbw is lower",
-      number("--min-busbw"), metavar="GBPS"),
+      number("--min-busbw"), metavar="GBPS", meta="min_busbw", read="number"),
     E(("--duration",), "duration_s", 0.0, "soak mode: repeat each op and size for this long",
       number("--duration"), metavar="SECONDS", meta="duration_s"),
     E(("--report-interval",), "report_interval_s", 10.0, "soak mode: seconds between busbw "
@@ -437,7 +440,25 @@ def add_options(p: argparse.ArgumentParser, options: tuple[EngineOption, ...]) -
             kwargs["type"] = o.convert
         if o.metavar is not None:
             kwargs["metavar"] = o.metavar
+        if o.once:
+            kwargs["action"] = _Once
         p.add_argument(*o.flags, **kwargs)
+
+
+class _Once(argparse.Action):
+    """An option whose second, different value is refused (EngineOption.once)."""
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, ns: argparse.Namespace, values: Any, flag: Any = None
+    ) -> None:
+        seen = getattr(ns, f"_{self.dest}_given", None)
+        if seen is not None and seen[1] != values:
+            parser.error(
+                f"{seen[0]} {seen[1]!r} and {flag} {values!r}: one output file, given twice; "
+                "give it once"
+            )
+        setattr(ns, f"_{self.dest}_given", (flag, values))
+        setattr(ns, self.dest, values)
 
 
 def field_values(ns: argparse.Namespace) -> dict[str, Any]:

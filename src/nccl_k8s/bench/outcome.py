@@ -7,6 +7,7 @@ run info, the ranks with wrong data) is read off the engine's public state.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import os
@@ -94,8 +95,26 @@ class Printer:
 
     def line(self, text: str = "") -> None:
         if self.enabled:
-            self.stream.write(text + "\n")
-            self.stream.flush()
+            try:
+                self.stream.write(text + "\n")
+                self.stream.flush()
+            except BrokenPipeError:
+                self._reader_gone()
+
+    def _reader_gone(self) -> None:
+        """Stdout's reader went away (`nccl-k8s run | head`): no traceback. The table goes to
+        /dev/null from here (its buffer too, else Python's exit would raise again); the run
+        goes on, so its results are stored and its checks still decide the exit code."""
+        import sys
+
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), self.stream.fileno())
+        print(
+            "# stdout was closed (a pipe's reader ended): the table stops here, the run goes on",
+            file=sys.stderr,
+            flush=True,
+        )
+        self.enabled = False
 
     def lines(self, texts: Sequence[str]) -> None:
         for t in texts:

@@ -206,7 +206,7 @@ def results_command(
     from rich.markup import escape
 
     from nccl_k8s import k8s
-    from nccl_k8s.results import nccl_tests_table, to_dict
+    from nccl_k8s.results import nccl_tests_table, run_failures, to_dict
 
     fmt = output_format(output)
     if concurrency < 1:
@@ -245,9 +245,12 @@ def results_command(
             err.print(f"[{style}]{f.severity}[/{style}] {f.code}: {escape(f.message)}", markup=True)
             if f.hint:
                 err.print(f"  hint: {f.hint}", markup=False)
-    bad = [r for r in got.run.rows if r.wrong]
-    if bad:
-        err.print(f"[red]wrong results[/red] in {len(bad)} rows", markup=True)
+    # Wrong elements and a --min-busbw miss fail the run as `run` and `deploy` fail it: exit 1,
+    # one line each saying why.
+    failures = run_failures(got.run)
+    for why in failures:
+        err.print(f"[red]error:[/red] {escape(why)}", markup=True, highlight=False)
+    if failures:
         raise typer.Exit(1)
 
 

@@ -161,6 +161,22 @@ class Command(TyperCommand):
         _tidy([option] if option is not None else [])
         return option
 
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        """A word before `--` that no option takes is no engine flag: said as what it is."""
+        if "--" in args and any(p.name == "engine_args" for p in self.params):
+            before = args[: args.index("--")]
+            opts, rest, _ = self.make_parser(ctx).parse_args(args=list(before))
+            stray = [*(opts.get("engine_args") or ()), *rest]
+            if stray:
+                raise typer.BadParameter(
+                    f"{stray[0]!r} comes before `--` and no option takes it: "
+                    f"`{command_key(ctx)}` has no positional argument; engine flags go after "
+                    f"`--`, e.g. `{engine_example(ctx)}`",
+                    ctx=ctx,
+                    param_hint="'-- ENGINE_FLAGS'",
+                )
+        return super().parse_args(ctx, args)
+
     def collect_usage_pieces(self, ctx: typer.Context) -> list[str]:  # type: ignore[override]  # typer's Context is click's
         pieces = [self.options_metavar] if self.options_metavar else []
         for param in self.get_params(ctx):
@@ -310,8 +326,9 @@ class Group(TyperGroup):
             rv = int(getattr(e, "exit_code", 2))
             ctx = getattr(e, "ctx", None)
             where = f" (see `{ctx.command_path} --help`)" if rv == 2 and ctx is not None else ""
+            said = _not_a_number(e, sys.argv[1:] if args is None else list(args))
             err.print(
-                f"[red]error:[/red] {escape(e.format_message() + _engine_hint(e) + where)}",
+                f"[red]error:[/red] {escape((said or e.format_message()) + _engine_hint(e) + where)}",
                 markup=True,
                 highlight=False,
             )
@@ -323,16 +340,37 @@ class Group(TyperGroup):
         sys.exit(rv if isinstance(rv, int) else 0)
 
 
+def _not_a_number(e: typer.TyperException, argv: list[str]) -> str | None:
+    """A number option given a word, said as every other bad value is (`--tail 'abc': expected
+    a whole number`), not in the words of typer's coercion; None for any other error."""
+    param = getattr(e, "param", None)
+    # typer's option keeps the parameter's annotation (int for `int | None`) with its type.
+    kind: object = getattr(getattr(param, "type_descriptor", None), "annotation", None)
+    expected = "a whole number" if kind is int else "a number" if kind is float else None
+    opts = list(getattr(param, "opts", ()) or ())
+    if expected is None or not opts:
+        return None
+    for i, arg in enumerate(argv):
+        flag, eq, value = arg.partition("=")
+        if flag in opts and (eq or i + 1 < len(argv)):
+            return f"{flag} {value if eq else argv[i + 1]!r}: expected {expected}"
+    return f"{opts[0]}: expected {expected}"
+
+
 def _engine_hint(e: typer.TyperException) -> str:
     """Engine flags given to render/deploy without `--` in front of them (NoSuchOption)."""
     ctx = getattr(e, "ctx", None)
-    if getattr(e, "option_name", None) and ctx is not None and ctx.info_name in _TAKES_ENGINE:
-        return (
-            "; engine flags go after `--`, e.g. "
-            f"`nccl-k8s {ctx.info_name} --world-size 16 -- -b 8 -e 1G`"
-        )
+    if getattr(e, "option_name", None) and ctx is not None and command_key(ctx) in _TAKES_ENGINE:
+        return f"; engine flags go after `--`, e.g. `{engine_example(ctx)}`"
     return ""
 
 
+def engine_example(ctx: Any) -> str:
+    """A command line of this command with engine flags after `--`, using only options it has."""
+    key = command_key(ctx)
+    has_world = any("--world-size" in getattr(p, "opts", ()) for p in ctx.command.params)
+    return f"nccl-k8s {key}{' --world-size 16' if has_world else ''} -- -b 8 -e 1G"
+
+
 #: Commands whose arguments after `--` are engine flags.
-_TAKES_ENGINE = ("render", "deploy", "doctor", "check")
+_TAKES_ENGINE = ("render", "deploy", "doctor", "nodes check")

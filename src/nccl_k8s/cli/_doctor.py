@@ -140,9 +140,12 @@ def nodes_check_command(
     if selector is not None:
         selector = label_selector("--selector", selector)
     settings = wait_settings(test_timeout, schedule_timeout, None)
+    client = client_settings(kubeconfig, context)
+    # Its test runs go into the namespace: one that does not exist fails here, before pass 1.
+    k8s.require_namespace(spec.namespace, client=client)
     checked = k8s.nodes_check(
         spec,
-        client=client_settings(kubeconfig, context),
+        client=client,
         selector=selector,
         parallel=parallel,
         threshold=threshold,

@@ -62,7 +62,9 @@ def import_command(
     identified from the table and a note on stderr says how; the run's own failure line, if
     any, is reported too. A file without nccl-tests' preamble (a tail: rows and footer only) is
     imported with a warning naming what was taken from the footer or the rows and which fields
-    (world size, GPU model, NCCL version, ...) it could not know."""
+    (world size, GPU model, NCCL version, ...) it could not know. An output cut off (no footer
+    after a table that stops before the sizes its header announced, or a last row cut in the
+    middle) is imported marked partial, with a warning saying where it stops."""
     if output is not None:
         from nccl_k8s.launch import check_writable
 
@@ -90,7 +92,7 @@ def import_command(
     ops = ", ".join(run.ops())
     out.print(
         f"imported {len(run.rows)} rows ({ops}) from {len(files)} file"
-        f"{'s' if len(files) != 1 else ''} -> {path}"
+        f"{'s' if len(files) != 1 else ''}{', partial' if run.meta.partial else ''} -> {path}"
     )
 
 
@@ -213,6 +215,16 @@ def _print_comparison(c: Comparison) -> None:
     print_table(header, rows, right=right)
 
 
+AllowDifferent = Annotated[
+    bool,
+    typer.Option(
+        "--allow-different",
+        help="Compare runs of a different backend, device, world size or fabric (refused "
+        "otherwise, exit 2): each difference is then a warning.",
+    ),
+]
+
+
 @handle_errors
 def compare_command(
     current: Annotated[
@@ -236,7 +248,7 @@ def compare_command(
         typer.Option(
             "--metric",
             metavar="busbw|time",
-            help="busbw or time. Rows where busbw is 0 in both runs (one rank, tiny sizes) are "
+            help="busbw or time. Rows where busbw is 0 in either run (one rank, tiny sizes) are "
             "decided on time, and say so.",
         ),
     ] = "busbw",
@@ -262,16 +274,18 @@ def compare_command(
             "--min-busbw", metavar="GBPS", help="Fail when an op's average busbw (GB/s) is lower."
         ),
     ] = None,
+    allow_different: AllowDifferent = False,
     output: Output = "text",
 ) -> None:
     """Compare a run with a baseline per op x dtype x redop x size x placement; exit 1 on a
     regression, and on wrong results in the current run (#wrong > 0, out-of-bounds FAILED, a
-    failure line) whatever its speed. 0-byte rows are skipped; different world sizes, GPUs or NCCL
-    versions, and a baseline with wrong results, are warned."""
+    failure line) whatever its speed. Runs of a different backend, device (GPU model, or CPU),
+    world size or fabric are refused (exit 2) unless --allow-different. 0-byte rows are skipped;
+    different NCCL versions or node counts, and a baseline with wrong results, are warned."""
     fmt = output_format(output)
     outcome = judge(
         current, baseline, tolerance=parse_tolerance(tolerance), metric=parse_metric(metric),
-        dtype=dtype, redop=redop, min_busbw=min_busbw,
+        dtype=dtype, redop=redop, min_busbw=min_busbw, allow_different=allow_different,
     )  # fmt: skip
     for warning in outcome.warnings:
         err.print(f"[yellow]warning:[/yellow] {escape(warning)}", markup=True)

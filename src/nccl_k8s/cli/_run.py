@@ -70,6 +70,8 @@ def run(ctx: typer.Context) -> None:
         err.print(f"# results: {outcome.results}", markup=False)
     elif outcome.save_asked:
         err.print("# results: not saved (the ranks wrote none)", markup=False)
+    for why in outcome.failures:
+        err.print(f"[red]error:[/red] {escape(why)}", markup=True, highlight=False)
     raise typer.Exit(outcome.exit_code)
 
 

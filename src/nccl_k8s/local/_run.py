@@ -21,9 +21,10 @@ from nccl_k8s import launch as local
 from nccl_k8s.bench.options import OPTIONS, meta_config
 from nccl_k8s.errors import Interrupted, NcclK8sError, ResultsError, RunFailed
 from nccl_k8s.launch import LocalRun
+from nccl_k8s.results.compare import run_failures
 from nccl_k8s.results.imports import import_file
 from nccl_k8s.results.lines import parse_result_lines
-from nccl_k8s.results.schema import Run
+from nccl_k8s.results.schema import Run, load
 from nccl_k8s.results.store import (
     check_new_run_id,
     new_run_id,
@@ -67,12 +68,11 @@ def run_and_save(run_plan: Plan, work: Path) -> tuple[int, Path | None]:
     """
 
     run = run_plan.run
-    if run_plan.run_id is None:
-        return local.launch(run, work=work), None
     started = time.time()
-    user_json = run.config.json_path
-    json_path = Path(user_json) if user_json else work / "engine.json"
-    extra = () if user_json else ("--json", str(json_path))
+    json_path = _json_path(run, work)
+    extra = () if run.config.json_path else ("--json", str(json_path))
+    if run_plan.run_id is None:  # the -J file is read only to say why a failed run failed
+        return local.launch(run, work=work, extra_argv=extra), None
     try:
         code = local.launch(run, work=work, extra_argv=extra, run_id=run_plan.run_id)
     except (RunFailed, Interrupted) as exc:
@@ -83,7 +83,26 @@ def run_and_save(run_plan: Plan, work: Path) -> tuple[int, Path | None]:
     # An old --json file from an earlier run is not this run's result.
     if not json_path.is_file() or json_path.stat().st_mtime < started - 1:
         return code, None
-    return code, save_results(run_plan, json_path, keep_input=bool(user_json))
+    return code, save_results(run_plan, json_path, keep_input=bool(run.config.json_path))
+
+
+def _json_path(run: LocalRun, work: Path) -> Path:
+    """Where rank 0 writes its -J file: the user's --json, else one in the work directory."""
+    return Path(run.config.json_path) if run.config.json_path else work / "engine.json"
+
+
+def why_failed(run_plan: Plan, work: Path, results: Path | None) -> list[str]:
+    """Why a run that printed its table exited 1, one line each (results.run_failures): read
+    from the results stored, else from rank 0's -J file (--no-save); [] when neither says."""
+    try:
+        if results is not None:
+            return run_failures(load(results))
+        json_path = _json_path(run_plan.run, work)
+        return (
+            run_failures(results_from_json(json_path, run_plan.run)) if json_path.is_file() else []
+        )
+    except ResultsError:
+        return []
 
 
 def save_results(run_plan: Plan, json_path: Path, *, keep_input: bool = False) -> Path:
@@ -186,6 +205,9 @@ class Outcome:
     results: Path | None
     #: The results were to be stored (no --no-save): a None `results` then means the ranks wrote none.
     save_asked: bool
+    #: Why a run that printed its table failed (exit 1), one line each: the data check, the
+    #: --min-busbw gate naming each op, its sizes and its average against the floor.
+    failures: list[str] = dataclasses.field(default_factory=list)
 
 
 def run(argv: Sequence[str]) -> Outcome:
@@ -195,4 +217,5 @@ def run(argv: Sequence[str]) -> Outcome:
         run_plan = plan(argv)
         with local.workdir() as work:
             code, results = run_and_save(run_plan, work)
-    return Outcome(code, results, run_plan.run_id is not None)
+            failures = why_failed(run_plan, work, results) if code == 1 else []
+    return Outcome(code, results, run_plan.run_id is not None, failures)

@@ -27,6 +27,7 @@ from nccl_k8s.results.compare import (
     min_busbw_gate,
     parse_metric,
     parse_tolerance,
+    run_failures,
     select,
 )
 from nccl_k8s.results.diagnose import (
@@ -104,6 +105,7 @@ __all__ = [
     "platform_named",
     "resolve",
     "results_path",
+    "run_failures",
     "runs_dir",
     "select",
     "store_run",

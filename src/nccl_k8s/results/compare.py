@@ -8,11 +8,14 @@ For each pair the ratio current/baseline of the metric decides:
 - time (lower is better):   ratio > 1 + tolerance is "regressed", < 1 - tolerance "improved";
 - a row present in only one run is "missing" (which side says `missing_in`).
 
-A metric that is zero on both sides says nothing (busbw on one rank, where nccl-tests' bus factor
-is 0, or 8 B rows printed as 0.00): such a row is decided on time instead, and the row says so
-(`metric`). 0-byte rows (nccl-tests prints them for split collectives at small sizes) move
-nothing and are skipped, counted in `skipped_empty`. Runs of different world sizes, GPU models or
-NCCL versions are compared but each difference is a warning.
+A busbw of zero on either side says nothing (one rank, where nccl-tests' bus factor is 0, or
+8 B rows printed as 0.00; a ratio against it would be infinite or zero): such a row is decided on
+time instead, and the row says so (`metric`). 0-byte rows (nccl-tests prints them for split
+collectives at small sizes) move nothing and are skipped, counted in `skipped_empty`.
+
+Runs of a different backend, device, world size or fabric are refused (a UsageError, exit 2,
+naming each difference) unless `allow_different`; then, as for a different NCCL version or node
+count, each difference is a warning (results.comparable holds the facts and which refuse).
 
 Speed is not all a gate checks: a run whose results are wrong (`#wrong` > 0 in a row, nccl-tests'
 "Out of bounds values : N FAILED", or its own failure line) fails whatever its speed
@@ -29,7 +32,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, get_args
 
 from nccl_k8s.errors import ResultsError, UsageError
-from nccl_k8s.results.schema import Placement, Row, Run, meta_differences
+from nccl_k8s.results.comparable import differences, refusal
+from nccl_k8s.results.schema import Placement, Row, Run
 
 Metric = Literal["busbw", "time"]
 METRICS: tuple[Metric, ...] = get_args(Metric)
@@ -108,10 +112,18 @@ class DataCheck:
 def data_check(run: Run) -> DataCheck:
     """The run's own verdict on its results: rows with #wrong > 0, footers that said FAILED, the
     failure line it printed."""
+    floor = run.meta.config.min_busbw
+    # Our result lines' summary says ok=false for a --min-busbw miss too: that is the gate's
+    # verdict (run_failures), not a data check that failed.
+    missed = {
+        s.op
+        for s in run.summaries
+        if floor is not None and s.avg_busbw is not None and s.avg_busbw < floor
+    }
     oob = {
         s.op: s.out_of_bounds or 0
         for s in run.summaries
-        if s.ok is False or (s.out_of_bounds or 0) > 0
+        if (s.ok is False and s.op not in missed) or (s.out_of_bounds or 0) > 0
     }
     return DataCheck(
         wrong_rows=[r for r in run.rows if (r.wrong or 0) > 0],
@@ -130,7 +142,8 @@ class RowComparison:
     #: current / baseline; None when either side is missing.
     ratio: float | None
     verdict: Verdict
-    #: The metric that decided this row: the one asked for, or time where busbw is 0 on both sides.
+    #: The metric that decided this row: the one asked for, or time where busbw is 0 on either
+    #: side.
     metric: Metric
     #: For verdict "missing": the run that lacks the row.
     missing_in: Side | None = None
@@ -154,8 +167,9 @@ class Comparison:
     rows: list[RowComparison] = field(default_factory=list)
     #: Rows of 0 bytes left out (both runs together).
     skipped_empty: int = 0
-    #: Differences between the runs that make the comparison less meaningful (world size, GPU,
-    #: NCCL), and a baseline whose own results were wrong.
+    #: Differences between the runs that make the comparison less meaningful (NCCL version, node
+    #: count; backend, device, world size and fabric where allowed), and a baseline whose own
+    #: results were wrong.
     warnings: list[str] = field(default_factory=list)
     #: The current run's own check of its results: wrong results fail the gate whatever the speed.
     data_check: DataCheck = field(default_factory=DataCheck)
@@ -175,13 +189,13 @@ class Comparison:
 
     @property
     def fell_back(self) -> int:
-        """Rows decided on time because the asked metric was 0 on both sides."""
+        """Rows decided on time because the asked metric was 0 on either side."""
         return sum(1 for r in self.rows if r.verdict != "missing" and r.metric != self.metric)
 
     def summary(self) -> str:
         head = f"{len(self.rows)} rows compared on {self.metric}"
         if self.fell_back:
-            head += f", {self.fell_back} of them on time because {self.metric} is 0 on both sides"
+            head += f", {self.fell_back} of them on time because {self.metric} is 0 on either side"
         counts = ", ".join(f"{self.count(v)} {v}" for v in get_args(Verdict))
         tail = (
             f"; {self.skipped_empty} rows of 0 bytes skipped (both runs)"
@@ -204,9 +218,9 @@ class Comparison:
         if used <= {self.metric}:
             on = f"on {self.metric}"
         elif used == {"time"}:
-            on = f"on time ({self.metric} is 0 on both sides)"
+            on = f"on time ({self.metric} is 0 on either side)"
         else:
-            on = f"on {self.metric} (time where {self.metric} is 0 on both sides)"
+            on = f"on {self.metric} (time where {self.metric} is 0 on either side)"
         several = self.has_variants
 
         def name(r: RowComparison) -> str:
@@ -256,8 +270,8 @@ def _value(row: Row, metric: Metric) -> float:
 
 def _verdict(cur: float, base: float, metric: Metric, tol: float) -> tuple[float | None, Verdict]:
     if base == 0:
-        # Only busbw can be zero here (both-zero rows were moved to time); more than none is better.
-        return None, "improved" if metric == "busbw" else "regressed"
+        # Only a time of 0 (a row printed as 0.00 us) gets here: busbw rows with a 0 went to time.
+        return None, "ok" if cur == 0 else "regressed"
     ratio = cur / base
     worse, better = (ratio < 1 - tol, ratio > 1 + tol)
     if metric == "time":
@@ -269,11 +283,13 @@ def _empty(row: Row) -> bool:
     return row.size_bytes == 0
 
 
-def _differences(current: Run, baseline: Run) -> list[str]:
-    out = [
-        f"{what} differs: current {c}, baseline {b}"
-        for what, c, b in meta_differences(current.meta, baseline.meta)
-    ]
+def _differences(current: Run, baseline: Run, *, allow_different: bool) -> list[str]:
+    """The warnings; a UsageError when the runs differ in a fact that refuses and that was not
+    allowed."""
+    found = differences(current.meta, baseline.meta)
+    if not allow_different and (why := refusal(found)) is not None:
+        raise UsageError(why, key="allow_different")
+    out = [d.text() for d in found]
     # Runs on a cluster name each rank's Kubernetes node: a regression can point at one.
     nodes = [sorted({d.node for d in r.meta.devices if d.node}) for r in (current, baseline)]
     if all(nodes) and nodes[0] != nodes[1]:
@@ -310,8 +326,10 @@ def compare(
     metric: Metric = "busbw",
     dtype: str | None = None,
     redop: str | None = None,
+    allow_different: bool = False,
 ) -> Comparison:
-    """Compare `current` with `baseline` per op x dtype x redop x root x size x placement."""
+    """Compare `current` with `baseline` per op x dtype x redop x root x size x placement;
+    runs of a different backend, device, world size or fabric only when `allow_different`."""
     if metric not in METRICS:
         raise UsageError(f"--metric {metric!r}: expected busbw or time", key="metric")
     if not 0 <= tolerance < 1:
@@ -322,7 +340,7 @@ def compare(
     current = select(current, dtype=dtype, redop=redop, name="current run")
     baseline = select(baseline, dtype=dtype, redop=redop, name="baseline")
     result = Comparison(metric=metric, tolerance=tolerance)
-    result.warnings = _differences(current, baseline)
+    result.warnings = _differences(current, baseline, allow_different=allow_different)
     result.data_check = data_check(current)
     if not (base_check := data_check(baseline)).ok:
         result.warnings.append(
@@ -339,7 +357,7 @@ def compare(
     for key in keys:
         b, c, row = base.get(key), cur.get(key), either[key]
         used = metric
-        if b is not None and c is not None and _value(b, metric) == 0 == _value(c, metric):
+        if b is not None and c is not None and 0 in (_value(b, metric), _value(c, metric)):
             used = "time"
         cmp = RowComparison(
             row.op,
@@ -406,6 +424,8 @@ class GateResult:
     #: op -> average busbw over its printed cells (GB/s).
     averages: dict[str, float]
     failed_ops: list[str]
+    #: op -> its rows (the sizes the average is over).
+    rows: dict[str, list[Row]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -415,6 +435,24 @@ class GateResult:
         avgs = ", ".join(f"{op} {bw:.2f}" for op, bw in self.averages.items())
         verdict = "ok" if self.ok else "FAILED for " + ", ".join(self.failed_ops)
         return f"min busbw {self.floor_gbps:g} GB/s: average busbw {avgs} GB/s: {verdict}"
+
+    def failure_text(self) -> str:
+        """One line naming the gate, each op below it with the sizes its average is over and
+        the busbw at the largest, measured against the floor."""
+        parts = []
+        for op in self.failed_ops:
+            rows = self.rows.get(op, [])
+            sizes = sorted({r.size_bytes for r in rows})
+            largest = human_size(sizes[-1])
+            if len(sizes) == 1:
+                parts.append(f"{op} averaged {self.averages[op]:.2f} GB/s at {largest}")
+                continue
+            top = max(r.busbw for r in rows if r.size_bytes == sizes[-1])
+            parts.append(
+                f"{op} averaged {self.averages[op]:.2f} GB/s over {len(sizes)} sizes, "
+                f"{human_size(sizes[0])} to {largest} ({top:.2f} GB/s at {largest})"
+            )
+        return f"--min-busbw {self.floor_gbps:g} GB/s missed: {'; '.join(parts)}"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -429,14 +467,14 @@ def min_busbw_gate(run: Run, floor_gbps: float) -> GateResult:
     """Each op's average busbw (over out- and in-place cells, as nccl-tests' closing line) >= floor."""
     if floor_gbps < 0:
         raise UsageError(f"--min-busbw {floor_gbps}: expected GB/s >= 0", key="min_busbw")
-    sums: dict[str, list[float]] = {}
+    rows: dict[str, list[Row]] = {}
     for row in run.rows:
-        sums.setdefault(row.op, []).append(row.busbw)
-    if not sums:
+        rows.setdefault(row.op, []).append(row)
+    if not rows:
         raise ResultsError("the run has no rows: nothing to gate")
-    averages = {op: sum(v) / len(v) for op, v in sums.items()}
+    averages = {op: sum(r.busbw for r in v) / len(v) for op, v in rows.items()}
     failed = [op for op, avg in averages.items() if avg < floor_gbps]
-    return GateResult(floor_gbps, averages, failed)
+    return GateResult(floor_gbps, averages, failed, rows)
 
 
 @dataclass
@@ -487,6 +525,19 @@ class CompareOutcome:
         return doc
 
 
+def run_failures(run: Run) -> list[str]:
+    """Why a run that printed its table failed, one line each: its own data check (wrong
+    elements, out of bounds FAILED) and its --min-busbw gate (`meta.config.min_busbw`)."""
+    found = []
+    check = data_check(run)
+    if check.wrong_rows or check.out_of_bounds:
+        found.append(f"data check failed: {check.text(with_failure=False)}")
+    floor = run.meta.config.min_busbw
+    if floor is not None and run.rows and not (gate := min_busbw_gate(run, floor)).ok:
+        found.append(gate.failure_text())
+    return found
+
+
 def judge(
     current: str,
     baseline: str | None,
@@ -496,6 +547,7 @@ def judge(
     dtype: str | None = None,
     redop: str | None = None,
     min_busbw: float | None = None,
+    allow_different: bool = False,
 ) -> CompareOutcome:
     """Compare the run `current` (a results file or run id) with `baseline` and/or gate it on
     `min_busbw` (GB/s); at least one of the two is asked (UsageError otherwise). The data check
@@ -509,7 +561,10 @@ def judge(
     cmp = None
     if baseline is not None:
         base = load(resolve(baseline))
-        cmp = compare(cur, base, tolerance=tolerance, metric=metric, dtype=dtype, redop=redop)
+        cmp = compare(
+            cur, base, tolerance=tolerance, metric=metric, dtype=dtype, redop=redop,
+            allow_different=allow_different,
+        )  # fmt: skip
     selected = select(cur, dtype=dtype, redop=redop)
     gate = min_busbw_gate(selected, min_busbw) if min_busbw is not None else None
     check = cmp.data_check if cmp is not None else data_check(selected)
@@ -531,5 +586,6 @@ __all__ = [
     "min_busbw_gate",
     "parse_metric",
     "parse_tolerance",
+    "run_failures",
     "select",
 ]

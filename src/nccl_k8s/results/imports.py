@@ -9,7 +9,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from nccl_k8s.errors import ResultsError
-from nccl_k8s.results.nccltests import parse_text, row_key
+from nccl_k8s.results.cutoff import CutOff
+from nccl_k8s.results.nccltests import read_text, row_key
 from nccl_k8s.results.nccltests_json import parse_json
 from nccl_k8s.results.schema import CLUSTER_FIELDS, OpIdentification, Run, meta_differences
 
@@ -31,6 +32,11 @@ _FROM = {
 
 def import_file(path: str | Path) -> Run:
     """Read one nccl-tests output file, text or `-J` JSON (decided by content, not extension)."""
+    return _read(path)[0]
+
+
+def _read(path: str | Path) -> tuple[Run, CutOff | None]:
+    """import_file, and where its last table was cut off (the run is then marked partial)."""
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8", errors="replace")
@@ -52,8 +58,8 @@ def import_file(path: str | Path) -> Run:
             raise ResultsError(
                 f"{p} is already an nccl-k8s results file: use it directly", path=str(p)
             )
-        return parse_json(obj, origin=str(p))
-    return parse_text(text, origin=str(p))
+        return parse_json(obj, origin=str(p)), None
+    return read_text(text, origin=str(p))
 
 
 def _op_source(ident: OpIdentification) -> str:
@@ -127,9 +133,13 @@ def import_files(paths: Iterable[str | Path]) -> Run:
 
 
 def import_with_gaps(paths: Iterable[str | Path]) -> tuple[Run, list[str]]:
-    """import_files, with preamble_gaps' line for each file that lacks nccl-tests' preamble."""
-    runs = [import_file(p) for p in paths]
+    """import_files, with a warning line for each file that lacks nccl-tests' preamble
+    (preamble_gaps) and for each whose output is cut off (where it stops against what its
+    header announced; the run is marked partial)."""
+    read = [_read(p) for p in paths]
+    runs = [run for run, _ in read]
     gaps = [g for run in runs if (g := preamble_gaps(run)) is not None]
+    gaps += [cut.text(run.meta.inputs[0]) for run, cut in read if cut is not None]
     if not runs:
         raise ResultsError("no files to import")
     _same_run(runs)
@@ -149,6 +159,7 @@ def import_with_gaps(paths: Iterable[str | Path]) -> tuple[Run, list[str]]:
             merged.meta.gpus_per_node = other.meta.gpus_per_node
         if merged.meta.failure is None:
             merged.meta.failure = other.meta.failure
+        merged.meta.partial = merged.meta.partial or other.meta.partial
     merged.meta.config.ops = merged.ops()
     return merged, gaps
 

@@ -91,4 +91,53 @@ def layout_from_row(toks: list[str]) -> Layout | None:
     return None
 
 
-__all__ = ["CHECK_COLUMNS", "GROUP", "Layout", "layout_from_header", "layout_from_row"]
+_CELL = re.compile(r"[-+0-9.e]+\*?|N/A")
+
+
+# A cell a user emphasised in a pasted table, in markdown (`**514.40**`, `*514.40*`, `__514.40__`,
+# `~~514.40~~`, `` `514.40` ``, nested: `` **`514.40`** ``) or HTML (`<b>514.40</b>`): the value
+# inside. A single trailing `*` alone is nccl-tests' own mark of an error past its threshold.
+_DECORATED = re.compile(
+    r"^(?:(?P<mark>\*{1,3}|_{1,3}|~~|`)(?P<cell>.+?)(?P=mark)"
+    r"|<(?P<tag>b|strong|em|i|u|mark|code)>(?P<html>.+?)</(?P=tag)>)$"
+)
+
+
+def undecorated(tok: str) -> str:
+    """A cell without the emphasis a user gave it in a paste."""
+    for _ in range(3):  # `***x***`, `` **`x`** ``, `<b>*x*</b>`
+        m = _DECORATED.match(tok)
+        if m is None:
+            break
+        tok = m.group("cell") or m.group("html")
+    return tok
+
+
+def looks_numeric(toks: list[str]) -> bool:
+    """Whether a line's words are a row's cells, bar the few words of its lead."""
+    return sum(1 for t in toks if _CELL.fullmatch(t)) >= len(toks) - 3
+
+
+def redop_left_blank(layout: Layout, toks: list[str]) -> bool:
+    """Whether a row one column short of a header that names a redop column is a row whose redop
+    was printed empty: nccl-tests before 2.11 passed "" as the redop name of the collectives that
+    reduce nothing (alltoall, all_gather, ...), so the row lacks that one word. Only when nothing
+    else fits: the type is a word and everything after it a number."""
+    if "redop" not in layout.lead:
+        return False
+    at = layout.lead.index("redop")
+    if at < 1 or layout.lead[at - 1] != "type" or not toks[at - 1].isalpha():
+        return False
+    return all(_CELL.fullmatch(t) for t in toks[at:])
+
+
+__all__ = [
+    "CHECK_COLUMNS",
+    "GROUP",
+    "Layout",
+    "layout_from_header",
+    "layout_from_row",
+    "looks_numeric",
+    "redop_left_blank",
+    "undecorated",
+]

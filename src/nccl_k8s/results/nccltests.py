@@ -47,7 +47,15 @@ from nccl_k8s.results.collectives import (
     op_in_file_name,
     ops_in_words,
 )
-from nccl_k8s.results.layouts import Layout, layout_from_header, layout_from_row
+from nccl_k8s.results.cutoff import CutOff, cut_off
+from nccl_k8s.results.layouts import (
+    Layout,
+    layout_from_header,
+    layout_from_row,
+    looks_numeric,
+    redop_left_blank,
+    undecorated,
+)
 from nccl_k8s.results.nccltests_json import (
     fill_world,
     nccl_version_from_code,
@@ -82,6 +90,7 @@ _DEVICE = re.compile(
 )
 _OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(?P<n>\d+)\s*(?P<ok>OK|FAILED)?")
 _AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(?P<bw>\S+)")
+_REDUCED = re.compile(r"^#\s*Reducing maxBytes to (?P<n>\d+)")
 _NCCL_VERSION = re.compile(r"NCCL version (?P<v>\d+\.\d+\.\d+)(?:\S*?\+cuda(?P<cuda>\d+\.\d+))?")
 _NCCL_ENV = re.compile(r"NCCL INFO (?P<k>NCCL_[A-Z0-9_]+) set by environment to (?P<v>\S*)")
 _CFG_INT = {
@@ -149,44 +158,6 @@ def _num(tok: str, what: str, where: str) -> float:
         raise ResultsError(f"{where}: {what} {tok!r} is not a number", path=where) from None
 
 
-_CELL = re.compile(r"[-+0-9.e]+\*?|N/A")
-
-
-# A cell a user emphasised in a pasted table, in markdown (`**514.40**`, `*514.40*`, `__514.40__`,
-# `~~514.40~~`, `` `514.40` ``, nested: `` **`514.40`** ``) or HTML (`<b>514.40</b>`): the value
-# inside. A single trailing `*` alone is nccl-tests' own mark of an error past its threshold.
-_DECORATED = re.compile(
-    r"^(?:(?P<mark>\*{1,3}|_{1,3}|~~|`)(?P<cell>.+?)(?P=mark)"
-    r"|<(?P<tag>b|strong|em|i|u|mark|code)>(?P<html>.+?)</(?P=tag)>)$"
-)
-
-
-def _undecorated(tok: str) -> str:
-    for _ in range(3):  # `***x***`, `` **`x`** ``, `<b>*x*</b>`
-        m = _DECORATED.match(tok)
-        if m is None:
-            break
-        tok = m.group("cell") or m.group("html")
-    return tok
-
-
-def _looks_numeric(toks: list[str]) -> bool:
-    return sum(1 for t in toks if _CELL.fullmatch(t)) >= len(toks) - 3
-
-
-def _redop_left_blank(layout: Layout, toks: list[str]) -> bool:
-    """Whether a row one column short of a header that names a redop column is a row whose redop
-    was printed empty: nccl-tests before 2.11 passed "" as the redop name of the collectives that
-    reduce nothing (alltoall, all_gather, ...), so the row lacks that one word. Only when nothing
-    else fits: the type is a word and everything after it a number."""
-    if "redop" not in layout.lead:
-        return False
-    at = layout.lead.index("redop")
-    if at < 1 or layout.lead[at - 1] != "type" or not toks[at - 1].isalpha():
-        return False
-    return all(_CELL.fullmatch(t) for t in toks[at:])
-
-
 class _TextParser:
     def __init__(self, origin: str) -> None:
         self.origin = origin
@@ -207,10 +178,26 @@ class _TextParser:
         #: Ranks one process drives: nThread x nGpus of the config line, or `-t`/`-g` of a
         #: command line naming the test.
         self.per_process: int | None = None
+        #: The maxBytes nccl-tests lowered for memory (`# Reducing maxBytes to N`).
+        self.reduced_max: int | None = None
+        #: The last line, when it is a table row cut in the middle ("file:line").
+        self.cut_row: str | None = None
+        #: How the last table was cut off, when it was (cutoff.cut_off).
+        self.cut: CutOff | None = None
 
     def feed(self, text: str) -> Run:
-        for lineno, raw in enumerate(text.splitlines(), start=1):
-            self._line(strip_prefixes(raw.rstrip("\r")), f"{self.origin}:{lineno}")
+        lines = text.splitlines()
+        last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
+        for i, raw in enumerate(lines):
+            where = f"{self.origin}:{i + 1}"
+            try:
+                self._line(strip_prefixes(raw.rstrip("\r")), where)
+            except ResultsError:
+                # The output ends inside a row (a log cut while a rank printed): the rows
+                # before it are the run's, the table is cut off. Anywhere else it is refused.
+                if i != last or self.table is None or not self.table.rows:
+                    raise
+                self.cut_row = where
         self._close()
         self._finish()
         return self.run
@@ -229,7 +216,7 @@ class _TextParser:
         if failure is not None:
             self.run.meta.failure = self.run.meta.failure or failure
             return
-        toks = [_undecorated(t) for t in s.split()]
+        toks = [undecorated(t) for t in s.split()]
         if self.table is not None and self._maybe_row(self.table, toks, where):
             return
         if self.table is None and (layout := layout_from_row(toks)) is not None:
@@ -258,13 +245,13 @@ class _TextParser:
     def _maybe_row(self, table: _Table, toks: list[str], where: str) -> bool:
         if not toks[0].isdigit():
             return False
-        if len(toks) == table.layout.width - 1 and _redop_left_blank(table.layout, toks):
+        if len(toks) == table.layout.width - 1 and redop_left_blank(table.layout, toks):
             at = table.layout.lead.index("redop")
             toks = [*toks[:at], "", *toks[at:]]
         if len(toks) == table.layout.width:
             table.rows.extend(self._row(table.layout, toks, where))
             return True
-        if len(toks) > len(table.layout.lead) and _looks_numeric(toks):
+        if len(toks) > len(table.layout.lead) and looks_numeric(toks):
             raise ResultsError(
                 f"{where}: table row has {len(toks)} columns, the header announced "
                 f"{table.layout.width}: file cut off or edited?",
@@ -306,6 +293,8 @@ class _TextParser:
             self._summary().out_of_bounds = int(m.group("n"))
             if m.group("ok"):
                 self._summary().ok = m.group("ok") == "OK"
+        elif m := _REDUCED.match(s):
+            self.reduced_max = int(m.group("n"))
         elif m := _AVG.match(s):
             self._close()
             with contextlib.suppress(ValueError):
@@ -555,11 +544,26 @@ class _TextParser:
                 path=self.origin,
             )
         self._world()
+        self._cut_off(self.tables[-1])
         meta.config.ops = self.run.ops()
         first = self.run.rows[0]
         self.cfg.dtype = first.dtype
         self.cfg.redop = first.redop
         self.cfg.root = first.root
+
+    def _cut_off(self, table: _Table) -> None:
+        """Whether the last table was cut off (cutoff.cut_off): the run is then partial."""
+        self.cut = cut_off(
+            str(table.op),
+            [r.size_bytes for r in table.rows[:: table.layout.groups]],
+            self.cfg,
+            footer=table.summary is not None,
+            world_size=self.run.meta.world_size,
+            reduced_max=self.reduced_max,
+            cut_row=self.cut_row,
+        )
+        if self.cut is not None:
+            self.run.meta.partial = True
 
 
 def row_key(r: Row) -> tuple[str | None, str | None, int | None, int, str]:
@@ -568,7 +572,14 @@ def row_key(r: Row) -> tuple[str | None, str | None, int | None, int, str]:
 
 def parse_text(text: str, *, origin: str = "<nccl-tests>") -> Run:
     """Parse nccl-tests' text output (one or several collectives) into a Run."""
-    return _TextParser(origin).feed(text)
+    return read_text(text, origin=origin)[0]
 
 
-__all__ = ["nccl_version_from_code", "op_from_name", "parse_text", "row_key"]
+def read_text(text: str, *, origin: str = "<nccl-tests>") -> tuple[Run, CutOff | None]:
+    """parse_text, and where its last table was cut off (the Run is then marked partial)."""
+    parser = _TextParser(origin)
+    run = parser.feed(text)
+    return run, parser.cut
+
+
+__all__ = ["nccl_version_from_code", "op_from_name", "parse_text", "read_text", "row_key"]

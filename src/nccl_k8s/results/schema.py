@@ -10,8 +10,7 @@ A file is one JSON object:
      "meta": {...RunMeta...}, "rows": [{...Row...}, ...],
      "summaries": [{...Summary...}, ...], "soak": [{...}, ...]}
 
-Unknown keys are ignored on load, so a later version may add fields without breaking this reader;
-removing or changing the meaning of one needs a new version.
+Unknown keys are ignored on load (a later version may add some); removing or changing one: a new version.
 """
 
 from __future__ import annotations
@@ -81,6 +80,8 @@ class RunConfig:
     #: CUDA-graph launches per measurement (nccl-tests -G); 0 = none.
     graph: int | None = None
     ops: list[str] = field(default_factory=list)
+    #: --min-busbw: the floor (GB/s) each op's average busbw had to reach; None: no gate.
+    min_busbw: float | None = None
 
 
 @dataclass
@@ -310,9 +311,7 @@ class Reader:
         if not self._present(key, False):
             return None
         v = self.d[key]
-        if isinstance(v, bool):
-            return v
-        if isinstance(v, int) and v in (0, 1):
+        if isinstance(v, bool) or (isinstance(v, int) and v in (0, 1)):
             return bool(v)
         raise self._bad(key, "true or false")
 
@@ -371,7 +370,8 @@ def config_from(r: Reader) -> RunConfig:
         elif o.read == "strs":
             values[o.meta] = [str(x) for x in r.list_(o.meta)]
         else:
-            values[o.meta] = r.int_(o.meta) if o.read == "int" else r.str_(o.meta)
+            read = {"int": r.int_, "number": r.float_, "str": r.str_}[o.read]
+            values[o.meta] = read(o.meta)
     return RunConfig(**values)
 
 

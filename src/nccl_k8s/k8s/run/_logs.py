@@ -65,6 +65,8 @@ def logs(
             if not pods:
                 raise NotFound(f"run {rid} has no pod of rank {rank}", namespace=ns, name=rid)
         if not pods:
+            if await get_workload(kc, ns, rid) is None:
+                raise no_run(kc, ns, rid)
             raise NotFound(f"run {rid} has no pods (yet)", namespace=ns, name=rid)
         texts = await bounded(
             concurrency, [functools.partial(_fetch_or_reason, kc, ns, p, tail) for p in pods]

@@ -14,7 +14,7 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from typing import TypeVar
 
-from nccl_k8s.errors import ClusterError, NotFound
+from nccl_k8s.errors import ClusterError, NoSuchRun, NotFound
 from nccl_k8s.k8s.api._client import FIELD_MANAGER, KubeClient
 from nccl_k8s.k8s.api._lists import list_metadata
 from nccl_k8s.k8s.api._translate import selector
@@ -128,7 +128,7 @@ async def get_pods(kc: KubeClient, namespace: str, run_id: str) -> list[PodInfo]
 
 
 def no_run(kc: KubeClient, namespace: str, run_id: str) -> NotFound:
-    return NotFound(
+    return NoSuchRun(
         f"no run {run_id} in namespace {namespace} (`nccl-k8s list -n {namespace}` shows the runs)",
         namespace=namespace,
         name=run_id,

@@ -8,7 +8,7 @@ import json
 import re
 from typing import Any
 
-from nccl_k8s.errors import ClusterError
+from nccl_k8s.errors import ClusterError, Forbidden, UsageError
 from nccl_k8s.k8s.api._client import ClientSettings, KubeClient
 from nccl_k8s.k8s.api._sync import run_sync
 from nccl_k8s.k8s.api._types import Obj
@@ -156,6 +156,25 @@ async def _detail(
         return verdict.text()
     cond = condition(workload, "Failed")
     return f"{cond.get('reason')}: {cond.get('message')}" if cond else None
+
+
+def require_namespace(namespace: str | None, *, client: ClientSettings) -> str:
+    """The namespace a command will create runs in (the kubeconfig's when None), refused in one
+    line (UsageError) when it does not exist: before the command starts anything. A user who
+    may not read namespaces is not refused here (the creates will say)."""
+
+    async def main(kc: KubeClient) -> str:
+        ns = await namespace_of(kc, namespace)
+        with contextlib.suppress(Forbidden):
+            if await kc.get("Namespace", ns) is None:
+                raise UsageError(
+                    f"namespace {ns} does not exist on {kc.server}: create it (kubectl create "
+                    f"namespace {ns}) or name another with -n/--namespace",
+                    key="--namespace",
+                )
+        return ns
+
+    return run_sync(main, client)
 
 
 def list_runs(*, client: ClientSettings, namespace: str | None = None) -> list[RunSummary]:
