@@ -333,6 +333,47 @@ def test_pod_killed_mid_run_fails_the_run_naming_rank_pod_node(
     assert labelled(cluster, ns) == []
 
 
+def test_gpus_asked_for_and_none_seen_fail_at_start_naming_pod_node_and_causes(
+    cluster: Cluster, ns: str
+) -> None:
+    # Issue 39: the test cluster has no GPUs; with no engine flags `--backend auto` used to
+    # measure the CPU and exit 0. Each rank now fails at start, and the culprit line is its own.
+    rid = run_id()
+    shape = ["--world-size", "2", "--gpus-per-node", "1", "--timeout", "120s"]
+    res = cli(cluster, "deploy", "-n", ns, "--run-id", rid, *shape, "--", "-b", "1K", "-e", "1K")
+    assert res.exit_code == 1, res.output
+    text = " ".join(res.output.split())
+    m = re.search(
+        rf"run {rid} failed: rank (\d) \(pod ({rid}-\d-\w+), node (node-\d); global rank \d\): "
+        r"its pod asked for 1 GPU \(--gpus-per-node\) but the CUDA driver sees none \(",
+        text,
+    )
+    assert m is not None, res.output
+    for cause in (
+        "runtimeClass",
+        "device plugin",
+        "CUDA_VISIBLE_DEVICES=",
+        "NVIDIA_VISIBLE_DEVICES=",
+    ):
+        assert cause in text.split("failed:", 1)[1].split("\n")[0], cause
+    assert "rendezvous" not in text and "no progress" not in text  # at start, before any wait
+    assert labelled(cluster, ns) == []
+    # The CPU on purpose runs as before.
+    gloo = run_id()
+    ok = cli(cluster, "deploy", "-n", ns, "--run-id", gloo, *shape,
+             "--", "--backend", "gloo", "-b", "1K", "-e", "1K", "-n", "1", "-w", "0")  # fmt: skip
+    assert ok.exit_code == 0, ok.output
+    # What ran is said above the tables and in the JSON: backend, devices, fabric.
+    shown = cli(cluster, "results", "-n", ns, "--run", gloo)
+    assert shown.exit_code == 0, shown.output
+    assert re.match(r"# backend gloo, 2 CPU processes \(.+\), fabric TCP \(gloo, no NCCL\)\n",
+                    shown.stdout), shown.stdout  # fmt: skip
+    got = cli(cluster, "results", "-n", ns, "--run", gloo, "-o", "json")
+    meta = json.loads(got.stdout)["meta"]
+    assert meta["backend"] == "gloo" and len(meta["devices"]) == 2
+    assert all(d["name"] and d["node"] for d in meta["devices"]) and "fabric" in meta
+
+
 def test_z2_deploy_is_collected_and_its_results_say_blocking_2(
     cluster: Cluster, ns: str, runs_dir: Path
 ) -> None:

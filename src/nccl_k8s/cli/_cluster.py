@@ -206,7 +206,7 @@ def results_command(
     from rich.markup import escape
 
     from nccl_k8s import k8s
-    from nccl_k8s.results import nccl_tests_table, to_dict
+    from nccl_k8s.results import nccl_tests_table, to_dict, what_ran
 
     fmt = output_format(output)
     if concurrency < 1:
@@ -229,7 +229,7 @@ def results_command(
     elif fmt == "json":
         typer.echo(json.dumps(to_dict(got.run), indent=1))
     else:
-        for text in nccl_tests_table(got.run):
+        for text in [what_ran(got.run.meta), *nccl_tests_table(got.run)]:
             out.print(text, markup=False, highlight=False)
     which = "" if got.run.meta.sweep is None else f"sweep {got.run.meta.sweep}: "
     err.print(

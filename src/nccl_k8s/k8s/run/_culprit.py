@@ -429,11 +429,18 @@ def _from_faults(
     host = host or next((f.host for f in named if f.host), None)
     pod_rank = global_rank // g if global_rank is not None and g else None
     pod = _pod_for(pods, infos, pod_rank, host)
-    f = named[0]
-    why = f"stopped: {f.reason}" + (f" ({f.where})" if f.where else "")
+    # The culprit's own line (it named itself: it asked for GPUs and saw none) is first-hand:
+    # its words are the cause; a peer's line says what the peer saw of it.
+    itself = next((x for x in named if x.rank is not None and x.rank == global_rank), None)
+    first = itself or named[0]
+    why = (
+        first.reason
+        if itself
+        else f"stopped: {first.reason}" + (f" ({first.where})" if first.where else "")
+    )
     # A line without a kind (an engine older than the field) still names a rank its peers
     # waited for.
-    kind = f.kind or FailureReason.NO_PROGRESS
+    kind = first.kind or FailureReason.NO_PROGRESS
     if pod is not None:
         info = infos[pod]
         own = info.problem.message if info.problem else None
