@@ -374,6 +374,47 @@ def test_gpus_asked_for_and_none_seen_fail_at_start_naming_pod_node_and_causes(
     assert all(d["name"] and d["node"] for d in meta["devices"]) and "fabric" in meta
 
 
+def test_results_of_a_running_job_say_so_mark_partial_and_exit_1_unless_snapshot(
+    cluster: Cluster, ns: str, runs_dir: Path
+) -> None:
+    # Issue 39 item 5: `results` mid-run wrote 0 rows, not marked partial, exit 0.
+    rid = run_id()
+    res = cli(cluster, "deploy", "-n", ns, "--run-id", rid, "--world-size", "2", "--gpus-per-node",
+              "1", "--no-wait", "--", "--backend", "gloo", "-b", "1K", "-e", "1K",
+              "--duration", "600")  # fmt: skip
+    assert res.exit_code == 0, res.output
+
+    def rank0_measuring() -> bool:
+        for pod in cluster.store.list(
+            "pods", ns, label_selector=f"app.kubernetes.io/instance={rid}"
+        )[0]:
+            if (
+                pod["metadata"]["annotations"].get("batch.kubernetes.io/job-completion-index")
+                == "0"
+            ):
+                path = cluster.kubelet.log_path(ns, pod["metadata"]["name"], "bench")
+                return path is not None and '"kind":"meta"' in path.read_text()
+        return False
+
+    wait_for("rank 0's meta line", rank0_measuring, 120)
+    got = cli(cluster, "results", "-n", ns, "--run", rid)
+    assert got.exit_code == 1, got.output
+    text = " ".join(got.output.split())
+    assert re.search(
+        rf"error: run {rid} is still Running: the \d+ rows written to \S+results.json are a "
+        rf"partial snapshot \(marked partial\); wait for it \(`nccl-k8s wait --run {rid}`\) or "
+        r"pass --snapshot",
+        text,
+    ), got.output
+    assert f"# PARTIAL: run {rid} is still Running: " in got.stdout
+    saved = load(runs_dir / rid / "results.json")
+    assert saved.meta.partial and f"run {rid} is still Running" in (saved.meta.failure or "")
+    snap = cli(cluster, "results", "-n", ns, "--run", rid, "--snapshot", "-o", "json")
+    assert snap.exit_code == 0, snap.output
+    assert json.loads(snap.stdout)["meta"]["partial"] is True
+    assert cli(cluster, "cleanup", "-n", ns, "--run", rid).exit_code == 0
+
+
 def test_z2_deploy_is_collected_and_its_results_say_blocking_2(
     cluster: Cluster, ns: str, runs_dir: Path
 ) -> None:

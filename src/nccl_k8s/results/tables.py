@@ -28,6 +28,14 @@ def what_ran(meta: RunMeta) -> str:
     )
 
 
+def heading(meta: RunMeta) -> list[str]:
+    """The lines above the tables: what ran, and for a partial run why it is partial."""
+    lines = [what_ran(meta)]
+    if meta.partial:
+        lines.append(f"# PARTIAL: {meta.failure or 'the run stopped before its sweep ended'}")
+    return lines
+
+
 def nccl_tests_table(run: Run) -> list[str]:
     """The run's rows as nccl-tests prints them: one table per op (and dtype/redop/root), out
     and in placements side by side, then the op's summary."""
