@@ -415,6 +415,33 @@ def test_results_of_a_running_job_say_so_mark_partial_and_exit_1_unless_snapshot
     assert cli(cluster, "cleanup", "-n", ns, "--run", rid).exit_code == 0
 
 
+def test_a_worker_sigkilled_under_torchrun_is_named_killed_not_exit_code_1(
+    cluster: Cluster, ns: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Issue 39 item 4: torchrun's agent exits 1 whatever ended its worker; the culprit line
+    # carries the worker's own cause from torchrun's root cause.
+    import nccl_k8s.k8s.rendering._manifests as manifests
+
+    kill = (
+        'import os, signal\nif os.environ.get("RANK") == "1":  # test: SIGKILL global rank 1\n'
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    zipapp = engine_zipapp_with(tmp_path, kill)
+    monkeypatch.setattr(manifests, "engine_zipapp", lambda: zipapp)
+    rid = run_id()
+    res = cli(cluster, "deploy", "-n", ns, "--run-id", rid, "--world-size", "2", "--gpus-per-node",
+              "1", "--timeout", "240s", "--", "--backend", "gloo", "-b", "1K", "-e", "1K")  # fmt: skip
+    assert res.exit_code == 1, res.output
+    text = " ".join(res.output.split())
+    assert re.search(
+        rf"run {rid} failed: rank 1 \(pod {rid}-1-\w+, node node-\d; global rank 1\): its worker "
+        r"\(global rank 1, local rank 0, pid \d+\) was killed by SIGKILL \(the OOM killer or a "
+        r"user; torchrun's root cause\); its container: exit code 1",
+        text,
+    ), res.output
+    wait_for("nothing of the run left", lambda: labelled(cluster, ns) == [], 60)
+
+
 def test_z2_deploy_is_collected_and_its_results_say_blocking_2(
     cluster: Cluster, ns: str, runs_dir: Path
 ) -> None:
