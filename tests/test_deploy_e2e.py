@@ -333,6 +333,115 @@ def test_pod_killed_mid_run_fails_the_run_naming_rank_pod_node(
     assert labelled(cluster, ns) == []
 
 
+def test_gpus_asked_for_and_none_seen_fail_at_start_naming_pod_node_and_causes(
+    cluster: Cluster, ns: str
+) -> None:
+    # Issue 39: the test cluster has no GPUs; with no engine flags `--backend auto` used to
+    # measure the CPU and exit 0. Each rank now fails at start, and the culprit line is its own.
+    rid = run_id()
+    shape = ["--world-size", "2", "--gpus-per-node", "1", "--timeout", "120s"]
+    res = cli(cluster, "deploy", "-n", ns, "--run-id", rid, *shape, "--", "-b", "1K", "-e", "1K")
+    assert res.exit_code == 1, res.output
+    text = " ".join(res.output.split())
+    m = re.search(
+        rf"run {rid} failed: rank (\d) \(pod ({rid}-\d-\w+), node (node-\d); global rank \d\): "
+        r"its pod asked for 1 GPU \(--gpus-per-node\) but the CUDA driver sees none \(",
+        text,
+    )
+    assert m is not None, res.output
+    for cause in (
+        "runtimeClass",
+        "device plugin",
+        "CUDA_VISIBLE_DEVICES=",
+        "NVIDIA_VISIBLE_DEVICES=",
+    ):
+        assert cause in text.split("failed:", 1)[1].split("\n")[0], cause
+    assert "rendezvous" not in text and "no progress" not in text  # at start, before any wait
+    assert labelled(cluster, ns) == []
+    # The CPU on purpose runs as before.
+    gloo = run_id()
+    ok = cli(cluster, "deploy", "-n", ns, "--run-id", gloo, *shape,
+             "--", "--backend", "gloo", "-b", "1K", "-e", "1K", "-n", "1", "-w", "0")  # fmt: skip
+    assert ok.exit_code == 0, ok.output
+    # What ran is said above the tables and in the JSON: backend, devices, fabric.
+    shown = cli(cluster, "results", "-n", ns, "--run", gloo)
+    assert shown.exit_code == 0, shown.output
+    assert re.match(r"# backend gloo, 2 CPU processes \(.+\), fabric TCP \(gloo, no NCCL\)\n",
+                    shown.stdout), shown.stdout  # fmt: skip
+    got = cli(cluster, "results", "-n", ns, "--run", gloo, "-o", "json")
+    meta = json.loads(got.stdout)["meta"]
+    assert meta["backend"] == "gloo" and len(meta["devices"]) == 2
+    assert all(d["name"] and d["node"] for d in meta["devices"]) and "fabric" in meta
+
+
+def test_results_of_a_running_job_say_so_mark_partial_and_exit_1_unless_snapshot(
+    cluster: Cluster, ns: str, runs_dir: Path
+) -> None:
+    # Issue 39 item 5: `results` mid-run wrote 0 rows, not marked partial, exit 0.
+    rid = run_id()
+    res = cli(cluster, "deploy", "-n", ns, "--run-id", rid, "--world-size", "2", "--gpus-per-node",
+              "1", "--no-wait", "--", "--backend", "gloo", "-b", "1K", "-e", "1K",
+              "--duration", "600")  # fmt: skip
+    assert res.exit_code == 0, res.output
+
+    def rank0_measuring() -> bool:
+        for pod in cluster.store.list(
+            "pods", ns, label_selector=f"app.kubernetes.io/instance={rid}"
+        )[0]:
+            if (
+                pod["metadata"]["annotations"].get("batch.kubernetes.io/job-completion-index")
+                == "0"
+            ):
+                path = cluster.kubelet.log_path(ns, pod["metadata"]["name"], "bench")
+                return path is not None and '"kind":"meta"' in path.read_text()
+        return False
+
+    wait_for("rank 0's meta line", rank0_measuring, 120)
+    got = cli(cluster, "results", "-n", ns, "--run", rid)
+    assert got.exit_code == 1, got.output
+    text = " ".join(got.output.split())
+    assert re.search(
+        rf"error: run {rid} is still Running: the \d+ rows written to \S+results.json are a "
+        rf"partial snapshot \(marked partial\); wait for it \(`nccl-k8s wait --run {rid}`\) or "
+        r"pass --snapshot",
+        text,
+    ), got.output
+    assert f"# PARTIAL: run {rid} is still Running: " in got.stdout
+    saved = load(runs_dir / rid / "results.json")
+    assert saved.meta.partial and f"run {rid} is still Running" in (saved.meta.failure or "")
+    snap = cli(cluster, "results", "-n", ns, "--run", rid, "--snapshot", "-o", "json")
+    assert snap.exit_code == 0, snap.output
+    assert json.loads(snap.stdout)["meta"]["partial"] is True
+    assert cli(cluster, "cleanup", "-n", ns, "--run", rid).exit_code == 0
+
+
+def test_a_worker_sigkilled_under_torchrun_is_named_killed_not_exit_code_1(
+    cluster: Cluster, ns: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Issue 39 item 4: torchrun's agent exits 1 whatever ended its worker; the culprit line
+    # carries the worker's own cause from torchrun's root cause.
+    import nccl_k8s.k8s.rendering._manifests as manifests
+
+    kill = (
+        'import os, signal\nif os.environ.get("RANK") == "1":  # test: SIGKILL global rank 1\n'
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    zipapp = engine_zipapp_with(tmp_path, kill)
+    monkeypatch.setattr(manifests, "engine_zipapp", lambda: zipapp)
+    rid = run_id()
+    res = cli(cluster, "deploy", "-n", ns, "--run-id", rid, "--world-size", "2", "--gpus-per-node",
+              "1", "--timeout", "240s", "--", "--backend", "gloo", "-b", "1K", "-e", "1K")  # fmt: skip
+    assert res.exit_code == 1, res.output
+    text = " ".join(res.output.split())
+    assert re.search(
+        rf"run {rid} failed: rank 1 \(pod {rid}-1-\w+, node node-\d; global rank 1\): its worker "
+        r"\(global rank 1, local rank 0, pid \d+\) was killed by SIGKILL \(the OOM killer or a "
+        r"user; torchrun's root cause\); its container: exit code 1",
+        text,
+    ), res.output
+    wait_for("nothing of the run left", lambda: labelled(cluster, ns) == [], 60)
+
+
 def test_z2_deploy_is_collected_and_its_results_say_blocking_2(
     cluster: Cluster, ns: str, runs_dir: Path
 ) -> None:

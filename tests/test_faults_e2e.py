@@ -653,3 +653,42 @@ def test_sigterm_of_a_waiting_deploy_says_the_run_goes_on_and_leaves_it_running(
     )
     assert f"jobs/{rid}" in labelled(cluster, namespace)
     assert cli(cluster, "cleanup", "-n", namespace, "--run", rid).exit_code == 0
+
+
+@pytest.mark.parametrize("after", ["configmaps", "services", "jobs"])
+def test_ctrl_c_in_the_create_phase_behind_api_latency_leaves_nothing_of_the_run(
+    cluster: Cluster, namespace: str, after: str
+) -> None:
+    # Issue 39 item 2: with every request of the namespace 0.4 s slow, Ctrl-C right after the
+    # server made one of the run's objects lands while the next create (or the owner patches
+    # after the Job) is on its way. The roll-back goes by the run's identity, not by the replies
+    # that arrived: nothing of the run is left, and the message names the run and what went.
+    rid = run_id()
+    made = threading.Event()
+
+    def seen(etype: str, resource: str, obj: dict[str, Any]) -> None:
+        meta = obj.get("metadata", {})
+        ours = (meta.get("labels") or {}).get("app.kubernetes.io/instance") == rid
+        if etype == "ADDED" and resource == after and meta.get("namespace") == namespace and ours:
+            made.set()
+
+    cluster.store.subscribe(seen)
+    cluster.faults.delay_requests(rf"/namespaces/{namespace}/", 0.4, count=10_000)
+    args = ["deploy", "-n", namespace, "--run-id", rid, "--kubeconfig", str(cluster.kubeconfig),
+            "--world-size", "2", "--gpus-per-node", "1", "--", "--backend", "gloo"]  # fmt: skip
+    try:
+        with cli_process(*args) as proc:
+            assert made.wait(120), proc.communicate(timeout=30)
+            proc.send_signal(signal.SIGINT)
+            _, err = proc.communicate(timeout=120)
+    finally:
+        cluster.store.unsubscribe(seen)
+        cluster.faults.clear()
+    assert proc.returncode == 130, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f"error: interrupted by SIGINT: run {rid} rolled back: deleted "), err
+    assert last.endswith("; nothing of it is left"), err
+    deleted = last.split("deleted ", 1)[1].split(";")[0].split(", ")
+    assert "ConfigMap/" + rid + "-engine" in deleted and len(deleted) >= 1
+    # Nothing of the run, listed by its label (its pods go with the Job).
+    wait_for("nothing of the run left", lambda: labelled(cluster, namespace) == [], 60)

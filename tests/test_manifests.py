@@ -309,7 +309,8 @@ def test_each_pod_runs_torchrun_on_the_engine() -> None:
         "--max-restarts=0",
     ]
     assert args[args.index("-m") :] == [
-        "-m", "nccl_k8s.bench", "--metrics-port", "8080", "-b", "8", "-e", "1G", "-f", "2",
+        "-m", "nccl_k8s.bench", "--metrics-port", "8080", "--gpus-requested", "4", "-b", "8",
+        "-e", "1G", "-f", "2",
     ]  # fmt: skip
     env = env_of(render(spec))
     assert env["NCCL_K8S_RUN_ID"] == "nccl-golden-8x4"
@@ -604,8 +605,8 @@ def test_statefulset_script_ranks_by_ordinal_and_lets_the_engine_sweep(tmp_path:
     assert "--node-rank=1" in argv
     assert argv[argv.index("-m") :] == [
         "-m", "nccl_k8s.bench", "--sweeps", "0", "--sweep-interval", "90",
-        "--metrics-port", "8080", "-b", "8", "--ops", "all_reduce,broadcast", "-d", "float",
-        "--json", "/workspace/results/soak.json",
+        "--metrics-port", "8080", "--gpus-requested", "8", "-b", "8", "--ops",
+        "all_reduce,broadcast", "-d", "float", "--json", "/workspace/results/soak.json",
     ]  # fmt: skip
 
 
@@ -657,7 +658,7 @@ def test_engine_flags_pass_through_after_the_separator_only() -> None:
     assert a.exit_code == 0, a.output
     args_a = container(list(yaml.safe_load_all(a.stdout)))["args"]
     assert args_a[args_a.index("nccl_k8s.bench") + 1 :] == [
-        "--metrics-port", "8080", "-b", "8", "-e", "1G", "-n", "5",
+        "--metrics-port", "8080", "--gpus-requested", "8", "-b", "8", "-e", "1G", "-n", "5",
     ]  # fmt: skip
     assert "namespace" not in yaml.safe_load_all(a.stdout).__next__()["metadata"]
 

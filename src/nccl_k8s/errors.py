@@ -62,6 +62,9 @@ class FailureReason(enum.Enum):
     its host stopped, died or lost the network."""
     STORE_LOST = "store_lost"
     """The rendezvous store does not answer (the rank hosting it is gone)."""
+    NO_GPU = "no_gpu"
+    """A rank whose pod asked for GPUs sees none (no runtimeClass, a broken device plugin,
+    visible-device variables that hide them): it fails at start rather than measure the CPU."""
     NODE_LOST = "node_lost"
     """A rank's node is NotReady or unreachable, or its pod was lost with it, evicted or
     preempted."""

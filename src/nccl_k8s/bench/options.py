@@ -212,7 +212,12 @@ class BenchConfig:
     ops: tuple[Op, ...] = ("all_reduce",)
     """--ops: collectives to run, in order."""
     backend: Backend = "auto"
-    """--backend: nccl, gloo, or auto (NCCL when CUDA devices exist)."""
+    """--backend: nccl, gloo, or auto (NCCL when CUDA devices exist; gloo only when no GPU was
+    requested, see gpus_requested)."""
+    gpus_requested: int = 0
+    """--gpus-requested: GPUs the rank's pod asked for (`nccl-k8s deploy` sets it from
+    --gpus-per-node); when more than 0, a rank whose CUDA driver sees no device fails at start
+    with the likely causes, instead of measuring the CPU with gloo (unless --backend gloo)."""
     driver: Driver = "direct"
     """--driver: with NCCL, call libnccl directly (direct) or go through torch.distributed (torch)."""
     json_path: str | None = None
@@ -395,6 +400,9 @@ OWN_OPTIONS: tuple[EngineOption, ...] = (
       + ",".join(ALL_OPS), value=ops_of, meta="ops", show=list, read="strs"),
     E(("--backend",), "backend", "auto", "nccl, gloo or auto",
       value=literal("--backend", BACKENDS, "one of " + ", ".join(BACKENDS))),
+    E(("--gpus-requested",), "gpus_requested", 0, "GPUs the rank's pod asked for (set by "
+      "`nccl-k8s deploy`): a rank that sees none fails at start (unless --backend gloo)",
+      integer("--gpus-requested", minimum=0), metavar="N"),
     E(("--driver",), "driver", "direct",
       "NCCL only: direct (libnccl, as nccl-tests) or torch (torch.distributed)",
       value=literal("--driver", DRIVERS, "direct or torch")),

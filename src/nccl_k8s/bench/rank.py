@@ -189,13 +189,45 @@ def default_env() -> None:
     )  # fmt: skip
 
 
-def resolve_backend(requested: Backend) -> Backend:
-    """auto: NCCL where the CUDA driver sees a GPU (asked without torch), else gloo."""
-    if requested != "auto":
+class NoGpu(Exception):
+    """A rank whose pod asked for GPUs (--gpus-requested) sees none; `gpus` is how many."""
+
+    def __init__(self, gpus: int) -> None:
+        super().__init__(no_gpu_reason(gpus))
+        self.gpus = gpus
+
+
+#: The variables that decide which GPUs a container's processes see: the CUDA runtime's, and
+#: the NVIDIA container runtime's (which devices it mounts into the container).
+VISIBLE_DEVICES_ENV = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
+
+
+def no_gpu_reason(gpus: int) -> str:
+    """Why a rank that asked for GPUs sees none, with what to check (one line)."""
+    seen = ", ".join(f"{k}={os.environ.get(k, '(unset)')}" for k in VISIBLE_DEVICES_ENV)
+    return (
+        f"its pod asked for {gpus} GPU{'s' if gpus != 1 else ''} (--gpus-per-node) but the CUDA "
+        f"driver sees none ({seen}): likely causes: the pod does not run under the NVIDIA "
+        "container runtime (its runtimeClass, --runtime-class), the node's device plugin did not "
+        "hand the GPUs in, or a visible-devices variable hides them; `-- --backend gloo` "
+        "measures the CPU on purpose"
+    )
+
+
+def resolve_backend(requested: Backend, *, gpus_requested: int = 0) -> Backend:
+    """auto: NCCL where the CUDA driver sees a GPU (asked without torch), gloo only where no GPU
+    was requested; a rank that asked for GPUs (`gpus_requested` > 0) and sees none raises NoGpu
+    unless gloo was asked for."""
+    if requested == "gloo" or (requested == "nccl" and not gpus_requested):
         return requested
     from nccl_k8s.bench.cuda import device_count
 
-    return "nccl" if device_count() else "gloo"
+    seen = device_count()
+    if gpus_requested and not seen:
+        raise NoGpu(gpus_requested)
+    if requested != "auto":
+        return requested
+    return "nccl" if seen else "gloo"
 
 
 def device_info(r: Rank) -> dict[str, Any]:
@@ -278,10 +310,13 @@ def versions(r: Rank) -> dict[str, Any]:
 
 __all__ = [
     "BACKSTOP_S",
+    "VISIBLE_DEVICES_ENV",
+    "NoGpu",
     "Rank",
     "TorchGraph",
     "default_env",
     "device_info",
+    "no_gpu_reason",
     "resolve_backend",
     "versions",
 ]

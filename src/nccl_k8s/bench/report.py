@@ -30,7 +30,9 @@ FAULT_PREFIX = "NCCL_K8S_FAULT"
 NO_HEARTBEAT = "no_heartbeat"
 NO_PROGRESS = "no_progress"
 STORE_LOST = "store_lost"
-FAULT_KINDS = (NO_HEARTBEAT, NO_PROGRESS, STORE_LOST)
+#: A rank whose pod asked for GPUs sees none (--gpus-requested): it names itself, at start.
+NO_GPU = "no_gpu"
+FAULT_KINDS = (NO_HEARTBEAT, NO_PROGRESS, STORE_LOST, NO_GPU)
 #: Version of the fault-line object (field "v").
 FAULT_VERSION = 1
 #: Markers of a block of lines that is read only when complete: `NCCL_K8S_BEGIN <name> <n>`, the
@@ -226,6 +228,7 @@ __all__ = [
     "FAULT_KINDS",
     "FAULT_PREFIX",
     "FAULT_VERSION",
+    "NO_GPU",
     "NO_HEARTBEAT",
     "NO_PROGRESS",
     "RESULTS_BLOCK",

@@ -20,6 +20,7 @@ from nccl_k8s.bench import report
 from nccl_k8s.bench.config import (
     ARGS_ENV,
     JOURNAL_ENV,
+    NODE_NAME_ENV,
     Backend,
     BenchConfig,
     Driver,
@@ -30,7 +31,7 @@ from nccl_k8s.bench.engine import PEER_ERRORS, Engine, Printer, RunOutcome
 from nccl_k8s.bench.metrics import NULL as NULL_METRICS
 from nccl_k8s.bench.metrics import Metrics, serve
 from nccl_k8s.bench.options import nccl_tests_config
-from nccl_k8s.bench.rank import Rank, default_env, resolve_backend
+from nccl_k8s.bench.rank import NoGpu, Rank, default_env, resolve_backend
 from nccl_k8s.bench.trace import stage
 from nccl_k8s.bench.watch import Watchdog
 
@@ -102,9 +103,11 @@ def run_rank(cfg: BenchConfig, argv: Sequence[str], *, stdout: TextIO = sys.stdo
     the FAULT line naming the culprit (bench.watch); rank 0's --json keeps the ops measured.
     """
     started = time.strftime("%Y-%m-%d %H:%M:%S")
-    backend = resolve_backend(cfg.backend)
-    timeout_s = timeout_for(cfg)
     default_env()
+    backend = _backend(cfg, stdout)
+    if backend is None:
+        return 1
+    timeout_s = timeout_for(cfg)
     engine: Engine | None = None
     rank: Any = None
     journal: TextIO | None = None
@@ -173,6 +176,27 @@ def run_rank(cfg: BenchConfig, argv: Sequence[str], *, stdout: TextIO = sys.stdo
         if rank is not None:
             rank.close()
         stage("closed")
+
+
+def _backend(cfg: BenchConfig, stdout: TextIO) -> Backend | None:
+    """The backend to measure with; None when the rank asked for GPUs and sees none: then it
+    has said so, as a fault line naming itself (kind NO_GPU, what the culprit logic reads) on
+    stdout and one line on stderr, before any peer waits for it."""
+    try:
+        return resolve_backend(cfg.backend, gpus_requested=cfg.gpus_requested)
+    except NoGpu as exc:
+        rank = int(os.environ["RANK"])
+        host = socket.gethostname()
+        node = os.environ.get(NODE_NAME_ENV) or host
+        payload = {"rank": rank, "culprit": rank, "host": host, "pid": os.getpid(),
+                   "reason": str(exc), "kind": report.NO_GPU, "where": "start",
+                   "noticed": str(exc), "timed_out": False}  # fmt: skip
+        with contextlib.suppress(OSError, ValueError):
+            stdout.write(report.fault_line(payload) + "\n")
+            stdout.flush()
+        sys.stderr.write(f"error: rank {rank} (host {host}, node {node}): {exc}\n")
+        sys.stderr.flush()
+        return None
 
 
 def _open_journal() -> TextIO | None:

@@ -195,18 +195,25 @@ def results_command(
             "runs/<run-id>/sweep-N.json, and a table of them over time.",
         ),
     ] = False,
+    snapshot: Annotated[
+        bool,
+        typer.Option(
+            "--snapshot",
+            help="A job still running: take the rows measured so far (written marked partial) "
+            "and exit 0; without it such a run's results exit 1.",
+        ),
+    ] = False,
     namespace: Namespace = None,
     context: Context = None,
     kubeconfig: Kubeconfig = None,
 ) -> None:
     """Collect the results from every pod into runs/<run-id>/ and print the nccl-tests table.
-    A statefulset run's sweeps are read as each ends: the latest by default."""
+    A statefulset run's sweeps are read as each ends: the latest by default. A job still
+    running gives the rows so far, marked partial, and exits 1 unless --snapshot."""
     import json
 
-    from rich.markup import escape
-
     from nccl_k8s import k8s
-    from nccl_k8s.results import nccl_tests_table, run_failures, to_dict
+    from nccl_k8s.results import heading, nccl_tests_table, to_dict
 
     fmt = output_format(output)
     if concurrency < 1:
@@ -229,7 +236,7 @@ def results_command(
     elif fmt == "json":
         typer.echo(json.dumps(to_dict(got.run), indent=1))
     else:
-        for text in nccl_tests_table(got.run):
+        for text in [*heading(got.run.meta), *nccl_tests_table(got.run)]:
             out.print(text, markup=False, highlight=False)
     which = "" if got.run.meta.sweep is None else f"sweep {got.run.meta.sweep}: "
     err.print(
@@ -238,6 +245,16 @@ def results_command(
         markup=False,
         highlight=False,
     )
+    _results_end(got, snapshot=snapshot)
+
+
+def _results_end(got: Collected, *, snapshot: bool) -> None:
+    """After the tables: the NCCL findings, then exit 1 for wrong results or for a job still
+    running (unless --snapshot)."""
+    from rich.markup import escape
+
+    from nccl_k8s.results import run_failures
+
     if got.diagnosis is not None:
         styles = {"error": "red", "warning": "yellow", "info": "cyan"}
         for f in got.diagnosis.findings:
@@ -251,6 +268,10 @@ def results_command(
     for why in failures:
         err.print(f"[red]error:[/red] {escape(why)}", markup=True, highlight=False)
     if failures:
+        raise typer.Exit(1)
+    still = got.snapshot_failure(snapshot=snapshot)
+    if still is not None:
+        err.print(f"error: {still}", markup=False, highlight=False)
         raise typer.Exit(1)
 
 

@@ -267,6 +267,8 @@ def deploy_command(
         )
     except (KeyboardInterrupt, Interrupted) as exc:
         if not made:
+            if isinstance(exc, Interrupted):  # the create phase rolled back: by the real signal
+                raise Interrupted(interrupt_signal(), detail=exc.detail) from None
             raise
         raise _goes_on(exc, made[0].run_id, made[0].namespace) from None
     finally:

@@ -62,7 +62,7 @@ from nccl_k8s.results.schema import (
     to_dict,
 )
 from nccl_k8s.results.store import new_run_id, resolve, results_path, runs_dir, store_run
-from nccl_k8s.results.tables import nccl_tests_table
+from nccl_k8s.results.tables import heading, nccl_tests_table, what_ran
 
 __all__ = [
     "RESULT_PREFIX",
@@ -87,6 +87,7 @@ __all__ = [
     "diagnose_files",
     "diagnose_text",
     "dump",
+    "heading",
     "human_size",
     "import_file",
     "import_files",
@@ -110,5 +111,6 @@ __all__ = [
     "select",
     "store_run",
     "to_dict",
+    "what_ran",
     "write_report",
 ]

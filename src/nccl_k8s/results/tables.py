@@ -7,7 +7,33 @@ from __future__ import annotations
 from typing import Any
 
 from nccl_k8s.bench.report import Cell, TableRow, footer_lines, row_line, table_header
-from nccl_k8s.results.schema import Row, Run
+from nccl_k8s.results.schema import Row, Run, RunMeta
+
+
+def what_ran(meta: RunMeta) -> str:
+    """One line above the tables: the backend, how many devices of which name, and the fabric,
+    so that CPU numbers are never read as a GPU fabric's (gloo's devices are CPU processes)."""
+    gloo = meta.backend == "gloo"
+    count = len(meta.devices) or meta.world_size
+    unit = "CPU process" if gloo else "GPU"
+    if count != 1:
+        unit += "es" if gloo else "s"
+    names = sorted({d.name for d in meta.devices if d.name})
+    name = meta.gpu_model or " / ".join(names)
+    fabric = meta.fabric or ("TCP (gloo, no NCCL)" if gloo else "unknown (no NCCL network lines)")
+    return (
+        f"# backend {meta.backend or 'unknown'}, {'?' if count is None else count} {unit}"
+        + (f" ({name})" if name else "")
+        + f", fabric {fabric}"
+    )
+
+
+def heading(meta: RunMeta) -> list[str]:
+    """The lines above the tables: what ran, and for a partial run why it is partial."""
+    lines = [what_ran(meta)]
+    if meta.partial:
+        lines.append(f"# PARTIAL: {meta.failure or 'the run stopped before its sweep ended'}")
+    return lines
 
 
 def nccl_tests_table(run: Run) -> list[str]:

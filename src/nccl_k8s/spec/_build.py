@@ -372,8 +372,10 @@ def _resources(f: Fields) -> None:
 
 
 #: Engine flags the deployer sets itself: the metrics port follows --metrics-port (the pods'
-#: port and annotations must name the one the engine serves), the sweeps follow --workload.
+#: port and annotations must name the one the engine serves), the GPUs a rank must see follow
+#: --gpus-per-node, the sweeps follow --workload.
 _DEPLOY_SETS = {
+    "--gpus-requested": "the deploy option --gpus-per-node (the GPUs each pod asks for)",
     "--metrics-port": "the deploy option --metrics-port (the pods' containerPort and "
     "annotations follow it)",
 }

@@ -175,14 +175,15 @@ def _wants_results_file(spec: RunSpec) -> bool:
 
 
 def _engine_flags(spec: RunSpec) -> list[str]:
-    """The engine flags the deployer sets (the user's may not: spec refuses them): continuous
-    sweeps for a StatefulSet, the metrics port every pod serves."""
+    """The engine flags the deployer sets (the user's may not: spec refuses them): the GPUs each
+    pod asks for (a rank that sees none then fails at start, instead of `--backend auto`
+    measuring the CPU), continuous sweeps for a StatefulSet, the metrics port every pod serves."""
     flags: list[str] = []
     if spec.workload == "statefulset":
         flags += ["--sweeps", "0", "--sweep-interval", str(spec.interval_s or 0)]
     if spec.metrics_port:
         flags += ["--metrics-port", str(spec.metrics_port)]
-    return flags
+    return [*flags, "--gpus-requested", str(spec.gpus_per_node)]
 
 
 def _job_container_args(spec: RunSpec) -> tuple[list[str], list[str]]:

@@ -140,6 +140,7 @@ async def collect_async(
             s.run.meta.fabric = diagnosis.inter_node if diagnosis is not None else None
             s.run.meta.platform = platform
         chosen = _chosen(sweeps, sweep, rid, log_dir)
+        running = _still_running(chosen.run, run_phase(workload, pods), continuous)
         written = _write_sweeps(sweeps, chosen, base, sweep=sweep, all_sweeps=all_sweeps)
         path = _dump(chosen.run, base / "results.json") if sweep is None else None
         if path is None:
@@ -154,6 +155,7 @@ async def collect_async(
             diagnosis,
             time.monotonic() - start,
             sweeps=written if all_sweeps else [],
+            still_running=running,
         )
 
 
@@ -245,6 +247,22 @@ class _Diagnosis:
         with contextlib.suppress(ResultsError):
             return analyse(self.parser.finish())
         return None
+
+
+#: A Job's phases (run_phase) once it has ended: its results are all it will ever print.
+_ENDED = frozenset({"Succeeded", "Failed", "Orphaned"})
+
+
+def _still_running(run: Any, phase: str, continuous: bool) -> str | None:
+    """The phase of a Job that has not ended (its rows are those measured so far: the run is
+    marked partial, and says why), else None. A continuous run's sweeps are each complete."""
+    if continuous or phase in _ENDED:
+        return None
+    run.meta.partial = True
+    run.meta.failure = run.meta.failure or (
+        f"run {run.meta.run_id} is still {phase}: {len(run.rows)} rows measured so far"
+    )
+    return phase
 
 
 def _nothing_yet(

@@ -48,6 +48,7 @@ from nccl_k8s.k8s.run._pods import (
     pod_info,
     rank_key,
 )
+from nccl_k8s.k8s.run._torchrun import RootCause
 
 _NPROC = re.compile(r"^--nproc[-_]per[-_]node(?:=(\d+))?$")
 #: torch's TCPStore when not every torchrun agent (pod) joined the static rendezvous in time.
@@ -281,9 +282,16 @@ def _blame(
     )
 
 
-def _of(info: PodInfo, exit_code: int | None = None) -> Blame:
-    """A pod blamed for its own problem, in Kubernetes' words."""
+def _of(info: PodInfo, exit_code: int | None = None, cause: RootCause | None = None) -> Blame:
+    """A pod blamed for its own problem, in Kubernetes' words; where its container says only
+    that it exited (torchrun's exit code 1), in torchrun's root cause's: the worker's signal or
+    error, and its global rank. OOMKilled or a signal on the container itself is the most
+    specific and stays."""
     reason = info.problem.failure if info.problem else FailureReason.EXITED
+    if cause is not None and cause.says_more and reason is FailureReason.EXITED:
+        why = f"{cause.text()}; its container: {_why(info)}"
+        return Blame(info.rank, info.name, info.node, why, cause.failure,
+                     global_rank=cause.rank, exit_code=exit_code)  # fmt: skip
     return _blame(info, _why(info), reason, exit_code=exit_code)
 
 
@@ -293,11 +301,14 @@ def attribute(
     faults: Sequence[Fault] = (),
     nodes: Mapping[str, Obj | None] | None = None,
     rendezvous: Rendezvous | None = None,
+    causes: Mapping[str, RootCause] | None = None,
 ) -> Verdict | None:
     """The verdict on a failed run from every pod seen (replaced ones included), the engine's
-    fault lines, the nodes' objects (those that could be read) and torchrun's rendezvous
-    timeout when a log held one; None when nothing failed."""
+    fault lines, the nodes' objects (those that could be read), torchrun's rendezvous
+    timeout when a log held one and its root cause per pod (by name) where a log held one;
+    None when nothing failed."""
     nodes = nodes or {}
+    causes = causes or {}
     infos = {str(p["metadata"]["name"]): pod_info(p) for p in pods}
     by_name = {str(p["metadata"]["name"]): p for p in pods}
     failed = _failed_in_order(pods, infos)
@@ -326,7 +337,7 @@ def attribute(
         break
     # 2. the engine's line
     if culprit is None and faults:
-        culprit, noticed = _from_faults(pods, infos, faults)
+        culprit, noticed = _from_faults(pods, infos, faults, causes)
     # 3. a rank that never started while others ran and failed
     if culprit is None and failed:
         current = latest_per_rank(infos.values())
@@ -341,14 +352,14 @@ def attribute(
     # 4./5. exit order, then any problem
     if culprit is None and failed:
         first = failed[0]
-        culprit = _of(infos[first], _code(by_name[first]))
+        culprit = _of(infos[first], _code(by_name[first]), causes.get(first))
     if culprit is None:
         problems = sorted((i for i in infos.values() if i.problem), key=rank_key)
         if not problems:
             return None
         culprit = _of(problems[0])
     others = [
-        _of(infos[n], _code(by_name[n]))
+        _of(infos[n], _code(by_name[n]), causes.get(n))
         for n in failed
         if n != culprit.pod
         and infos[n].rank != culprit.rank  # a replaced pod of the culprit's rank
@@ -406,7 +417,10 @@ def _failed_in_order(pods: Sequence[Obj], infos: Mapping[str, PodInfo]) -> list[
 
 
 def _from_faults(
-    pods: Sequence[Obj], infos: Mapping[str, PodInfo], faults: Sequence[Fault]
+    pods: Sequence[Obj],
+    infos: Mapping[str, PodInfo],
+    faults: Sequence[Fault],
+    causes: Mapping[str, RootCause],
 ) -> tuple[Blame | None, list[Fault]]:
     """The rank the engine's lines name most often (ties: the one named first)."""
     g = gpus_per_pod(pods)
@@ -444,6 +458,11 @@ def _from_faults(
     if pod is not None:
         info = infos[pod]
         own = info.problem.message if info.problem else None
+        cause = causes.get(pod)
+        if cause is not None and cause.says_more and itself is None:
+            # torchrun saw the worker end: a signal is the rank's own cause, first-hand.
+            why += f"; {cause.text()}"
+            kind = cause.failure if cause.signal is not None else kind
         if own:
             why += f"; its container: {own}"
         blame = Blame(

@@ -4,17 +4,20 @@ Ownership of a run id is decided by the API server, not by a check before writin
 is created (POST), never applied, so an object of that name already there is a 409
 AlreadyExists and this deploy stops. Two deploys of one run id whose requests interleave cannot
 both succeed: the one whose create comes second fails and rolls back only what it created
-itself, each delete carrying the uid the server gave that object (a precondition), so nothing
-of the winner's is touched. The 409 says "run X already exists" only when the object there is
+itself (run._rollback: the objects of the run's labels that carry this attempt's mark, even
+those whose create reply never arrived, each delete carrying its uid as a precondition), so
+nothing of the winner's is touched. The 409 says "run X already exists" only when the object there is
 one of a run's; otherwise it names the object that is in the way.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import copy
 import dataclasses
 import functools
+import signal
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,6 +26,7 @@ from nccl_k8s.errors import (
     Conflict,
     FailureReason,
     Forbidden,
+    Interrupted,
     Refused,
     RunFailed,
     UsageError,
@@ -38,7 +42,8 @@ from nccl_k8s.k8s.run._bundle import write_bundle
 from nccl_k8s.k8s.run._fabric import check_fabric
 from nccl_k8s.k8s.run._monitor import Ending, Seen, follow_run
 from nccl_k8s.k8s.run._outcomes import Created, Deployed, ProgressFn, WaitOutcome
-from nccl_k8s.k8s.run._plumbing import WORKLOADS, delete_created
+from nccl_k8s.k8s.run._plumbing import WORKLOADS
+from nccl_k8s.k8s.run._rollback import marked, new_attempt, removed_text, roll_back, settled
 from nccl_k8s.k8s.run._settings import WaitSettings
 from nccl_k8s.k8s.run._tracing import span
 from nccl_k8s.results.floors import with_floor
@@ -206,15 +211,23 @@ async def _namespace(
 
 
 async def _forbidden(
-    kc: KubeClient, namespace: str, created: list[Created], e: Forbidden
-) -> Forbidden:
-    """A 403 half way: delete what was created, but a namespace this deploy made stays when the
-    user may create namespaces but has no rights in them until an admin applies the Role there
-    (rbac --create-namespace); the error then says so."""
-    if not created or created[0].kind != "Namespace":
-        await delete_created(kc, namespace, created)
-        return e
-    await delete_created(kc, namespace, created[1:])
+    kc: KubeClient,
+    spec: RunSpec,
+    objs: list[Obj],
+    attempt: str,
+    created: list[Created],
+    e: Forbidden,
+) -> BaseException:
+    """A 403 half way: roll back what this deploy created, but a namespace it made stays when
+    the user may create namespaces but has no rights in them until an admin applies the Role
+    there (rbac --create-namespace); the error then says so."""
+    namespace = spec.namespace or kc.namespace
+    keep = bool(created) and created[0].kind == "Namespace"
+    gone = await roll_back(
+        kc, namespace, spec.run_id, objs, attempt, created[1:] if keep else created
+    )
+    if not keep:
+        return _rolled_back(e, spec.run_id, gone)
     return Forbidden(
         f"{e} (namespace {namespace} was created and stays: a cluster admin applies "
         f"`nccl-k8s rbac -n {namespace} --user NAME` there, then deploy again)",
@@ -240,6 +253,7 @@ async def _deploy(
         )
 
     created: list[Created] = []
+    attempt = new_attempt()
     try:
         if must_create:
             try:
@@ -251,7 +265,7 @@ async def _deploy(
         workload: Obj | None = None
         for obj in objs:
             try:
-                made = await kc.create(obj)
+                made = await settled(kc.create(marked(obj, attempt)))
             except Conflict as e:
                 if e.reason == "AlreadyExists":
                     raise await _taken(kc, spec, obj, e) from e
@@ -267,27 +281,12 @@ async def _deploy(
             if made["kind"] in WORKLOADS:
                 workload = made
         assert workload is not None  # render always includes the workload
-        # The other objects get an ownerReference to the workload (whose uid exists only now),
-        # so that deleting the workload, by hand or by its TTL, takes them along.
-        for obj in attach_owner(objs, workload):
-            if obj["kind"] in WORKLOADS:
-                continue
-            refs = obj["metadata"]["ownerReferences"]
-            await kc.patch(
-                obj["kind"],
-                obj["metadata"]["name"],
-                {"metadata": {"ownerReferences": refs}},
-                namespace=namespace,
-                api_version=obj["apiVersion"],
-            )
+        await _owned_by(kc, namespace, objs, workload)
     except Forbidden as e:
-        said = await _forbidden(kc, namespace, created, e)
-        if said is e:
-            raise
-        raise said from e
-    except BaseException:
-        await delete_created(kc, namespace, created)
-        raise
+        raise await _forbidden(kc, spec, objs, attempt, created, e) from e
+    except BaseException as exc:
+        gone = await roll_back(kc, namespace, spec.run_id, objs, attempt, created)
+        raise _rolled_back(exc, spec.run_id, gone) from exc
     return Deployed(
         run_id=spec.run_id,
         namespace=namespace,
@@ -297,6 +296,35 @@ async def _deploy(
         platform=spec.platform,
         platform_note=platform_note,
     )
+
+
+async def _owned_by(kc: KubeClient, namespace: str, objs: list[Obj], workload: Obj) -> None:
+    """The other objects get an ownerReference to the workload (whose uid exists only now), so
+    that deleting the workload, by hand or by its TTL, takes them along."""
+    for obj in attach_owner(objs, workload):
+        if obj["kind"] in WORKLOADS:
+            continue
+        refs = obj["metadata"]["ownerReferences"]
+        await kc.patch(
+            obj["kind"],
+            obj["metadata"]["name"],
+            {"metadata": {"ownerReferences": refs}},
+            namespace=namespace,
+            api_version=obj["apiVersion"],
+        )
+
+
+def _rolled_back(exc: BaseException, run_id: str, gone: list[str]) -> BaseException:
+    """The error to end a rolled-back deploy with: an interrupt as Interrupted naming the run
+    and what was deleted; a cluster error (a create refused, the server gone) with the same
+    words added; anything else, and a 409 (which says what is in the way), as it was."""
+    if isinstance(exc, asyncio.CancelledError):
+        return Interrupted(signal.SIGINT, detail=removed_text(run_id, gone))
+    if isinstance(exc, ClusterError) and not isinstance(exc, Conflict):
+        out = copy.copy(exc)
+        out.args = (f"{exc}; {removed_text(run_id, gone)}",)
+        return out
+    return exc
 
 
 async def _taken(kc: KubeClient, spec: RunSpec, obj: Obj, e: Conflict) -> Conflict:

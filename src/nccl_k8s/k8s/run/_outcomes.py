@@ -160,6 +160,19 @@ class Collected:
     elapsed_s: float
     sweeps: list[CollectedSweep] = dataclasses.field(default_factory=list)
     """With all_sweeps: every complete sweep in the log, oldest first."""
+    still_running: str | None = None
+    """The Job's phase when it has not ended (Pending, Running, Failing ...): what was written
+    is a snapshot, marked partial; None once it has ended (and for continuous runs)."""
+
+    def snapshot_failure(self, *, snapshot: bool) -> str | None:
+        """Why `results` of a run still going fails (unless a snapshot was asked for), or None."""
+        if self.still_running is None or snapshot:
+            return None
+        return (
+            f"run {self.run_id} is still {self.still_running}: the {len(self.run.rows)} rows "
+            f"written to {self.results_path} are a partial snapshot (marked partial); wait for "
+            f"it (`nccl-k8s wait --run {self.run_id}`) or pass --snapshot"
+        )
 
     def sweeps_to_dict(self) -> dict[str, Any]:
         """`results --all-sweeps -o json`: the run id and each sweep's verdict and averages."""

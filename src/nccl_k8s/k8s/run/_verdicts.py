@@ -30,6 +30,7 @@ from nccl_k8s.k8s.run._pods import (
     pod_info,
 )
 from nccl_k8s.k8s.run._settings import WaitSettings
+from nccl_k8s.k8s.run._torchrun import parse_root_cause
 from nccl_k8s.k8s.run._watch import Update
 
 
@@ -306,7 +307,9 @@ async def gather_verdict(
     texts = {n: t for n, t in logs if t is not None}
     faults = [f for n, t in texts.items() for f in parse_faults(t, n)]
     rdzv = next((r for t in texts.values() if (r := parse_rendezvous(t))), None)
-    return attribute(pods, faults=faults, nodes=nodes, rendezvous=rdzv), texts
+    causes = {n: c for n, t in texts.items() if (c := parse_root_cause(t))}
+    verdict = attribute(pods, faults=faults, nodes=nodes, rendezvous=rdzv, causes=causes)
+    return verdict, texts
 
 
 def finished(info: PodInfo) -> str | None:
