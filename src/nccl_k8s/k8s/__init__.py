@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from nccl_k8s.k8s.run._pods import PodInfo, Problem
     from nccl_k8s.k8s.run._progress import PlainProgress, progress_line
     from nccl_k8s.k8s.run._settings import NODES_CHECK_ENGINE_ARGS, WaitSettings
-    from nccl_k8s.k8s.run._status import list_runs, require_namespace, status
+    from nccl_k8s.k8s.run._status import list_runs, status
 
 _WHERE = {
     "Bundled": "run._bundle",
@@ -89,7 +89,6 @@ _WHERE = {
     "progress_line": "run._progress",
     "PlainProgress": "run._progress",
     "list_runs": "run._status",
-    "require_namespace": "run._status",
     "status": "run._status",
     "RunPhase": "api._types",
 }
@@ -130,7 +129,6 @@ __all__ = [
     "rbac_objects",
     "rbac_text",
     "render",
-    "require_namespace",
     "status",
     "subject_of",
     "table_text",

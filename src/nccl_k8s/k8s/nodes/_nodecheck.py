@@ -73,6 +73,7 @@ from nccl_k8s.k8s.run._collect import collect_async
 from nccl_k8s.k8s.run._deploy import deploy_async
 from nccl_k8s.k8s.run._plumbing import bounded
 from nccl_k8s.k8s.run._settings import WaitSettings
+from nccl_k8s.k8s.run._status import require_namespace_async
 from nccl_k8s.results.floors import with_floor
 from nccl_k8s.spec import RUN_ID_MAX_LEN, RunSpec, master_port_for
 
@@ -351,6 +352,7 @@ async def nodes_check_async(
     cluster against `floor` (GB/s) or its platform's (nodes._floor). Every request
     goes through `kc`; interrupted (cancelled), it removes the test runs it started."""
     say = progress or (lambda text: None)
+    await require_namespace_async(kc, spec.namespace)  # before pass 1, over the check's client
     try:
         nodes = (await kc.list("Node", label_selector=selector))[0]
     except ClusterError as e:

@@ -158,23 +158,19 @@ async def _detail(
     return f"{cond.get('reason')}: {cond.get('message')}" if cond else None
 
 
-def require_namespace(namespace: str | None, *, client: ClientSettings) -> str:
+async def require_namespace_async(kc: KubeClient, namespace: str | None) -> str:
     """The namespace a command will create runs in (the kubeconfig's when None), refused in one
     line (UsageError) when it does not exist: before the command starts anything. A user who
     may not read namespaces is not refused here (the creates will say)."""
-
-    async def main(kc: KubeClient) -> str:
-        ns = await namespace_of(kc, namespace)
-        with contextlib.suppress(Forbidden):
-            if await kc.get("Namespace", ns) is None:
-                raise UsageError(
-                    f"namespace {ns} does not exist on {kc.server}: create it (kubectl create "
-                    f"namespace {ns}) or name another with -n/--namespace",
-                    key="--namespace",
-                )
-        return ns
-
-    return run_sync(main, client)
+    ns = await namespace_of(kc, namespace)
+    with contextlib.suppress(Forbidden):
+        if await kc.get("Namespace", ns) is None:
+            raise UsageError(
+                f"namespace {ns} does not exist on {kc.server}: create it (kubectl create "
+                f"namespace {ns}) or name another with -n/--namespace",
+                key="--namespace",
+            )
+    return ns
 
 
 def list_runs(*, client: ClientSettings, namespace: str | None = None) -> list[RunSummary]:
