@@ -96,8 +96,9 @@ def test_dtypes_are_stated_once() -> None:
     assert get_args(Dtype) == tuple(DTYPE_FACTS) == tuple(DTYPES)
     assert config.DTYPES is DTYPES
     # nccl.h's ncclDataType_t
-    assert NCCL_DTYPES == {"int8": 0, "uint8": 1, "int32": 2, "int64": 4, "half": 6, "float": 7,
-                           "double": 8, "bfloat16": 9, "f8e4m3": 10, "f8e5m2": 11}  # fmt: skip
+    assert NCCL_DTYPES == {"int8": 0, "uint8": 1, "int32": 2, "uint32": 3, "int64": 4,
+                           "uint64": 5, "half": 6, "float": 7, "double": 8, "bfloat16": 9,
+                           "f8e4m3": 10, "f8e5m2": 11}  # fmt: skip
     for name, size in DTYPES.items():
         assert torch_dtype(name).itemsize == size, name
         assert results.DTYPE_BYTES[name] == size

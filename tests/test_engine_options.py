@@ -107,9 +107,9 @@ def test_element_types_are_named_only_in_bench_dtypes() -> None:
     import ast
 
     import nccl_k8s
-    from nccl_k8s.bench.dtypes import DTYPE_ALIASES, DTYPE_FACTS, NCCL_TESTS_ONLY_TYPES
+    from nccl_k8s.bench.dtypes import DTYPE_ALIASES, DTYPE_FACTS
 
-    names = {*DTYPE_FACTS, *DTYPE_ALIASES, *NCCL_TESTS_ONLY_TYPES}
+    names = {*DTYPE_FACTS, *DTYPE_ALIASES}
     names |= {f.torch for f in DTYPE_FACTS.values()}
     names -= {"int"}
     src = Path(nccl_k8s.__file__).parent

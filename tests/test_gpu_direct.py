@@ -96,7 +96,7 @@ def test_kernels_match_bench_data_on_the_gpu() -> None:
     k = kernels.Kernels(dev, stream)
     gpu = torch.device("cuda", 0)
     n = 1 << 20
-    for dtype in DTYPE_FACTS:
+    for dtype in (d for d, f in DTYPE_FACTS.items() if f.kernel is not None):
         for redop in (None, "sum", "prod", "max", "min", "avg"):
             p = data.choose_pattern(redop, dtype, 8)  # type: ignore[arg-type]
             ours = torch.empty(n, dtype=data.torch_dtype(dtype), device=gpu)

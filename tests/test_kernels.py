@@ -26,7 +26,8 @@ from nccl_k8s.bench.native import build_shared
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
 
-DTYPES: list[Dtype] = list(DTYPE_FACTS)
+#: The types the kernels have (uint32 and uint64 have none yet: the NCCL path refuses them).
+DTYPES: list[Dtype] = [name for name, f in DTYPE_FACTS.items() if f.kernel is not None]
 CPU = torch.device("cpu")
 
 

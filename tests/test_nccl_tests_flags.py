@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from tests._helpers import FakeClock, free_port, one_rank_env
+from typer.testing import CliRunner
 
 from nccl_k8s.bench import engine as engine_module
 from nccl_k8s.bench.collectives import COLLECTIVES
@@ -28,6 +30,7 @@ from nccl_k8s.bench.ops import Bound, Collectives
 from nccl_k8s.bench.options import NOT_HONOURED
 from nccl_k8s.bench.rank import Rank
 from nccl_k8s.bench.watch import Watchdog
+from nccl_k8s.cli.main import app
 
 # nccl-tests 2.19.6, src/common.cu, getopt_long's optstring.
 NCCL_TESTS_GETOPT = "t:g:b:e:i:f:n:m:w:N:p:I:K:c:o:d:r:z:y:T:hG:C:a:R:x:D:V:J:S:M:u:"
@@ -154,10 +157,15 @@ def test_d_all_o_all_runs_every_type_and_reduction(tmp_path: Path) -> None:
         (d, o)
         for d in DTYPES
         for o in REDOPS
-        if not d.startswith("f8") and not (o == "avg" and d in ints)
-    }
+        if not d.startswith("f8") and d not in ("uint32", "uint64")
+        and not (o == "avg" and d in ints)
+    }  # fmt: skip
     assert measured == expected
     assert all(r["wrong"] == 0 for r in rows)
+    # Issue 39 item 8: the types gloo has not are each said skipped, once, not left out.
+    for d in ("uint32", "uint64"):
+        said = f"# -d {d} skipped: torch.distributed's gloo has no uint32 or uint64"
+        assert sum(line.startswith(said) for line in out.stdout.splitlines()) == 1, out.stdout
     assert "# -d f8e4m3 skipped: gloo has no 8-bit floats" in out.stdout
     assert "# -d int8 -o avg skipped: gloo averages only floating types" in out.stdout
     assert "unalign: 1" in out.stdout
@@ -165,6 +173,34 @@ def test_d_all_o_all_runs_every_type_and_reduction(tmp_path: Path) -> None:
     assert (doc["config"]["datatype"], doc["config"]["redop"]) == ("all", "all")
     assert len(doc["results"]) == len(expected)
     assert {(r["type"], r["redop"]) for r in doc["results"]} == expected
+
+
+@pytest.mark.parametrize("dtype", ["uint32", "uint64"])
+def test_uint32_uint64_are_nccl_tests_types_refused_alone_with_why(dtype: str) -> None:
+    """Issue 39 item 8: -d uint32/uint64 are nccl-tests' types (ncclUint32 3, ncclUint64 5 in
+    nccl.h), not unknown names; gloo has neither, and the NCCL path's fill and check kernels
+    have neither yet: named alone, each backend refuses them in one line naming the type and
+    why; -d all runs the rest (the engine says each skip, test above)."""
+    from nccl_k8s.bench.compat import skipped
+    from nccl_k8s.bench.nccl import NCCL_DTYPES
+
+    assert parse_args(["-d", dtype]).dtype == dtype
+    assert NCCL_DTYPES[dtype] == {"uint32": 3, "uint64": 5}[dtype]  # type: ignore[index]
+    for backend, why in (
+        ("gloo", "torch.distributed's gloo has no uint32 or uint64 ('Invalid scalar type')"),
+        ("nccl", "the engine's GPU fill and check kernels have no uint32 or uint64 yet"),
+    ):
+        for o in ("sum", "all"):
+            with pytest.raises(ConfigError, match=re.escape(f"-d {dtype!r}: {why}")):
+                check_backend(parse_args(["-d", dtype, "-o", o]), backend, world_size=2)
+        check_backend(parse_args(["-d", "all", "-o", "all"]), backend, world_size=2)
+        assert (skipped(backend, dtype, None) or "").startswith(why)  # type: ignore[arg-type]
+    res = CliRunner().invoke(app, ["run", "--nproc", "1", "-d", dtype, "--backend", "gloo"])
+    assert res.exit_code == 2, res.output
+    assert res.output.splitlines() == [
+        f"error: -d {dtype!r}: torch.distributed's gloo has no uint32 or uint64 "
+        "('Invalid scalar type')"
+    ]
 
 
 def test_nccl_fp8_avg_is_skipped_in_all_and_refused_alone() -> None:

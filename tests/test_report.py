@@ -258,3 +258,25 @@ def test_d_all_run_gets_one_plot_per_dtype_and_dtype_filters(tmp_path: Path) -> 
     res = CliRunner().invoke(app, ["report", str(path), "-o", "x.html", "--redop", "max"])
     assert res.exit_code == 2
     assert "--redop 'max': the run dall" in res.stderr and "(it has sum)" in res.stderr
+
+
+def test_a_partial_run_is_marked_partial_in_the_page(tmp_path: Path) -> None:
+    """Issue 39 item 9: a partial run (rows of a run that stopped) is said to be one above the
+    summary and in its rows cell; a complete run beside it is not."""
+    whole = import_file(V100)
+    cut = copy.deepcopy(whole)
+    cut.rows = cut.rows[:3]
+    cut.meta.partial = True
+    cut.meta.failure = "run r-1 failed: rank 1 (pod r-1-0-x, node node-1): exit code 1"
+    files = [str(dump(whole, tmp_path / "whole.json")), str(dump(cut, tmp_path / "cut.json"))]
+    out = tmp_path / "r.html"
+    res = CliRunner().invoke(app, ["report", *files, "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    page = out.read_text(encoding="utf-8")
+    text = re.sub(r"<[^>]+>", "", page)
+    notes = [ln for ln in text.splitlines() if ln.startswith("PARTIAL")]
+    assert len(notes) == 1, notes
+    assert notes[0].startswith("PARTIAL cut (nccl-tests, ")
+    assert "only the 3 rows measured before it stopped: run r-1 failed: rank 1" in notes[0]
+    (cells,) = re.findall(r"<tr><th>rows</th><td>(.*?)</td><td>(.*?)</td></tr>", page)
+    assert [re.sub(r"<[^>]+>", "", c) for c in cells] == [str(len(whole.rows)), "3 PARTIAL"]

@@ -20,12 +20,33 @@ NCCL_NO_FP8_AVG = "NCCL averages no 8-bit floats (ncclAvg: invalid argument)"
 
 GLOO_NO_FP8 = "gloo has no 8-bit floats"
 GLOO_AVG_FLOATS_ONLY = "gloo averages only floating types"
+#: torch 2.13's gloo answers any collective on torch.uint32/uint64 with "Invalid scalar type".
+GLOO_NO_TYPE = "torch.distributed's gloo has no uint32 or uint64 ('Invalid scalar type')"
+#: The NCCL path fills and checks its buffers with bench._kernel_source's kernels, which have
+#: no such type (DtypeFacts.kernel None): a kernel change that only a GPU can verify.
+NCCL_NO_KERNEL = (
+    "the engine's GPU fill and check kernels have no uint32 or uint64 yet (nccl-tests runs them)"
+)
+
+
+def absent(backend: str, dtype: Dtype) -> str | None:
+    """Why `backend` cannot run `dtype` at all, whatever the collective or reduction (None:
+    it can): -d all skips it with this line, -d naming it alone is refused with it."""
+    facts = DTYPE_FACTS[dtype]
+    if backend == "nccl" and facts.kernel is None:
+        return NCCL_NO_KERNEL
+    if backend == "gloo" and not facts.gloo:
+        return GLOO_NO_TYPE
+    return None
 
 
 def skipped(backend: str, dtype: Dtype, redop: str | None) -> str | None:
     """Why `-d all`/`-o all` skips this type and reduction on `backend` (None: it runs). A
     type or reduction named on its own is refused instead (check_backend)."""
     facts = DTYPE_FACTS[dtype]
+    missing = absent(backend, dtype)
+    if missing is not None:
+        return missing
     if backend == "nccl" and redop == "avg" and facts.eight_bit_float:
         return NCCL_NO_FP8_AVG
     if backend != "gloo":
@@ -40,7 +61,10 @@ def skipped(backend: str, dtype: Dtype, redop: str | None) -> str | None:
 __all__ = [
     "GLOO_AVG_FLOATS_ONLY",
     "GLOO_NO_FP8",
+    "GLOO_NO_TYPE",
     "NCCL_NO_FP8_AVG",
+    "NCCL_NO_KERNEL",
     "ConfigError",
+    "absent",
     "skipped",
 ]

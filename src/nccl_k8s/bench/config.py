@@ -22,6 +22,7 @@ from nccl_k8s.bench.compat import (
     GLOO_NO_FP8,
     NCCL_NO_FP8_AVG,
     ConfigError,
+    absent,
     skipped,
 )
 from nccl_k8s.bench.dtypes import DTYPE_FACTS, DTYPES, Dtype
@@ -145,6 +146,9 @@ def check_backend(config: BenchConfig, backend: str, *, world_size: int) -> None
             f"-G {config.graph}: CUDA graphs need the NCCL backend, this run uses {backend}"
         )
     facts = DTYPE_FACTS[config.dtype]
+    # A type the backend has not at all is refused whatever the reduction (-o all too).
+    if len(config.dtypes) == 1 and (why := absent(backend, config.dtype)) is not None:
+        raise ConfigError(f"-d {config.dtype!r}: {why}")
     if backend == "gloo" and len(config.dtypes) == 1 and len(config.redops) == 1:
         if facts.eight_bit_float:
             raise ConfigError(f"-d {config.dtype!r}: {GLOO_NO_FP8}; use the NCCL backend")

@@ -16,8 +16,9 @@ from typing import Literal
 
 #: nccl-tests' type names (its `-d` values), in the order `--help` lists them.
 Dtype = Literal[
-    "int8", "uint8", "int32", "int64", "half", "float", "double", "bfloat16", "f8e4m3", "f8e5m2"
-]
+    "int8", "uint8", "int32", "uint32", "int64", "uint64", "half", "float", "double", "bfloat16",
+    "f8e4m3", "f8e5m2",
+]  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,8 +31,10 @@ class DtypeFacts:
     """Its ncclDataType_t value (nccl.h)."""
     torch: str
     """The name of its torch dtype (an attribute of the torch module)."""
-    kernel: int
-    """Its number in the check kernels' type enum (bench._kernel_source: T_INT8 ...)."""
+    kernel: int | None
+    """Its number in the check kernels' type enum (bench._kernel_source: T_INT8 ...); None:
+    the kernels have no such type, so the NCCL path (which fills and checks its buffers with
+    them) cannot run it (bench.compat.NCCL_NO_KERNEL)."""
     exact: int
     """Largest B such that every integer in [0, B] is exact in the type."""
     doublings: int
@@ -45,6 +48,9 @@ class DtypeFacts:
     """False: the checker's sentinel -1 is its largest value, which patterns then avoid."""
     eight_bit_float: bool = False
     """An 8-bit float: gloo has none, and NCCL averages none (NCCL_NO_FP8_AVG)."""
+    gloo: bool = True
+    """torch.distributed's gloo moves and reduces it. False for uint32 and uint64: torch 2.13's
+    gloo answers every collective on them with 'Invalid scalar type' (bench.compat.GLOO_NO_TYPE)."""
 
     @property
     def floating(self) -> bool:
@@ -57,7 +63,11 @@ DTYPE_FACTS: dict[Dtype, DtypeFacts] = {
     "int8": _F(1, 0, "int8", 0, exact=127, doublings=6),
     "uint8": _F(1, 1, "uint8", 1, exact=255, doublings=7, signed=False),
     "int32": _F(4, 2, "int32", 2, exact=(1 << 31) - 1, doublings=30),
+    "uint32": _F(4, 3, "uint32", None, exact=(1 << 32) - 1, doublings=31, signed=False,
+                 gloo=False),
     "int64": _F(8, 4, "int64", 3, exact=(1 << 63) - 1, doublings=62),
+    "uint64": _F(8, 5, "uint64", None, exact=(1 << 64) - 1, doublings=63, signed=False,
+                 gloo=False),
     "half": _F(2, 6, "float16", 4, exact=2048, doublings=15, float_layout=(10, 2.0**-14),
                avg_contributors=4),
     "float": _F(4, 7, "float32", 5, exact=1 << 24, doublings=100, float_layout=(23, 2.0**-126),
@@ -88,17 +98,12 @@ DTYPE_ALIASES: dict[str, Dtype] = {
     "int": "int32",
 }
 
-#: Types nccl-tests runs that the engine does not (ncclUint32, ncclUint64), with their bytes per
-#: element: results read the tables that print them.
-NCCL_TESTS_ONLY_TYPES: dict[str, int] = {"uint32": 4, "uint64": 8}
-
 
 __all__ = [
     "DEFAULT_DTYPE",
     "DTYPES",
     "DTYPE_ALIASES",
     "DTYPE_FACTS",
-    "NCCL_TESTS_ONLY_TYPES",
     "Dtype",
     "DtypeFacts",
 ]

@@ -25,7 +25,7 @@ from typing import TypeAlias
 from nccl_k8s.bench.collectives import COLLECTIVES as ENGINE_COLLECTIVES
 from nccl_k8s.bench.collectives import Collective as EngineCollective
 from nccl_k8s.bench.collectives import Op
-from nccl_k8s.bench.dtypes import DTYPE_ALIASES, DTYPES, NCCL_TESTS_ONLY_TYPES
+from nccl_k8s.bench.dtypes import DTYPE_ALIASES, DTYPES
 from nccl_k8s.results.schema import Row
 
 #: A collective nccl-tests has: the engine's, and those only nccl-tests runs (none now).
@@ -65,11 +65,10 @@ COLLECTIVES: tuple[Collective, ...] = (
 )
 
 #: Bytes per element of the type names nccl-tests prints: the engine's names, the spellings of
-#: other versions (NCCL 1's "char"/"int", "float32"...), and the types only nccl-tests runs.
+#: other versions (NCCL 1's "char"/"int", "float32"...).
 DTYPE_BYTES: dict[str, int] = {
     **{str(name): size for name, size in DTYPES.items()},
     **{alias: DTYPES[name] for alias, name in DTYPE_ALIASES.items()},
-    **NCCL_TESTS_ONLY_TYPES,
 }
 
 _FIRST_FIVE = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")

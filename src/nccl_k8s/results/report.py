@@ -262,6 +262,7 @@ def _meta_table(runs: Sequence[ReportRun]) -> str:
         + "".join(f"<th>{_swatch(i)}{_e(r.label)}</th>" for i, r in enumerate(runs))
         + "</tr>",
         row("run id", [_v(m.run_id) for m in metas]),
+        row("rows", [_rows_cell(r.run) for r in runs]),
         row("file", [f"<code>{_e(r.path)}</code>" for r in runs]),
         row("measured by", [_v(m.source) for m in metas]),
         row("start time", [_v(m.time) for m in metas]),
@@ -288,6 +289,30 @@ def _meta_table(runs: Sequence[ReportRun]) -> str:
             )
         )
     return "<table>" + "".join(lines) + "</table>"
+
+
+def _partial_notes(runs: Sequence[ReportRun]) -> list[str]:
+    """Above the summary, one warning per partial run (`meta.partial`: rows of a run that
+    stopped, a cut-off table, a snapshot of a run still going): its numbers are not a
+    whole sweep, whatever the plots look like."""
+    return [
+        f'<p class="partial"><span class="warning">PARTIAL</span> {_swatch(i)}{_e(r.label)}: '
+        f"only the {len(r.run.rows)} rows measured before it stopped"
+        + (f": {_e(r.run.meta.failure)}" if r.run.meta.failure else "")
+        + "</p>"
+        for i, r in enumerate(runs)
+        if r.run.meta.partial
+    ]
+
+
+def _rows_cell(run: Run) -> str:
+    """How many rows, and whether they are all the run measured (partial) or failed."""
+    meta = run.meta
+    if meta.partial:
+        return f'{len(run.rows)} <span class="warning">PARTIAL</span>'
+    if meta.failure:
+        return f'{len(run.rows)} <span class="error">failed</span>: {_e(meta.failure)}'
+    return str(len(run.rows))
 
 
 def _env_cell(env: dict[str, str]) -> str:
@@ -367,6 +392,7 @@ def render_html(runs: Sequence[ReportRun], plots: Sequence[Plot]) -> str:
         f'<p class="sub">{len(runs)} run{"s" if len(runs) != 1 else ""}; generated {now} by '
         f"nccl-k8s {_e(__version__)}. Bandwidths in GB/s (10<sup>9</sup> B/s), times in µs, "
         "sizes in binary units (1K = 1024 B).</p>",
+        *_partial_notes(runs),
         "<h2>Summary</h2>",
         _summary_table(runs),
         "<h2>Plots</h2>",

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from nccl_k8s.errors import ClusterError, FailureReason, ResultsError, RunFailed
+from nccl_k8s.errors import ClusterError, FailureReason, NotFound, ResultsError, RunFailed
 from nccl_k8s.k8s.api._client import ClientSettings, KubeClient
 from nccl_k8s.k8s.api._sync import run_sync
 from nccl_k8s.k8s.rendering._names import CONTAINER_NAME, PLATFORM_ANNOTATION
@@ -340,3 +340,34 @@ def _dump(run: Any, path: Path) -> Path:
     from nccl_k8s.results.schema import dump
 
     return dump(run, path)
+
+
+async def keep_measured(kc: KubeClient, namespace: str, run_id: str, why: str) -> list[str]:
+    """Before a failed deploy's objects go: the rows its ranks measured, collected into
+    runs/<id>/results.json (as `results` would), so that deleting the run loses no number.
+
+    The run is marked failed with its own verdict (a --min-busbw miss, wrong results: the
+    table ended) or, when its table did not end (a rank failed mid-run, an op without its
+    footer), partial with `why`. Returns what the failure message adds: a note where the rows
+    are, then one line per verdict (results.run_failures: the gate, its sizes, measured
+    against wanted); nothing when no rank printed a row."""
+    from nccl_k8s.results.compare import run_failures
+
+    try:
+        got = await collect_async(kc, run_id, namespace=namespace)
+        run = got.run
+        if not run.rows:
+            return []
+        verdicts = run_failures(run)
+        ended = {s.op for s in run.summaries}
+        run.meta.partial = not verdicts or any(r.op not in ended for r in run.rows)
+        # What collect said of a Job not yet marked ended ("still Running") is not why it failed.
+        run.meta.failure = "; ".join(verdicts) if verdicts else why
+        _dump(run, got.results_path)
+    except (ResultsError, RunFailed, NotFound):
+        return []
+    except (ClusterError, OSError) as e:
+        return [f"(its measured rows were not kept: {e})"]
+    marked = "partial" if run.meta.partial else "failed"
+    note = f"(its {len(run.rows)} measured rows kept in {got.results_path}, marked {marked})"
+    return [note, *verdicts]

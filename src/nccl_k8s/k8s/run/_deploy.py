@@ -39,6 +39,7 @@ from nccl_k8s.k8s.preflight._platforms import resolve_async
 from nccl_k8s.k8s.rendering._manifests import render
 from nccl_k8s.k8s.rendering._names import APP_NAME
 from nccl_k8s.k8s.run._bundle import write_bundle
+from nccl_k8s.k8s.run._collect import keep_measured
 from nccl_k8s.k8s.run._fabric import check_fabric
 from nccl_k8s.k8s.run._monitor import Ending, Seen, follow_run
 from nccl_k8s.k8s.run._outcomes import Created, Deployed, ProgressFn, WaitOutcome
@@ -62,6 +63,7 @@ def deploy(
     bundle_on_failure: Path | None = None,
     progress: ProgressFn | None = None,
     on_deployed: Callable[[Deployed], None] | None = None,
+    keep_rows: bool = True,
 ) -> tuple[Deployed, WaitOutcome | None]:
     """Create the run's objects; with `wait`, follow it until it ends (`deploy_async` over a
     client of its own)."""
@@ -76,6 +78,7 @@ def deploy(
             bundle_on_failure=bundle_on_failure,
             progress=progress,
             on_deployed=on_deployed,
+            keep_rows=keep_rows,
         ),
         client,
     )
@@ -92,6 +95,7 @@ async def deploy_async(
     bundle_on_failure: Path | None = None,
     progress: ProgressFn | None = None,
     on_deployed: Callable[[Deployed], None] | None = None,
+    keep_rows: bool = False,
 ) -> tuple[Deployed, WaitOutcome | None]:
     """Create the run's objects; with `wait`, follow it until it ends.
 
@@ -100,7 +104,10 @@ async def deploy_async(
     (and its pods waited for), or with `keep_on_failure` kept with its ranks stopped; RunFailed
     says which; with `bundle_on_failure`, the debug bundle is written there first, while the
     whole run is still there. When waiting itself fails (the API server goes away), the
-    ClusterError says the run keeps going and how to follow it again. `on_deployed` hears of
+    ClusterError says the run keeps going and how to follow it again. With `keep_rows`
+    (`deploy --wait`; `nodes check` collects its tests itself) the rows a failed run measured
+    are kept in the runs directory first, and its verdicts added to the message, one line
+    each (run._collect.keep_measured). `on_deployed` hears of
     the run once all its objects exist (an exception it raises ends the deploy there, the run
     left as it is)."""
     ns = spec.namespace or kc.namespace
@@ -116,11 +123,9 @@ async def deploy_async(
             on_deployed(deployed)
         if not wait:
             return deployed, None
-        before = None
-        if bundle_on_failure is not None:
-            before = functools.partial(
-                _bundle_note, kc, deployed.namespace, spec.run_id, bundle_on_failure
-            )
+        before = functools.partial(
+            _before_end, kc, deployed.namespace, spec.run_id, keep_rows, bundle_on_failure
+        )
         ending = Ending(
             stop=True, delete=None if keep_on_failure else deployed.created, before=before
         )
@@ -171,11 +176,22 @@ def _span_attributes(spec: RunSpec) -> dict[str, object]:
     }
 
 
-async def _bundle_note(kc: KubeClient, namespace: str, run_id: str, path: Path, seen: Seen) -> str:
-    """Write the failed run's debug bundle (before it is ended); what the message adds."""
-    culprit, tail = seen.failure.pod, seen.tail
-    await write_bundle(kc, namespace, run_id, path, seen=seen.pods, culprit=culprit, tail=tail)
-    return f"(debug bundle: {path})"
+async def _before_end(
+    kc: KubeClient, namespace: str, run_id: str, keep: bool, bundle: Path | None, seen: Seen
+) -> str:
+    """Before a failed run is ended: with `keep` its measured rows kept in the runs directory
+    (with its verdicts, one line each), and with --bundle-on-failure its debug bundle
+    written; what the message adds."""
+    why = str(seen.failure).splitlines()[0]
+    notes = await keep_measured(kc, namespace, run_id, why) if keep else []
+    if bundle is not None:
+        culprit, tail = seen.failure.pod, seen.tail
+        await write_bundle(
+            kc, namespace, run_id, bundle, seen=seen.pods, culprit=culprit, tail=tail
+        )
+        note = f"(debug bundle: {bundle})"
+        notes = [f"{notes[0]} {note}", *notes[1:]] if notes else [note]
+    return "\n".join(notes)
 
 
 def _still_running(e: ClusterError, d: Deployed) -> ClusterError:

@@ -86,8 +86,9 @@ class Ending:
     run's pods are gone."""
     before: Callable[[Seen], Awaitable[str]] | None = None
     """Called before the run is ended, while all of it is still there (deploy
-    --bundle-on-failure writes the debug bundle), with what the monitor saw; what it returns
-    is added to the message."""
+    --bundle-on-failure writes the debug bundle, and it keeps the measured rows), with what
+    the monitor saw; what it returns is added to the message (its first line to the
+    headline, its other lines after it)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -416,6 +417,7 @@ class _Ender:
             note = await self._end(headline, workload)
         except ClusterError as e:
             note = f"(could not end it: {e}; `nccl-k8s cleanup --run {self.run_id}` removes it)"
+        # Last on the first line: a hook's further lines (a verdict each) then follow it.
         first = " ".join(part for part in (headline, note, kept) if part)
         failure.args = ("\n".join([first, *tail]),)
         return failure
