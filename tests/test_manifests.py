@@ -512,6 +512,7 @@ def test_everything_option_lands_where_it_belongs() -> None:
         "linkerd.io/inject": "enabled",
         "scheduling.k8s.io/group-name": "nccl-everything",
         "nccl-k8s/rendered-for": "nccl-everything",
+        "nccl-k8s/user-env": "NCCL_DEBUG,NCCL_IB_GID_INDEX",  # which values bundle redacts
         "k8s.v1.cni.cncf.io/networks": "sriov-a,sriov-b",
         "prometheus.io/scrape": "true",
         "prometheus.io/port": "9400",

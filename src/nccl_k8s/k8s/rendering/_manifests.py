@@ -68,6 +68,7 @@ from nccl_k8s.k8s.rendering._names import (
     PSA_ANNOTATION,
     RENDERED_ANNOTATION,
     RESULTS_MOUNT,
+    USER_ENV_ANNOTATION,
     WORKER,
 )
 from nccl_k8s.k8s.rendering._platform import apply_platform, check_platform, platform_of
@@ -404,6 +405,8 @@ def _pod_metadata(spec: RunSpec) -> Obj:
         **gang_annotations,
         RENDERED_ANNOTATION: spec.run_id,
     }
+    if spec.env:  # which values `bundle` redacts (the user's may be secrets)
+        annotations[USER_ENV_ANNOTATION] = ",".join(k for k, _ in spec.env)
     if spec.network_attachments:
         annotations[NETWORKS_ANNOTATION] = ",".join(spec.network_attachments)
     if spec.metrics_port:
