@@ -84,9 +84,11 @@ def pod(
             value = _field(entry["valueFrom"]["fieldRef"]["fieldPath"], name, index)
         else:
             value = expand(entry.get("value", ""), env)
+        # A path under a mount, alone or after a digest (`<sha256>  <path>`, the engine's).
+        digest, sep, path = value.rpartition("  ")
         for mount_path, where in mounts.items():
-            if value == mount_path or value.startswith(mount_path + "/"):
-                value = str(where) + value[len(mount_path) :]
+            if path == mount_path or path.startswith(mount_path + "/"):
+                value = digest + sep + str(where) + path[len(mount_path) :]
         env[entry["name"]] = value
     argv = [expand(a, env) for a in [*container.get("command", []), *container.get("args", [])]]
     return argv, env

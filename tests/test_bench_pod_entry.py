@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import zipfile
 from pathlib import Path
@@ -40,5 +41,7 @@ def test_pod_of_a_direct_job_gets_its_index_zipapp_and_downward_values(tmp_path:
     assert env["NCCL_K8S_METRICS_ADDR"] == "127.0.0.1"  # $(POD_IP), the downward API's podIP
     pyz = Path(env["PYTHONPATH"])
     assert pyz.is_relative_to(tmp_path) and pyz.name == "nccl_k8s.pyz"
+    # The wrapper checks the zipapp it finds there against the rendered digest.
+    assert env["NCCL_K8S_ENGINE_SHA256"] == f"{hashlib.sha256(pyz.read_bytes()).hexdigest()}  {pyz}"
     with zipfile.ZipFile(pyz) as z:
         assert "nccl_k8s/launch/_pod.py" in z.namelist()

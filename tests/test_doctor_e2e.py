@@ -200,6 +200,8 @@ def test_a_pending_runs_bundle_and_doctor_run_say_why(
         "8",
         "--gpus-per-node",
         "4",
+        "--env",
+        "HF_TOKEN=s3cr3t-value",
         "--",
         "--backend",
         "gloo",
@@ -256,6 +258,15 @@ def test_a_pending_runs_bundle_and_doctor_run_say_why(
     readme = files[f"{rid}/README.txt"].decode()
     assert "Not available:" in readme and "logs/" in readme  # the pods never started
     assert not [n for n in names if "/logs/" in n or "/nodes/" in n]
+    # --env values are redacted (issue 36), the names kept; --show-env keeps them.
+    assert not [n for n, data in files.items() if b"s3cr3t-value" in data]
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    assert env["HF_TOKEN"] == "<redacted by nccl-k8s bundle: --show-env keeps it>"
+    assert "The values of --env are redacted" in readme
+    shown = tmp_path / "shown.tar.gz"
+    got = cli(cluster, "bundle", "-n", namespace, "--run", rid, "-o", str(shown), "--show-env")
+    assert got.exit_code == 0, got.output
+    assert [n for n, data in members(shown).items() if b"s3cr3t-value" in data]
     assert cli(cluster, "cleanup", "-n", namespace, "--run", rid).exit_code == 0
 
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import base64
 import copy
+import hashlib
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -27,7 +29,7 @@ import yaml
 from typer.testing import CliRunner
 
 from nccl_k8s.k8s import dump, render
-from nccl_k8s.k8s.rendering._wrapper import POD_WRAPPER
+from nccl_k8s.k8s.rendering._wrapper import ENGINE_DIGEST_ENV, POD_WRAPPER
 from nccl_k8s.k8s.rendering._zipapp import (
     MAX_ZIPAPP_BYTES,
     ZIPAPP_NAME,
@@ -133,6 +135,11 @@ def redact(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for obj in objs:
         if obj["kind"] == "ConfigMap":
             obj["binaryData"] = {k: REDACTED for k in obj["binaryData"]}
+        template = obj.get("spec", {}).get("template", {}).get("spec", {})
+        for c in template.get("containers", []):
+            for e in c.get("env", []):
+                if e["name"] == ENGINE_DIGEST_ENV:  # the zipapp's: changes with any engine source
+                    e["value"] = re.sub(r"^[0-9a-f]{64}", "<sha256 of the zipapp>", e["value"])
     return objs
 
 
@@ -505,6 +512,7 @@ def test_everything_option_lands_where_it_belongs() -> None:
         "linkerd.io/inject": "enabled",
         "scheduling.k8s.io/group-name": "nccl-everything",
         "nccl-k8s/rendered-for": "nccl-everything",
+        "nccl-k8s/user-env": "NCCL_DEBUG,NCCL_IB_GID_INDEX",  # which values bundle redacts
         "k8s.v1.cni.cncf.io/networks": "sriov-a,sriov-b",
         "prometheus.io/scrape": "true",
         "prometheus.io/port": "9400",
@@ -813,6 +821,41 @@ def _wrap(tmp_path: Path, script: str) -> subprocess.CompletedProcess[str]:
         timeout=60,
         cwd=tmp_path,
     )
+
+
+def test_the_pod_carries_the_zipapps_digest_and_the_wrapper_checks_it_first(
+    tmp_path: Path,
+) -> None:
+    """Issue 36: whoever may replace ConfigMaps could swap the engine before the pods start; the
+    rendered digest is the ConfigMap's zipapp's, and the wrapper runs nothing when they differ."""
+    objs = render(_SPECS["job-8x4"])
+    zipapp = base64.b64decode(by_kind(objs)["ConfigMap"]["binaryData"]["nccl_k8s.pyz"])
+    env = env_of(objs)
+    assert env[ENGINE_DIGEST_ENV] == f"{hashlib.sha256(zipapp).hexdigest()}  {env['PYTHONPATH']}"
+    assert ENGINE_DIGEST_ENV not in env_of(render(_SPECS["job-2x8-slim"]))  # the image's own
+    engine = tmp_path / "nccl_k8s.pyz"
+    engine.write_bytes(zipapp)
+    ran = tmp_path / "ran"
+    script = f"open({str(ran)!r}, 'w').write('yes'); print('hello')"
+    good = f"{hashlib.sha256(zipapp).hexdigest()}  {engine}"
+    for value, ok in ((good, True), ("0" * 64 + f"  {engine}", False),
+                      (f"{hashlib.sha256(zipapp).hexdigest()}  {tmp_path}/gone.pyz", False)):  # fmt: skip
+        ran.unlink(missing_ok=True)
+        run = subprocess.run(
+            [sys.executable, "-c", POD_WRAPPER, sys.executable, "-c", script],
+            capture_output=True, text=True, timeout=60, cwd=tmp_path,
+            env={**os.environ, ENGINE_DIGEST_ENV: value},
+        )  # fmt: skip
+        assert (run.returncode == 0) == ok == ran.exists(), run.stderr
+        if not ok:
+            assert run.stdout == "" and len(run.stderr.splitlines()) == 1, run.stderr
+            assert "refusing to run it" in run.stderr and str(engine.parent) in run.stderr
+    engine.write_bytes(zipapp + b"x")  # swapped after the render
+    run = subprocess.run([sys.executable, "-c", POD_WRAPPER, sys.executable, "-c", script],
+                         capture_output=True, text=True, timeout=60,
+                         env={**os.environ, ENGINE_DIGEST_ENV: good})  # fmt: skip
+    assert run.returncode == 1 and not ran.exists()
+    assert hashlib.sha256(zipapp + b"x").hexdigest() in run.stderr
 
 
 def test_wrapper_streams_then_replays_results_and_an_nccl_digest_last(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +27,9 @@ from typer.testing import CliRunner
 
 from nccl_k8s.cli.main import app
 from nccl_k8s.k8s.api._access import ACCESS, RENDER_APPLY
+from nccl_k8s.k8s.nodes._nodecheck import LABEL_KEY, TAINT_KEY
+from nccl_k8s.k8s.rendering._nodepolicy import policy_name
+from nccl_k8s.k8s.rendering._rbac import Subject
 
 K8S_VERSIONS = ("1.29", "1.33", "1.37")
 ENGINE = ["--", "--backend", "gloo", "--ops", "all_reduce", "-b", "1K", "-e", "4K",
@@ -62,9 +66,12 @@ def test_every_object_passes_the_strict_upstream_schema(version: str) -> None:
         ("ClusterRole", "nccl-k8s:cluster-reads"),
         ("ClusterRole", "nccl-k8s:create-namespace"),
         ("ClusterRole", "nccl-k8s:label-nodes"),
+        ("ValidatingAdmissionPolicy", policy_name(Subject("ServiceAccount", "bench", "ci"))),
     ]
     assert docs[3]["metadata"]["name"] == "nccl-k8s:cluster-reads:serviceaccount:ci:bench"
     for doc in docs:
+        if doc["apiVersion"].startswith("admissionregistration") and version < "1.30":
+            continue  # admissionregistration.k8s.io/v1's policies are GA from 1.30 on
         kubernetes_validate.validate(doc, version, strict=True)
 
 
@@ -89,6 +96,110 @@ def test_the_rules_are_the_table_and_the_subject_is_named_once() -> None:
     assert sa["subjects"] == [{"kind": "ServiceAccount", "name": "bench", "namespace": "team-a"}]
     # Nothing cluster-scoped unless asked.
     assert all(d["kind"] in ("Role", "RoleBinding") for d in rbac_docs("-n", "a", "--group", "g"))
+
+
+def label_nodes_policy(*who: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    docs = rbac_docs("-n", "a", *who, "--label-nodes")
+    vap = next(d for d in docs if d["kind"] == "ValidatingAdmissionPolicy")
+    binding = next(d for d in docs if d["kind"] == "ValidatingAdmissionPolicyBinding")
+    return vap, binding
+
+
+@pytest.mark.parametrize(
+    ("who", "condition"),
+    [
+        (["--user", "alice@example.com"], "request.userInfo.username == 'alice@example.com'"),
+        (["--user", "o'brien\\x"], "request.userInfo.username == 'o\\'brien\\\\x'"),
+        (["--group", "gpu-ops"], "'gpu-ops' in request.userInfo.groups"),
+        (["--service-account", "ci/bench"],
+         "request.userInfo.username == 'system:serviceaccount:ci:bench'"),
+    ],
+)  # fmt: skip
+def test_label_nodes_prints_a_policy_for_the_subjects_node_updates(
+    who: list[str], condition: str
+) -> None:
+    """Issue 36: --label-nodes granted patch on every label and taint of every node; the
+    ValidatingAdmissionPolicy limits the subject's node updates to our label and taint."""
+    vap, binding = label_nodes_policy(*who)
+    for doc in (vap, binding):
+        assert doc["apiVersion"] == "admissionregistration.k8s.io/v1"
+        kubernetes_validate.validate(doc, "1.33", strict=True)
+    spec = vap["spec"]
+    # Only the subject's UPDATE (a PATCH is one) of nodes, nothing else, nobody else.
+    assert spec["matchConstraints"] == {"resourceRules": [
+        {"apiGroups": [""], "apiVersions": ["*"], "operations": ["UPDATE"],
+         "resources": ["nodes"]}]}  # fmt: skip
+    assert [c["expression"] for c in spec["matchConditions"]] == [condition]
+    assert spec["failurePolicy"] == "Fail"
+    assert binding["spec"] == {"policyName": vap["metadata"]["name"], "validationActions": ["Deny"]}
+    text = json.dumps(spec)
+    # The keys nodes check writes, and no other key of ours.
+    assert f"'{LABEL_KEY}'" in text and f"'{TAINT_KEY}'" in text
+    assert set(re.findall(r"nccl-k8s/[a-z-]+", text)) == {LABEL_KEY, TAINT_KEY}
+    # Without --label-nodes, no policy.
+    assert not [d for d in rbac_docs("-n", "a", *who) if "admission" in d["apiVersion"]]
+
+
+def test_two_subjects_get_two_policies_named_as_names_may_be() -> None:
+    names = {label_nodes_policy("--user", u)[0]["metadata"]["name"] for u in ("A/b", "a-b", "a%b")}
+    assert len(names) == 3
+    assert all(re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", n) and len(n) <= 253 for n in names)
+
+
+def _admit(vap: dict[str, Any], old: dict[str, Any], new: dict[str, Any], user: str) -> str:
+    """The policy's answer to `user` updating node `old` to `new`, with a CEL interpreter."""
+    celpy = pytest.importorskip("celpy")
+    env = celpy.Environment()
+
+    def run(expr: str, act: dict[str, Any]) -> Any:
+        return env.program(env.compile(expr)).evaluate(act)
+
+    act = {"object": celpy.json_to_cel(new), "oldObject": celpy.json_to_cel(old),
+           "request": celpy.json_to_cel({"userInfo": {"username": user, "groups": []}})}  # fmt: skip
+    if not all(run(c["expression"], act) for c in vap["spec"]["matchConditions"]):
+        return "not matched"
+    act["variables"] = celpy.celtypes.MapType(
+        {
+            celpy.celtypes.StringType(v["name"]): run(v["expression"], act)
+            for v in vap["spec"]["variables"]
+        }
+    )
+    denied = [v["message"] for v in vap["spec"]["validations"] if not run(v["expression"], act)]
+    return "; ".join(denied) or "allowed"
+
+
+def test_the_policy_allows_our_label_and_taint_and_denies_any_other_change() -> None:
+    vap, _ = label_nodes_policy("--user", "alice")
+    old = {"metadata": {"name": "n1", "labels": {"zone": "a"}, "annotations": {"x": "1"}},
+           "spec": {"taints": [{"key": "gpu", "effect": "NoSchedule"}]}}  # fmt: skip
+
+    def changed(edit: Any) -> dict[str, Any]:
+        new = json.loads(json.dumps(old))
+        edit(new)
+        return new
+
+    ours = changed(lambda n: (n["metadata"]["labels"].update({LABEL_KEY: "bad"}),
+                              n["spec"]["taints"].append(
+                                  {"key": TAINT_KEY, "value": "true", "effect": "NoSchedule"})))  # fmt: skip
+    assert _admit(vap, old, ours, "alice") == "allowed"
+    assert _admit(vap, ours, old, "alice") == "allowed"  # taken off again
+    cases = {
+        "label": lambda n: n["metadata"]["labels"].update({"zone": "b"}),
+        "label removed": lambda n: n["metadata"]["labels"].pop("zone"),
+        "taint": lambda n: n["spec"].update({"taints": []}),
+        "spec.unschedulable": lambda n: n["spec"].update({"unschedulable": True}),
+        "metadata.annotations": lambda n: n["metadata"]["annotations"].update({"x": "2"}),
+    }
+    for what, edit in cases.items():
+        answer = _admit(vap, old, changed(edit), "alice")
+        assert answer.startswith("nccl-k8s may") and what.split()[0] in answer, (what, answer)
+        assert _admit(vap, old, changed(edit), "bob") == "not matched"
+
+
+def test_the_policy_keys_are_the_keys_nodes_check_writes() -> None:
+    from nccl_k8s.k8s.rendering._nodepolicy import NODE_LABEL_KEY, NODE_TAINT_KEY
+
+    assert (NODE_LABEL_KEY, NODE_TAINT_KEY) == (LABEL_KEY, TAINT_KEY)
 
 
 def rules_of(doc: dict[str, Any]) -> set[tuple[str, str, str]]:

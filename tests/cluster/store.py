@@ -117,6 +117,24 @@ RESOURCES: dict[str, ResourceInfo] = {
         ResourceInfo(
             "clusterrolebindings", "ClusterRoleBinding", "rbac.authorization.k8s.io", "v1", False
         ),
+        # Stored and served, not enforced: `nccl-k8s rbac --label-nodes` prints one of each
+        # (tests/test_rbac.py checks its CEL apart from a cluster).
+        ResourceInfo(
+            "validatingadmissionpolicies",
+            "ValidatingAdmissionPolicy",
+            "admissionregistration.k8s.io",
+            "v1",
+            False,
+            (),
+            ("status",),
+        ),
+        ResourceInfo(
+            "validatingadmissionpolicybindings",
+            "ValidatingAdmissionPolicyBinding",
+            "admissionregistration.k8s.io",
+            "v1",
+            False,
+        ),
         # Not stored: the API server answers a create with the review (tests/cluster/rbac.py).
         ResourceInfo(
             "selfsubjectaccessreviews",

@@ -24,7 +24,7 @@ from nccl_k8s.bench._kernel_source import SOURCE
 from nccl_k8s.bench.config import Dtype
 from nccl_k8s.bench.cuda import Device, Module
 from nccl_k8s.bench.dtypes import DTYPE_FACTS
-from nccl_k8s.bench.native import cache_path, write_atomic
+from nccl_k8s.bench.native import cache_path, cached, write_atomic
 
 #: The kernels' numbering of bench.data's kinds and bench.dtypes' types (the C enums).
 KINDS = {"move": 0, "sum": 1, "prod": 2, "max": 3, "min": 4, "avg": 5, "avg_int": 6}
@@ -138,7 +138,7 @@ def cubin(arch: int) -> bytes:
     """The kernels for sm_<arch>: from the cache, or compiled once and cached."""
     digest = hashlib.sha256(SOURCE.encode()).hexdigest()[:16]
     path = cache_path(f"kernels-{__version__}-sm{arch}-nvrtc{nvrtc_version()}-{digest}.cubin")
-    if path is not None and os.path.exists(path):
+    if path is not None and cached(path):
         with open(path, "rb") as f:
             return f.read()
     image = compile_cubin(arch)

@@ -5,7 +5,7 @@ and the Python loop with a ctypes call adds one to two more (BENCHMARKS.md). ncc
 C. This module compiles a short C loop with the machine's C compiler (cc, gcc or clang; stock
 PyTorch runtime images have none, and then the Python loop runs as before) once per machine and
 version: the library is cached (`cache_dir`: NCCL_K8S_CACHE_DIR, ~/.cache/nccl-k8s, or the temp
-dir), named by its text, the machine, the compiler and our version, so a later run only loads it
+dir; private to the user, and one another user could write is refused: `unsafe`), named by its text, the machine, the compiler and our version, so a later run only loads it
 (the slim image carries it prebuilt). It is loaded with ctypes and handed the addresses of the
 libnccl functions and their arguments. `nk_timed` takes the clock, issues `iters` ops (rotating
 through the buffer exactly as the Python loop does), polls the stream with the driver's
@@ -27,7 +27,9 @@ import hashlib
 import os
 import platform
 import shutil
+import stat
 import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -189,10 +191,38 @@ def _driver_address(name: str) -> int:
         return 0
 
 
+def unsafe(path: str, *, root_too: bool = False) -> str:
+    """Why compiled code at `path` (a cache directory or a file in it) may not be trusted: owned
+    by another user (root too, for a prebuilt image's files), or writable by its group or by
+    everyone, so that another user could plant a library of the right name; "" when it may."""
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        return f"cannot be read ({e.strerror})"
+    owners = (os.getuid(), 0) if root_too else (os.getuid(),)
+    if st.st_uid not in owners:
+        return f"owned by uid {st.st_uid}, not by this user (uid {os.getuid()})"
+    if st.st_mode & 0o022:
+        return f"writable by its group or by everyone (mode {stat.S_IMODE(st.st_mode):04o})"
+    return ""
+
+
+_REFUSED: set[str] = set()
+
+
+def _refuse(path: str, why: str) -> None:
+    """Say once per path, on stderr, that a cache directory is not used and why."""
+    if path not in _REFUSED:
+        _REFUSED.add(path)
+        sys.stderr.write(f"nccl-k8s: not using the cache directory {path}: {why}\n")
+
+
 def cache_dir() -> str | None:
     """Where compiled code is kept between runs: NCCL_K8S_CACHE_DIR, else
     $XDG_CACHE_HOME/nccl-k8s or ~/.cache/nccl-k8s, else a per-user folder in the temp dir
-    (pods often have a read-only home); None where nothing can be written."""
+    (pods often have a read-only home); None where nothing can be written. Each is created with
+    mode 0700; one owned by another user or writable by others is refused (said on stderr) and
+    the next tried: a predictable folder in the temp dir could be someone else's."""
     home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     choices = [os.environ.get("NCCL_K8S_CACHE_DIR"), os.path.join(home, "nccl-k8s"),
                os.path.join(tempfile.gettempdir(), f"nccl-k8s-cache-{os.getuid()}")]  # fmt: skip
@@ -203,9 +233,17 @@ def cache_dir() -> str | None:
             os.makedirs(path, mode=0o700, exist_ok=True)
         except OSError:
             continue
-        if os.access(path, os.W_OK):
+        why = unsafe(path)
+        if why:
+            _refuse(path, why)
+        elif os.access(path, os.W_OK):
             return path
     return None
+
+
+def cached(path: str | None) -> bool:
+    """Whether a cache file exists and may be loaded (unsafe: no)."""
+    return path is not None and os.path.exists(path) and not unsafe(path)
 
 
 def cache_path(name: str) -> str | None:
@@ -243,7 +281,7 @@ def build_shared(source: str, stem: str) -> str | None:
         return _prebuilt(f"{stem}-{__version__}-{platform.machine()}-*-{digest}.so")
     name = f"{stem}-{__version__}-{platform.machine()}-{os.path.basename(cc)}-{digest}.so"
     out = cache_path(name) or os.path.join(tempfile.mkdtemp(prefix="nccl-k8s-"), name)
-    if os.path.exists(out):
+    if cached(out):
         return out
     with tempfile.TemporaryDirectory(prefix="nccl-k8s-cc-") as tmp:
         src = os.path.join(tmp, f"{stem}.c")
@@ -264,9 +302,12 @@ def build_shared(source: str, stem: str) -> str | None:
 def _prebuilt(pattern: str) -> str | None:
     """Without a compiler: a library of the same text, machine and version that one built
     before (the slim image builds the loop into its NCCL_K8S_CACHE_DIR, which a pod's user may
-    not be able to write: looked at even then)."""
+    not be able to write: looked at even then, and trusted when root owns it)."""
     for folder in (os.environ.get("NCCL_K8S_CACHE_DIR"), cache_dir()):
-        found = sorted(glob.glob(os.path.join(folder, pattern))) if folder else []
+        if not folder or unsafe(folder, root_too=True):
+            continue
+        found = [f for f in sorted(glob.glob(os.path.join(folder, pattern)))
+                 if not unsafe(f, root_too=True)]  # fmt: skip
         if found:
             return found[0]
     return None
@@ -298,7 +339,9 @@ __all__ = [
     "build_shared",
     "cache_dir",
     "cache_path",
+    "cached",
     "native_loop",
     "prebuild",
+    "unsafe",
     "write_atomic",
 ]

@@ -30,6 +30,22 @@ STORE_ENV = "NCCL_K8S_STORE"
 STORE_OURS = "nccl-k8s"
 _LEN = struct.Struct("!I")
 _OK, _TIMEOUT, _ERROR = b"K", b"T", b"E"
+#: The longest request the server reads: the ranks send keys, a 128-byte ncclUniqueId and a few
+#: floats, so a length prefix over 1 MiB is not one of ours (a port scanner, an HTTP client, or
+#: a 4 GiB prefix that would otherwise be buffered); it is answered with an error and the
+#: connection closed before any of its body is read.
+MAX_REQUEST_BYTES = 1 << 20
+#: The longest reply a client reads: a gather's is every rank's value (a few floats each), far
+#: below this at any world size; more is not a store of ours.
+MAX_REPLY_BYTES = 256 << 20
+
+
+class FrameTooLarge(ConnectionError):
+    """A length prefix over the limit: the connection is dropped, nothing of it buffered."""
+
+    def __init__(self, length: int, limit: int) -> None:
+        super().__init__(f"a store frame of {length} bytes, over the {limit} accepted")
+        self.length, self.limit = length, limit
 
 
 class StoreTimeout(TimeoutError):
@@ -69,8 +85,11 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
     return bytes(buf)
 
 
-def _recv_msg(sock: socket.socket) -> bytes:
+def _recv_msg(sock: socket.socket, limit: int) -> bytes:
+    """One frame's body; FrameTooLarge (before reading it) when its prefix is over `limit`."""
     (n,) = _LEN.unpack(_recv_exact(sock, 4))
+    if n > limit:
+        raise FrameTooLarge(n, limit)
     return _recv_exact(sock, n)
 
 
@@ -113,7 +132,11 @@ class _Handler(socketserver.BaseRequestHandler):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         with contextlib.suppress(ConnectionError, OSError):
             while True:
-                body = _recv_msg(sock)
+                try:
+                    body = _recv_msg(sock, MAX_REQUEST_BYTES)
+                except FrameTooLarge as e:  # say why, then drop the connection unread
+                    _send_msg(sock, _ERROR + str(e).encode())
+                    return
                 _send_msg(sock, self._serve(body[:1], _unpack(body[1:])))
 
     def _serve(self, op: bytes, f: list[bytes]) -> bytes:
@@ -196,7 +219,7 @@ class StoreClient:
 
     def _call(self, op: bytes, *fields: bytes) -> list[bytes] | bytes:
         _send_msg(self.sock, op + _pack(*fields))
-        reply = _recv_msg(self.sock)
+        reply = _recv_msg(self.sock, MAX_REPLY_BYTES)
         if reply[:1] == _TIMEOUT:
             raise StoreTimeout(f"store {self.where}: no answer within {self.timeout_s:g} s")
         if reply[:1] != _OK:
@@ -321,8 +344,11 @@ class StoreGroup:
 
 
 __all__ = [
+    "MAX_REPLY_BYTES",
+    "MAX_REQUEST_BYTES",
     "STORE_ENV",
     "STORE_OURS",
+    "FrameTooLarge",
     "Store",
     "StoreClient",
     "StoreGroup",

@@ -226,9 +226,18 @@ def bundle_command(
     namespace: Namespace = None,
     context: Context = None,
     kubeconfig: Kubeconfig = None,
+    show_env: Annotated[
+        bool,
+        typer.Option(
+            "--show-env",
+            help="Keep the values of the run's --env in the objects (redacted by default: "
+            "they may be secrets).",
+        ),
+    ] = False,
 ) -> None:
-    """Write a run's debug bundle: every object as YAML, its events, every pod's log (and
-    previous log), the nodes it ran on, the `doctor --run` table."""
+    """Write a run's debug bundle: every object as YAML (the values of --env redacted unless
+    --show-env), its events, every pod's log (and previous log), the nodes it ran on, the
+    `doctor --run` table."""
     from nccl_k8s import k8s
     from nccl_k8s.launch import check_writable
 
@@ -238,7 +247,11 @@ def bundle_command(
     else:
         check_writable(Path.cwd(), what="bundle into", is_dir=True, hint="cd or pass -o FILE")
     got = k8s.bundle(
-        run, client=client_settings(kubeconfig, context), namespace=namespace, path=output
+        run,
+        client=client_settings(kubeconfig, context),
+        namespace=namespace,
+        path=output,
+        show_env=show_env,
     )
     err.print(
         f"run {got.run_id}: {got.objects} objects ({got.pods} pods), {got.events} events, "

@@ -38,7 +38,11 @@ RenderApplyFlag = Annotated[
 ]
 LabelNodesFlag = Annotated[
     bool,
-    typer.Option("--label-nodes", help="Also a ClusterRole for nodes check --label/--taint."),
+    typer.Option(
+        "--label-nodes",
+        help="Also a ClusterRole for nodes check --label/--taint, and a ValidatingAdmissionPolicy "
+        "(Kubernetes 1.30+) that limits the user's node patches to its label and taint.",
+    ),
 ]
 UserFlag = Annotated[
     str | None,

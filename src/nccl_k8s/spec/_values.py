@@ -17,13 +17,14 @@ C = TypeVar("C", bound=str)
 
 #: Environment variables the manifests set themselves; a user value would break the pod's wiring.
 #: The pods' environment that the renderer (k8s.rendering: the run id, the node, the index, the
-#: wrapper, the adoption plan, the metrics address's POD_IP, the zipapp's PYTHONPATH) and the
+#: wrapper, the adoption plan, the metrics address's POD_IP, the zipapp's PYTHONPATH and digest) and the
 #: in-pod launcher set themselves; `--env` may not name them (a second entry of a name would
 #: make which one wins the kubelet's business). tests/test_env_names.py checks the renderer's.
 RESERVED_ENV = frozenset(
     {
         "NCCL_K8S_RUN_ID",
         "NCCL_K8S_WRAPPER",
+        "NCCL_K8S_ENGINE_SHA256",
         "NCCL_K8S_ADOPT",
         "NCCL_K8S_NODE_NAME",
         "NCCL_K8S_LAUNCHER_PID",

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import hashlib
 import re
 import shlex
 
@@ -67,6 +68,7 @@ from nccl_k8s.k8s.rendering._names import (
     PSA_ANNOTATION,
     RENDERED_ANNOTATION,
     RESULTS_MOUNT,
+    USER_ENV_ANNOTATION,
     WORKER,
 )
 from nccl_k8s.k8s.rendering._platform import apply_platform, check_platform, platform_of
@@ -80,7 +82,7 @@ from nccl_k8s.k8s.rendering._presets import (
     uses_host_network,
 )
 from nccl_k8s.k8s.rendering._resources import pod_resources
-from nccl_k8s.k8s.rendering._wrapper import POD_WRAPPER, WRAPPER_ENV
+from nccl_k8s.k8s.rendering._wrapper import ENGINE_DIGEST_ENV, POD_WRAPPER, WRAPPER_ENV
 from nccl_k8s.k8s.rendering._zipapp import ZIPAPP_NAME, carries_prometheus_client, engine_zipapp
 from nccl_k8s.spec import (
     COMPUTE_DOMAIN,
@@ -249,7 +251,10 @@ def _env(spec: RunSpec) -> list[Obj]:
         if not any(k == METRICS_ADDR_ENV for k, _ in spec.env):
             env.append({"name": METRICS_ADDR_ENV, "value": "$(POD_IP)"})
     if spec.engine == "zipapp":
-        env.append({"name": "PYTHONPATH", "value": f"{ENGINE_MOUNT}/{ZIPAPP_NAME}"})
+        engine = f"{ENGINE_MOUNT}/{ZIPAPP_NAME}"
+        digest = hashlib.sha256(engine_zipapp()).hexdigest()
+        env.append({"name": "PYTHONPATH", "value": engine})
+        env.append({"name": ENGINE_DIGEST_ENV, "value": f"{digest}  {engine}"})
     user = dict(spec.env)  # the user's values are data, never references; presets may be
     env += [{"name": k, "value": _escape_refs(v) if k in user else v} for k, v in pod_env(spec)]
     return env
@@ -400,6 +405,8 @@ def _pod_metadata(spec: RunSpec) -> Obj:
         **gang_annotations,
         RENDERED_ANNOTATION: spec.run_id,
     }
+    if spec.env:  # which values `bundle` redacts (the user's may be secrets)
+        annotations[USER_ENV_ANNOTATION] = ",".join(k for k, _ in spec.env)
     if spec.network_attachments:
         annotations[NETWORKS_ANNOTATION] = ",".join(spec.network_attachments)
     if spec.metrics_port:

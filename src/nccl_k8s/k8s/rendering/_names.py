@@ -25,6 +25,10 @@ PSA_ANNOTATION = "nccl-k8s/pod-security"
 #: renderer made them (a user's object that merely copies our labels does not carry it).
 RENDERED_ANNOTATION = "nccl-k8s/rendered-for"
 
+#: On the pods (and the workload's pod template) of a run given `--env`: the names the user set,
+#: comma-separated, so that `bundle` redacts their values (they may be secrets) and no other.
+USER_ENV_ANNOTATION = "nccl-k8s/user-env"
+
 #: On the workload of a run rendered for a fabric platform (spec.platforms): its name, so that
 #: whoever reads the run later (deploy's end, `results`) checks the fabric its logs show.
 PLATFORM_ANNOTATION = "nccl-k8s/platform"
@@ -55,5 +59,6 @@ __all__ = [
     "RENDERED_ANNOTATION",
     "RESULTS_MOUNT",
     "STOPPED_ANNOTATION",
+    "USER_ENV_ANNOTATION",
     "WORKER",
 ]

@@ -6,6 +6,8 @@ group or ServiceAccount, built from the permissions table (api._access), never w
     RoleBinding nccl-k8s:<subject>     binds it to the subject, in that namespace
     ClusterRole nccl-k8s:<feature>     one per cluster feature asked for (--cluster-reads,
     ClusterRoleBinding ...:<subject>   --create-namespace, --label-nodes)
+    ValidatingAdmissionPolicy(+Binding) --label-nodes: the subject's node patches may touch only
+                                       our label and taint (rendering._nodepolicy)
 
 One ClusterRole per feature, named after it, so that granting it to a second user applies the
 same ClusterRole again and only adds a binding. Nothing namespaced is ever granted cluster-wide:
@@ -26,6 +28,7 @@ from nccl_k8s.errors import UsageError
 from nccl_k8s.k8s.api._access import ACCESS, FEATURES, Access, Feature
 from nccl_k8s.k8s.api._types import Obj
 from nccl_k8s.k8s.rendering._names import APP_NAME
+from nccl_k8s.k8s.rendering._nodepolicy import NODE_LABEL_KEY, NODE_TAINT_KEY, node_policy_objects
 from nccl_k8s.spec import LABEL_NAME
 
 RBAC_GROUP = "rbac.authorization.k8s.io"
@@ -128,6 +131,8 @@ def rbac_objects(
         rules = [_rule(a) for a in ACCESS if a.scope == "cluster" and a.feature == feature]
         if feature in features and rules:
             objs += _cluster_role(feature, rules, subject)
+    if "label-nodes" in features:
+        objs += node_policy_objects(subject)
     return objs
 
 
@@ -160,6 +165,11 @@ def rbac_text(objs: list[Obj]) -> str:
         comment = ""
         if obj["kind"] in ("Role", "ClusterRole"):
             comment = _comment(obj)
+        elif obj["kind"] == "ValidatingAdmissionPolicy":
+            comment = (
+                "# ValidatingAdmissionPolicy (Kubernetes 1.30 or later): the subject's node updates\n"
+                f"# may change the label {NODE_LABEL_KEY} and the taint {NODE_TAINT_KEY}, nothing else\n"
+            )
         body = yaml.safe_dump(obj, sort_keys=False, default_flow_style=False, width=100)
         docs.append(comment + body)
     return "---\n".join(docs)

@@ -17,6 +17,11 @@ from nccl_k8s.bench.report import BLOCK_BEGIN, BLOCK_END
 
 WRAPPER_ENV = "NCCL_K8S_WRAPPER"
 
+#: `<sha256 hex>  <path>` (sha256sum's line) of the engine zipapp a run was rendered with: the
+#: wrapper hashes the mounted file first and runs nothing when it differs (one stderr line, exit
+#: 1), so whoever may replace ConfigMaps in the namespace cannot swap the code the pods run.
+ENGINE_DIGEST_ENV = "NCCL_K8S_ENGINE_SHA256"
+
 #: JSON naming the workload (`owner`) and the objects it adopts (`objects`), each as
 #: {"apiVersion", "kind", "plural", "name"}, and the run's `mark` ({"labels": {...},
 #: "annotations": {...}}): an object of that name that lacks any of them is not adopted (it is
@@ -35,7 +40,19 @@ SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 POD_WRAPPER = """\
 # nccl-k8s: run the command and stream its output; then print the result lines (rank 0 prints
 # them) and a digest of the NCCL lines again, as blocks, last: log rotation keeps the newest.
-import re, signal, subprocess, sys
+import hashlib, os, re, signal, subprocess, sys
+want, _, engine = os.environ.get("NCCL_K8S_ENGINE_SHA256", "").partition("  ")
+if want:  # the engine zipapp must be the one the run was rendered with, before anything runs
+    try:
+        with open(engine, "rb") as f:
+            got = hashlib.sha256(f.read()).hexdigest()
+    except OSError as e:
+        got = "unreadable (%s)" % e.strerror
+    if got != want:
+        sys.stderr.write("nccl-k8s: the engine zipapp %s has sha256 %s, not the %s this run was "
+                         "rendered with: refusing to run it (was its ConfigMap replaced?)\\n"
+                         % (engine, got, want))
+        sys.exit(1)
 out = sys.stdout.buffer
 child = subprocess.Popen(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 for s in (signal.SIGTERM, signal.SIGINT):
@@ -181,6 +198,7 @@ __all__ = [
     "ADOPT_TOKEN_DIR",
     "BLOCK_BEGIN",
     "BLOCK_END",
+    "ENGINE_DIGEST_ENV",
     "POD_WRAPPER",
     "SERVICE_ACCOUNT_DIR",
     "WRAPPER_ENV",

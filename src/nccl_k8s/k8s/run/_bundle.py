@@ -6,7 +6,9 @@ attach to a ticket, read without access to the cluster.
     <run-id>/doctor.txt, .json  the `doctor --run` table
     <run-id>/objects/*.yaml     every object of the run: workload, Service, ConfigMap (the
                                 engine's zipapp bytes elided), every pod, and its optional
-                                kinds' objects (PodGroup, PodMonitor, ComputeDomain ...)
+                                kinds' objects (PodGroup, PodMonitor, ComputeDomain ...); the
+                                values of the user's --env redacted unless show_env (they
+                                may be secrets; the names and the presets' values are kept)
     <run-id>/events.yaml        the events about them
     <run-id>/logs/<pod>.log     every pod's log, and <pod>.previous.log where it restarted
     <run-id>/nodes/<node>.yaml  the nodes the pods were placed on
@@ -22,6 +24,7 @@ such pods are kept as last seen, the culprit's log as the lines the failure mess
 from __future__ import annotations
 
 import asyncio
+import copy
 import dataclasses
 import datetime
 import functools
@@ -40,7 +43,7 @@ from nccl_k8s.errors import ClusterError, NotFound
 from nccl_k8s.k8s.api._client import ClientSettings, KubeClient
 from nccl_k8s.k8s.api._sync import run_sync
 from nccl_k8s.k8s.api._types import Obj
-from nccl_k8s.k8s.rendering._names import CONTAINER_NAME
+from nccl_k8s.k8s.rendering._names import CONTAINER_NAME, USER_ENV_ANNOTATION
 from nccl_k8s.k8s.run._explain import gather, table_text
 from nccl_k8s.k8s.run._plumbing import RUN_KINDS, bounded, namespace_of, resolve_run, run_labels
 from nccl_k8s.k8s.run._verdicts import node_objects
@@ -75,6 +78,31 @@ def _elide(obj: Obj) -> Obj:
         k: f"<elided by nccl-k8s bundle: {len(v) * 3 // 4} bytes>"
         for k, v in obj["binaryData"].items()
     }
+    return out
+
+
+#: What a redacted --env value reads in a bundle.
+REDACTED_ENV = "<redacted by nccl-k8s bundle: --show-env keeps it>"
+#: kubectl's client-side apply copy of the whole object (--env values included).
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+
+
+def redact_env(obj: Obj) -> Obj:
+    """`obj` with the values of the user's --env (its pods' USER_ENV_ANNOTATION names) replaced
+    by REDACTED_ENV in every container, and kubectl's last-applied copy of it elided."""
+    out = copy.deepcopy(obj)
+    annotations = (out.get("metadata") or {}).get("annotations") or {}
+    if LAST_APPLIED in annotations:
+        annotations[LAST_APPLIED] = "<elided by nccl-k8s bundle: it repeats the object>"
+    spec = out.get("spec") or {}
+    pod = out if out.get("kind") == "Pod" else spec.get("template") or {}
+    given = ((pod.get("metadata") or {}).get("annotations") or {}).get(USER_ENV_ANNOTATION)
+    names = set(str(given).split(",")) if given else set()
+    body = pod.get("spec") or {}
+    for c in (body.get("initContainers") or []) + (body.get("containers") or []):
+        for e in c.get("env") or []:
+            if e.get("name") in names and "value" in e:
+                e["value"] = REDACTED_ENV
     return out
 
 
@@ -133,6 +161,8 @@ def _readme(
     counts: dict[str, int],
     missing: list[str],
     gone: list[str],
+    *,
+    show_env: bool,
 ) -> str:
     stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     lines = [
@@ -146,6 +176,9 @@ def _readme(
         f"nodes/                  {counts['nodes']} nodes the pods were placed on",
         "",
         "The engine zipapp in the ConfigMap's binaryData is elided (its size is kept).",
+        "The values of --env are kept (bundle --show-env)."
+        if show_env
+        else "The values of --env are redacted (they may be secrets; bundle --show-env keeps them).",
     ]
     if gone:
         lines += ["", "Kept from what the deploy saw:", *(f"  {g}" for g in gone)]
@@ -205,9 +238,11 @@ async def write_bundle(
     seen: dict[str, Obj] | None = None,
     culprit: str | None = None,
     tail: list[str] | None = None,
+    show_env: bool = False,
 ) -> Bundled:
     """Read everything about the run and write it to `path` (.tar.gz). `seen`, `culprit` and
-    `tail`: what a monitor saw of the failed run (gone_pods)."""
+    `tail`: what a monitor saw of the failed run (gone_pods); `show_env`: keep the values of
+    the user's --env (redact_env otherwise)."""
     missing: list[str] = []
     explained = await gather(kc, ns, run_id)  # NotFound when there is no such run
     objects = await _objects(kc, ns, run_id, missing)
@@ -242,7 +277,7 @@ async def write_bundle(
     }
     for obj in objects:
         kind, name = str(obj.get("kind")).lower(), obj["metadata"]["name"]
-        files[f"objects/{kind}-{name}.yaml"] = _yaml(obj)
+        files[f"objects/{kind}-{name}.yaml"] = _yaml(obj if show_env else redact_env(obj))
     files["events.yaml"] = _yaml(events)
     for file, text in logs.items():
         files[f"logs/{file}"] = text.encode()
@@ -258,7 +293,7 @@ async def write_bundle(
         "logs": len(logs),
         "nodes": sum(1 for n in nodes.values() if n is not None),
     }
-    readme = _readme(run_id, ns, kc.server, counts, missing, gone_notes)
+    readme = _readme(run_id, ns, kc.server, counts, missing, gone_notes, show_env=show_env)
     files = {"README.txt": readme.encode(), **files}
     await asyncio.to_thread(_tar, path, run_id, files)
     return Bundled(run_id, ns, path, missing=missing, **counts)
@@ -275,16 +310,26 @@ def bundle(
     client: ClientSettings,
     namespace: str | None = None,
     path: Path | None = None,
+    show_env: bool = False,
 ) -> Bundled:
     """Write the run's debug bundle (the latest run in the namespace without `run_id`) to
-    `path`, by default `<run-id>.bundle.tar.gz` in the current directory."""
+    `path`, by default `<run-id>.bundle.tar.gz` in the current directory; the values of the
+    user's --env redacted unless `show_env`."""
 
     async def main(kc: KubeClient) -> Bundled:
         ns = await namespace_of(kc, namespace)
         rid = await resolve_run(kc, ns, run_id)
-        return await write_bundle(kc, ns, rid, path or bundle_path(rid))
+        return await write_bundle(kc, ns, rid, path or bundle_path(rid), show_env=show_env)
 
     return run_sync(main, client)
 
 
-__all__ = ["BUNDLED_KINDS", "Bundled", "bundle", "bundle_path", "write_bundle"]
+__all__ = [
+    "BUNDLED_KINDS",
+    "REDACTED_ENV",
+    "Bundled",
+    "bundle",
+    "bundle_path",
+    "redact_env",
+    "write_bundle",
+]
