@@ -68,6 +68,7 @@ from nccl_k8s.k8s.nodes._level import failed_test
 from nccl_k8s.k8s.nodes._pairspec import pair_test_spec
 from nccl_k8s.k8s.preflight._nodefit import place
 from nccl_k8s.k8s.preflight._platforms import resolve_async
+from nccl_k8s.k8s.rendering._nodepolicy import NODE_LABEL_KEY, NODE_TAINT_KEY
 from nccl_k8s.k8s.run._cleanup import cleanup_async
 from nccl_k8s.k8s.run._collect import collect_async
 from nccl_k8s.k8s.run._deploy import deploy_async
@@ -77,8 +78,9 @@ from nccl_k8s.k8s.run._status import require_namespace_async
 from nccl_k8s.results.floors import with_floor
 from nccl_k8s.spec import RUN_ID_MAX_LEN, RunSpec, master_port_for
 
-LABEL_KEY = "nccl-k8s/node-check"
-TAINT_KEY = "nccl-k8s/bad-node"
+#: Our node label and taint: one home, in rendering (where rbac's admission policy names them).
+LABEL_KEY = NODE_LABEL_KEY
+TAINT_KEY = NODE_TAINT_KEY
 TAINT: Obj = {"key": TAINT_KEY, "value": "true", "effect": "NoSchedule"}
 #: The label every pair test's objects carry: which nodes check they belong to.
 CHECK_LABEL = "nccl-k8s/nodes-check"
