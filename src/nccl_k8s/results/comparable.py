@@ -18,15 +18,21 @@ from dataclasses import dataclass
 from nccl_k8s.results.schema import RunMeta
 
 
+def device_names(meta: RunMeta, *, model: bool = True) -> list[str]:
+    """The run's device model: the GPU model its meta names (with `model`), else its ranks'
+    distinct device names, sorted; [] when the run does not say."""
+    if model and meta.gpu_model:
+        return [meta.gpu_model]
+    return sorted({d.name for d in meta.devices if d.name})
+
+
 def device_of(meta: RunMeta) -> str | None:
     """What ran the collectives: the GPU model, "CPU (<model>)" for gloo ranks (always CPU
     processes), the ranks' device names when they disagree; None when the run does not say."""
-    names = sorted({d.name for d in meta.devices if d.name})
     if meta.backend == "gloo":
+        names = device_names(meta, model=False)
         return f"CPU ({', '.join(names)})" if names else "CPU"
-    if meta.gpu_model:
-        return meta.gpu_model
-    return ", ".join(names) or None
+    return ", ".join(device_names(meta)) or None
 
 
 @dataclass(frozen=True)
@@ -85,4 +91,4 @@ def refusal(found: list[Difference]) -> str | None:
     )
 
 
-__all__ = ["FACTS", "Difference", "Fact", "device_of", "differences", "refusal"]
+__all__ = ["FACTS", "Difference", "Fact", "device_names", "device_of", "differences", "refusal"]

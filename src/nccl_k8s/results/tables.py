@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from nccl_k8s.bench.report import Cell, TableRow, footer_lines, row_line, table_header
+from nccl_k8s.results.comparable import device_names
 from nccl_k8s.results.schema import Row, Run, RunMeta
 
 
@@ -18,8 +19,7 @@ def what_ran(meta: RunMeta) -> str:
     unit = "CPU process" if gloo else "GPU"
     if count != 1:
         unit += "es" if gloo else "s"
-    names = sorted({d.name for d in meta.devices if d.name})
-    name = meta.gpu_model or " / ".join(names)
+    name = " / ".join(device_names(meta))
     fabric = meta.fabric or ("TCP (gloo, no NCCL)" if gloo else "unknown (no NCCL network lines)")
     return (
         f"# backend {meta.backend or 'unknown'}, {'?' if count is None else count} {unit}"
