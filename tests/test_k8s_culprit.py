@@ -234,13 +234,38 @@ def test_a_rank_that_never_started_is_blamed_for_the_others_timing_out() -> None
         }
     ]
     pods = [pod("r-0-a", 0, exit_code=1), unscheduled]
+    # Rank 0's log unread (no evidence either way), or read and saying it waited: for torchrun's
+    # store, our pod launcher's rendezvous, torch's client that never reached rank 0's store.
+    waited = [
+        "DistStoreError: Timed out after 901 seconds waiting for clients. 1/2 clients joined.",
+        "nccl-k8s launcher: rendezvous: node 0 did not start the run within 900 s",
+        "DistNetworkError: The client socket has timed out after 900000ms while trying to "
+        "connect to (r-0.r.ns.svc, 29500).",
+    ]
+    for logs in [{}, *({"r-0-a": f"starting\n{line}\n"} for line in waited)]:
+        v = attribute(pods, logs=logs)
+        assert v is not None and v.culprit.pod == "r-1-b", logs
+        assert v.culprit.reason is FailureReason.NEVER_STARTED
+        assert v.culprit.why == (
+            "never started (Unschedulable: 0/4 nodes are available: 4 Insufficient "
+            "nvidia.com/gpu.); the others waited for it"
+        )
+
+
+def test_a_rank_that_crashed_at_start_is_blamed_not_the_pod_still_being_created() -> None:
+    # Rank 2 crashed on its own within seconds (its log says why, and no word of waiting) while
+    # rank 1's pod was still being created on a healthy node: the crash is the cause, and the
+    # node of the pod not yet started must not be named (a user would drain it).
+    creating = pod("r-1-b", 1, node="n1", waiting="ContainerCreating")
+    crashed = pod("r-2-c", 2, node="n2", exit_code=1)
+    pods = [pod("r-0-a", 0, node="n0"), creating, crashed]
+    v = attribute(pods, logs={"r-2-c": "CUDA error: no CUDA-capable device is detected\n"})
+    assert v is not None
+    assert (v.culprit.rank, v.culprit.pod, v.culprit.node) == (2, "r-2-c", "n2")
+    assert v.culprit.reason is FailureReason.EXITED
+    # The same crash with its log unread still reads as the others waiting (the old evidence).
     v = attribute(pods)
     assert v is not None and v.culprit.pod == "r-1-b"
-    assert v.culprit.reason is FailureReason.NEVER_STARTED
-    assert v.culprit.why == (
-        "never started (Unschedulable: 0/4 nodes are available: 4 Insufficient "
-        "nvidia.com/gpu.); the others waited for it"
-    )
 
 
 def test_global_rank_maps_to_pod_by_gpus_per_pod_or_by_host() -> None:

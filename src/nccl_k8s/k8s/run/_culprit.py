@@ -19,6 +19,9 @@ strongest first:
    waited for it in the rendezvous until they gave up. torchrun's own words for that, in rank 0's
    log (`Timed out after 901 seconds waiting for clients. 1/2 clients joined.`), name the ranks
    with no started pod even when their pods are gone (the Job deletes them when it fails).
+   Only when the failed ranks waited: a failed rank whose log was read and says no word of a
+   rendezvous or store timeout ended on its own (a crash at start beside a pod still being
+   created), and exit order blames it.
 4. Exit order: the first container to end non-zero, not counting those ended by a deletion
    (the Job controller stops the survivors once the Job has failed); within one second (the
    API's resolution) a container killed by a signal from outside (SIGKILL, OOM) before one that
@@ -55,6 +58,14 @@ _NPROC = re.compile(r"^--nproc[-_]per[-_]node(?:=(\d+))?$")
 _RDZV = re.compile(
     r"Timed out after (\d+) seconds waiting for (?:clients|workers)\. (\d+)/(\d+) "
     r"(?:clients|workers) joined"
+)
+#: A rank gave up waiting for the others: torchrun's store (above), our pod launcher's
+#: rendezvous line (launch._pod: `nccl-k8s launcher: rendezvous: ...`), torch's TCPStore client
+#: that could not reach rank 0's store.
+_WAITED = re.compile(
+    r"Timed out after \d+ seconds waiting for (?:clients|workers)"
+    r"|nccl-k8s launcher: rendezvous:"
+    r"|client socket has timed out"
 )
 
 
@@ -302,13 +313,15 @@ def attribute(
     nodes: Mapping[str, Obj | None] | None = None,
     rendezvous: Rendezvous | None = None,
     causes: Mapping[str, RootCause] | None = None,
+    logs: Mapping[str, str] | None = None,
 ) -> Verdict | None:
     """The verdict on a failed run from every pod seen (replaced ones included), the engine's
     fault lines, the nodes' objects (those that could be read), torchrun's rendezvous
-    timeout when a log held one and its root cause per pod (by name) where a log held one;
-    None when nothing failed."""
+    timeout when a log held one, its root cause per pod (by name) where a log held one and the
+    log tails read (by pod name); None when nothing failed."""
     nodes = nodes or {}
     causes = causes or {}
+    logs = logs or {}
     infos = {str(p["metadata"]["name"]): pod_info(p) for p in pods}
     by_name = {str(p["metadata"]["name"]): p for p in pods}
     failed = _failed_in_order(pods, infos)
@@ -338,8 +351,8 @@ def attribute(
     # 2. the engine's line
     if culprit is None and faults:
         culprit, noticed = _from_faults(pods, infos, faults, causes)
-    # 3. a rank that never started while others ran and failed
-    if culprit is None and failed:
+    # 3. a rank that never started while others ran, waited for it and failed
+    if culprit is None and failed and _waited(failed, logs, rendezvous):
         current = latest_per_rank(infos.values())
         waiting = [p for p in current if not started(by_name[p.name]) and p.phase == "Pending"]
         if waiting:
@@ -365,6 +378,14 @@ def attribute(
         and infos[n].rank != culprit.rank  # a replaced pod of the culprit's rank
     ]
     return Verdict(culprit, others, noticed)
+
+
+def _waited(failed: Sequence[str], logs: Mapping[str, str], rdzv: Rendezvous | None) -> bool:
+    """Whether the failed ranks may have died waiting for the others: a rendezvous timeout was
+    seen, or a failed rank's log says it waited, or no failed rank's log could be read (no
+    evidence either way: the others' waiting is then the likelier story)."""
+    read = [logs[n] for n in failed if n in logs]
+    return rdzv is not None or not read or any(_WAITED.search(t) for t in read)
 
 
 def _never_joined(

@@ -308,7 +308,9 @@ async def gather_verdict(
     faults = [f for n, t in texts.items() for f in parse_faults(t, n)]
     rdzv = next((r for t in texts.values() if (r := parse_rendezvous(t))), None)
     causes = {n: c for n, t in texts.items() if (c := parse_root_cause(t))}
-    verdict = attribute(pods, faults=faults, nodes=nodes, rendezvous=rdzv, causes=causes)
+    verdict = attribute(
+        pods, faults=faults, nodes=nodes, rendezvous=rdzv, causes=causes, logs=texts
+    )
     return verdict, texts
 
 
