@@ -56,7 +56,7 @@ from nccl_k8s.results.schema import load
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("runs_dir")]
 
-ENGINE = ["--", "--backend", "gloo", "--ops", "all_reduce", "-b", "16M", "-e", "32M", "-f", "2"]
+ENGINE = ["--", "--backend", "gloo", "--ops", "all_reduce", "-b", "4M", "-e", "8M", "-f", "2"]
 ENGINE += ["-n", "3", "-w", "1", "-c", "0"]
 #: A bound on one check, for the test's timeout (a hang guard, not a speed claim): the healthy
 #: check took about 50 s, the faulty ones 110-370 s with the CPU-slowed node they used before.
@@ -65,13 +65,14 @@ NODES = [f"node-{i}" for i in range(6)]
 #: Every node's link, in bytes a second (tests/cluster/slowlink.py: its pods' sends held to
 #: that rate in wall time): a healthy pair measures about 0.036 GB/s, however loaded the
 #: machine, as long as gloo between two of its processes moves more (0.1 GB/s at the least
-#: seen, in a CI run). A healthy test sends 4 x 48 MB: about 5 s.
+#: seen, in a CI run). A healthy test sends 4 x 12 MB: about 1.2 s (sizes of 16M-32M, four
+#: times as much, made the module about 3 times as long and measured the same).
 FABRIC = 40e6
 #: node-2's degraded link: a fifth of FABRIC (a NIC that trained at a fifth of its speed); a
 #: pair with it measures at most 0.2 of a healthy pair, loaded or not. (The node-slow fault, a
 #: share of the CPU, was used here before: beside the suite's other worker an 8x slowed node-2
 #: measured 0.108 GB/s with a healthy node, against 0.137 for a healthy pair, and was called
-#: good.) A slow test takes about 25 s.
+#: good.) A slow test sends for about 6 s.
 LINK = FABRIC / 5
 
 
