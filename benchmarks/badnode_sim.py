@@ -236,7 +236,9 @@ def against(doc: dict[str, Any], base: dict[str, Any]) -> list[str]:
     for noise in SHARE_NOISE:
         for n in SIZES:
             for share in SHARES:
-                cell = [r for r in shares if (r["noise"], r["nodes"], r["share"]) == (noise, n, share)]
+                cell = [
+                    r for r in shares if (r["noise"], r["nodes"], r["share"]) == (noise, n, share)
+                ]
                 was = [old[_key(r)] for r in cell]
                 more = sum(r["passes"] > w["passes"] for r, w in zip(cell, was, strict=True))
                 out.append(
