@@ -124,3 +124,27 @@ def test_slow_with_two_different_partners_slow_nowhere_else_is_bad() -> None:
     verdict = {v.node: v.verdict for v in verdicts(nodes, other, 0.9).nodes}
     assert verdict["node-7"] == "bad"  # slow with node-4, which is good
     assert verdict["node-6"] == "suspect" and verdict["node-5"] == "suspect"
+
+
+def test_crashing_nodes_do_not_widen_the_sigmas_that_judge_the_others() -> None:
+    # The sigmas that call a node bad grow with the nodes the noise could call bad (FALSE_BAD
+    # per check). A node whose every test failed, naming it, is bad by its runs' culprits and
+    # never by the noise: 40 of them beside one slow node judge that node at judged_z(1), not
+    # judged_z(41) (which cost the bad-node simulation a third pass: issue 35, acceptance 2).
+    from nccl_k8s.k8s.nodes._level import judged_z
+
+    rng = random.Random(7)
+    good = [f"good-{i}" for i in range(20)]
+    crashing = [f"crash-{i}" for i in range(40)]
+    results = [
+        PairResult(good[i], good[i + 1], 100.0 * (1.0 + 0.05 * rng.gauss(0.0, 1.0)))
+        for i in range(0, 20, 2)
+    ]
+    results.append(PairResult("slow", good[0], 50.0, pass_no=2))
+    results += [
+        PairResult(c, good[i % 20], None, error=f"rank on {c} exited 1", pass_no=2, culprit=c)
+        for i, c in enumerate(crashing)
+    ]
+    f = verdicts([*good, "slow", *crashing], results, 0.9)
+    assert f.z == judged_z(1)
+    assert set(f.bad) == {"slow", *crashing}

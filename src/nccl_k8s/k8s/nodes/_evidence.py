@@ -60,7 +60,12 @@ class Evidence:
     ) -> None:
         self.lv, self.tests_of, self.threshold, self.why_not = lv, tests_of, threshold, why_not
         self.good: set[str] = set(lv.cleared) if why_not is None else set()
-        judged = sum(1 for n, mine in tests_of.items() if n not in self.good and mine)
+        # The nodes the noise could call bad: not good, with a measured test. A node whose
+        # every test failed is judged by the runs' culprits (rule 1), never by the noise, so
+        # it widens no one's z (a crashing node does not make its neighbours' verdicts harder).
+        judged = sum(
+            1 for n, mine in tests_of.items() if n not in self.good and any(r.ok for r in mine)
+        )
         self.z = judged_z(judged)
         self.flag = judged_flag(lv, threshold, self.z)
         """A test below flag x its level calls a node bad: z noise sigmas, z for the count
