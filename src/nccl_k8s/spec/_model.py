@@ -121,6 +121,13 @@ def reserved_because(run_id: str) -> str | None:
     return None
 
 
+def run_id_arg(flag: str, value: str) -> str:
+    """A run id the user names to read or remove a run (`--run ID`): checked for the form every
+    run id has (a DNS label of at most RUN_ID_MAX_LEN characters) before any request is sent, so a
+    typo is one line, exit 2, not a label selector the API server refuses."""
+    return dns_label(flag, value, max_len=RUN_ID_MAX_LEN)
+
+
 def _run_id(flag: str, value: str) -> str:
     run_id = dns_label(flag, value, max_len=RUN_ID_MAX_LEN)
     why = reserved_because(run_id)
