@@ -36,11 +36,11 @@ from nccl_k8s.spec._values import (
     node_name_list,
     one_of,
     parse_duration,
+    pod_port,
     quantity,
     queue_name,
     quote,
     rdma_counts,
-    tcp_port,
     timeout,
     toleration_list,
     whole,
@@ -446,9 +446,9 @@ class RunSpec:
     """Seconds torchrun (or, with --launcher direct, pod 0's launcher) waits for every pod to join. Pods start apart by image pulls of a
     multi-GB PyTorch image on cold nodes, which take minutes."""
     metrics_port: int = option(
-        "--metrics-port", parse=tcp_port, metavar="PORT", panel=MONITORING, default="8080",
+        "--metrics-port", parse=pod_port, metavar="PORT", panel=MONITORING, default="8080",
         help="Port each pod serves Prometheus metrics on (a named containerPort `metrics` "
-        "and the prometheus.io/* annotations; 0: none). docs/metrics.md lists the metrics.",
+        "and the prometheus.io/* annotations; 1024-65535, 0: none). docs/metrics.md lists the metrics.",
     )
     """TCP port each pod's engine serves Prometheus metrics on (local rank 0 of the pod), a
     named containerPort `metrics` and the pods' prometheus.io/* annotations; 0: no metrics.
