@@ -241,6 +241,28 @@ def test_each_profile_passes_exactly_the_level_render_declares(profile: str) -> 
     assert declared == passes[-1]  # the strictest level the official rules let through
 
 
+@pytest.mark.parametrize(
+    ("options", "level"),
+    [
+        ({"pod_annotation": ["container.apparmor.security.beta.kubernetes.io/bench=unconfined"]}, "privileged"),
+        ({"annotation": ["container.apparmor.security.beta.kubernetes.io/bench=unconfined"]}, "privileged"),
+        ({"pod_annotation": ["container.apparmor.security.beta.kubernetes.io/bench=runtime/default"]}, "restricted"),
+        ({"pod_annotation": ["container.apparmor.security.beta.kubernetes.io/bench=localhost/nccl"]}, "restricted"),
+    ],
+)  # fmt: skip
+def test_the_level_counts_the_users_annotations(options: dict[str, Any], level: str) -> None:
+    """Issue 36: an AppArmor annotation that makes the bench container unconfined rendered
+    "restricted"; the level render declares is the one the official rules give the pod."""
+    spec = build_run_spec(run_id="psa", world_size=16, **options)
+    template = render(spec)[-1]["spec"]["template"]
+    passes = [
+        lv
+        for lv in admission.LEVELS
+        if not admission.violations(template["spec"], lv, template["metadata"])
+    ]
+    assert pod_security_level(spec) == passes[-1] == level
+
+
 def test_socket_passes_restricted_and_the_others_say_why_not() -> None:
     assert admission.violations(_pod(**PROFILES["socket"]), "restricted") == []
     assert admission.violations(_pod(**PROFILES["rdma"]), "baseline") == [

@@ -92,6 +92,18 @@ def test_pod_security_levels(enforce: str | None, kw: dict[str, Any], status: st
     assert check_pod_security(spec(**kw), "bench", namespace(labels)).status == status
 
 
+def test_an_unconfined_apparmor_annotation_is_why_the_pods_need_privileged() -> None:
+    s = spec(pod_annotation=["container.apparmor.security.beta.kubernetes.io/bench=unconfined"])
+    c = check_pod_security(
+        s, "bench", namespace({"pod-security.kubernetes.io/enforce": "restricted"})
+    )
+    assert c.status == "fail"
+    assert (
+        "need 'privileged' (the annotation container.apparmor.security.beta.kubernetes.io/bench=unconfined)"
+        in c.message
+    )
+
+
 def test_a_restricted_namespace_suggests_the_profile_it_admits() -> None:
     c = check_pod_security(
         spec(security="privileged"),

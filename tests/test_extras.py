@@ -1,20 +1,27 @@
-"""Every `pip install 'nccl-k8s[EXTRA]'` the CLI prints names an extra that installs what the
-message asks for (issue 24, acceptance 1): the hints are found in the sources, each is tied to
-the module it is about, and pyproject.toml's extra must bring that module's distribution."""
+"""Every install hint the CLI prints names an extra that installs what the message asks for
+(issue 24, acceptance 1): the hints are found in the sources, each is tied to the module it is
+about, and pyproject.toml's extra must bring that module's distribution. And each hint names an
+install that works (issue 36): nccl-k8s is not on PyPI, so `pip install 'nccl-k8s[EXTRA]'`
+finds nothing; the hint names the clone (errors.install_hint)."""
 
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import Path
 
 import pytest
 import tomllib
 import typer
 
+from nccl_k8s import errors
 from nccl_k8s.cli import _common
 
 ROOT = Path(__file__).resolve().parents[1]
-HINT = re.compile(r"nccl-k8s\[(\w+)\]")
+HINT = re.compile(r"install_hint\(['\"](\w+)['\"]\)|nccl-k8s's (\w+) extra")
+# What pip cannot install: the package is on no index (README, Install).
+# (A direct reference, `'nccl-k8s[k8s] @ git+URL'`, does work.)
+UNREGISTERED = re.compile(r"pip install '?nccl-k8s\[\w+\]'?(?! @)")
 # Which distribution provides each module the hints are about (lightkube brings its client).
 PROVIDER = {
     "lightkube": "lightkube", "httpx2": "lightkube", "msgspec": "lightkube", "torch": "torch",
@@ -43,8 +50,8 @@ def _extras() -> dict[str, set[str]]:
 def test_every_hint_in_the_sources_is_known_and_its_extra_provides_it() -> None:
     found = set()
     for path in (ROOT / "src" / "nccl_k8s").rglob("*.py"):
-        for extra in HINT.findall(path.read_text()):
-            found.add((path.relative_to(ROOT / "src" / "nccl_k8s").as_posix(), extra))
+        for called, named in HINT.findall(path.read_text()):
+            found.add((path.relative_to(ROOT / "src" / "nccl_k8s").as_posix(), called or named))
     assert found == set(HINTS)  # a new hint: say here what it asks for
     extras = _extras()
     for (where, extra), module in HINTS.items():
@@ -74,4 +81,23 @@ def test_the_cli_says_which_extra_when_a_module_is_missing(
     code = getattr(info.value, "code", None) or getattr(info.value, "exit_code", None)
     assert code == 2
     err = capsys.readouterr().err
-    assert err.strip() == "error: lightkube is not installed: pip install 'nccl-k8s[k8s]'"
+    assert err.strip() == f"error: lightkube is not installed: pip install '{ROOT}[k8s]'"
+
+
+def test_no_hint_names_a_package_no_index_has() -> None:
+    texts = [
+        *(ROOT / "src" / "nccl_k8s").rglob("*.py"),
+        ROOT / "README.md",
+        *ROOT.glob("docs/*.md"),
+    ]
+    bad = [p.name for p in texts if UNREGISTERED.search(p.read_text())]
+    assert bad == []
+
+
+def test_the_hint_names_this_clone_and_an_extra_it_has() -> None:
+    argv = shlex.split(errors.install_hint("report"))
+    assert argv[:2] == ["pip", "install"]
+    where, extra = argv[2].removesuffix("]").split("[")
+    doc = tomllib.loads((Path(where) / "pyproject.toml").read_text())
+    assert doc["project"]["name"] == "nccl-k8s"
+    assert extra in doc["project"]["optional-dependencies"]

@@ -15,6 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from nccl_k8s.cli.main import app
+from nccl_k8s.errors import install_hint
 from nccl_k8s.results import Run, dump, import_file, store_run
 from nccl_k8s.results.plots import COLORS, size_label
 
@@ -196,7 +197,7 @@ def test_without_matplotlib_the_error_names_the_extra(
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     res = CliRunner().invoke(app, ["report", two_runs[0], "-o", "r.html"])
     assert res.exit_code == 2
-    assert res.output.strip() == ("error: report needs matplotlib: pip install 'nccl-k8s[report]'")
+    assert res.output.strip() == f"error: report needs matplotlib: {install_hint('report')}"
 
 
 def test_size_labels() -> None:

@@ -105,6 +105,14 @@ def test_env_without_equals() -> None:
         ({"world_size": 8, "engine": "wheel"}, '--engine "wheel": expected one of zipapp, image'),
         ({"world_size": 8, "engine": "image"}, "--engine image: expected --image"),
         ({"world_size": 8, "image": "has space"}, '--image "has space"'),
+        # Issue 36: a digest pins what runs; a malformed one failed only at the kubelet's pull.
+        (
+            {"world_size": 8, "image": "repo@sha256:abc"},
+            '--image "repo@sha256:abc": expected a digest',
+        ),
+        ({"world_size": 8, "image": "repo@sha256:" + "A" * 64}, '--image "repo@sha256:AAAA'),
+        ({"world_size": 8, "image": "repo@" + "a" * 64}, '--image "repo@aaaa'),
+        ({"world_size": 8, "image": "@sha256:" + "a" * 64}, '--image "@sha256:'),
         ({"world_size": 8, "cpu": "lots"}, '--cpu "lots": expected a positive Kubernetes quantity'),
         ({"world_size": 8, "memory": "0Gi"}, '--memory "0Gi"'),
         ({"world_size": 8, "shm_size": "8GB"}, '--shm-size "8GB"'),
@@ -267,6 +275,25 @@ def test_pods_request_cpu_and_memory_sized_per_gpu_with_shm_on_top() -> None:
     assert (spec.cpu, spec.memory) == ("2", "5050Mi")  # 4096Mi + 10**9 B (953.7Mi), rounded up
     spec = build_run_spec(world_size=8, run_id="r", cpu="500m", memory="64Gi", qos="guaranteed")
     assert (spec.cpu, spec.memory, spec.qos) == ("500m", "64Gi", "guaranteed")
+
+
+@pytest.mark.parametrize(
+    "image",
+    [
+        "pytorch/pytorch@sha256:" + "0" * 64,
+        "pytorch/pytorch:2.7.1-cuda12.6-cudnn9-runtime@sha256:" + "0123456789abcdef" * 4,
+        "registry.example:5000/team/bench@sha512:" + "f" * 128,
+    ],
+)
+def test_an_image_pinned_by_digest_is_rendered_as_given(image: str) -> None:
+    spec = build_run_spec(world_size=8, run_id="r", image=image)
+    assert spec.image == image
+    # The repository behind a digest is still known: the pytorch images lack libibverbs.
+    if image.startswith("pytorch/"):
+        with pytest.raises(UsageError, match="carry no libibverbs"):
+            build_run_spec(
+                world_size=8, run_id="r", image=image, network="ib", rdma_resource=["rdma/ib=1"]
+            )
 
 
 def test_rdma_fabrics_default_to_an_image_with_libibverbs() -> None:

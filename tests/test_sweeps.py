@@ -104,6 +104,11 @@ def test_a_single_sweep_prints_as_before(two_sweeps: str) -> None:
         ),
         ({"metrics_port": "http"}, '--metrics-port "http": expected a TCP port, 1 to 65535'),
         ({"metrics_port": "70000"}, '--metrics-port "70000": expected a TCP port'),
+        ({"metrics_port": "-1"}, '--metrics-port "-1": expected a TCP port'),
+        # Below 1024: a container without NET_BIND_SERVICE cannot bind it, and under host
+        # networking it is the node's (issue 36).
+        ({"metrics_port": "80"}, '--metrics-port "80": a privileged port (below 1024)'),
+        ({"metrics_port": "1023"}, '--metrics-port "1023": a privileged port (below 1024)'),
         ({"metrics_port": "0", "pod_monitor": True}, "--pod-monitor with --metrics-port 0"),
     ],
 )
@@ -113,6 +118,16 @@ def test_deploy_options_own_the_engine_flags_they_render(
     with pytest.raises(UsageError) as e:
         build_run_spec(world_size=8, run_id="r", **values)  # type: ignore[arg-type]
     assert str(e.value).startswith(message)
+
+
+def test_a_privileged_metrics_port_is_one_line_exit_2() -> None:
+    res = CliRunner().invoke(app, ["render", "--world-size", "8", "--metrics-port", "443"])
+    assert res.exit_code == 2
+    assert res.output.strip() == (
+        'error: --metrics-port "443": a privileged port (below 1024); expected 1024 to 65535, '
+        "or 0 for none"
+    )
+    assert build_run_spec(world_size=8, run_id="r", metrics_port="1024").metrics_port == 1024
 
 
 def test_a_job_may_run_a_few_sweeps_and_no_metrics() -> None:

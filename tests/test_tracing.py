@@ -33,6 +33,7 @@ from tests.cluster.cluster import Cluster
 from tests.e2e_helpers import cli
 
 from nccl_k8s.cli import _deploy as cli_deploy
+from nccl_k8s.errors import install_hint
 from nccl_k8s.k8s.run import _tracing
 
 
@@ -77,7 +78,7 @@ def test_endpoint_set_without_the_extra_warns_once_and_sends_nothing(
     err = capsys.readouterr().err
     assert err == (
         "warning: OTEL_EXPORTER_OTLP_ENDPOINT is set but the tracing extra is not installed "
-        "(pip install 'nccl-k8s[tracing]'): no spans are sent\n"
+        f"({install_hint('tracing')}): no spans are sent\n"
     )
 
 

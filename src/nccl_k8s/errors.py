@@ -33,8 +33,20 @@ FailureReason, and code that must tell one failure from another reads it, never 
 from __future__ import annotations
 
 import enum
+import shlex
 import signal
+from pathlib import Path
 from typing import Any
+
+
+def install_hint(extra: str) -> str:
+    """The command that installs one of pyproject's extras. nccl-k8s is not on PyPI, so
+    the package name alone finds nothing: the hint names the clone this code runs from
+    when there is one (an editable install or a source tree), else the clone to make."""
+    root = Path(__file__).resolve().parents[2]
+    if (root / "pyproject.toml").is_file():
+        return f"pip install {shlex.quote(f'{root}[{extra}]')}"
+    return f"pip install '<clone of nccl-k8s>[{extra}]' (nccl-k8s is not on PyPI; README, Install)"
 
 
 class FailureReason(enum.Enum):

@@ -280,7 +280,7 @@ def serve(port: int, addr: str | None = None) -> Exporter:
     except ImportError:
         raise ConfigError(
             f"--metrics-port {port}: prometheus_client is not installed here: "
-            "pip install 'nccl-k8s[metrics]' (or prometheus_client), or leave --metrics-port out"
+            "pip install prometheus_client (nccl-k8s's metrics extra), or leave --metrics-port out"
         ) from None
     # `_created` samples would double every series; nothing here needs them.
     pc.disable_created_metrics()  # type: ignore[no-untyped-call]

@@ -21,6 +21,7 @@ from nccl_k8s.cli._options import (
     RunId,
     client_settings,
     output_format,
+    run_arg,
     seconds,
 )
 from nccl_k8s.errors import FailureReason, RunFailed, UsageError
@@ -55,6 +56,7 @@ def status_command(
 
     from nccl_k8s import k8s
 
+    run = run_arg(run)
     fmt = output_format(output)
     st = k8s.status(run, client=client_settings(kubeconfig, context), namespace=namespace)
     if fmt == "json":
@@ -149,6 +151,7 @@ def logs_command(
     have not started are waited for (why they wait goes to stderr) and followed once they run."""
     from nccl_k8s import k8s
 
+    run = run_arg(run)
     if tail is not None and tail < 0:
         raise UsageError(f"--tail {tail}: expected a whole number >= 0", key="--tail")
 
@@ -215,6 +218,7 @@ def results_command(
     from nccl_k8s import k8s
     from nccl_k8s.results import heading, nccl_tests_table, to_dict
 
+    run = run_arg(run)
     fmt = output_format(output)
     if concurrency < 1:
         raise UsageError(f"--concurrency {concurrency}: expected >= 1", key="--concurrency")
@@ -361,6 +365,7 @@ def cleanup_command(
     its pods are gone. Objects that only carry the run's labels are skipped and listed."""
     from nccl_k8s import k8s
 
+    run = run_arg(run)
     if all_runs and run is not None:
         raise UsageError("--run and --all: give one of them", key="--all")
     wait_s = seconds("--timeout", timeout) or 120.0

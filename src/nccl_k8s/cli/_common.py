@@ -20,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
-from nccl_k8s.errors import Interrupted, NcclK8sError, UsageError
+from nccl_k8s.errors import Interrupted, NcclK8sError, UsageError, install_hint
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -110,9 +110,7 @@ def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
             extra = EXTRAS.get((exc.name or "").split(".")[0])
             if extra is None or debug_enabled():
                 raise
-            raise fail(
-                UsageError(f"{exc.name} is not installed: pip install 'nccl-k8s[{extra}]'")
-            ) from None
+            raise fail(UsageError(f"{exc.name} is not installed: {install_hint(extra)}")) from None
         except KeyboardInterrupt:
             signum = interrupt_signal()
             if signum == signal.SIGINT:

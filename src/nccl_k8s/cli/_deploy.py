@@ -28,6 +28,7 @@ from nccl_k8s.cli._options import (
     RunId,
     client_settings,
     duration_text,
+    run_arg,
     seconds,
     with_spec_options,
 )
@@ -292,6 +293,7 @@ def wait_command(
     a run that fails is named the same way and its ranks stopped (its objects are kept)."""
     from nccl_k8s import k8s
 
+    run = run_arg(run)
     settings = wait_settings(timeout, schedule_timeout, pull_timeout)
     live = _LiveSummary()
     try:

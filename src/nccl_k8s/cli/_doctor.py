@@ -31,6 +31,7 @@ from nccl_k8s.cli._options import (
     RunId,
     client_settings,
     output_format,
+    run_arg,
     with_spec_options,
 )
 from nccl_k8s.errors import UsageError
@@ -72,6 +73,7 @@ def doctor_command(
     from nccl_k8s import k8s
 
     fmt = output_format(output)
+    run = run_arg(run)
     settings = client_settings(kubeconfig, context)
     if run is not None:
         _explain(k8s.explain(run, client=settings, namespace=spec.given("namespace")), fmt)
@@ -241,6 +243,7 @@ def bundle_command(
     from nccl_k8s import k8s
     from nccl_k8s.launch import check_writable
 
+    run = run_arg(run)
     # Before the run is read: a path that cannot be written is one line, and nothing is made.
     if output is not None:
         check_writable(output, what="-o", is_dir=False)

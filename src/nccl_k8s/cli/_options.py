@@ -165,6 +165,13 @@ def client_settings(kubeconfig: str | None, context: str | None) -> Any:
     return ClientSettings(kubeconfig=kubeconfig, context=context)
 
 
+def run_arg(value: str | None) -> str | None:
+    """`--run ID` of any command, checked locally before any API call (None: the latest run)."""
+    from nccl_k8s.spec import run_id_arg
+
+    return None if value is None else run_id_arg("--run", value)
+
+
 def output_format(value: str) -> str:
     if value not in ("text", "json"):
         raise UsageError(f'--output "{value}": expected text or json', key="--output")

@@ -28,7 +28,7 @@ from nccl_k8s.bench.config import (
     check_backend,
     config_from_namespace,
 )
-from nccl_k8s.errors import UsageError
+from nccl_k8s.errors import UsageError, install_hint
 from nccl_k8s.launch._procs import interruptible, journal_path, run_ranks, workdir
 
 #: CPU ranks when there is no GPU: two, so every collective really crosses ranks.
@@ -121,7 +121,7 @@ def prepare(argv: Sequence[str]) -> LocalRun:
     uses_torch = backend != "nccl" or config.driver == "torch"
     if uses_torch and importlib.util.find_spec("torch") is None:
         what = "--backend gloo" if backend != "nccl" else "--driver torch"
-        raise UsageError(f"{what} needs torch: pip install 'nccl-k8s[engine]'")
+        raise UsageError(f"{what} needs torch: {install_hint('engine')}")
     # nccl-tests' -g GPUs per process times -t threads: that many ranks here, one GPU each.
     per_process = config.ngpus * config.nthreads
     default = ngpu if backend == "nccl" else DEFAULT_CPU_RANKS

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from nccl_k8s.errors import UsageError
+from nccl_k8s.errors import UsageError, install_hint
 from nccl_k8s.results.schema import Row, Run
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ def require_matplotlib() -> ModuleType:
         from matplotlib.backends import backend_agg  # noqa: F401  (Agg must be present)
     except ImportError:
         raise UsageError(
-            "report needs matplotlib: pip install 'nccl-k8s[report]'", key="matplotlib"
+            f"report needs matplotlib: {install_hint('report')}", key="matplotlib"
         ) from None
     return matplotlib
 

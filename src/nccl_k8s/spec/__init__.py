@@ -51,6 +51,7 @@ from nccl_k8s.spec._model import (
     Workload,
     generate_run_id,
     master_port_for,
+    run_id_arg,
 )
 from nccl_k8s.spec._options import (
     LIFETIME,
@@ -128,6 +129,7 @@ __all__ = [
     "parse_duration",
     "parse_toleration",
     "quantity_value",
+    "run_id_arg",
     "timeout",
     "with_platform",
 ]

@@ -7,6 +7,7 @@ import dataclasses
 import datetime
 import functools
 import hashlib
+import re
 import secrets
 from typing import Literal, get_args
 
@@ -36,11 +37,11 @@ from nccl_k8s.spec._values import (
     node_name_list,
     one_of,
     parse_duration,
+    pod_port,
     quantity,
     queue_name,
     quote,
     rdma_counts,
-    tcp_port,
     timeout,
     toleration_list,
     whole,
@@ -121,6 +122,13 @@ def reserved_because(run_id: str) -> str | None:
     return None
 
 
+def run_id_arg(flag: str, value: str) -> str:
+    """A run id the user names to read or remove a run (`--run ID`): checked for the form every
+    run id has (a DNS label of at most RUN_ID_MAX_LEN characters) before any request is sent, so a
+    typo is one line, exit 2, not a label selector the API server refuses."""
+    return dns_label(flag, value, max_len=RUN_ID_MAX_LEN)
+
+
 def _run_id(flag: str, value: str) -> str:
     run_id = dns_label(flag, value, max_len=RUN_ID_MAX_LEN)
     why = reserved_because(run_id)
@@ -145,11 +153,35 @@ def _labels(flag: str, items: list[str]) -> tuple[tuple[str, str], ...]:
     return labels
 
 
+#: An image's digest (`NAME[:TAG]@ALGORITHM:HEX`), as the distribution reference grammar
+#: spells it (github.com/distribution/reference, reference.go: `digest-algorithm` components
+#: joined by `+ . - _`, at least 32 hex digits), with the lengths of the algorithms that
+#: go-digest registers (sha256, sha384, sha512; lowercase hex, as digest.Validate requires).
+_DIGEST = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:[+._-][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}")
+_DIGEST_HEX_LEN = {"sha256": 64, "sha384": 96, "sha512": 128}
+
+
 def _image(flag: str, value: str) -> str:
+    """An image reference; a digest (`@sha256:...`, the one way to pin what runs) is checked for
+    its form, since a malformed one only fails at the kubelet's pull (InvalidImageName)."""
     if not value or any(c.isspace() for c in value):
         raise UsageError(
             f"{flag} {quote(value)}: expected an image reference such as {DEFAULT_IMAGE}", key=flag
         )
+    name, at, digest = value.partition("@")
+    if at:
+        algorithm, _, hexa = digest.partition(":")
+        want = _DIGEST_HEX_LEN.get(algorithm)
+        if (
+            not name
+            or not _DIGEST.fullmatch(digest)
+            or (want is not None and not re.fullmatch(f"[0-9a-f]{{{want}}}", hexa))
+        ):
+            raise UsageError(
+                f"{flag} {quote(value)}: expected a digest such as NAME@sha256:<64 lowercase hex "
+                "digits> (docs/security.md, Images)",
+                key=flag,
+            )
     return value
 
 
@@ -234,7 +266,7 @@ class RunSpec:
     image: str = option(
         "--image", parse=_image, metavar="IMAGE", panel=PODS,
         default_note="a pinned pytorch/pytorch image; for ib/roce a pinned NGC PyTorch image "
-        "(it has libibverbs)", help="Container image.",
+        "(it has libibverbs)", help="Container image; NAME@sha256:DIGEST pins its content.",
     )
     """Container image; the default, DEFAULT_IMAGE, is pinned (see there for why)."""
     runtime_class: str | None = option(
@@ -439,9 +471,9 @@ class RunSpec:
     """Seconds torchrun (or, with --launcher direct, pod 0's launcher) waits for every pod to join. Pods start apart by image pulls of a
     multi-GB PyTorch image on cold nodes, which take minutes."""
     metrics_port: int = option(
-        "--metrics-port", parse=tcp_port, metavar="PORT", panel=MONITORING, default="8080",
+        "--metrics-port", parse=pod_port, metavar="PORT", panel=MONITORING, default="8080",
         help="Port each pod serves Prometheus metrics on (a named containerPort `metrics` "
-        "and the prometheus.io/* annotations; 0: none). docs/metrics.md lists the metrics.",
+        "and the prometheus.io/* annotations; 1024-65535, 0: none). docs/metrics.md lists the metrics.",
     )
     """TCP port each pod's engine serves Prometheus metrics on (local rank 0 of the pod), a
     named containerPort `metrics` and the pods' prometheus.io/* annotations; 0: no metrics.

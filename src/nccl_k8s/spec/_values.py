@@ -348,6 +348,25 @@ def timeout(flag: str, value: str) -> int:
     return s
 
 
+#: The first port a process not root may bind. The benchmark container runs without
+#: NET_BIND_SERVICE under the `socket` preset, and under host networking the node's own
+#: `net.ipv4.ip_unprivileged_port_start` (1024 by default) applies and its services hold the low
+#: ports: a pod's port below this either fails to bind or takes one the node uses.
+UNPRIVILEGED_PORT_MIN = 1024
+
+
+def pod_port(flag: str, value: str) -> int:
+    """A port the pods listen on: 1024 to 65535 (UNPRIVILEGED_PORT_MIN), or 0 for none."""
+    port = tcp_port(flag, value)
+    if 0 < port < UNPRIVILEGED_PORT_MIN:
+        raise UsageError(
+            f"{flag} {quote(value)}: a privileged port (below {UNPRIVILEGED_PORT_MIN}); expected "
+            f"{UNPRIVILEGED_PORT_MIN} to 65535, or 0 for none",
+            key=flag,
+        )
+    return port
+
+
 def tcp_port(flag: str, value: str) -> int:
     """A TCP port, or 0 for none."""
     try:

@@ -20,7 +20,12 @@ from typing import Any, Literal, get_args
 
 from nccl_k8s.k8s.api._types import Obj, timestamp
 from nccl_k8s.k8s.rendering._gangs import scheduler_name
-from nccl_k8s.k8s.rendering._presets import PsaLevel, pod_security_level, security_profile
+from nccl_k8s.k8s.rendering._presets import (
+    PsaLevel,
+    forbidden_annotations,
+    pod_security_level,
+    security_profile,
+)
 from nccl_k8s.k8s.rendering._resources import pod_resources
 from nccl_k8s.spec import (
     GANG_KINDS,
@@ -132,7 +137,9 @@ def _psa_need(spec: RunSpec) -> str:
     if level == "restricted":
         return "pass 'restricted'"
     profile = security_profile(spec.security)
-    if profile.host_network or spec.host_network:
+    if forbidden_annotations(spec):
+        why = f"the annotation {forbidden_annotations(spec)[0]}"
+    elif profile.host_network or spec.host_network:
         why = "host network"
     elif spec.security == "privileged":
         why = "a privileged container"

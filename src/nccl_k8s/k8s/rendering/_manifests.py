@@ -48,7 +48,7 @@ import re
 import shlex
 
 from nccl_k8s.bench.config import METRICS_ADDR_ENV, NODE_NAME_ENV
-from nccl_k8s.errors import UsageError
+from nccl_k8s.errors import UsageError, install_hint
 from nccl_k8s.k8s.api._types import Obj
 from nccl_k8s.k8s.rendering._adopt import with_adoption
 from nccl_k8s.k8s.rendering._computedomain import (
@@ -553,8 +553,8 @@ def render(spec: RunSpec, *, adopt: bool = False) -> list[Obj]:
         if spec.metrics_port and not carries_prometheus_client(engine_zipapp()):
             raise UsageError(
                 f"--metrics-port {spec.metrics_port}: the engine zipapp carries prometheus_client "
-                "from this installation, which has none: pip install 'nccl-k8s[k8s]' (it "
-                "brings prometheus_client), or --metrics-port 0 for no metrics",
+                f"from this installation, which has none: {install_hint('k8s')} (it brings "
+                "prometheus_client), or --metrics-port 0 for no metrics",
                 key="--metrics-port",
             )
         objs.append(configmap(spec))

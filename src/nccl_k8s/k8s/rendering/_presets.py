@@ -116,11 +116,32 @@ def uses_host_network(spec: RunSpec) -> bool:
     )
 
 
+#: The (deprecated, still honoured) AppArmor pod annotation, one per container. Pod Security's
+#: baseline allows only "", runtime/default and localhost/<profile> in it: any other value
+#: (unconfined) needs `privileged`. Source: the Pod Security Standards, Baseline, AppArmor
+#: (https://kubernetes.io/docs/concepts/security/pod-security-standards/, kubernetes/website
+#: main, content/en/docs/concepts/security/pod-security-standards.md).
+APPARMOR_ANNOTATION_PREFIX = "container.apparmor.security.beta.kubernetes.io/"
+
+
+def forbidden_annotations(spec: RunSpec) -> list[str]:
+    """The user's annotations (--annotation, --pod-annotation: both reach the pods) that
+    baseline forbids, as `key=value`."""
+    return [
+        f"{key}={value}"
+        for key, value in (*spec.annotations, *spec.pod_annotations)
+        if key.startswith(APPARMOR_ANNOTATION_PREFIX)
+        and value not in ("", "runtime/default")
+        and not value.startswith("localhost/")
+    ]
+
+
 def pod_security_level(spec: RunSpec) -> PsaLevel:
     """The strictest Pod Security Admission level the run's pods pass: the profile's, unless
-    host networking (forbidden from baseline on, as is the hostPort that comes with it) or a
-    platform whose pieces need it (host paths, privileged sidecars)."""
-    if uses_host_network(spec) or platform_privileged(spec):
+    host networking (forbidden from baseline on, as is the hostPort that comes with it), a
+    platform whose pieces need it (host paths, privileged sidecars) or a user annotation that
+    baseline forbids (an AppArmor profile other than the runtime's or a node's own)."""
+    if uses_host_network(spec) or platform_privileged(spec) or forbidden_annotations(spec):
         return "privileged"
     return security_profile(spec.security).pod_security
 
@@ -219,6 +240,7 @@ __all__ = [
     "SOCKET_IFNAME_HOST_NETWORK",
     "PsaLevel",
     "SecurityProfile",
+    "forbidden_annotations",
     "network_env",
     "pod_env",
     "pod_security_level",

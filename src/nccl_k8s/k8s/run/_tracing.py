@@ -9,8 +9,8 @@ phase not seen (a run already past it when `wait` attaches) has no span. `wait` 
 carries the run id and namespace as attributes (`nccl_k8s.run_id`, `k8s.namespace.name`).
 
 No cost when the variable is unset: opentelemetry is not imported, every call here returns at
-once. The SDK and the OTLP/HTTP exporter are the `tracing` extra (pip install
-'nccl-k8s[tracing]'); the exporter reads the standard OTEL_EXPORTER_OTLP_* variables (endpoint,
+once. The SDK and the OTLP/HTTP exporter are the `tracing` extra (`pip install '.[tracing]'` in
+the clone); the exporter reads the standard OTEL_EXPORTER_OTLP_* variables (endpoint,
 headers, timeout). With the variable set and the extra missing, one warning and no spans: a
 tracing setup meant for other tools must not stop a benchmark.
 """
@@ -23,6 +23,8 @@ import os
 import sys
 from collections.abc import Iterator
 from typing import Any
+
+from nccl_k8s.errors import install_hint
 
 ENDPOINT_ENVS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 TRACER_NAME = "nccl_k8s"
@@ -82,8 +84,8 @@ def tracer() -> Any:
             _warned = True
             var = next(v for v in ENDPOINT_ENVS if os.environ.get(v))
             print(
-                f"warning: {var} is set but the tracing extra is not installed (pip install "
-                "'nccl-k8s[tracing]'): no spans are sent",
+                f"warning: {var} is set but the tracing extra is not installed "
+                f"({install_hint('tracing')}): no spans are sent",
                 file=sys.stderr,
             )
         return None
