@@ -46,8 +46,8 @@ CRASH = "node-4"
 #: (a healthy pair measures about 0.036 GB/s however loaded the machine), and a quarter of it.
 FABRIC = 40e6
 LINK = FABRIC / 4
-#: The engine flags of tests/test_nodes_check_e2e.py: gloo, 16M-32M, 3 iterations.
-ENGINE = ["--backend", "gloo", "--ops", "all_reduce", "-b", "16M", "-e", "32M", "-f", "2"]
+#: The engine flags of tests/test_nodes_check_e2e.py: gloo, 4M-8M, 3 iterations.
+ENGINE = ["--backend", "gloo", "--ops", "all_reduce", "-b", "4M", "-e", "8M", "-f", "2"]
 ENGINE += ["-n", "3", "-w", "1", "-c", "0"]
 CHECK_S = 1800
 CLI = "from nccl_k8s.cli.main import main; main()"
