@@ -113,20 +113,36 @@ NEBIUS = Platform(
 
 # --- Together AI -------------------------------------------------------------------------------
 
-# Together's public documentation says its GPU clusters are Kubernetes with "high-speed
-# InfiniBand for multi-node communication", and nothing of how a pod reaches the HCAs: no
-# resource name, privilege, node label or NCCL variable. The entry states that much only; a run
-# names the devices itself (--rdma-resource NAME=COUNT, or --security privileged).
+# Together's GPU clusters are Kubernetes with "high-speed InfiniBand for multi-node
+# communication" (docs.together.ai); its own docs state no pod configuration. SkyPilot, which
+# Together's docs name for its clusters, enables their InfiniBand with `network_tier: best`
+# (skypilot-org/skypilot#8581, merged 2026-01-14: "Support InfiniBand for Together AI"): the
+# pods get IPC_LOCK (`requires_ipc_lock_capability`) and NCCL_IB_HCA=mlx5
+# (sky/provision/kubernetes/utils.py, KubernetesHighPerformanceNetworkType.TOGETHER), and the
+# NVIDIA Network Operator's `nvidia.com/rdma_ib`, one per GPU the pod takes (issue 37's reading of
+# SkyPilot's documented pod settings). Nodes carry `node-role.together.ai/worker`, by which
+# NVIDIA's aicr tells Together nodes (platform detection: "Node topology labels (e.g.
+# node-role.together.ai/) - explicit, provider-managed signal") and Together's own NCCL test
+# scripts select their workers.
 TOGETHER = Platform(
     name="together",
     title="Together AI GPU clusters with InfiniBand",
     fabric=Fabric.IB,
     network="ib",
+    resource="nvidia.com/rdma_ib",
+    devices_per_gpu=1,
+    detect=Detect(labels={"node-role.together.ai/worker": ()}),
+    env={"NCCL_IB_HCA": "mlx5"},
     # Nothing documented of its own: the zone and Topograph's labels, as generic.
     topology=(ZONE_LABEL, *TOPOGRAPH_LABELS),
     sources=(
         "https://docs.together.ai/docs/gpu-clusters-concepts (read 2026-12-04): nodes "
-        "connected by InfiniBand; no pod configuration stated",
+        "connected by InfiniBand",
+        "https://docs.together.ai/docs/skypilot-on-gpu-clusters (read 2026-09)",
+        "skypilot-org/skypilot#8581 (merged 2026-01-14) examples/together_infiniband/README.md "
+        "(network_tier: best) and sky/provision/kubernetes/utils.py "
+        "(KubernetesHighPerformanceNetworkType.TOGETHER: NCCL_IB_HCA=mlx5, IPC_LOCK)",
+        "NVIDIA/aicr pkg/recipe (service detection by node-role.together.ai/ labels)",
     ),
 )
 
