@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import kubernetes_validate
 import pytest
 import yaml
 from typer.testing import CliRunner
@@ -194,3 +195,55 @@ def test_a_topology_that_is_no_label_key_is_refused_in_one_line(bad: str) -> Non
 def test_placement_is_one_of_two() -> None:
     with pytest.raises(UsageError, match="--placement"):
         build_run_spec(world_size=16, placement="always")
+
+
+# --- Kueue's own Topology CRD and the upstream schemas ------------------------------------------
+
+
+def test_kueue_topology_crd_is_served_and_takes_each_platforms_levels() -> None:
+    """tests/data/crds/kueue-topologies.yaml (Kueue v0.19.2, verbatim; SOURCES.md), which the
+    test cluster serves (crds.install_published): a Topology whose levels are a platform's
+    labels passes Kueue's own schema, so --topology auto's levels can be a TAS Topology's."""
+    from tests.cluster import crds
+
+    (crd,) = crds.published("kueue-topologies.yaml")
+    assert crd["metadata"]["name"] == "topologies.kueue.x-k8s.io"
+    schema = crds.storage_schema(crd)
+    for platform in PLATFORMS.values():
+        levels = [{"nodeLabel": key} for key in (*platform.topology, "kubernetes.io/hostname")]
+        topology = {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "Topology",
+            "metadata": {"name": platform.name},
+            "spec": {"levels": levels},
+        }
+        assert crds.schema_causes(topology, schema) == [], platform.name
+        assert crds.unknown_fields(topology, schema) == [], platform.name
+
+
+@pytest.mark.parametrize("version", ["1.29", "1.37"])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"queue": "q", "topology": "cloud.google.com/gce-topology-block", "placement": "required"},
+        {
+            "queue": "q",
+            "topology": "cloud.google.com/gce-topology-block",
+            "workload": "statefulset",
+        },
+        {"placement": "required"},
+        {"topology": "none"},
+        {},
+    ],
+)
+def test_the_placed_objects_pass_the_upstream_schemas(
+    version: str, options: dict[str, Any]
+) -> None:
+    for platform in ("generic", "eks-efa"):
+        spec = build_run_spec(world_size=16, run_id="topo", **options)
+        if platform != "generic":
+            spec = with_platform(spec, platform, devices=8, instance_type=None)
+        for obj in render(spec):
+            if obj["kind"] == "ComputeDomain":
+                continue
+            kubernetes_validate.validate(obj, version, strict=True)
