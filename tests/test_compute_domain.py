@@ -93,7 +93,8 @@ def test_without_the_switch_nothing_of_it_is_rendered() -> None:
     assert "ComputeDomain" not in objs
     pod = _pod(objs)
     assert "resourceClaims" not in pod
-    assert "podAffinity" not in pod.get("affinity", {})
+    # Only the topology's preferred terms (rendering._topology): no required clique.
+    assert "requiredDuringSchedulingIgnoredDuringExecution" not in pod["affinity"]["podAffinity"]
     assert "claims" not in pod["containers"][0]["resources"]
     assert "NCCL_MNNVL_ENABLE" not in _env(pod)
 

@@ -336,8 +336,6 @@ def rendered_by_cli(spec: Any) -> list[dict[str, Any]]:
         args += ["--gang", spec.gang]
     if spec.instance_type:
         args += ["--instance-type", spec.instance_type]
-    if spec.platform == "together":
-        args += ["--rdma-resource", "rdma/ib=1"]
     res = cli(*args)
     assert res.exit_code == 0, res.output
     return [d for d in yaml.safe_load_all(res.output) if d]

@@ -482,7 +482,7 @@ def test_host_profile_shares_node_network_and_ipc() -> None:
     pod = pod_spec(_objs_for("host"))
     assert pod["hostNetwork"] is True and pod["hostIPC"] is True
     assert pod["dnsPolicy"] == "ClusterFirstWithHostNet"
-    assert "affinity" not in pod  # --spread none
+    assert "podAntiAffinity" not in pod["affinity"]  # --spread none
     assert "privileged" not in pod["containers"][0]["securityContext"]
 
 

@@ -114,16 +114,31 @@ def test_nebius_nodes_are_detected_by_their_gpu_cluster_label() -> None:
 # --- Together AI -------------------------------------------------------------------------------
 
 
-def test_together_states_only_what_its_docs_do() -> None:
-    entry = PLATFORMS["together"]
-    assert (entry.fabric, entry.network, entry.resource) == ("ib", "ib", None)
-    assert not (entry.detect.labels or entry.detect.resources or entry.detect.drivers)
-    with pytest.raises(UsageError, match=r"expected --rdma-resource NAME=COUNT"):
-        _job("together")  # how pods reach the HCAs is not public: the user names it
-    _, bench = _pod(_job("together", rdma_resource=["rdma/ib=1"]))
-    assert _limits(bench)["rdma/ib"] == "1" and _env(bench)["NCCL_NET"] == "IB"
-    _, privileged = _pod(_job("together", security="privileged"))
-    assert privileged["securityContext"] == {"privileged": True}
+def test_together_renders_without_flags_as_skypilot_sets_its_pods() -> None:
+    """SkyPilot's `network_tier: best` on Together (skypilot-org/skypilot#8581): IPC_LOCK,
+    NCCL_IB_HCA=mlx5, and nvidia.com/rdma_ib, one per GPU of the pod."""
+    _, bench = _pod(_job("together"))
+    res = bench["resources"]
+    assert res["limits"]["nvidia.com/rdma_ib"] == res["requests"]["nvidia.com/rdma_ib"] == "8"
+    assert bench["securityContext"]["capabilities"]["add"] == ["IPC_LOCK"]
+    assert _env(bench)["NCCL_IB_HCA"] == "mlx5" and _env(bench)["NCCL_NET"] == "IB"
+    _, half = _pod(_job("together", gpus_per_node=4))
+    assert half["resources"]["limits"]["nvidia.com/rdma_ib"] == "4"
+    _, mine = _pod(_job("together", rdma_resource=["nvidia.com/rdma_ib=2"]))
+    assert mine["resources"]["limits"]["nvidia.com/rdma_ib"] == "2"  # told otherwise
+
+
+def test_together_nodes_are_detected_by_their_worker_role_label() -> None:
+    nodes = [_gpu_node(f"t{i}", {"node-role.together.ai/worker": "true"}) for i in range(2)]
+    assert detect(nodes, PLATFORMS).platform == "together"
+    assert detect([_gpu_node("plain", {})], PLATFORMS).platform == "generic"
+
+
+def test_render_cli_together_needs_no_extra_flag() -> None:
+    runner = CliRunner()
+    out = runner.invoke(app, ["render", "--world-size", "16", "--platform", "together"])
+    assert out.exit_code == 0, out.output
+    assert "nvidia.com/rdma_ib: '8'" in out.output or 'nvidia.com/rdma_ib: "8"' in out.output
 
 
 # --- Azure AKS ---------------------------------------------------------------------------------
@@ -308,3 +323,25 @@ def test_the_aks_log_shows_both_pods_on_infiniband_with_gpudirect() -> None:
     d = diagnose_files([LOGS / "aks-rdma-infiniband-30_mpijob_ib_gdrdma_connections.log"])
     assert {r.host for r in d.ranks} == {"nccl-tests-worker-0", "nccl-tests-worker-1"}
     assert (d.nodes, d.inter_node, d.gdr) == (2, "ib", True)
+
+
+def test_doctor_auto_names_together_on_nodes_with_its_labels() -> None:
+    """What doctor/deploy --platform auto print (k8s.preflight._platforms.resolve, pure)."""
+    from nccl_k8s.k8s.preflight._platforms import resolve
+
+    def node(name: str) -> Obj:
+        return {
+            "metadata": {"name": name, "labels": {"node-role.together.ai/worker": "true"}},
+            "spec": {},
+            "status": {
+                "allocatable": {"nvidia.com/gpu": "8", "nvidia.com/rdma_ib": "8"},
+                "conditions": [{"type": "Ready", "status": "True"}],
+            },
+        }
+
+    spec = build_run_spec(world_size=16, run_id="r")
+    resolved = resolve(spec, [node("t0"), node("t1")], [])
+    assert resolved.spec.platform == "together"
+    assert resolved.note.startswith("platform together")
+    bench = render(resolved.spec)[-1]["spec"]["template"]["spec"]["containers"][0]
+    assert bench["resources"]["limits"]["nvidia.com/rdma_ib"] == "8"

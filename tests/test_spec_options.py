@@ -25,6 +25,7 @@ EVERY_OPTION: dict[str, object] = {
     "annotation": ["owner=me"], "pod_annotation": ["note=x"], "image": "me/nccl:1",
     "engine": "image", "scheduler": "hami-scheduler", "node_selector": ["pool=a"],
     "node": ["n1", "n2"], "toleration": ["gpu:NoSchedule"], "spread": "preferred",
+    "topology": "cloud.google.com/gce-topology-block", "placement": "required",
     "gpu_resource": "amd.com/gpu", "cpu": "32", "memory": "256Gi", "qos": "guaranteed",
     "shm_size": "32Gi", "env": ["A=1"], "pvc": "results", "network": "roce",
     "rdma_resource": ["rdma/roce=1"], "network_attachment": ["sriov-a"], "host_network": True,

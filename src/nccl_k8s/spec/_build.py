@@ -208,6 +208,8 @@ def _platform(f: Fields, given: set[str] | frozenset[str], devices: int | None =
         return
     if platform.devices_per_pod is not None:
         count: int | None = platform.devices_per_pod
+    elif platform.devices_per_gpu is not None:
+        count = platform.devices_per_gpu * f["gpus_per_node"]
     else:
         count = devices if devices is not None else _instance_devices(platform, instance, f)
     if count:
@@ -283,7 +285,9 @@ def missing_devices(spec: RunSpec) -> str | None:
         )
     if platform.resource is None or platform.devices_per_pod is not None:
         return None
-    if any(k == platform.resource for k, _ in spec.rdma_resources):
+    if platform.devices_per_gpu is not None or any(
+        k == platform.resource for k, _ in spec.rdma_resources
+    ):
         return None
     types = f"--instance-type TYPE ({known})" if known else "--instance-type TYPE"
     return (

@@ -33,6 +33,7 @@ from nccl_k8s.spec._values import (
     duration_or_none,
     env_pairs,
     extended_resource,
+    is_qualified_name,
     label_pairs,
     node_name_list,
     one_of,
@@ -56,6 +57,7 @@ EngineMode = Literal["zipapp", "image"]
 Launcher = Literal["torchrun", "direct"]
 Spread = Literal["required", "preferred", "none"]
 Qos = Literal["burstable", "guaranteed"]
+Placement = Literal["required", "preferred"]
 
 #: A stock PyTorch image, pinned to a tag so that the same command measures the same NCCL next
 #: month: a floating tag (`latest`) would silently change torch and NCCL versions between runs that
@@ -197,6 +199,21 @@ def _instance_type(flag: str, value: str) -> str:
 _annotations = functools.partial(label_pairs, what="annotation", check_value=False)
 
 
+def _topology(flag: str, value: str) -> str:
+    """auto, none, or node label keys coarse to fine, comma-separated (kept as given)."""
+    if value in ("auto", "none"):
+        return value
+    keys = value.split(",")
+    bad = next((k for k in keys if not is_qualified_name(k)), None)
+    if bad is not None:
+        raise UsageError(
+            f"{flag} {quote(value)}: {quote(bad)} is not a node label key; expected auto, none "
+            "or label keys coarse to fine, e.g. cloud.google.com/gce-topology-block",
+            key=flag,
+        )
+    return ",".join(dict.fromkeys(keys))
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class RunSpec:
     """Everything a deploy creates, validated. Build it with `build_run_spec`, which fills every
@@ -325,6 +342,25 @@ class RunSpec:
     """Pod anti-affinity on hostname. required (default): one pod per node or the pod stays
     Pending, so `nodes` means nodes and an inter-node benchmark cannot silently run intra-node;
     preferred: spread when possible; none: let the scheduler pack pods."""
+    topology: str = option(
+        "--topology", parse=_topology, metavar="auto|none|LABEL[,LABEL]", panel=PODS,
+        default="auto",
+        help="Node labels of the network topology, coarse to fine, that place the pods "
+        "(auto: the platform's, docs/topology.md; none: no topology placement).",
+    )
+    """The topology levels the pods are placed by: `auto` the platform's labels (spec.platforms,
+    each entry's `topology`), `none` none, else the given label keys, coarse to fine. A fabric
+    rule is kept whatever it says (eks-efa's one zone, --compute-domain's one NVLink clique)."""
+    placement: Placement = option(
+        "--placement", parse=one_of(get_args(Placement)), metavar="required|preferred",
+        panel=PODS, default="preferred",
+        help="required: every pod in one domain of the coarsest --topology level (or Pending); "
+        "preferred: as close as the nodes allow. With --queue, Kueue's TAS annotations.",
+    )
+    """preferred (default): render reads no nodes, and a required term on a label the nodes
+    lack keeps every pod Pending, so the default asks the scheduler (or Kueue) for closeness at
+    every level without refusing anything; required: all pods in one domain of the coarsest
+    level (Kueue: `podset-required-topology`), the run waits until one fits."""
     gpu_resource: str = option(
         "--gpu-resource", parse=extended_resource, metavar="NAME", panel=PODS,
         default="nvidia.com/gpu", help="Extended resource name of a GPU.",

@@ -13,7 +13,8 @@ the driver injects /dev/nvidia-caps-imex-channels into its container. What a run
   (demo/specs/imex/nvbandwidth-test-job.yaml names theirs `<domain>-channel`);
 - in each pod the claim `compute-domain-channel` of that template, consumed by the benchmark
   container (the claim name of the driver's demos);
-- required pod affinity of the run's pods to each other with topologyKey
+- required pod affinity of the run's pods to each other with topologyKey (rendered with the
+  other topology placement, rendering._topology)
   `nvidia.com/gpu.clique`, the label GPU Feature Discovery puts on MNNVL nodes (value
   `<cluster UUID>.<clique id>`, docs/install.md): every pod lands in one NVLink partition, and
   nodes without the label are not eligible (kube-scheduler's InterPodAffinity needs the
@@ -81,9 +82,8 @@ def compute_domain_env(spec: RunSpec) -> dict[str, str]:
     return dict(MNNVL_ENV) if spec.compute_domain else {}
 
 
-def apply_compute_domain(spec: RunSpec, template: Obj, selector: dict[str, str]) -> None:
-    """Put the channel claim and the clique affinity into the pod template (in place); the
-    pods of the run are those `selector` matches."""
+def apply_compute_domain(spec: RunSpec, template: Obj) -> None:
+    """Put the channel claim into the pod template (in place)."""
     if not spec.compute_domain:
         return
     pod = template["spec"]
@@ -92,10 +92,7 @@ def apply_compute_domain(spec: RunSpec, template: Obj, selector: dict[str, str])
     )
     resources = pod["containers"][0].setdefault("resources", {})
     resources.setdefault("claims", []).append({"name": CHANNEL_CLAIM})
-    affinity = pod.setdefault("affinity", {}).setdefault("podAffinity", {})
-    affinity.setdefault("requiredDuringSchedulingIgnoredDuringExecution", []).append(
-        {"labelSelector": {"matchLabels": dict(selector)}, "topologyKey": CLIQUE_LABEL}
-    )
+    # The one-clique affinity is a topology rule: rendering._topology (fabric_levels) adds it.
 
 
 __all__ = [

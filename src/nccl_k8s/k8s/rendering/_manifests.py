@@ -82,6 +82,7 @@ from nccl_k8s.k8s.rendering._presets import (
     uses_host_network,
 )
 from nccl_k8s.k8s.rendering._resources import pod_resources
+from nccl_k8s.k8s.rendering._topology import apply_topology
 from nccl_k8s.k8s.rendering._wrapper import ENGINE_DIGEST_ENV, POD_WRAPPER, WRAPPER_ENV
 from nccl_k8s.k8s.rendering._zipapp import ZIPAPP_NAME, carries_prometheus_client, engine_zipapp
 from nccl_k8s.spec import (
@@ -430,7 +431,8 @@ def pod_template(spec: RunSpec) -> Obj:
     pieces of its platform (spec.platforms) for NCCL to reach the fabric."""
     template = {"metadata": _pod_metadata(spec), "spec": _pod_spec(spec)}
     apply_platform(spec, template)
-    apply_compute_domain(spec, template, selector_labels(spec))
+    apply_compute_domain(spec, template)
+    apply_topology(spec, template, selector_labels(spec))
     return template
 
 

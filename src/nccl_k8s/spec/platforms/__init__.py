@@ -13,6 +13,8 @@ from nccl_k8s.spec.platforms import _aws, _gke, _ib
 from nccl_k8s.spec.platforms._detect import Choice, NodeFacts, detect, node_evidence
 from nccl_k8s.spec.platforms._generic import GENERIC
 from nccl_k8s.spec.platforms._model import (
+    TOPOGRAPH_LABELS,
+    ZONE_LABEL,
     Detect,
     Instance,
     NetworkPreset,
@@ -38,6 +40,8 @@ __all__ = [
     "AUTO",
     "GENERIC",
     "PLATFORMS",
+    "TOPOGRAPH_LABELS",
+    "ZONE_LABEL",
     "Choice",
     "Detect",
     "Instance",

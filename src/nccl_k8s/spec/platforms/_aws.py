@@ -119,6 +119,13 @@ EKS_EFA = Platform(
             "use of them off",
         ),
     ),
+    # EKS's network topology labels, coarse to fine; layer 4 is "present only on instance types
+    # whose topology has four layers" (docs.aws.amazon.com/eks/latest/userguide/
+    # ml-workload-topology.html, read 2026-09).
+    topology=tuple(f"topology.k8s.aws/network-node-layer-{n}" for n in (1, 2, 3, 4)),
+    # "An AWS EFA placement group is single-AZ": SkyPilot renders a required same-zone pod
+    # affinity for multi-node EFA jobs (skypilot-org/skypilot#10054, merged 2026-07).
+    one_zone=True,
     sources=(
         "aws-samples/awsome-distributed-training@a7b62b9ffb04cd3c80216e53d4ca913c024e5ab1 "
         "micro-benchmarks/nccl-tests/kubernetes/nccl-tests.yaml",

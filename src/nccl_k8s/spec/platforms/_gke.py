@@ -33,6 +33,16 @@ from nccl_k8s.spec.platforms._model import (
     Prerequisite,
 )
 
+#: GKE's physical topology labels, coarse to fine: "the organization-specific ID of the reserved
+#: block", "of the sub-block", "the ID of the host on which the VM is located" (Google Cloud,
+#: "Schedule GKE workloads with Topology Aware Scheduling", docs.cloud.google.com/ai-hypercomputer/
+#: docs/workloads/schedule-gke-workloads-tas, read 2026-09; the levels of its Kueue Topology).
+GKE_TOPOLOGY = (
+    "cloud.google.com/gce-topology-block",
+    "cloud.google.com/gce-topology-subblock",
+    "cloud.google.com/gce-topology-host",
+)
+
 #: GoogleCloudPlatform/container-engine-accelerators, the version every entry follows.
 _CEA = "GoogleCloudPlatform/container-engine-accelerators@992db81257553607f1477945f1b3219632991829"
 _RAW = "https://raw.githubusercontent.com/GoogleCloudPlatform/container-engine-accelerators/master"
@@ -209,6 +219,7 @@ GKE_TCPX = Platform(
         ),
         _NRI_INJECTOR,
     ),
+    topology=GKE_TOPOLOGY,
     sources=(
         f"{_CEA} gpudirect-tcpx/nccl-test-latest.yaml (annotations, tcpx-daemon, volumes, mounts)",
         f"{_CEA} gpudirect-tcpx/nccl-config.yaml (NCCL environment)",
@@ -316,6 +327,7 @@ GKE_TCPXO = Platform(
         ),
         _NRI_INJECTOR,
     ),
+    topology=GKE_TOPOLOGY,
     sources=(
         f"{_CEA} gpudirect-tcpxo/nccl-test-latest.yaml (annotations, tcpxo-daemon, volumes, env)",
         f"{_CEA} gpudirect-tcpxo/README.md (Jan 9, 2026 release; NCCL_LIB_DIR, "
@@ -416,6 +428,7 @@ GKE_RDMA = Platform(
             "(nccl-rdma-installer-a4x.yaml on A4X)",
         ),
     ),
+    topology=GKE_TOPOLOGY,
     sources=(
         f"{_CEA} gpudirect-rdma/nccl-test.yaml, nccl-test-a4.yaml (annotations, volumes, mounts, "
         "env, set_nccl_env.sh)",

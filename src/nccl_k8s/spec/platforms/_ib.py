@@ -10,7 +10,14 @@ from __future__ import annotations
 
 from nccl_k8s.fabrics import Fabric
 from nccl_k8s.spec.platforms._detect import INSTANCE_TYPE_LABEL
-from nccl_k8s.spec.platforms._model import Detect, Instance, Platform, Prerequisite
+from nccl_k8s.spec.platforms._model import (
+    TOPOGRAPH_LABELS,
+    ZONE_LABEL,
+    Detect,
+    Instance,
+    Platform,
+    Prerequisite,
+)
 
 #: The NVIDIA Network Operator's cluster-wide policy kind; its CRD is there once the operator
 #: is installed (mellanox.com_nicclusterpolicies.yaml in the operator's Helm chart).
@@ -42,6 +49,7 @@ COREWEAVE = Platform(
     # NCCL_NET_PLUGIN=none keeps an image's SHARP/IBext plugin out, as every non-SHARP
     # manifest of coreweave/nccl-tests does.
     env={"NCCL_SOCKET_IFNAME": "eth0", "NCCL_IB_HCA": "ibp", "NCCL_NET_PLUGIN": "none"},
+    topology=(ZONE_LABEL, *TOPOGRAPH_LABELS),
     prerequisites=(
         Prerequisite(
             kind="resource",
@@ -80,6 +88,9 @@ NEBIUS = Platform(
     # (topology-aware-scheduling): only nodes in a GPU cluster carry it.
     detect=Detect(labels={"topology.nebius.com/gpu-cluster-id": ()}),
     env={"NCCL_SOCKET_IFNAME": "eth0", "NCCL_IB_HCA": "mlx5"},
+    # The GPU cluster (its InfiniBand fabric), then Topograph's fabric tiers (its nebius
+    # provider publishes them; docs/reference/node-labels.md).
+    topology=("topology.nebius.com/gpu-cluster-id", *TOPOGRAPH_LABELS[:3]),
     prerequisites=(
         Prerequisite(
             kind="crd",
@@ -102,18 +113,36 @@ NEBIUS = Platform(
 
 # --- Together AI -------------------------------------------------------------------------------
 
-# Together's public documentation says its GPU clusters are Kubernetes with "high-speed
-# InfiniBand for multi-node communication", and nothing of how a pod reaches the HCAs: no
-# resource name, privilege, node label or NCCL variable. The entry states that much only; a run
-# names the devices itself (--rdma-resource NAME=COUNT, or --security privileged).
+# Together's GPU clusters are Kubernetes with "high-speed InfiniBand for multi-node
+# communication" (docs.together.ai); its own docs state no pod configuration. SkyPilot, which
+# Together's docs name for its clusters, enables their InfiniBand with `network_tier: best`
+# (skypilot-org/skypilot#8581, merged 2026-01-14: "Support InfiniBand for Together AI"): the
+# pods get IPC_LOCK (`requires_ipc_lock_capability`) and NCCL_IB_HCA=mlx5
+# (sky/provision/kubernetes/utils.py, KubernetesHighPerformanceNetworkType.TOGETHER), and the
+# NVIDIA Network Operator's `nvidia.com/rdma_ib`, one per GPU the pod takes (issue 37's reading of
+# SkyPilot's documented pod settings). Nodes carry `node-role.together.ai/worker`, by which
+# NVIDIA's aicr tells Together nodes (platform detection: "Node topology labels (e.g.
+# node-role.together.ai/) - explicit, provider-managed signal") and Together's own NCCL test
+# scripts select their workers.
 TOGETHER = Platform(
     name="together",
     title="Together AI GPU clusters with InfiniBand",
     fabric=Fabric.IB,
     network="ib",
+    resource="nvidia.com/rdma_ib",
+    devices_per_gpu=1,
+    detect=Detect(labels={"node-role.together.ai/worker": ()}),
+    env={"NCCL_IB_HCA": "mlx5"},
+    # Nothing documented of its own: the zone and Topograph's labels, as generic.
+    topology=(ZONE_LABEL, *TOPOGRAPH_LABELS),
     sources=(
         "https://docs.together.ai/docs/gpu-clusters-concepts (read 2026-12-04): nodes "
-        "connected by InfiniBand; no pod configuration stated",
+        "connected by InfiniBand",
+        "https://docs.together.ai/docs/skypilot-on-gpu-clusters (read 2026-09)",
+        "skypilot-org/skypilot#8581 (merged 2026-01-14) examples/together_infiniband/README.md "
+        "(network_tier: best) and sky/provision/kubernetes/utils.py "
+        "(KubernetesHighPerformanceNetworkType.TOGETHER: NCCL_IB_HCA=mlx5, IPC_LOCK)",
+        "NVIDIA/aicr pkg/recipe (service detection by node-role.together.ai/ labels)",
     ),
 )
 
@@ -158,6 +187,10 @@ AKS_IB = Platform(
     # The test chart's ncclEnvVars (NCCL_IB_DISABLE=0 "Force NCCL to use Infiniband",
     # NCCL_NET_GDR_LEVEL=SYS) and its MPIJob's CUDA_DEVICE_ORDER=PCI_BUS_ID.
     env={"NCCL_IB_DISABLE": "0", "NCCL_NET_GDR_LEVEL": "SYS", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"},
+    # Azure's NCCL chart pins its workers to one InfiniBand switching domain with pod affinity
+    # on `ib/torset` (set by its torset labeler; "If torset labels are not present on nodes,
+    # using them in required will prevent pods from scheduling").
+    topology=(ZONE_LABEL, "ib/torset"),
     prerequisites=(
         Prerequisite(
             kind="crd",
@@ -179,6 +212,8 @@ AKS_IB = Platform(
         "rdma/ib per NIC, IPC_LOCK)",
         f"{_AKS} configs/nicclusterpolicy/sriov-device-plugin/sriov.yaml (resourcePrefix "
         "rdma, resourceName ib)",
+        "Azure/ai-infrastructure-on-azure@6582df926eb4b900f8b1a0679cd4c6c15840fe58 "
+        "infrastructure_validations/aks/NCCL/README.md (affinity on ib/torset)",
         f"{_AKS} tests/scenarios/test.sh, tests/scenarios/k8s/values.yaml, "
         "tests/scenarios/k8s/templates/mpi-job.yaml",
         "https://learn.microsoft.com/azure/virtual-machines/sizes/gpu-accelerated/"
@@ -278,6 +313,13 @@ OKE_ROCE = Platform(
         }
     ),
     env=_OKE_ENV,
+    # OCI's network block and rack of the host (NVIDIA/topograph@e2b625071e327ee5c3bb119d8a31289a
+    # 818c30fc docs/reference/node-labels.md, "Without Topograph").
+    topology=(
+        ZONE_LABEL,
+        "oci.oraclecloud.com/host.network_block_id",
+        "oci.oraclecloud.com/host.rack_id",
+    ),
     sources=(
         f"{_OCI} docs/using-rdma-network-interfaces-in-manifests.md (Using hostNetwork)",
         f"{_OCI} manifests/nccl-tests/kueue/BM.GPU.H100.8.yaml (and the BM.GPU4.8, "

@@ -157,6 +157,17 @@ class Platform:
     fallback: str = ""
     """What a run rendered for the platform most likely lacks when its logs show another fabric
     (said after "rendered for P, but ranks ... used NET/Socket: ")."""
+    topology: tuple[str, ...] = ()
+    """The node labels of the platform's network topology, coarse to fine (a domain of a later
+    label lies inside one of an earlier label), as its vendor documents them; docs/topology.md
+    lists each with its source. `--topology auto` places the pods by them (k8s.rendering.
+    _topology)."""
+    one_zone: bool = False
+    """Every pod of a run must share one availability zone whatever --topology says: the
+    fabric does not cross zones (EFA)."""
+    devices_per_gpu: int | None = None
+    """A count every pod requests per GPU it takes, whatever the machine (Together's
+    `nvidia.com/rdma_ib`); None: see `devices_per_pod` and `resource`."""
     sources: tuple[str, ...] = ()
     """The vendor references the entry follows, each `repo@version path` or a URL with its date."""
 
@@ -207,7 +218,23 @@ class Platform:
         return {**self.node_selector, **(instance.node_selector if instance else {})}
 
 
+#: Kubernetes' well-known zone label (kubernetes.io/docs/reference/labels-annotations-taints/).
+ZONE_LABEL = "topology.kubernetes.io/zone"
+
+#: NVIDIA Topograph's labels (NVIDIA/topograph v1.0.0, aab33e18e83ee3bc88794d001caa16954850f0b4,
+#: docs/reference/node-labels.md): fabric tier 0 is the switch closest to the node, each higher
+#: tier the next one outward ("no fixed maximum depth"; three tiers listed here, as its NVSentinel
+#: example does); the accelerator domain is the NVLink domain. Coarse to fine.
+TOPOGRAPH_LABELS = (
+    "fabric.topograph.run/tier-2",
+    "fabric.topograph.run/tier-1",
+    "fabric.topograph.run/tier-0",
+    "accelerator.topograph.run/domain",
+)
+
 __all__ = [
+    "TOPOGRAPH_LABELS",
+    "ZONE_LABEL",
     "Detect",
     "Instance",
     "NetworkPreset",
