@@ -240,9 +240,14 @@ def test_a_run_rendered_for_efa_that_used_sockets_fails_naming_ranks_and_hosts(
     zipapp = engine_zipapp_with(tmp_path, FAKE_NCCL)
     monkeypatch.setattr(manifests, "engine_zipapp", lambda: zipapp)
     monkeypatch.setenv("NCCL_K8S_RUNS_DIR", str(tmp_path / "runs"))
-    for name in NODES:  # p5 nodes with the EFA device plugin
-        set_node(nodes, name, {"node.kubernetes.io/instance-type": "p5.48xlarge"},
-                 {"vpc.amazonaws.com/efa": "32", "hugepages-2Mi": "10Gi"})  # fmt: skip
+    # p5 nodes with the EFA device plugin, in one zone as EKS labels every node (eks-efa's pods
+    # require one zone: EFA does not cross availability zones).
+    p5 = {
+        "node.kubernetes.io/instance-type": "p5.48xlarge",
+        "topology.kubernetes.io/zone": "us-east-2a",
+    }
+    for name in NODES:
+        set_node(nodes, name, p5, {"vpc.amazonaws.com/efa": "32", "hugepages-2Mi": "10Gi"})
 
     def deploy(net: str, world: str = "4") -> tuple[str, Any]:
         rid = f"f-{uuid.uuid4().hex[:6]}"
