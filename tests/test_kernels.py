@@ -26,8 +26,8 @@ from nccl_k8s.bench.native import build_shared
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
 
-#: The types the kernels have (uint32 and uint64 have none yet: the NCCL path refuses them).
-DTYPES: list[Dtype] = [name for name, f in DTYPE_FACTS.items() if f.kernel is not None]
+#: Every type: the kernels have each one (uint32 and uint64 since issue 39).
+DTYPES: list[Dtype] = list(DTYPE_FACTS)
 CPU = torch.device("cpu")
 
 
@@ -201,3 +201,36 @@ def test_a_planted_formula_change_is_caught(host: Host) -> None:
     broken.fill(ours, "float", p, 1, 3, 0)
     data.fill(theirs, p, 1, 3)
     assert _bytes(ours) != _bytes(theirs)
+
+
+@pytest.mark.parametrize("dtype", ["uint32", "uint64"])
+def test_unsigned_words_are_nccl_tests_types_with_a_sentinel_no_pattern_writes(
+    host: Host, dtype: Dtype
+) -> None:
+    """Issue 39 item 8: uint32 and uint64 as nccl-tests 2.19.6 has them (src/common.cu's type
+    list, common.h's wordSize 4 and 8, ncclUint32 3 and ncclUint64 5 from nccl.h; checked
+    exactly, as its verifier checks integral types): the kernels store and load unsigned words
+    of that size, and the sentinel is the all-ones word (2**64 - 1 is no double: stored as
+    bits), a value no fill of any reduction's pattern writes, so an element never written is
+    counted wrong. The values the fills write are bench.data's (tests above, byte for byte)."""
+    facts = DTYPE_FACTS[dtype]
+    assert (facts.size, facts.nccl, facts.signed) == ({"uint32": 4, "uint64": 8}[dtype],
+                                                      {"uint32": 3, "uint64": 5}[dtype], False)  # fmt: skip
+    assert f"T_{dtype.upper()}" in SOURCE and kernels.TYPES[dtype] == facts.kernel
+    ones = _empty(dtype, 16)
+    host.sentinel(ones, dtype)
+    assert _bytes(ones) == b"\xff" * 16 * facts.size
+    top = (1 << (8 * facts.size)) - 1
+    for redop in _kinds(dtype):
+        p = data.choose_pattern(redop, dtype, 4)  # type: ignore[arg-type]
+        for rank in range(4):
+            buf = _empty(dtype, 4096)
+            host.fill(buf, dtype, p, rank, 3, 0)
+            words = [int(v) & top for v in buf.view(_signed(dtype)).tolist()]
+            assert max(words) < top, (redop, rank)
+        # Nothing written: every element is wrong, whatever the reduction.
+        assert host.count_wrong(ones, dtype, p, 3, Reduced(0)) == 16, redop
+
+
+def _signed(dtype: Dtype) -> torch.dtype:
+    return torch.int32 if dtype == "uint32" else torch.int64

@@ -176,31 +176,29 @@ def test_d_all_o_all_runs_every_type_and_reduction(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("dtype", ["uint32", "uint64"])
-def test_uint32_uint64_are_nccl_tests_types_refused_alone_with_why(dtype: str) -> None:
+def test_uint32_uint64_run_on_nccl_and_are_refused_on_gloo_with_why(dtype: str) -> None:
     """Issue 39 item 8: -d uint32/uint64 are nccl-tests' types (ncclUint32 3, ncclUint64 5 in
-    nccl.h), not unknown names; gloo has neither, and the NCCL path's fill and check kernels
-    have neither yet: named alone, each backend refuses them in one line naming the type and
-    why; -d all runs the rest (the engine says each skip, test above)."""
+    nccl.h). The NCCL path's fill and check kernels have both (tests/test_kernels.py), so NCCL
+    takes them, alone and in -d all; gloo has neither: named alone it refuses them in one line
+    naming the type and why, and -d all says the skip (test above)."""
     from nccl_k8s.bench.compat import skipped
     from nccl_k8s.bench.nccl import NCCL_DTYPES
 
     assert parse_args(["-d", dtype]).dtype == dtype
     assert NCCL_DTYPES[dtype] == {"uint32": 3, "uint64": 5}[dtype]  # type: ignore[index]
-    for backend, why in (
-        ("gloo", "torch.distributed's gloo has no uint32 or uint64 ('Invalid scalar type')"),
-        ("nccl", "the engine's GPU fill and check kernels have no uint32 or uint64 yet"),
-    ):
-        for o in ("sum", "all"):
-            with pytest.raises(ConfigError, match=re.escape(f"-d {dtype!r}: {why}")):
-                check_backend(parse_args(["-d", dtype, "-o", o]), backend, world_size=2)
+    why = "torch.distributed's gloo has no uint32 or uint64 ('Invalid scalar type')"
+    for o in ("sum", "avg", "all"):
+        with pytest.raises(ConfigError, match=re.escape(f"-d {dtype!r}: {why}")):
+            check_backend(parse_args(["-d", dtype, "-o", o]), "gloo", world_size=2)
+        check_backend(parse_args(["-d", dtype, "-o", o]), "nccl", world_size=2)
+    for backend in ("gloo", "nccl"):
         check_backend(parse_args(["-d", "all", "-o", "all"]), backend, world_size=2)
-        assert (skipped(backend, dtype, None) or "").startswith(why)  # type: ignore[arg-type]
+    assert (skipped("gloo", dtype, None) or "").startswith(why)  # type: ignore[arg-type]
+    for redop in (None, "sum", "prod", "max", "min", "avg"):
+        assert skipped("nccl", dtype, redop) is None  # type: ignore[arg-type]
     res = CliRunner().invoke(app, ["run", "--nproc", "1", "-d", dtype, "--backend", "gloo"])
     assert res.exit_code == 2, res.output
-    assert res.output.splitlines() == [
-        f"error: -d {dtype!r}: torch.distributed's gloo has no uint32 or uint64 "
-        "('Invalid scalar type')"
-    ]
+    assert res.output.splitlines() == [f"error: -d {dtype!r}: {why}"]
 
 
 def test_nccl_fp8_avg_is_skipped_in_all_and_refused_alone() -> None:

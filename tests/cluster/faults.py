@@ -14,6 +14,7 @@ import re
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -28,7 +29,8 @@ class _Rule:
     remaining: int
     method: str | None
     message: str
-    delay_s: float = 0.0
+    delay_s: float | Callable[[str, str], float] = 0.0
+    """Seconds to hold the request, or a function of (method, path) drawing them per request."""
     retry_after_s: int | None = None
     hold: Hold | None = None
 
@@ -102,11 +104,17 @@ class Faults:
             )
 
     def delay_requests(
-        self, path_regex: str, seconds: float, count: int = 1, method: str | None = None
+        self,
+        path_regex: str,
+        seconds: float | Callable[[str, str], float],
+        count: int = 1,
+        method: str | None = None,
     ) -> None:
         """Hold the next `count` matching requests (as `fail_requests` matches them) for
         `seconds` before serving them normally: a slow link or a loaded server, and the way a
-        test makes another client's request overtake this one."""
+        test makes another client's request overtake this one. `seconds` may be a function of
+        (method, path), called once per request as it arrives (under the faults' lock, so keep
+        it quick), for a latency drawn per request or to see when each one arrived."""
         if count < 1:
             raise ValueError(f"count must be >= 1, got {count}")
         with self._lock:
@@ -169,10 +177,11 @@ class Faults:
                 break
             else:
                 return None
+            delay_s = rule.delay_s(method, path) if callable(rule.delay_s) else rule.delay_s
         if rule.hold is not None:
             rule.hold._wait()
-        if rule.delay_s:
-            time.sleep(rule.delay_s)
+        if delay_s:
+            time.sleep(delay_s)
         if rule.status is None:
             return None
         details = {"retryAfterSeconds": rule.retry_after_s} if rule.retry_after_s else None

@@ -32,7 +32,8 @@ typedef int64_t i64;
 
 /* bench.data's kinds and dtypes, as bench.kernels numbers them. */
 enum { K_MOVE, K_SUM, K_PROD, K_MAX, K_MIN, K_AVG, K_AVG_INT };
-enum { T_INT8, T_UINT8, T_INT32, T_INT64, T_HALF, T_FLOAT, T_DOUBLE, T_BF16, T_E4M3, T_E5M2 };
+enum { T_INT8, T_UINT8, T_INT32, T_INT64, T_HALF, T_FLOAT, T_DOUBLE, T_BF16, T_E4M3, T_E5M2,
+       T_UINT32, T_UINT64 };
 enum { E_REDUCED, E_INPUT, E_CHUNKS };
 
 struct nk_pattern {
@@ -187,6 +188,8 @@ NK_FN void store(void *buf, i64 j, int t, double v) {
     case T_UINT8: ((unsigned char *)buf)[j] = (unsigned char)(i64)v; break;
     case T_INT32: ((int *)buf)[j] = (int)(i64)v; break;
     case T_INT64: ((i64 *)buf)[j] = (i64)v; break;
+    case T_UINT32: ((unsigned int *)buf)[j] = (unsigned int)(u64)v; break;
+    case T_UINT64: ((u64 *)buf)[j] = (u64)v; break;
     case T_HALF: ((unsigned short *)buf)[j] = (unsigned short)encode_small(v, 5, 10, 0); break;
     case T_FLOAT: ((float *)buf)[j] = (float)v; break;
     case T_DOUBLE: ((double *)buf)[j] = v; break;
@@ -202,6 +205,8 @@ NK_FN double load(const void *buf, i64 j, int t) {
     case T_UINT8: return (double)((const unsigned char *)buf)[j];
     case T_INT32: return (double)((const int *)buf)[j];
     case T_INT64: return (double)((const i64 *)buf)[j];
+    case T_UINT32: return (double)((const unsigned int *)buf)[j];
+    case T_UINT64: return (double)((const u64 *)buf)[j];
     case T_HALF: return decode_small(((const unsigned short *)buf)[j], 5, 10, 0);
     case T_FLOAT: return (double)((const float *)buf)[j];
     case T_DOUBLE: return ((const double *)buf)[j];
@@ -218,6 +223,8 @@ NK_FN double rounded(double v, int t) {
     case T_UINT8: return (double)(unsigned char)(i64)v;
     case T_INT32: return (double)(int)(i64)v;
     case T_INT64: return (double)(i64)v;
+    case T_UINT32: return (double)(unsigned int)(u64)v;
+    case T_UINT64: return (double)(u64)v;
     case T_FLOAT: return (double)(float)v;
     case T_DOUBLE: return v;
     case T_HALF: return decode_small(encode_small(v, 5, 10, 0), 5, 10, 0);
@@ -238,8 +245,14 @@ NK_KERNEL nk_fill(void *buf, i64 n, int t, struct nk_pattern p, i64 rank, i64 re
     NK_FOR(j, n) store(buf, j, t, input_value(&p, rank, start + j, rep));
 }
 
+/* -1 in the signed and floating types; an unsigned type's largest value (-1 as its bits, what
+   bench.data.fill_sentinel writes), which patterns avoid. uint64's is stored as bits: 2**64 - 1
+   is no double. */
 NK_KERNEL nk_sentinel(void *buf, i64 n, int t) {
-    NK_FOR(j, n) store(buf, j, t, t == T_UINT8 ? 255.0 : -1.0);
+    NK_FOR(j, n) {
+        if (t == T_UINT64) ((u64 *)buf)[j] = ~0ull;
+        else store(buf, j, t, t == T_UINT8 ? 255.0 : t == T_UINT32 ? 4294967295.0 : -1.0);
+    }
 }
 
 NK_KERNEL nk_check(const void *got, i64 n, int t, struct nk_pattern p, i64 rep, int mode, i64 a,

@@ -22,11 +22,10 @@ GLOO_NO_FP8 = "gloo has no 8-bit floats"
 GLOO_AVG_FLOATS_ONLY = "gloo averages only floating types"
 #: torch 2.13's gloo answers any collective on torch.uint32/uint64 with "Invalid scalar type".
 GLOO_NO_TYPE = "torch.distributed's gloo has no uint32 or uint64 ('Invalid scalar type')"
-#: The NCCL path fills and checks its buffers with bench._kernel_source's kernels, which have
-#: no such type (DtypeFacts.kernel None): a kernel change that only a GPU can verify.
-NCCL_NO_KERNEL = (
-    "the engine's GPU fill and check kernels have no uint32 or uint64 yet (nccl-tests runs them)"
-)
+#: The NCCL path fills and checks its buffers with bench._kernel_source's kernels: a type they
+#: have not (DtypeFacts.kernel None) cannot run there. Every type has one today (uint32 and
+#: uint64 since issue 39); a new type is refused on NCCL with this until its kernel exists.
+NCCL_NO_KERNEL = "the engine's GPU fill and check kernels have no such type yet"
 
 
 def absent(backend: str, dtype: Dtype) -> str | None:

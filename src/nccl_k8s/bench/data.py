@@ -308,7 +308,11 @@ def fill(buf: torch.Tensor, p: Pattern, rank: int, rep: int, *, start: int = 0) 
 
 def fill_sentinel(buf: torch.Tensor) -> None:
     if buf.numel():
-        buf.fill_(SENTINEL if buf.dtype.is_floating_point or buf.dtype.is_signed else 255)
+        import torch
+
+        # An unsigned type's largest value (-1's bits), which the patterns avoid (budget).
+        unsigned = not (buf.dtype.is_floating_point or buf.dtype.is_signed)
+        buf.fill_(torch.iinfo(buf.dtype).max if unsigned else SENTINEL)
 
 
 def wrong_mask(got: torch.Tensor, expected: torch.Tensor, *, rel_tol: float = 0.0) -> torch.Tensor:

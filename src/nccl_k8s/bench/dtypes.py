@@ -34,7 +34,7 @@ class DtypeFacts:
     kernel: int | None
     """Its number in the check kernels' type enum (bench._kernel_source: T_INT8 ...); None:
     the kernels have no such type, so the NCCL path (which fills and checks its buffers with
-    them) cannot run it (bench.compat.NCCL_NO_KERNEL)."""
+    them) cannot run it (bench.compat.NCCL_NO_KERNEL). Every type has one today."""
     exact: int
     """Largest B such that every integer in [0, B] is exact in the type."""
     doublings: int
@@ -63,10 +63,10 @@ DTYPE_FACTS: dict[Dtype, DtypeFacts] = {
     "int8": _F(1, 0, "int8", 0, exact=127, doublings=6),
     "uint8": _F(1, 1, "uint8", 1, exact=255, doublings=7, signed=False),
     "int32": _F(4, 2, "int32", 2, exact=(1 << 31) - 1, doublings=30),
-    "uint32": _F(4, 3, "uint32", None, exact=(1 << 32) - 1, doublings=31, signed=False,
+    "uint32": _F(4, 3, "uint32", 10, exact=(1 << 32) - 1, doublings=31, signed=False,
                  gloo=False),
     "int64": _F(8, 4, "int64", 3, exact=(1 << 63) - 1, doublings=62),
-    "uint64": _F(8, 5, "uint64", None, exact=(1 << 64) - 1, doublings=63, signed=False,
+    "uint64": _F(8, 5, "uint64", 11, exact=(1 << 64) - 1, doublings=63, signed=False,
                  gloo=False),
     "half": _F(2, 6, "float16", 4, exact=2048, doublings=15, float_layout=(10, 2.0**-14),
                avg_contributors=4),
