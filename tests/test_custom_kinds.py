@@ -37,7 +37,7 @@ from nccl_k8s.spec import (
 
 SOURCES = Path(__file__).parent / "data" / "crds" / "SOURCES.md"
 #: API groups Kubernetes serves itself (no CRD): lightkube ships their models.
-BUILT_IN_GROUPS = {"resource.k8s.io"}
+BUILT_IN_GROUPS = {"resource.k8s.io", "networking.k8s.io"}
 
 
 def _ids(k: CustomKind) -> str:

@@ -94,13 +94,12 @@ def test_gke_tcpx_pod_carries_what_the_a3_high_manifest_requires() -> None:
     }  # fmt: skip
     assert _env(daemon) == {"LD_LIBRARY_PATH": "/usr/local/nvidia/lib64"}
     assert _host_paths(pod) == {
-        "libraries": "/home/kubernetes/bin/nvidia/lib64", "tcpx-socket": "/run/tcpx",
-        "sys": "/sys", "proc-sys": "/proc/sys",
+        "libraries": "/home/kubernetes/bin/nvidia/lib64", "sys": "/sys", "proc-sys": "/proc/sys",
     }  # fmt: skip
-    # The benchmark: the daemon's sockets where the plugin looks (/tmp), the host's NCCL
-    # plugin on LD_LIBRARY_PATH, IPC_LOCK, and the NCCL settings of nccl-config.yaml.
+    # The benchmark: the daemon's sockets (the pod's own, see the socket test below), the
+    # host's NCCL plugin on LD_LIBRARY_PATH, IPC_LOCK, and the NCCL settings of nccl-config.yaml.
     mounts = _mounts(bench)
-    assert (mounts["/tmp"], mounts["/usr/local/nvidia/lib64"]) == ("tcpx-socket", "libraries")
+    assert (mounts["/run/tcpx"], mounts["/usr/local/nvidia/lib64"]) == ("tcpx-socket", "libraries")
     assert "IPC_LOCK" in bench["securityContext"]["capabilities"]["add"]
     env = _env(bench)
     assert env["LD_LIBRARY_PATH"] == "/usr/local/nvidia/lib64"
@@ -312,3 +311,57 @@ def test_gke_nodes_without_a_fabric_platform_or_of_two_are_generic() -> None:
     assert (choice.platform, choice.instance_type) == ("gke-rdma", None)
     with pytest.raises(UsageError, match="--instance-type"):
         render(with_platform(build_run_spec(world_size=16, run_id="g"), choice.platform))
+
+
+#: The host paths a GKE pod must mount writable, and why (docs/security.md, "Per platform"):
+#: the FasTrak plugin maps the aperture devices' PCI resource files read-write (the installer,
+#: gpudirect-tcpxo/nccl-tcpxo-installer.yaml, makes them `a+rw` for that); the RxDM daemons get
+#: the node's /sys and /proc/sys as Google's manifests mount them, beside NET_ADMIN, and no
+#: Google manifest mounts those read-only.
+WRITABLE = {
+    ("gke-tcpxo", "bench", "aperture-devices"),
+    ("gke-tcpx", "tcpx-daemon", "sys"),
+    ("gke-tcpx", "tcpx-daemon", "proc-sys"),
+    ("gke-tcpxo", "tcpxo-daemon", "sys"),
+    ("gke-tcpxo", "tcpxo-daemon", "proc-sys"),
+}
+GKE = {"gke-tcpx": {}, "gke-tcpxo": {}, "gke-rdma": {"instance_type": "a3-ultragpu-8g"}}
+
+
+@pytest.mark.parametrize("platform", sorted(GKE))
+def test_gke_host_paths_are_read_only_unless_the_vendor_needs_them_written(platform: str) -> None:
+    """Issue 36: the NVIDIA driver and NCCL plugin directories and the gIB directory (whose
+    set_nccl_env.sh every run sources) were mounted read-write into a root container, so a run
+    could plant code that later GPU pods on the node load. Google mounts the installers' library
+    directory read-only (gpudirect-tcpx/nccl-test.yaml at 992db81); the pods only read them."""
+    job = _job(platform, **GKE[platform])
+    _, pod, _ = _pod(job)
+    host = _host_paths(pod)
+    assert host, platform
+    seen = set()
+    for c in pod.get("initContainers", []) + pod["containers"]:
+        for m in c.get("volumeMounts", []):
+            if m["name"] not in host:
+                continue
+            key = (platform, c["name"], m["name"])
+            seen.add(key)
+            assert m.get("readOnly", False) is (key not in WRITABLE), (key, host[m["name"]])
+    assert {k for k in WRITABLE if k[0] == platform} <= seen  # the exceptions are still mounted
+    _valid(job)
+
+
+def test_gke_tcpx_socket_directory_is_the_pods_own_at_its_own_path() -> None:
+    """Issue 36: the host's /run/tcpx was the benchmark's whole /tmp. Google's
+    gpudirect-tcpx/nccl-test.yaml (992db81) shares the daemon's socket directory as an emptyDir
+    of the pod; the plugin is told where it is with NCCL_GPUDIRECTTCPX_UNIX_CLIENT_PREFIX
+    (GoogleCloudPlatform/cluster-toolkit@1047080 examples/machine-learning/a3-highgpu-8g:
+    README.md "must be configured to be aware of this path", nemo-framework/Dockerfile
+    `NCCL_GPUDIRECTTCPX_UNIX_CLIENT_PREFIX=/run/tcpx`)."""
+    _, pod, bench = _pod(_job("gke-tcpx"))
+    (socket,) = [v for v in pod["volumes"] if v["name"] == "tcpx-socket"]
+    assert socket == {"name": "tcpx-socket", "emptyDir": {}}
+    (daemon,) = [c for c in pod["initContainers"] if c["name"] == "tcpx-daemon"]
+    assert _mounts(daemon)["/run/tcpx"] == "tcpx-socket"
+    assert _mounts(bench)["/run/tcpx"] == "tcpx-socket"
+    assert "/tmp" not in _mounts(bench)
+    assert _env(bench)["NCCL_GPUDIRECTTCPX_UNIX_CLIENT_PREFIX"] == "/run/tcpx"

@@ -457,6 +457,7 @@ def test_the_commands_send_exactly_the_requests_of_the_table(
                     "--gang",
                     gang,
                     "--pod-monitor",
+                    "--network-policy",
                     "--no-wait",
                     *SMALL,
                     *ENGINE,
@@ -471,6 +472,7 @@ def test_the_commands_send_exactly_the_requests_of_the_table(
                     "--gang",
                     gang,
                     "--pod-monitor",
+                    "--network-policy",
                     *SMALL,
                     *ENGINE,
                     code=1,
@@ -513,7 +515,8 @@ def test_the_commands_send_exactly_the_requests_of_the_table(
             env = {**os.environ, **cluster.kubectl_env(), "KUBECONFIG": str(as_user)}
             with cluster.record_requests() as applied:
                 for i, extra in enumerate(
-                    (["--pod-monitor", "--compute-domain", "--gang", "volcano"],
+                    (["--pod-monitor", "--compute-domain", "--gang", "volcano",
+                      "--network-policy"],
                      ["--gang", "coscheduling", "--workload", "statefulset"],
                      ["--gang", "koordinator"])
                 ):  # fmt: skip

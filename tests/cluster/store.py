@@ -111,6 +111,10 @@ RESOURCES: dict[str, ResourceInfo] = {
         # Stored and served, no controller: what doctor reads of a cluster's add-ons (device
         # plugins; DRA drivers' ResourceSlices are above); tests write them as add-ons would.
         ResourceInfo("daemonsets", "DaemonSet", "apps", "v1", True, ("ds",), ("status",)),
+        # Stored and served, not enforced: --network-policy's (no CNI here to apply it).
+        ResourceInfo(
+            "networkpolicies", "NetworkPolicy", "networking.k8s.io", "v1", True, ("netpol",)
+        ),
         ResourceInfo("roles", "Role", "rbac.authorization.k8s.io", "v1", True),
         ResourceInfo("rolebindings", "RoleBinding", "rbac.authorization.k8s.io", "v1", True),
         ResourceInfo("clusterroles", "ClusterRole", "rbac.authorization.k8s.io", "v1", False),

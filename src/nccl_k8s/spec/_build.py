@@ -396,6 +396,18 @@ def _monitoring(f: Fields, engine_args: Sequence[str]) -> None:
             "expected a port",
             key="--pod-monitor",
         )
+    if f["metrics_from"] and not f["network_policy"]:
+        raise UsageError(
+            "--metrics-from without --network-policy: it says who the NetworkPolicy lets reach "
+            "the metrics port; expected --network-policy too",
+            key="--metrics-from",
+        )
+    if f["metrics_from"] and not f["metrics_port"]:
+        raise UsageError(
+            "--metrics-from with --metrics-port 0: there is no metrics port to let anyone "
+            "reach; expected a port",
+            key="--metrics-from",
+        )
     for arg in engine_args:
         flag = str(arg).split("=", 1)[0]
         if flag in _DEPLOY_SETS:

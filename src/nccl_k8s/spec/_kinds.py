@@ -145,6 +145,21 @@ COMPUTE_DOMAIN = CustomKind(
     install="install NVIDIA's DRA driver for GPUs (k8s-dra-driver-gpu)",
     used=lambda spec: spec.compute_domain,
 )
+#: --network-policy: the run's NetworkPolicy (built in: networking.k8s.io/v1 since Kubernetes
+#: 1.7; whether it is enforced is the cluster's network plugin's).
+NETWORK_POLICY = CustomKind(
+    kind="NetworkPolicy",
+    group="networking.k8s.io",
+    version="v1",
+    plural="networkpolicies",
+    crd=None,
+    created=True,
+    flag="--network-policy",
+    why=f"deploy --network-policy creates the run's NetworkPolicy ({_RUN_WRITES}); doctor, "
+    "cleanup and bundle list them",
+    install="Kubernetes 1.7 or later (networking.k8s.io/v1)",
+    used=lambda spec: spec.network_policy,
+)
 #: --queue: Kueue's LocalQueue, only read (does the queue the Job names exist).
 LOCAL_QUEUE = CustomKind(
     kind="LocalQueue",
@@ -197,6 +212,7 @@ CUSTOM_KINDS: tuple[CustomKind, ...] = (
     *GANG_KINDS.values(),
     POD_MONITOR,
     COMPUTE_DOMAIN,
+    NETWORK_POLICY,
     LOCAL_QUEUE,
     TOPOLOGY,
     RESOURCE_SLICE,
@@ -213,6 +229,7 @@ __all__ = [
     "CUSTOM_KINDS",
     "GANG_KINDS",
     "LOCAL_QUEUE",
+    "NETWORK_POLICY",
     "POD_MONITOR",
     "RESOURCE_SLICE",
     "TOPOLOGY",

@@ -35,6 +35,7 @@ from nccl_k8s.spec._values import (
     extended_resource,
     is_qualified_name,
     label_pairs,
+    metrics_peers,
     node_name_list,
     one_of,
     parse_duration,
@@ -520,6 +521,24 @@ class RunSpec:
         "scrapes the run's pods.",
     )
     """Also render a Prometheus Operator PodMonitor selecting the run's pods (port `metrics`)."""
+    network_policy: bool = switch(
+        "--network-policy", panel=NETWORK,
+        help="Also create a NetworkPolicy (networking.k8s.io/v1) letting into the run's pods only "
+        "the run's own pods (every port: NCCL uses ephemeral ones) and, on the metrics port, "
+        "--metrics-from. Not with host networking (policies do not apply there). docs/security.md.",
+    )
+    """Render a NetworkPolicy selecting the run's pods: ingress from the run's own pods on every
+    port (the rendezvous store and NCCL's ephemeral ports), and the metrics port from
+    --metrics-from; nothing else. Opt-in: a cluster whose CNI enforces policies may need more
+    (a mesh, a probe from elsewhere), and one that does not enforce them ignores it."""
+    metrics_from: tuple[tuple[str, str], ...] = repeated(
+        "--metrics-from", parse=metrics_peers, metavar="namespace=NAME|KEY=VALUE", panel=MONITORING,
+        help="With --network-policy: who may reach the metrics port, repeatable: namespace=NAME "
+        "(its pods) or KEY=VALUE (pods of the run's namespace with that label). None: no one "
+        "outside the run.",
+    )
+    """The peers the NetworkPolicy lets reach the metrics port (each `namespace=NAME`: every pod
+    of that namespace; or a pod label of the run's namespace). Empty: only the run's own pods."""
     # fmt: on
 
     # ---- derived: set by build_run_spec, not by an option of their own ----

@@ -135,6 +135,20 @@ def label_pairs(
     return tuple(pairs.items())
 
 
+def metrics_peers(flag: str, items: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    """--metrics-from: who may reach the metrics port, one peer per value: `namespace=NAME`
+    (every pod of that namespace) or `KEY=VALUE` (the pods of the run's namespace with that
+    label). Kept in order, each once."""
+    peers: list[tuple[str, str]] = []
+    for item in items:
+        ((key, value),) = label_pairs(flag, [item], what="label")
+        if key == "namespace":
+            dns_label(flag, value)
+        if (key, value) not in peers:
+            peers.append((key, value))
+    return tuple(peers)
+
+
 def env_pairs(flag: str, items: Sequence[str]) -> tuple[tuple[str, str], ...]:
     pairs: dict[str, str] = {}
     for item in items:

@@ -41,6 +41,7 @@ def _uses(a: Access, spec: RunSpec, create_namespace: bool) -> bool:
         "": True,
         "--compute-domain": spec.compute_domain,
         "--pod-monitor": spec.pod_monitor,
+        "--network-policy": spec.network_policy,
         "--queue": spec.queue is not None,
         "--scheduler/--gang": scheduler_name(spec) is not None,
     }[a.optional]

@@ -53,9 +53,10 @@ ADOPTION_KINDS = ("ServiceAccount", "Role", "RoleBinding")
 
 
 def plural(kind: str) -> str:
-    """The resource of a kind the renderer makes (all of them are `<kind in lower case>s`;
-    tests check it against the API client's table)."""
-    return kind.lower() + "s"
+    """The resource of a kind the renderer makes (`<kind in lower case>s`, `-ies` for a `-y`:
+    networkpolicies; tests check it against the API client's table)."""
+    lower = kind.lower()
+    return lower[:-1] + "ies" if lower.endswith("y") else lower + "s"
 
 
 def _group(api_version: str) -> str:

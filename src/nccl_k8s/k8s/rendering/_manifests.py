@@ -16,6 +16,9 @@ Objects of a run:
 - PodMonitor `<run-id>` (`--pod-monitor`): Prometheus Operator's, scraping the pods' `metrics`
   port (every pod serves it unless --metrics-port 0, annotated prometheus.io/scrape for plain
   Prometheus too).
+- NetworkPolicy `<run-id>` (`--network-policy`): into the run's pods only the run's own pods
+  (every port: the rendezvous store and NCCL's ephemeral ports) and, on the metrics port, the
+  peers of `--metrics-from`. Refused with host networking, where policies do not apply.
 - Job `<run-id>` (Indexed, one pod per node) or StatefulSet `<run-id>` (continuous mode).
 
 Every container runs under a small wrapper (POD_WRAPPER, Python's standard library only) that
@@ -93,6 +96,7 @@ from nccl_k8s.spec import (
     LABEL_KUEUE_QUEUE,
     LABEL_MANAGED_BY,
     LABEL_NAME,
+    NETWORK_POLICY,
     NETWORKS_ANNOTATION,
     POD_MONITOR,
     RunSpec,
@@ -541,6 +545,50 @@ def pod_monitor(spec: RunSpec) -> Obj:
     }
 
 
+def _peer(key: str, value: str) -> Obj:
+    """A --metrics-from value as a NetworkPolicy peer: `namespace=NAME` is every pod of that
+    namespace (by the label the API server sets on every namespace, Kubernetes 1.22+), any
+    other KEY=VALUE the pods of the run's namespace with that label."""
+    if key == "namespace":
+        return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": value}}}
+    return {"podSelector": {"matchLabels": {key: value}}}
+
+
+def network_policy(spec: RunSpec) -> Obj:
+    """The run's NetworkPolicy (--network-policy): ingress to its pods from its own pods on
+    every port (the rendezvous store, NCCL's bootstrap and data connections on ephemeral ports)
+    and, on the metrics port, from the --metrics-from peers; egress is left alone (the pods pull
+    nothing through it, but DNS and the API server for --adopt must stay reachable). A policy
+    selects no pod on the node's network, so host networking is refused rather than rendered
+    as a protection it is not."""
+    if uses_host_network(spec):
+        raise UsageError(
+            "--network-policy with host networking (--security host, or a platform on the "
+            "node's network such as oke-roce): a NetworkPolicy does not apply to pods on the "
+            "node's network; expected a pod-network run, or no --network-policy",
+            key="--network-policy",
+        )
+    pods = {"podSelector": {"matchLabels": selector_labels(spec)}}
+    ingress: list[Obj] = [{"from": [pods]}]
+    if spec.metrics_port and spec.metrics_from:
+        ingress.append(
+            {
+                "from": [_peer(k, v) for k, v in spec.metrics_from],
+                "ports": [{"protocol": "TCP", "port": spec.metrics_port}],
+            }
+        )
+    return {
+        "apiVersion": NETWORK_POLICY.api_version,
+        "kind": NETWORK_POLICY.kind,
+        "metadata": _metadata(spec, spec.run_id, **{LABEL_COMPONENT: "network-policy"}),
+        "spec": {
+            "podSelector": {"matchLabels": selector_labels(spec)},
+            "policyTypes": ["Ingress"],
+            "ingress": ingress,
+        },
+    }
+
+
 def render(spec: RunSpec, *, adopt: bool = False) -> list[Obj]:
     """The run's objects in apply order; the same spec always gives the same objects. With
     `adopt`, the objects with which the run's pods make the others dependents of the workload
@@ -560,6 +608,8 @@ def render(spec: RunSpec, *, adopt: bool = False) -> list[Obj]:
                 key="--metrics-port",
             )
         objs.append(configmap(spec))
+    if spec.network_policy:
+        objs.append(network_policy(spec))  # before the pods it protects
     objs.append(service(spec))
     if spec.pod_monitor:
         objs.append(pod_monitor(spec))
@@ -580,6 +630,7 @@ __all__ = [
     "compute_domain",
     "configmap",
     "job",
+    "network_policy",
     "pod_group",
     "pod_monitor",
     "pod_template",

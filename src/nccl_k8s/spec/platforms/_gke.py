@@ -17,6 +17,19 @@ resource. TCPX and TCPXO also need a receive-path daemon (RxDM) beside the bench
 network namespace: it is a native sidecar (an init container with restartPolicy Always, GKE 1.29+),
 as best-practice.md ("Automatic Sidecar Termination") recommends, so the Job's pod completes when
 the benchmark ends and the benchmark starts after the daemon.
+
+Host paths are mounted read-only wherever Google's manifests allow it (issue 36: a run could
+otherwise plant code in the driver, plugin or gIB directories that later GPU pods on the node
+load): the installers' library directories and the gIB directory are only read by the pods, and
+gpudirect-tcpx/nccl-test.yaml (same commit) mounts the library directory `readOnly: true`. Kept
+writable, as the vendor needs: the TCPXO aperture devices (the installer makes their PCI resource
+files `a+rw` for the plugin to map) and the RxDM daemons' `/sys` and `/proc/sys` (no Google
+manifest mounts them read-only; the benchmark container never gets them). The TCPX daemon's
+socket directory is the pod's own emptyDir at /run/tcpx, as gpudirect-tcpx/nccl-test.yaml has it,
+named to the plugin by NCCL_GPUDIRECTTCPX_UNIX_CLIENT_PREFIX (GoogleCloudPlatform/cluster-toolkit
+@1047080375afbb44da4b596be314634e7486af4a, examples/machine-learning/a3-highgpu-8g: README.md and
+nemo-framework/Dockerfile), not the host's /run/tcpx as the benchmark's /tmp. docs/security.md
+says the same per platform.
 """
 
 from __future__ import annotations
@@ -45,6 +58,8 @@ GKE_TOPOLOGY = (
 
 #: GoogleCloudPlatform/container-engine-accelerators, the version every entry follows.
 _CEA = "GoogleCloudPlatform/container-engine-accelerators@992db81257553607f1477945f1b3219632991829"
+#: GoogleCloudPlatform/cluster-toolkit, for the TCPX socket directory's setting.
+_CLUSTER_TOOLKIT = "GoogleCloudPlatform/cluster-toolkit@1047080375afbb44da4b596be314634e7486af4a"
 _RAW = "https://raw.githubusercontent.com/GoogleCloudPlatform/container-engine-accelerators/master"
 _MULTINET_DOC = (
     "https://cloud.google.com/kubernetes-engine/docs/how-to/gpu-bandwidth-gpudirect-tcpx"
@@ -79,6 +94,11 @@ _GPU_DEVICES = (*(f"/dev/nvidia{i}" for i in range(8)), "/dev/nvidiactl", "/dev/
 
 def _host(name: str, path: str) -> Obj:
     return {"name": name, "hostPath": {"path": path}}
+
+
+def _ro(name: str, path: str) -> Obj:
+    """A read-only mount: the pod reads what the node's installer put there, never writes it."""
+    return {"name": name, "mountPath": path, "readOnly": True}
 
 
 def _network(
@@ -118,8 +138,10 @@ _NRI_INJECTOR = Prerequisite(
 _TCPX_NIC_NETWORKS = [f"vpc{i}" for i in range(1, 5)]
 
 #: The RxDM daemon of gpudirect-tcpx/nccl-test-latest.yaml (container `tcpx-daemon`), as a
-#: native sidecar. Its Unix sockets (/run/tcpx, shared through the `tcpx-socket` volume) are
-#: where the plugin in the benchmark container finds it (it looks in /tmp by default).
+#: native sidecar. Its Unix sockets (/run/tcpx, the pod's `tcpx-socket` emptyDir, as in
+#: gpudirect-tcpx/nccl-test.yaml) are where the plugin in the benchmark container finds it:
+#: the same volume at the same path, named by NCCL_GPUDIRECTTCPX_UNIX_CLIENT_PREFIX.
+_TCPX_SOCKETS = "/run/tcpx"
 _TCPX_DAEMON: Obj = {
     "name": "tcpx-daemon",
     "image": "us-docker.pkg.dev/gce-ai-infra/gpudirect-tcpx/tcpgpudmarxd-dev:v2.0.12",
@@ -132,14 +154,14 @@ _TCPX_DAEMON: Obj = {
         "--gpu_shmem_type",
         "fd",
         "--uds_path",
-        "/run/tcpx",
+        _TCPX_SOCKETS,
         "--setup_param",
         '\\"--verbose 128 2 0 \\"',
     ],
     "securityContext": {"capabilities": {"add": ["NET_ADMIN"]}},
     "volumeMounts": [
-        {"name": "libraries", "mountPath": _LIB64},
-        {"name": "tcpx-socket", "mountPath": "/run/tcpx"},
+        _ro("libraries", _LIB64),
+        {"name": "tcpx-socket", "mountPath": _TCPX_SOCKETS},
         {"name": "sys", "mountPath": "/hostsysfs"},
         {"name": "proc-sys", "mountPath": "/hostprocsysfs"},
     ],
@@ -170,6 +192,9 @@ _TCPX_ENV = {
     "NCCL_GPUDIRECTTCPX_RX_BINDINGS": "eth1:22-35,126-139;eth2:22-35,126-139;"
     "eth3:74-87,178-191;eth4:74-87,178-191",
     "NCCL_GPUDIRECTTCPX_PROGRAM_FLOW_STEERING_WAIT_MICROS": "500000",
+    # where the daemon's sockets are (the plugin's default is /tmp): cluster-toolkit's A3 High
+    # README.md and nemo-framework/Dockerfile (see the module docstring)
+    "NCCL_GPUDIRECTTCPX_UNIX_CLIENT_PREFIX": _TCPX_SOCKETS,
 }
 
 GKE_TCPX = Platform(
@@ -194,13 +219,13 @@ GKE_TCPX = Platform(
     env=_TCPX_ENV,
     volumes=(
         _host("libraries", _HOST_LIB64),
-        _host("tcpx-socket", "/run/tcpx"),
+        {"name": "tcpx-socket", "emptyDir": {}},
         _host("sys", "/sys"),
         _host("proc-sys", "/proc/sys"),
     ),
     mounts=(
-        {"name": "tcpx-socket", "mountPath": "/tmp"},
-        {"name": "libraries", "mountPath": _LIB64},
+        {"name": "tcpx-socket", "mountPath": _TCPX_SOCKETS},
+        _ro("libraries", _LIB64),
     ),
     init_containers=(_TCPX_DAEMON,),
     capabilities=("IPC_LOCK",),
@@ -222,6 +247,9 @@ GKE_TCPX = Platform(
     topology=GKE_TOPOLOGY,
     sources=(
         f"{_CEA} gpudirect-tcpx/nccl-test-latest.yaml (annotations, tcpx-daemon, volumes, mounts)",
+        f"{_CEA} gpudirect-tcpx/nccl-test.yaml (read-only libraries, the socket emptyDir)",
+        f"{_CLUSTER_TOOLKIT} examples/machine-learning/a3-highgpu-8g README.md, "
+        "nemo-framework/Dockerfile (NCCL_GPUDIRECTTCPX_UNIX_CLIENT_PREFIX)",
         f"{_CEA} gpudirect-tcpx/nccl-config.yaml (NCCL environment)",
         f"{_CEA} gpudirect-tcpxo/best-practice.md (native sidecar)",
         f"{_CEA} gpudirect-tcpx/nccl-tcpx-installer.yaml, nri_device_injector/nri-device-injector.yaml",
@@ -249,7 +277,7 @@ _TCPXO_DAEMON: Obj = {
     ],
     "securityContext": {"capabilities": {"add": ["NET_ADMIN", "NET_BIND_SERVICE"]}},
     "volumeMounts": [
-        {"name": "nvidia", "mountPath": _LIB64},
+        _ro("nvidia", _LIB64),
         {"name": "sys", "mountPath": "/hostsysfs"},
         {"name": "proc-sys", "mountPath": "/hostprocsysfs"},
     ],
@@ -308,7 +336,9 @@ GKE_TCPXO = Platform(
         _host("aperture-devices", "/dev/aperture_devices"),
     ),
     mounts=(
-        {"name": "nvidia", "mountPath": _LIB64},
+        _ro("nvidia", _LIB64),
+        # writable: the plugin maps the devices' PCI resource files, which the installer
+        # makes a+rw (gpudirect-tcpxo/nccl-tcpxo-installer.yaml)
         {"name": "aperture-devices", "mountPath": "/dev/aperture_devices"},
     ),
     init_containers=(_TCPXO_DAEMON,),
@@ -405,8 +435,8 @@ GKE_RDMA = Platform(
         _host("gib", "/home/kubernetes/bin/gib"),
     ),
     mounts=(
-        {"name": "library-dir-host", "mountPath": "/usr/local/nvidia"},
-        {"name": "gib", "mountPath": "/usr/local/gib"},
+        _ro("library-dir-host", "/usr/local/nvidia"),
+        _ro("gib", "/usr/local/gib"),
     ),
     image_note="the stock image serves on A3 Ultra and A4: the gIB plugin comes from the node "
     "(nccl-rdma-installer copies it to /home/kubernetes/bin/gib and "
