@@ -285,7 +285,87 @@ def register(app: typer.Typer) -> None:
         engine_default=NODES_CHECK_ENGINE_ARGS,
     )
     nodes.command("check", cls=Command)(handle_errors(check))
+    nodes.command("schedule", cls=Command)(nodes_schedule_command)
     app.add_typer(nodes)
+
+
+@handle_errors
+def nodes_schedule_command(
+    ctx: typer.Context,
+    check_args: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="-- [NODES CHECK OPTIONS] [-- ENGINE FLAGS]",
+            help="What the scheduled `nodes check` runs with (after `--`).",
+            show_default=False,
+        ),
+    ] = None,
+    namespace: Annotated[
+        str | None,
+        typer.Option(
+            "--namespace",
+            "-n",
+            metavar="NAME",
+            help="The namespace of the CronJob, its ServiceAccount and the check's test runs.",
+            show_default=False,
+        ),
+    ] = None,
+    cron: Annotated[
+        str,
+        typer.Option("--cron", metavar="SCHEDULE", help="When: five cron fields, or @daily."),
+    ] = "0 */6 * * *",
+    image: Annotated[
+        str | None,
+        typer.Option(
+            "--image",
+            metavar="IMAGE",
+            help="The checker pod's image: one with nccl-k8s installed (the repository's "
+            "Dockerfile builds it). The pair tests use the check's own --image.",
+            show_default=False,
+        ),
+    ] = None,
+    name: Annotated[
+        str,
+        typer.Option("--name", metavar="NAME", help="The CronJob's (and ServiceAccount's) name."),
+    ] = "nccl-k8s-node-check",
+    output: Annotated[
+        str, typer.Option("--output", "-o", metavar="yaml|json", help="Output format.")
+    ] = "yaml",
+) -> None:
+    """Print a CronJob that runs `nodes check` in the cluster on a schedule, with its
+    ServiceAccount and exactly the Role and ClusterRole one check uses (and, with --label or
+    --taint, the admission policy that limits its node updates to our keys). Nothing is
+    applied: `kubectl apply -f -`. See docs/fleet.md."""
+    from nccl_k8s import k8s
+    from nccl_k8s.spec import OPTION_BY_NAME
+
+    if output not in ("yaml", "json"):
+        raise UsageError(f'--output "{output}": expected yaml or json', key="--output")
+    if namespace is None:
+        raise UsageError("nodes schedule: -n NAMESPACE is required", key="--namespace")
+    if image is None:
+        raise UsageError(
+            "nodes schedule: --image IMAGE is required: an image with nccl-k8s installed "
+            "(docker build -t REGISTRY/nccl-k8s:TAG . from the repository)",
+            key="--image",
+        )
+    image = OPTION_BY_NAME["image"].parse("--image", image)  # type: ignore[misc]
+    cron = k8s.cron_arg(cron)
+    args = tuple(check_args or ())
+    # The check's own options parsed as `nodes check` would (an unknown one is exit 2 now,
+    # not a failed Job at 3 a.m.).
+    group = ctx.parent.command if ctx.parent is not None else None
+    check = group.get_command(ctx, "check") if group is not None else None  # type: ignore[attr-defined]
+    if check is not None:
+        cut = args.index("--") if "--" in args else len(args)
+        check.make_context("nccl-k8s nodes check", [*args[:cut], "-n", namespace])
+    s = k8s.Schedule(name, namespace, cron, image, args)
+    objs = k8s.schedule_objects(s)
+    if output == "json":
+        out.file.write(json.dumps({"apiVersion": "v1", "kind": "List", "items": objs}, indent=2))
+        out.file.write("\n")
+    else:
+        out.file.write(k8s.schedule_text(s, objs))
 
 
 # nodes check's own options
