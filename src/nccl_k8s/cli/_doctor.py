@@ -32,6 +32,7 @@ from nccl_k8s.cli._options import (
     client_settings,
     output_format,
     run_arg,
+    seconds,
     with_spec_options,
 )
 from nccl_k8s.errors import UsageError
@@ -114,6 +115,9 @@ def nodes_check_command(
     write_label: WriteLabel = False,
     write_taint: WriteTaint = False,
     dry_run: DryRun = False,
+    idle_only: IdleOnly = False,
+    skip_checked_within: SkipCheckedWithin = None,
+    max_nodes: MaxNodes = None,
     output: Output = "text",
     test_timeout: TestTimeout = None,
     schedule_timeout: ScheduleTimeout = None,
@@ -139,6 +143,12 @@ def nodes_check_command(
         raise UsageError(f"--floor {floor:g}: expected a bus bandwidth in GB/s > 0", key="--floor")
     if dry_run and not (write_label or write_taint):
         raise UsageError("--dry-run: applies to --label or --taint", key="--dry-run")
+    if max_nodes is not None and max_nodes < 2:
+        raise UsageError(
+            f"--max-nodes {max_nodes}: expected >= 2 (a test is a pair of nodes)",
+            key="--max-nodes",
+        )
+    within_s = seconds("--skip-checked-within", skip_checked_within)
     if selector is not None:
         selector = label_selector("--selector", selector)
     settings = wait_settings(test_timeout, schedule_timeout, None)
@@ -156,6 +166,9 @@ def nodes_check_command(
         label=write_label,
         taint=write_taint,
         dry_run=dry_run,
+        idle_only=idle_only,
+        within_s=within_s,
+        max_nodes=max_nodes,
         wait_settings=settings,
         progress=lambda text: err.print(text, markup=False, highlight=False),
     )
@@ -183,6 +196,11 @@ def _links_arg(links: str | None) -> Any:
 def _print_checked(checked: Any) -> None:
     """nodes check's table: a verdict per node, the reference, slow links, nodes left out."""
     f = checked.findings
+    if not checked.candidates:
+        out.print("no node is due for a test", markup=False)
+        for name, why in checked.left_out.items():
+            out.print(f"left out {name}: {why}", markup=False)
+        return
     rows: list[tuple[str, ...]] = [("NODE", "VERDICT", "BUSBW", "WHY")]
     for v in f.nodes:
         score = "-" if v.score is None else f"{v.score:.3g}"
@@ -428,7 +446,10 @@ Floor = Annotated[
 
 WriteLabel = Annotated[
     bool,
-    typer.Option("--label", help="Label the nodes nccl-k8s/node-check=good|bad."),
+    typer.Option(
+        "--label",
+        help="Label the nodes nccl-k8s/node-check=good|bad and nccl-k8s/checked-at=<unix seconds>.",
+    ),
 ]
 
 WriteTaint = Annotated[
@@ -436,6 +457,36 @@ WriteTaint = Annotated[
     typer.Option(
         "--taint",
         help="Taint bad nodes nccl-k8s/bad-node=true:NoSchedule (and untaint good ones).",
+    ),
+]
+
+IdleOnly = Annotated[
+    bool,
+    typer.Option(
+        "--idle-only",
+        help="Only nodes where no other pod requests GPUs (one list of the live pods of every "
+        "namespace: `rbac`/`nodes schedule` grant it for this flag only).",
+    ),
+]
+
+SkipCheckedWithin = Annotated[
+    str | None,
+    typer.Option(
+        "--skip-checked-within",
+        metavar="DURATION",
+        help="Leave out nodes whose last verdict (their nccl-k8s/checked-at label) is younger "
+        "than this (6h, 30m); a node labelled bad is always retested.",
+        show_default=False,
+    ),
+]
+
+MaxNodes = Annotated[
+    int | None,
+    typer.Option(
+        "--max-nodes",
+        metavar="K",
+        help="Test at most K nodes in this run (bad first, then never checked, then oldest).",
+        show_default=False,
     ),
 ]
 

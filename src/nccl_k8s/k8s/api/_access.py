@@ -208,6 +208,16 @@ ACCESS: tuple[Access, ...] = (
         optional="--scheduler/--gang",
     ),
     Access(
+        "",
+        "pods",
+        ("list",),
+        "nodes check --idle-only: which nodes another pod's GPU requests hold (one list of the "
+        "live pods of every namespace)",
+        scope="cluster",
+        feature="cluster-reads",
+        optional="--idle-only",
+    ),
+    Access(
         "coordination.k8s.io",
         "leases",
         ("list",),
@@ -335,7 +345,8 @@ def nodes_check_access(*, label: bool, idle_only: bool) -> list[Access]:
     out: list[Access] = []
     for a in ACCESS:
         verbs = tuple(v for v in a.verbs if v in sends.get((a.group, a.resource, a.scope), ()))
-        if verbs and not a.optional.startswith(RENDER_APPLY):
+        # doctor's own reads and kubectl's: never a check's
+        if verbs and a.optional not in (RENDER_APPLY, "--scheduler/--gang"):
             out.append(dataclasses.replace(a, verbs=verbs))
     return out
 
