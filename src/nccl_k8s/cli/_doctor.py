@@ -376,7 +376,12 @@ def nodes_schedule_command(
     check = group.get_command(ctx, "check") if group is not None else None  # type: ignore[attr-defined]
     if check is not None:
         cut = args.index("--") if "--" in args else len(args)
-        check.make_context("nccl-k8s nodes check", [*args[:cut], "-n", namespace])
+        # ctx's help names: click keeps the first help option it makes on the command.
+        check.make_context(
+            "nccl-k8s nodes check",
+            [*args[:cut], "-n", namespace],
+            help_option_names=ctx.help_option_names,
+        )
     s = k8s.Schedule(name, namespace, cron, image, args)
     objs = k8s.schedule_objects(s)
     if output == "json":
