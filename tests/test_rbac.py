@@ -27,7 +27,7 @@ from typer.testing import CliRunner
 
 from nccl_k8s.cli.main import app
 from nccl_k8s.k8s.api._access import ACCESS, RENDER_APPLY
-from nccl_k8s.k8s.nodes._nodecheck import LABEL_KEY, TAINT_KEY
+from nccl_k8s.k8s.nodes._nodecheck import CHECKED_AT_KEY, LABEL_KEY, TAINT_KEY
 from nccl_k8s.k8s.rendering._nodepolicy import policy_name
 from nccl_k8s.k8s.rendering._rbac import Subject
 
@@ -135,7 +135,7 @@ def test_label_nodes_prints_a_policy_for_the_subjects_node_updates(
     text = json.dumps(spec)
     # The keys nodes check writes, and no other key of ours.
     assert f"'{LABEL_KEY}'" in text and f"'{TAINT_KEY}'" in text
-    assert set(re.findall(r"nccl-k8s/[a-z-]+", text)) == {LABEL_KEY, TAINT_KEY}
+    assert set(re.findall(r"nccl-k8s/[a-z-]+", text)) == {LABEL_KEY, CHECKED_AT_KEY, TAINT_KEY}
     # Without --label-nodes, no policy.
     assert not [d for d in rbac_docs("-n", "a", *who) if "admission" in d["apiVersion"]]
 
@@ -180,7 +180,8 @@ def test_the_policy_allows_our_label_and_taint_and_denies_any_other_change() -> 
         edit(new)
         return new
 
-    ours = changed(lambda n: (n["metadata"]["labels"].update({LABEL_KEY: "bad"}),
+    ours = changed(lambda n: (n["metadata"]["labels"].update({LABEL_KEY: "bad",
+                                                              CHECKED_AT_KEY: "1765000000"}),
                               n["spec"]["taints"].append(
                                   {"key": TAINT_KEY, "value": "true", "effect": "NoSchedule"})))  # fmt: skip
     assert _admit(vap, old, ours, "alice") == "allowed"
@@ -199,9 +200,9 @@ def test_the_policy_allows_our_label_and_taint_and_denies_any_other_change() -> 
 
 
 def test_the_policy_keys_are_the_keys_nodes_check_writes() -> None:
-    from nccl_k8s.k8s.rendering._nodepolicy import NODE_LABEL_KEY, NODE_TAINT_KEY
+    from nccl_k8s.k8s.rendering._nodepolicy import NODE_LABEL_KEYS, NODE_TAINT_KEY
 
-    assert (NODE_LABEL_KEY, NODE_TAINT_KEY) == (LABEL_KEY, TAINT_KEY)
+    assert (NODE_LABEL_KEYS, NODE_TAINT_KEY) == ((LABEL_KEY, CHECKED_AT_KEY), TAINT_KEY)
 
 
 def rules_of(doc: dict[str, Any]) -> set[tuple[str, str, str]]:

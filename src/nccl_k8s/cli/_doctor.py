@@ -32,6 +32,7 @@ from nccl_k8s.cli._options import (
     client_settings,
     output_format,
     run_arg,
+    seconds,
     with_spec_options,
 )
 from nccl_k8s.errors import UsageError
@@ -114,6 +115,9 @@ def nodes_check_command(
     write_label: WriteLabel = False,
     write_taint: WriteTaint = False,
     dry_run: DryRun = False,
+    idle_only: IdleOnly = False,
+    skip_checked_within: SkipCheckedWithin = None,
+    max_nodes: MaxNodes = None,
     output: Output = "text",
     test_timeout: TestTimeout = None,
     schedule_timeout: ScheduleTimeout = None,
@@ -139,6 +143,12 @@ def nodes_check_command(
         raise UsageError(f"--floor {floor:g}: expected a bus bandwidth in GB/s > 0", key="--floor")
     if dry_run and not (write_label or write_taint):
         raise UsageError("--dry-run: applies to --label or --taint", key="--dry-run")
+    if max_nodes is not None and max_nodes < 2:
+        raise UsageError(
+            f"--max-nodes {max_nodes}: expected >= 2 (a test is a pair of nodes)",
+            key="--max-nodes",
+        )
+    within_s = seconds("--skip-checked-within", skip_checked_within)
     if selector is not None:
         selector = label_selector("--selector", selector)
     settings = wait_settings(test_timeout, schedule_timeout, None)
@@ -156,6 +166,9 @@ def nodes_check_command(
         label=write_label,
         taint=write_taint,
         dry_run=dry_run,
+        idle_only=idle_only,
+        within_s=within_s,
+        max_nodes=max_nodes,
         wait_settings=settings,
         progress=lambda text: err.print(text, markup=False, highlight=False),
     )
@@ -183,6 +196,11 @@ def _links_arg(links: str | None) -> Any:
 def _print_checked(checked: Any) -> None:
     """nodes check's table: a verdict per node, the reference, slow links, nodes left out."""
     f = checked.findings
+    if not checked.candidates:
+        out.print("no node is due for a test", markup=False)
+        for name, why in checked.left_out.items():
+            out.print(f"left out {name}: {why}", markup=False)
+        return
     rows: list[tuple[str, ...]] = [("NODE", "VERDICT", "BUSBW", "WHY")]
     for v in f.nodes:
         score = "-" if v.score is None else f"{v.score:.3g}"
@@ -285,7 +303,92 @@ def register(app: typer.Typer) -> None:
         engine_default=NODES_CHECK_ENGINE_ARGS,
     )
     nodes.command("check", cls=Command)(handle_errors(check))
+    nodes.command("schedule", cls=Command)(nodes_schedule_command)
     app.add_typer(nodes)
+
+
+@handle_errors
+def nodes_schedule_command(
+    ctx: typer.Context,
+    check_args: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="-- [NODES CHECK OPTIONS] [-- ENGINE FLAGS]",
+            help="What the scheduled `nodes check` runs with (after `--`).",
+            show_default=False,
+        ),
+    ] = None,
+    namespace: Annotated[
+        str | None,
+        typer.Option(
+            "--namespace",
+            "-n",
+            metavar="NAME",
+            help="The namespace of the CronJob, its ServiceAccount and the check's test runs.",
+            show_default=False,
+        ),
+    ] = None,
+    cron: Annotated[
+        str,
+        typer.Option("--cron", metavar="SCHEDULE", help="When: five cron fields, or @daily."),
+    ] = "0 */6 * * *",
+    image: Annotated[
+        str | None,
+        typer.Option(
+            "--image",
+            metavar="IMAGE",
+            help="The checker pod's image: one with nccl-k8s installed (the repository's "
+            "Dockerfile builds it). The pair tests use the check's own --image.",
+            show_default=False,
+        ),
+    ] = None,
+    name: Annotated[
+        str,
+        typer.Option("--name", metavar="NAME", help="The CronJob's (and ServiceAccount's) name."),
+    ] = "nccl-k8s-node-check",
+    output: Annotated[
+        str, typer.Option("--output", "-o", metavar="yaml|json", help="Output format.")
+    ] = "yaml",
+) -> None:
+    """Print a CronJob that runs `nodes check` in the cluster on a schedule, with its
+    ServiceAccount and exactly the Role and ClusterRole one check uses (and, with --label or
+    --taint, the admission policy that limits its node updates to our keys). Nothing is
+    applied: `kubectl apply -f -`. See docs/fleet.md."""
+    from nccl_k8s import k8s
+    from nccl_k8s.spec import OPTION_BY_NAME
+
+    if output not in ("yaml", "json"):
+        raise UsageError(f'--output "{output}": expected yaml or json', key="--output")
+    if namespace is None:
+        raise UsageError("nodes schedule: -n NAMESPACE is required", key="--namespace")
+    if image is None:
+        raise UsageError(
+            "nodes schedule: --image IMAGE is required: an image with nccl-k8s installed "
+            "(docker build -t REGISTRY/nccl-k8s:TAG . from the repository)",
+            key="--image",
+        )
+    image = OPTION_BY_NAME["image"].parse("--image", image)  # type: ignore[misc]
+    cron = k8s.cron_arg(cron)
+    args = tuple(check_args or ())
+    # The check's own options parsed as `nodes check` would (an unknown one is exit 2 now,
+    # not a failed Job at 3 a.m.).
+    group = ctx.parent.command if ctx.parent is not None else None
+    check = group.get_command(ctx, "check") if group is not None else None  # type: ignore[attr-defined]
+    if check is not None:
+        cut = args.index("--") if "--" in args else len(args)
+        # ctx's help names: click keeps the first help option it makes on the command.
+        check.make_context(
+            "nccl-k8s nodes check",
+            [*args[:cut], "-n", namespace],
+            help_option_names=ctx.help_option_names,
+        )
+    s = k8s.Schedule(name, namespace, cron, image, args)
+    objs = k8s.schedule_objects(s)
+    if output == "json":
+        out.file.write(json.dumps({"apiVersion": "v1", "kind": "List", "items": objs}, indent=2))
+        out.file.write("\n")
+    else:
+        out.file.write(k8s.schedule_text(s, objs))
 
 
 # nodes check's own options
@@ -348,7 +451,10 @@ Floor = Annotated[
 
 WriteLabel = Annotated[
     bool,
-    typer.Option("--label", help="Label the nodes nccl-k8s/node-check=good|bad."),
+    typer.Option(
+        "--label",
+        help="Label the nodes nccl-k8s/node-check=good|bad and nccl-k8s/checked-at=<unix seconds>.",
+    ),
 ]
 
 WriteTaint = Annotated[
@@ -356,6 +462,36 @@ WriteTaint = Annotated[
     typer.Option(
         "--taint",
         help="Taint bad nodes nccl-k8s/bad-node=true:NoSchedule (and untaint good ones).",
+    ),
+]
+
+IdleOnly = Annotated[
+    bool,
+    typer.Option(
+        "--idle-only",
+        help="Only nodes where no other pod requests GPUs (one list of the live pods of every "
+        "namespace: `rbac`/`nodes schedule` grant it for this flag only).",
+    ),
+]
+
+SkipCheckedWithin = Annotated[
+    str | None,
+    typer.Option(
+        "--skip-checked-within",
+        metavar="DURATION",
+        help="Leave out nodes whose last verdict (their nccl-k8s/checked-at label) is younger "
+        "than this (6h, 30m); a node labelled bad is always retested.",
+        show_default=False,
+    ),
+]
+
+MaxNodes = Annotated[
+    int | None,
+    typer.Option(
+        "--max-nodes",
+        metavar="K",
+        help="Test at most K nodes in this run (bad first, then never checked, then oldest).",
+        show_default=False,
     ),
 ]
 

@@ -81,6 +81,9 @@ EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
         ("every node with 8 GPUs", "nccl-k8s nodes check -n bench --gpus-per-node 8"),
         ("only H200 nodes, label the verdicts", "nccl-k8s nodes check -n bench --gpus-per-node 8 -l gpu=h200 --label"),
     ),
+    "nodes schedule": (
+        ("check and label the nodes every 6 hours", "nccl-k8s nodes schedule -n bench --image registry.example.com/nccl-k8s:0.1.0 -- --gpus-per-node 8 --label | kubectl apply -f -"),
+    ),
 }  # fmt: skip
 
 

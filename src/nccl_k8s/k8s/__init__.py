@@ -30,6 +30,12 @@ if TYPE_CHECKING:
     from nccl_k8s.k8s.rendering._dump import dump
     from nccl_k8s.k8s.rendering._manifests import render
     from nccl_k8s.k8s.rendering._rbac import Subject, rbac_objects, rbac_text, subject_of
+    from nccl_k8s.k8s.rendering._schedule import (
+        Schedule,
+        cron_arg,
+        schedule_objects,
+        schedule_text,
+    )
     from nccl_k8s.k8s.run._bundle import Bundled, bundle, bundle_path
     from nccl_k8s.k8s.run._cleanup import cleanup
     from nccl_k8s.k8s.run._collect import collect
@@ -71,6 +77,10 @@ _WHERE = {
     "logs": "run._logs",
     "dump": "rendering._dump",
     "render": "rendering._manifests",
+    "Schedule": "rendering._schedule",
+    "cron_arg": "rendering._schedule",
+    "schedule_objects": "rendering._schedule",
+    "schedule_text": "rendering._schedule",
     "Subject": "rendering._rbac",
     "rbac_objects": "rendering._rbac",
     "rbac_text": "rendering._rbac",
@@ -111,6 +121,7 @@ __all__ = [
     "RunPhase",
     "RunStatus",
     "RunSummary",
+    "Schedule",
     "Subject",
     "WaitOutcome",
     "WaitSettings",
@@ -118,6 +129,7 @@ __all__ = [
     "bundle_path",
     "cleanup",
     "collect",
+    "cron_arg",
     "deploy",
     "doctor",
     "dump",
@@ -129,6 +141,8 @@ __all__ = [
     "rbac_objects",
     "rbac_text",
     "render",
+    "schedule_objects",
+    "schedule_text",
     "status",
     "subject_of",
     "table_text",

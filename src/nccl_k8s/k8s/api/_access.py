@@ -208,6 +208,16 @@ ACCESS: tuple[Access, ...] = (
         optional="--scheduler/--gang",
     ),
     Access(
+        "",
+        "pods",
+        ("list",),
+        "nodes check --idle-only: which nodes another pod's GPU requests hold (one list of the "
+        "live pods of every namespace)",
+        scope="cluster",
+        feature="cluster-reads",
+        optional="--idle-only",
+    ),
+    Access(
         "coordination.k8s.io",
         "leases",
         ("list",),
@@ -280,9 +290,79 @@ ACCESS: tuple[Access, ...] = (
 )
 
 
+#: What one `nodes check` sends, per (group, resource, scope): its pair tests' deploy, collect
+#: and cleanup (a Job each, in the namespace: deploy watches the StatefulSet kind too, cleanup
+#: lists every kind a run may own), its node reads, `--platform auto`'s ResourceSlices. Verbs of
+#: ACCESS's entries only (tests/test_nodes_schedule.py). Some are sent only on a failure path:
+#: configmaps get (a taken run id is named), jobs patch (a failed test's ranks are stopped).
+#: A scheduled check (`nodes schedule`) is granted exactly these (nodes_check_access).
+_NODES_CHECK_SENDS: dict[tuple[str, str, Scope], tuple[str, ...]] = {
+    ("", "configmaps", "namespace"): ("create", "delete", "get", "list", "patch"),
+    ("", "services", "namespace"): ("create", "delete", "list", "patch"),
+    ("batch", "jobs", "namespace"): ("create", "delete", "list", "patch", "watch"),
+    ("apps", "statefulsets", "namespace"): ("list", "watch"),
+    ("", "pods", "namespace"): ("list", "watch"),
+    ("", "pods/log", "namespace"): ("get",),
+    ("", "events", "namespace"): ("list", "watch"),
+    ("", "namespaces", "namespace"): ("get",),
+    ("", "resourcequotas", "namespace"): ("list",),
+    ("", "limitranges", "namespace"): ("list",),
+    **{(k.group, k.plural, "namespace"): ("list",) for k in CUSTOM_KINDS if k.created},
+    ("", "serviceaccounts", "namespace"): ("list",),
+    ("rbac.authorization.k8s.io", "roles", "namespace"): ("list",),
+    ("rbac.authorization.k8s.io", "rolebindings", "namespace"): ("list",),
+    ("", "nodes", "cluster"): ("get", "list"),
+    **{
+        (k.group, k.plural, "cluster"): ("list",)
+        for k in CUSTOM_KINDS
+        if not k.created and k.scope == "Cluster" and not k.flag
+    },
+}
+#: `nodes check --label/--taint` writes the verdicts: nodes patch.
+_NODES_CHECK_WRITES: dict[tuple[str, str, Scope], tuple[str, ...]] = {
+    ("", "nodes", "cluster"): ("patch",)
+}
+#: `nodes check --idle-only` lists the pods of every namespace once (one request, whatever the
+#: node count: a field selector on spec.nodeName per node would need the same grant N times).
+_NODES_CHECK_IDLE: dict[tuple[str, str, Scope], tuple[str, ...]] = {
+    ("", "pods", "cluster"): ("list",)
+}
+
+
+def nodes_check_access(*, label: bool, idle_only: bool) -> list[Access]:
+    """ACCESS's entries cut to what one `nodes check` with these options sends, in the table's
+    order; the verbs of an entry it does not send are dropped, and entries without any."""
+    sends: dict[tuple[str, str, Scope], set[str]] = {}
+    tables: tuple[tuple[dict[tuple[str, str, Scope], tuple[str, ...]], bool], ...] = (
+        (_NODES_CHECK_SENDS, True),
+        (_NODES_CHECK_WRITES, label),
+        (_NODES_CHECK_IDLE, idle_only),
+    )
+    for table, asked in tables:
+        for key, verbs in table.items():
+            if asked:
+                sends.setdefault(key, set()).update(verbs)
+    out: list[Access] = []
+    for a in ACCESS:
+        verbs = tuple(v for v in a.verbs if v in sends.get((a.group, a.resource, a.scope), ()))
+        # doctor's own reads and kubectl's: never a check's
+        if verbs and a.optional not in (RENDER_APPLY, "--scheduler/--gang"):
+            out.append(dataclasses.replace(a, verbs=verbs))
+    return out
+
+
 def access_for(features: tuple[Feature, ...] | list[Feature]) -> list[Access]:
     """The entries of these features, in the table's order."""
     return [a for a in ACCESS if a.feature in features]
 
 
-__all__ = ["ACCESS", "FEATURES", "RENDER_APPLY", "Access", "Feature", "Scope", "access_for"]
+__all__ = [
+    "ACCESS",
+    "FEATURES",
+    "RENDER_APPLY",
+    "Access",
+    "Feature",
+    "Scope",
+    "access_for",
+    "nodes_check_access",
+]

@@ -23,7 +23,10 @@ before they start.
 Candidates: the nodes (of `selector`, or the --node list) where a pod of the run would fit
 (preflight._nodefit: GPUs, RDMA resources, --node-selector, taints, cpu and memory).
 
-`--label` writes `nccl-k8s/node-check=good|bad` on the nodes with a verdict; `--taint` puts
+`idle_only`, `within_s`, `max_nodes` (scheduled checks) test only the due candidates (nodes._due).
+
+`--label` writes `nccl-k8s/node-check=good|bad` and `nccl-k8s/checked-at=<unix seconds>` on the
+nodes with a verdict; `--taint` puts
 `nccl-k8s/bad-node=true:NoSchedule` on bad nodes and takes it off nodes found good. Nothing else
 of a node is touched (a taint list is written back with its other taints as they were, guarded
 by the node's resourceVersion); `dry_run` only says what would be done.
@@ -63,12 +66,17 @@ from nccl_k8s.k8s.nodes._badnodes import (
     verdicts,
 )
 from nccl_k8s.k8s.nodes._checked import NodesChecked, PairTest
+from nccl_k8s.k8s.nodes._due import due_async
 from nccl_k8s.k8s.nodes._floor import cluster_floor, pair_floor
 from nccl_k8s.k8s.nodes._level import failed_test
 from nccl_k8s.k8s.nodes._pairspec import pair_test_spec
 from nccl_k8s.k8s.preflight._nodefit import place
 from nccl_k8s.k8s.preflight._platforms import resolve_async
-from nccl_k8s.k8s.rendering._nodepolicy import NODE_LABEL_KEY, NODE_TAINT_KEY
+from nccl_k8s.k8s.rendering._nodepolicy import (
+    NODE_CHECKED_AT_KEY,
+    NODE_LABEL_KEY,
+    NODE_TAINT_KEY,
+)
 from nccl_k8s.k8s.run._cleanup import cleanup_async
 from nccl_k8s.k8s.run._collect import collect_async
 from nccl_k8s.k8s.run._deploy import deploy_async
@@ -80,6 +88,7 @@ from nccl_k8s.spec import RUN_ID_MAX_LEN, RunSpec, master_port_for
 
 #: Our node label and taint: one home, in rendering (where rbac's admission policy names them).
 LABEL_KEY = NODE_LABEL_KEY
+CHECKED_AT_KEY = NODE_CHECKED_AT_KEY
 TAINT_KEY = NODE_TAINT_KEY
 TAINT: Obj = {"key": TAINT_KEY, "value": "true", "effect": "NoSchedule"}
 #: The label every pair test's objects carry: which nodes check they belong to.
@@ -295,6 +304,9 @@ def nodes_check(
     label: bool = False,
     taint: bool = False,
     dry_run: bool = False,
+    idle_only: bool = False,
+    within_s: float | None = None,
+    max_nodes: int | None = None,
     wait_settings: WaitSettings | None = None,
     runs_dir: Path | None = None,
     progress: ProgressFn | None = None,
@@ -312,6 +324,9 @@ def nodes_check(
             label=label,
             taint=taint,
             dry_run=dry_run,
+            idle_only=idle_only,
+            within_s=within_s,
+            max_nodes=max_nodes,
             wait_settings=wait_settings,
             runs_dir=runs_dir,
             progress=progress,
@@ -344,6 +359,9 @@ async def nodes_check_async(
     label: bool = False,
     taint: bool = False,
     dry_run: bool = False,
+    idle_only: bool = False,
+    within_s: float | None = None,
+    max_nodes: int | None = None,
     wait_settings: WaitSettings | None = None,
     runs_dir: Path | None = None,
     progress: ProgressFn | None = None,
@@ -379,6 +397,12 @@ async def nodes_check_async(
             f"{spec.gpu_resource} fits; {len(candidates)} of the nodes{where} do ({out})",
             key="--selector",
         )
+    if idle_only or within_s is not None or max_nodes is not None:
+        due = await due_async(kc, spec.gpu_resource, candidates, nodes, idle_only=idle_only,
+                              within_s=within_s, max_nodes=max_nodes)  # fmt: skip
+        left_out.update(due.skipped)
+        if not (candidates := due.nodes):  # nothing due: a check that tested nothing
+            return NodesChecked([], left_out, [], verdicts([], [], threshold), [], dry_run)
     spec, fixed = pair_test_spec(spec)
     spec = with_floor(spec)[0]  # --min-busbw auto: known (or refused) before any test
     expected = pair_floor(spec, floor)
@@ -503,8 +527,9 @@ async def _write_verdicts(
         try:
             if label:
                 did = f"{would}label node {v.node} {LABEL_KEY}={v.verdict}"
-                if not dry_run:
-                    patch = {"metadata": {"labels": {LABEL_KEY: v.verdict}}}
+                if not dry_run:  # the verdict and its time (the action line: the verdict)
+                    at = str(int(time.time()))
+                    patch = {"metadata": {"labels": {LABEL_KEY: v.verdict, CHECKED_AT_KEY: at}}}
                     await kc.patch("Node", v.node, patch)
                 done.append(did)
             if taint:
@@ -543,6 +568,7 @@ async def _set_taint(kc: KubeClient, node: str, on: bool, *, dry_run: bool) -> s
 
 
 __all__ = [
+    "CHECKED_AT_KEY",
     "CHECK_LABEL",
     "LABEL_KEY",
     "TAINT",

@@ -44,6 +44,7 @@ def _uses(a: Access, spec: RunSpec, create_namespace: bool) -> bool:
         "--network-policy": spec.network_policy,
         "--queue": spec.queue is not None,
         "--scheduler/--gang": scheduler_name(spec) is not None,
+        "--idle-only": False,  # nodes check's, never a run's
     }[a.optional]
 
 

@@ -1,8 +1,8 @@
 """`nccl-k8s rbac --label-nodes`'s admission policy: RBAC can grant `nodes patch` only whole, so
 a ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1, GA since Kubernetes 1.30) and its
-binding deny the granted subject every node update that changes anything but our own label
-(`nccl-k8s/node-check`) and our own taint (`nccl-k8s/bad-node`), the two that
-`nodes check --label/--taint` writes. Other users' node updates are not matched.
+binding deny the granted subject every node update that changes anything but our own labels
+(`nccl-k8s/node-check`, the verdict, and `nccl-k8s/checked-at`, its time) and our own taint
+(`nccl-k8s/bad-node`), what `nodes check --label/--taint` writes. Other users' node updates are not matched.
 
 Pure: the objects are data; the CEL expressions are built here, with the subject's name as an
 escaped CEL string literal. A cluster older than 1.30 lacks the v1 kind: apply fails there,
@@ -26,6 +26,11 @@ ADMISSION = "admissionregistration.k8s.io/v1"
 #: The label and the taint `nodes check --label/--taint` writes (k8s.nodes._nodecheck's
 #: LABEL_KEY and TAINT_KEY; tests/test_rbac.py holds the two equal).
 NODE_LABEL_KEY = "nccl-k8s/node-check"
+#: Beside the verdict: when the check that gave it ended, in unix seconds (a label value may
+#: hold only [A-Za-z0-9._-], so no ISO time), read back by `--skip-checked-within`.
+NODE_CHECKED_AT_KEY = "nccl-k8s/checked-at"
+#: Every node label key the tool writes: the admission policy allows these and no other.
+NODE_LABEL_KEYS = (NODE_LABEL_KEY, NODE_CHECKED_AT_KEY)
 NODE_TAINT_KEY = "nccl-k8s/bad-node"
 #: Node fields the subject may not change, beside labels and taints: (CEL path, what it is).
 _KEPT = (
@@ -85,7 +90,8 @@ def policy_name(subject: Subject) -> str:
 
 def node_policy_objects(subject: Subject) -> list[Obj]:
     """The ValidatingAdmissionPolicy and its binding for `subject`'s node updates."""
-    label, taint = cel_string(NODE_LABEL_KEY), cel_string(NODE_TAINT_KEY)
+    label = "[" + ", ".join(cel_string(k) for k in NODE_LABEL_KEYS) + "]"
+    taint = cel_string(NODE_TAINT_KEY)
     name = policy_name(subject)
     variables = [
         {"name": "newLabels", "expression": "has(object.metadata.labels) ? object.metadata.labels : {}"},
@@ -94,10 +100,10 @@ def node_policy_objects(subject: Subject) -> list[Obj]:
         {"name": "oldTaints", "expression": f"has(oldObject.spec.taints) ? oldObject.spec.taints.filter(t, t.key != {taint}) : []"},
     ]  # fmt: skip
     validations = [
-        {"expression": f"variables.newLabels.all(k, k == {label} || (k in variables.oldLabels "
+        {"expression": f"variables.newLabels.all(k, k in {label} || (k in variables.oldLabels "
                        "&& variables.oldLabels[k] == variables.newLabels[k])) && "
-                       f"variables.oldLabels.all(k, k == {label} || k in variables.newLabels)",
-         "message": f"nccl-k8s may change only the node label {NODE_LABEL_KEY}",
+                       f"variables.oldLabels.all(k, k in {label} || k in variables.newLabels)",
+         "message": f"nccl-k8s may change only the node labels {' and '.join(NODE_LABEL_KEYS)}",
          "reason": "Forbidden"},
         {"expression": "variables.newTaints == variables.oldTaints",
          "message": f"nccl-k8s may change only the node taint {NODE_TAINT_KEY}",
@@ -123,4 +129,11 @@ def node_policy_objects(subject: Subject) -> list[Obj]:
     ]  # fmt: skip
 
 
-__all__ = ["NODE_LABEL_KEY", "NODE_TAINT_KEY", "cel_string", "node_policy_objects"]
+__all__ = [
+    "NODE_CHECKED_AT_KEY",
+    "NODE_LABEL_KEY",
+    "NODE_LABEL_KEYS",
+    "NODE_TAINT_KEY",
+    "cel_string",
+    "node_policy_objects",
+]

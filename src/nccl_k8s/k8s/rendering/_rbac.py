@@ -28,7 +28,7 @@ from nccl_k8s.errors import UsageError
 from nccl_k8s.k8s.api._access import ACCESS, FEATURES, Access, Feature
 from nccl_k8s.k8s.api._types import Obj
 from nccl_k8s.k8s.rendering._names import APP_NAME
-from nccl_k8s.k8s.rendering._nodepolicy import NODE_LABEL_KEY, NODE_TAINT_KEY, node_policy_objects
+from nccl_k8s.k8s.rendering._nodepolicy import NODE_LABEL_KEYS, NODE_TAINT_KEY, node_policy_objects
 from nccl_k8s.spec import LABEL_NAME
 
 RBAC_GROUP = "rbac.authorization.k8s.io"
@@ -168,7 +168,8 @@ def rbac_text(objs: list[Obj]) -> str:
         elif obj["kind"] == "ValidatingAdmissionPolicy":
             comment = (
                 "# ValidatingAdmissionPolicy (Kubernetes 1.30 or later): the subject's node updates\n"
-                f"# may change the label {NODE_LABEL_KEY} and the taint {NODE_TAINT_KEY}, nothing else\n"
+                f"# may change the labels {' and '.join(NODE_LABEL_KEYS)} and the taint "
+                f"{NODE_TAINT_KEY}, nothing else\n"
             )
         body = yaml.safe_dump(obj, sort_keys=False, default_flow_style=False, width=100)
         docs.append(comment + body)

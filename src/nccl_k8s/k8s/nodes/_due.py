@@ -1,0 +1,142 @@
+"""Which of the candidate nodes one `nodes check` tests, for checks that run on a schedule:
+`--idle-only` (no other pod requests GPUs there), `--skip-checked-within DURATION` (the node's
+last verdict, read back from its labels, is younger) and `--max-nodes K` (one run's bound).
+
+A node labelled bad is always due (whatever its age): only a new test clears it. Due nodes go
+in this order, so that --max-nodes keeps the ones that most need a test: labelled bad, never
+checked (or a checked-at label that does not parse), then oldest check first. A single due
+node gets a partner (a test is a pair): an idle candidate left out by the window, freshest
+good first. Pure (Node and Pod objects in, names out), but for due_async, which first lists
+the live pods of every namespace for --idle-only: one request, whatever the node count (a
+field selector on spec.nodeName per node would need the same grant, N times).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from nccl_k8s.k8s.api._client import KubeClient
+from nccl_k8s.k8s.api._types import Obj
+from nccl_k8s.k8s.rendering._nodepolicy import NODE_CHECKED_AT_KEY, NODE_LABEL_KEY
+from nccl_k8s.spec import quantity_value
+
+#: A pod that has ended holds no GPU; the one list of pods asks the server for the others.
+LIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"
+
+
+@dataclasses.dataclass(frozen=True)
+class Due:
+    nodes: list[str]
+    """The nodes to test, in the order above."""
+    skipped: dict[str, str]
+    """Candidates not tested this time, and why."""
+
+
+def _gpus(pod: Obj, resource: str) -> float:
+    spec = pod.get("spec") or {}
+    total = 0.0
+    for c in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
+        res = c.get("resources") or {}
+        got = (res.get("requests") or {}).get(resource) or (res.get("limits") or {}).get(resource)
+        if got is not None:
+            total = max(total, float(quantity_value(str(got))))
+    return total
+
+
+def busy_nodes(pods: Iterable[Obj], resource: str) -> dict[str, str]:
+    """Node -> the first live pod on it that requests `resource` (`ns/name`, how many)."""
+    busy: dict[str, str] = {}
+    for pod in pods:
+        node = (pod.get("spec") or {}).get("nodeName")
+        phase = (pod.get("status") or {}).get("phase")
+        if not node or phase in ("Succeeded", "Failed") or node in busy:
+            continue
+        if (n := _gpus(pod, resource)) > 0:
+            meta = pod.get("metadata") or {}
+            busy[node] = f"{meta.get('namespace')}/{meta.get('name')} requests {n:g} {resource}"
+    return busy
+
+
+def last_check(node: Obj) -> tuple[str | None, int | None]:
+    """(verdict, checked-at unix seconds) from the node's labels; None where absent or bad."""
+    labels: Mapping[str, Any] = (node.get("metadata") or {}).get("labels") or {}
+    verdict = labels.get(NODE_LABEL_KEY)
+    at = str(labels.get(NODE_CHECKED_AT_KEY, ""))
+    return (str(verdict) if verdict else None), (int(at) if at.isdigit() else None)
+
+
+def _ago(seconds: float) -> str:
+    if seconds >= 3600:
+        return f"{seconds / 3600:.1f}h"
+    return f"{seconds / 60:.0f}m"
+
+
+def due_nodes(
+    candidates: Sequence[str],
+    nodes: Iterable[Obj],
+    *,
+    now: float,
+    busy: Mapping[str, str] | None = None,
+    within_s: float | None = None,
+    max_nodes: int | None = None,
+) -> Due:
+    """The candidates to test (module docstring); `busy` from busy_nodes with --idle-only."""
+    by_name = {str(n["metadata"]["name"]): n for n in nodes}
+    skipped: dict[str, str] = {}
+    idle = [n for n in candidates if not (busy and n in busy)]
+    for n in candidates:
+        if busy and n in busy:
+            skipped[n] = f"not idle: {busy[n]}"
+    due: list[tuple[tuple[int, float], str]] = []
+    fresh: list[tuple[float, str]] = []
+    for n in idle:
+        verdict, at = last_check(by_name.get(n, {}))
+        if verdict == "bad":
+            due.append(((0, at or 0), n))
+        elif verdict is None or at is None:
+            due.append(((1, 0), n))
+        elif within_s is not None and now - at < within_s:
+            skipped[n] = f"checked {verdict} {_ago(now - at)} ago (--skip-checked-within)"
+            fresh.append((-at if verdict == "good" else float("inf"), n))
+        else:
+            due.append(((2, at), n))
+    order = [n for _, n in sorted(due, key=lambda x: x[0])]  # stable: candidates' order
+    if max_nodes is not None and len(order) > max_nodes:
+        for n in order[max_nodes:]:
+            skipped[n] = f"over --max-nodes {max_nodes} (due: next run)"
+        order = order[:max_nodes]
+    if len(order) == 1 and fresh:
+        partner = min(fresh)[1]
+        del skipped[partner]
+        order.append(partner)
+    if len(order) < 2:
+        for n in order:
+            skipped[n] = "due, but no idle node to pair it with"
+        order = []
+    return Due(order, skipped)
+
+
+async def due_async(
+    kc: KubeClient,
+    gpu_resource: str,
+    candidates: Sequence[str],
+    nodes: Iterable[Obj],
+    *,
+    idle_only: bool,
+    within_s: float | None,
+    max_nodes: int | None,
+) -> Due:
+    """due_nodes, now, with --idle-only's pods listed first."""
+    busy = None
+    if idle_only:
+        pods = (await kc.list("Pod", all_namespaces=True, field_selector=LIVE_PODS))[0]
+        busy = busy_nodes(pods, gpu_resource)
+    return due_nodes(
+        candidates, nodes, now=time.time(), busy=busy, within_s=within_s, max_nodes=max_nodes
+    )
+
+
+__all__ = ["LIVE_PODS", "Due", "busy_nodes", "due_async", "due_nodes", "last_check"]
