@@ -370,8 +370,19 @@ def nodes_schedule_command(
     image = OPTION_BY_NAME["image"].parse("--image", image)  # type: ignore[misc]
     cron = k8s.cron_arg(cron)
     args = tuple(check_args or ())
-    # The check's own options parsed as `nodes check` would (an unknown one is exit 2 now,
-    # not a failed Job at 3 a.m.).
+    _parse_as_check(ctx, args, namespace)
+    s = k8s.Schedule(name, namespace, cron, image, args)
+    objs = k8s.schedule_objects(s)
+    if output == "json":
+        out.file.write(json.dumps({"apiVersion": "v1", "kind": "List", "items": objs}, indent=2))
+        out.file.write("\n")
+    else:
+        out.file.write(k8s.schedule_text(s, objs))
+
+
+def _parse_as_check(ctx: typer.Context, args: tuple[str, ...], namespace: str) -> None:
+    """The scheduled check's own options parsed as `nodes check` would: an unknown one is exit
+    2 now, not a failed Job at 3 a.m."""
     group = ctx.parent.command if ctx.parent is not None else None
     check = group.get_command(ctx, "check") if group is not None else None  # type: ignore[attr-defined]
     if check is not None:
@@ -382,13 +393,6 @@ def nodes_schedule_command(
             [*args[:cut], "-n", namespace],
             help_option_names=ctx.help_option_names,
         )
-    s = k8s.Schedule(name, namespace, cron, image, args)
-    objs = k8s.schedule_objects(s)
-    if output == "json":
-        out.file.write(json.dumps({"apiVersion": "v1", "kind": "List", "items": objs}, indent=2))
-        out.file.write("\n")
-    else:
-        out.file.write(k8s.schedule_text(s, objs))
 
 
 # nodes check's own options

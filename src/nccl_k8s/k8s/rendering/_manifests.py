@@ -61,8 +61,8 @@ from nccl_k8s.k8s.rendering._computedomain import (
 )
 from nccl_k8s.k8s.rendering._gangs import gang_binding, pod_group_spec, scheduler_name
 from nccl_k8s.k8s.rendering._launcher import launcher_args
+from nccl_k8s.k8s.rendering._meta import common_labels, object_metadata, selector_labels
 from nccl_k8s.k8s.rendering._names import (
-    APP_NAME,
     CONTAINER_NAME,
     ENGINE_MOUNT,
     METRICS_PATH,
@@ -74,6 +74,7 @@ from nccl_k8s.k8s.rendering._names import (
     USER_ENV_ANNOTATION,
     WORKER,
 )
+from nccl_k8s.k8s.rendering._netpolicy import network_policy
 from nccl_k8s.k8s.rendering._platform import apply_platform, check_platform, platform_of
 from nccl_k8s.k8s.rendering._presets import (
     MESH_OPT_OUT_ANNOTATIONS,
@@ -92,44 +93,11 @@ from nccl_k8s.spec import (
     COMPUTE_DOMAIN,
     GANGS,
     LABEL_COMPONENT,
-    LABEL_INSTANCE,
     LABEL_KUEUE_QUEUE,
-    LABEL_MANAGED_BY,
-    LABEL_NAME,
-    NETWORK_POLICY,
     NETWORKS_ANNOTATION,
     POD_MONITOR,
     RunSpec,
 )
-
-
-def common_labels(spec: RunSpec) -> dict[str, str]:
-    """The labels every object of the run carries: user labels, then ours (ours cannot be
-    overridden; the spec refuses user labels with these keys)."""
-    labels = dict(spec.labels)
-    labels.update(
-        {
-            LABEL_NAME: APP_NAME,
-            LABEL_INSTANCE: spec.run_id,
-            LABEL_MANAGED_BY: APP_NAME,
-        }
-    )
-    return labels
-
-
-def selector_labels(spec: RunSpec) -> dict[str, str]:
-    """What selects the run's pods (Service, StatefulSet selector, anti-affinity)."""
-    return {LABEL_NAME: APP_NAME, LABEL_INSTANCE: spec.run_id, LABEL_COMPONENT: WORKER}
-
-
-def _metadata(spec: RunSpec, name: str, **extra_labels: str) -> Obj:
-    meta: Obj = {"name": name}
-    if spec.namespace is not None:
-        meta["namespace"] = spec.namespace
-    meta["labels"] = {**common_labels(spec), **extra_labels}
-    meta["annotations"] = {**dict(spec.annotations), RENDERED_ANNOTATION: spec.run_id}
-    return meta
-
 
 _DOLLAR = re.compile(r"\$(?=[$(])")
 
@@ -144,7 +112,7 @@ def configmap(spec: RunSpec) -> Obj:
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": _metadata(spec, spec.configmap_name, **{LABEL_COMPONENT: "engine"}),
+        "metadata": object_metadata(spec, spec.configmap_name, **{LABEL_COMPONENT: "engine"}),
         # Immutable: it never changes for a run, and kubelets then stop watching it, which
         # matters with a thousand pods mounting it.
         "immutable": True,
@@ -156,7 +124,7 @@ def service(spec: RunSpec) -> Obj:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _metadata(spec, spec.service_name, **{LABEL_COMPONENT: "rendezvous"}),
+        "metadata": object_metadata(spec, spec.service_name, **{LABEL_COMPONENT: "rendezvous"}),
         "spec": {
             "clusterIP": "None",
             # Rank 0 must be resolvable before it is Ready (it never reports Ready: no probe),
@@ -401,7 +369,7 @@ def _pod_spec(spec: RunSpec) -> Obj:
     return pod
 
 
-def _pod_metadata(spec: RunSpec) -> Obj:
+def _podobject_metadata(spec: RunSpec) -> Obj:
     gang_labels, gang_annotations = gang_binding(spec)
     labels = {**dict(MESH_OPT_OUT_LABELS), **common_labels(spec), **selector_labels(spec)}
     labels.update(gang_labels)
@@ -433,15 +401,15 @@ def _pod_metadata(spec: RunSpec) -> Obj:
 def pod_template(spec: RunSpec) -> Obj:
     """The pod every rank group runs in: one per node, G GPUs, their launcher inside, with the
     pieces of its platform (spec.platforms) for NCCL to reach the fabric."""
-    template = {"metadata": _pod_metadata(spec), "spec": _pod_spec(spec)}
+    template = {"metadata": _podobject_metadata(spec), "spec": _pod_spec(spec)}
     apply_platform(spec, template)
     apply_compute_domain(spec, template)
     apply_topology(spec, template, selector_labels(spec))
     return template
 
 
-def _workload_metadata(spec: RunSpec) -> Obj:
-    meta = _metadata(spec, spec.workload_name, **{LABEL_COMPONENT: WORKER})
+def _workloadobject_metadata(spec: RunSpec) -> Obj:
+    meta = object_metadata(spec, spec.workload_name, **{LABEL_COMPONENT: WORKER})
     if spec.queue is not None:
         meta["labels"][LABEL_KUEUE_QUEUE] = spec.queue
     meta.setdefault("annotations", {})[PSA_ANNOTATION] = pod_security_level(spec)
@@ -452,7 +420,7 @@ def _workload_metadata(spec: RunSpec) -> Obj:
 
 
 def job(spec: RunSpec) -> Obj:
-    meta = _workload_metadata(spec)
+    meta = _workloadobject_metadata(spec)
     job_spec: Obj = {
         "completionMode": "Indexed",
         "completions": spec.nodes,
@@ -490,7 +458,7 @@ def job(spec: RunSpec) -> Obj:
 
 
 def statefulset(spec: RunSpec) -> Obj:
-    meta = _workload_metadata(spec)
+    meta = _workloadobject_metadata(spec)
     return {
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",
@@ -514,7 +482,7 @@ def pod_group(spec: RunSpec) -> Obj:
     return {
         "apiVersion": gang.api_version,
         "kind": gang.kind,
-        "metadata": _metadata(spec, spec.run_id, **{LABEL_COMPONENT: "gang"}),
+        "metadata": object_metadata(spec, spec.run_id, **{LABEL_COMPONENT: "gang"}),
         "spec": pod_group_spec(spec),
     }
 
@@ -524,7 +492,7 @@ def compute_domain(spec: RunSpec) -> Obj:
     return {
         "apiVersion": COMPUTE_DOMAIN.api_version,
         "kind": COMPUTE_DOMAIN.kind,
-        "metadata": _metadata(
+        "metadata": object_metadata(
             spec, compute_domain_name(spec), **{LABEL_COMPONENT: "compute-domain"}
         ),
         "spec": compute_domain_spec(spec),
@@ -537,54 +505,10 @@ def pod_monitor(spec: RunSpec) -> Obj:
     return {
         "apiVersion": POD_MONITOR.api_version,
         "kind": POD_MONITOR.kind,
-        "metadata": _metadata(spec, spec.run_id, **{LABEL_COMPONENT: "metrics"}),
+        "metadata": object_metadata(spec, spec.run_id, **{LABEL_COMPONENT: "metrics"}),
         "spec": {
             "selector": {"matchLabels": selector_labels(spec)},
             "podMetricsEndpoints": [{"port": METRICS_PORT_NAME, "path": METRICS_PATH}],
-        },
-    }
-
-
-def _peer(key: str, value: str) -> Obj:
-    """A --metrics-from value as a NetworkPolicy peer: `namespace=NAME` is every pod of that
-    namespace (by the label the API server sets on every namespace, Kubernetes 1.22+), any
-    other KEY=VALUE the pods of the run's namespace with that label."""
-    if key == "namespace":
-        return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": value}}}
-    return {"podSelector": {"matchLabels": {key: value}}}
-
-
-def network_policy(spec: RunSpec) -> Obj:
-    """The run's NetworkPolicy (--network-policy): ingress to its pods from its own pods on
-    every port (the rendezvous store, NCCL's bootstrap and data connections on ephemeral ports)
-    and, on the metrics port, from the --metrics-from peers; egress is left alone (the pods pull
-    nothing through it, but DNS and the API server for --adopt must stay reachable). A policy
-    selects no pod on the node's network, so host networking is refused rather than rendered
-    as a protection it is not."""
-    if uses_host_network(spec):
-        raise UsageError(
-            "--network-policy with host networking (--security host, or a platform on the "
-            "node's network such as oke-roce): a NetworkPolicy does not apply to pods on the "
-            "node's network; expected a pod-network run, or no --network-policy",
-            key="--network-policy",
-        )
-    pods = {"podSelector": {"matchLabels": selector_labels(spec)}}
-    ingress: list[Obj] = [{"from": [pods]}]
-    if spec.metrics_port and spec.metrics_from:
-        ingress.append(
-            {
-                "from": [_peer(k, v) for k, v in spec.metrics_from],
-                "ports": [{"protocol": "TCP", "port": spec.metrics_port}],
-            }
-        )
-    return {
-        "apiVersion": NETWORK_POLICY.api_version,
-        "kind": NETWORK_POLICY.kind,
-        "metadata": _metadata(spec, spec.run_id, **{LABEL_COMPONENT: "network-policy"}),
-        "spec": {
-            "podSelector": {"matchLabels": selector_labels(spec)},
-            "policyTypes": ["Ingress"],
-            "ingress": ingress,
         },
     }
 
@@ -620,7 +544,7 @@ def render(spec: RunSpec, *, adopt: bool = False) -> list[Obj]:
     objs.append(job(spec) if spec.workload == "job" else statefulset(spec))
     if adopt:
         return with_adoption(
-            objs, lambda name: _metadata(spec, name, **{LABEL_COMPONENT: "adoption"})
+            objs, lambda name: object_metadata(spec, name, **{LABEL_COMPONENT: "adoption"})
         )
     return objs
 
