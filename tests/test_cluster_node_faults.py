@@ -257,6 +257,13 @@ def test_each_scheduler_holds_a_renewed_lease_and_quota_objects_are_served(
     assert code == 200 and body["items"] == []
 
 
+def label_node(cluster: Cluster, node: str, key: str, value: str) -> None:
+    def edit(obj: Obj) -> None:
+        obj["metadata"].setdefault("labels", {})[key] = value
+
+    cluster.store.mutate("nodes", None, node, edit)
+
+
 #: Sends 2 MiB to a server at FAR (an address of another node's pod range: every 127/8 address
 #: is the loopback's, so the pod can serve it itself) and 2 MiB to one at 127.0.0.1, and prints
 #: the seconds each took: what the link-slow fault holds is the send to the other domain only.
@@ -290,14 +297,7 @@ def test_link_slow_holds_sends_between_two_domains_and_not_inside_one(
     # the same pod's send inside its own pod's address (its domain) is not held.
     api = Api(cluster.url)
     for i, block in enumerate("ab"):
-        cluster.store.mutate(
-            "nodes",
-            None,
-            f"node-{i}",
-            lambda n, block=block: (
-                n["metadata"].setdefault("labels", {}).update({"example.com/block": block})
-            ),
-        )
+        label_node(cluster, f"node-{i}", "example.com/block", block)
     # node-1's pods are 127.<k>.17.x (kubelet: 127.<k>.<16+i>.x); .250 is served by the pod.
     k = cluster.node_address(1).split(".")[1]
     far = f"127.{k}.17.250"

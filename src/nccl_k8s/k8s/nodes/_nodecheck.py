@@ -16,6 +16,11 @@ before the first round the client's pool is widened to carry the largest round (
 tests), bounded only by the files this process may open (_capacity); a round larger than what
 it carries runs in waves, said before it starts.
 
+`pairing` (--pairing, nodes._domains): by the topology labels (the platform's, or --topology),
+pass 1 pairs the nodes inside their finest domain and every retest stays there (intra, auto);
+then (auto) tests across the domains among the good nodes tell a slow link between two domains
+from a slow node. Only tests inside a domain judge a node; tests across judge the links.
+
 `links` (--links): after the verdicts, rounds that cover every link among the good nodes (or a
 random sample of such rounds), for a slow link between two good nodes; their cost is said
 before they start.
@@ -57,18 +62,30 @@ from nccl_k8s.k8s.nodes._badnodes import (
     DECIDED,
     Findings,
     PairResult,
+    SlowLink,
     level,
     link_rounds,
     plan,
     verdicts,
 )
-from nccl_k8s.k8s.nodes._checked import NodesChecked, PairTest
+from nccl_k8s.k8s.nodes._checked import NodesChecked, PairTest, Topology
+from nccl_k8s.k8s.nodes._domains import (
+    PAIRINGS,
+    cross_rounds,
+    domains_of,
+    groups,
+    inter_order,
+    intra_plan,
+    link_verdicts,
+    topology_applies,
+)
 from nccl_k8s.k8s.nodes._floor import cluster_floor, pair_floor
 from nccl_k8s.k8s.nodes._level import failed_test
 from nccl_k8s.k8s.nodes._pairspec import pair_test_spec
 from nccl_k8s.k8s.preflight._nodefit import place
 from nccl_k8s.k8s.preflight._platforms import resolve_async
 from nccl_k8s.k8s.rendering._nodepolicy import NODE_LABEL_KEY, NODE_TAINT_KEY
+from nccl_k8s.k8s.rendering._topology import topology_levels
 from nccl_k8s.k8s.run._cleanup import cleanup_async
 from nccl_k8s.k8s.run._collect import collect_async
 from nccl_k8s.k8s.run._deploy import deploy_async
@@ -292,6 +309,7 @@ def nodes_check(
     threshold: float = 0.9,
     floor: float | None = None,
     links: int | Literal["all"] | None = None,
+    pairing: str = "auto",
     label: bool = False,
     taint: bool = False,
     dry_run: bool = False,
@@ -309,6 +327,7 @@ def nodes_check(
             threshold=threshold,
             floor=floor,
             links=links,
+            pairing=pairing,
             label=label,
             taint=taint,
             dry_run=dry_run,
@@ -341,6 +360,7 @@ async def nodes_check_async(
     threshold: float = 0.9,
     floor: float | None = None,
     links: int | Literal["all"] | None = None,
+    pairing: str = "auto",
     label: bool = False,
     taint: bool = False,
     dry_run: bool = False,
@@ -354,6 +374,8 @@ async def nodes_check_async(
     cluster against `floor` (GB/s) or its platform's (nodes._floor). Every request
     goes through `kc`; interrupted (cancelled), it removes the test runs it started."""
     say = progress or (lambda text: None)
+    if pairing not in PAIRINGS:
+        raise UsageError(f"--pairing {pairing!r}: expected intra, inter or auto", key="--pairing")
     await require_namespace_async(kc, spec.namespace)  # before pass 1, over the check's client
     try:
         nodes = (await kc.list("Node", label_selector=selector))[0]
@@ -379,29 +401,59 @@ async def nodes_check_async(
             f"{spec.gpu_resource} fits; {len(candidates)} of the nodes{where} do ({out})",
             key="--selector",
         )
+    keys = topology_levels(spec)  # before the pair tests' spec, which places by none
     spec, fixed = pair_test_spec(spec)
     spec = with_floor(spec)[0]  # --min-busbw auto: known (or refused) before any test
     expected = pair_floor(spec, floor)
     if fixed:
         said = " ".join(f"{k}={v}" for k, v in fixed.items())
         say(f"pair tests run with {said} (the link between the two nodes; --env sets another)")
+    domain_of = domains_of([n for n in nodes if n["metadata"]["name"] in candidates], keys)
+    by_topology = topology_applies(domain_of, candidates)
+    if by_topology:
+        count = len(set(domain_of.values()))
+        say(f"pairing {pairing}: {count} domains by {', '.join(keys)}")
     runner = _Runner(kc, spec, wait_settings or WaitSettings(), runs_dir, say)
     at_once = runner.at_once = _capacity(kc, len(candidates) // 2, parallel, say)
+    inside = _inside(domain_of) if by_topology and pairing != "inter" else (lambda _: True)
+    cross: list[PairTest] = []
     try:
-        tests = await _passes(runner, candidates, threshold, at_once, say)
+        if not by_topology:
+            tests = await _passes(runner, candidates, threshold, at_once, say)
+        elif pairing == "inter":
+            order = inter_order(candidates, domain_of)
+            tests = await _passes(runner, order, threshold, at_once, say)
+        else:
+            planner = functools.partial(_intra_planner, domain_of=domain_of)
+            tests = await _passes(runner, candidates, threshold, at_once, say, planner)
         findings = verdicts(candidates, [t.result for t in tests], threshold)
+        if by_topology and pairing == "auto":
+            cross = await _cross(runner, findings, tests, domain_of, at_once, say)
         if links is not None:
-            tests += await _links(runner, findings, tests, links, at_once, say)
+            more = await _links(runner, findings, tests + cross, links, at_once, say)
+            tests += [t for t in more if inside(t.result)]
+            cross += [t for t in more if not inside(t.result)]
             findings = verdicts(candidates, [t.result for t in tests], threshold)
         await runner.drain()
     except BaseException:
         await runner.abandon()
         raise
+    topology = None
+    if by_topology:
+        results = [t.result for t in tests]
+        found, odd = link_verdicts(
+            results, [t.result for t in cross], findings, domain_of, threshold
+        )
+        slow = [SlowLink(r.a, r.b, r.busbw, _cross_why(r, findings)) for r in odd]
+        topology = Topology(keys, pairing, domain_of, found, slow)
+        tests += cross
     actions: list[str] = []
     if label or taint:
         actions = await _write_verdicts(kc, findings, label=label, taint=taint, dry_run=dry_run)
     floor_of = cluster_floor(expected, findings, [t.result for t in tests])
-    return NodesChecked(candidates, left_out, tests, findings, actions, dry_run, fixed, *floor_of)
+    return NodesChecked(
+        candidates, left_out, tests, findings, actions, dry_run, fixed, *floor_of, topology
+    )
 
 
 def _open_files(want: int) -> int:
@@ -445,15 +497,70 @@ def _capacity(kc: KubeClient, pairs: int, parallel: int | None, say: ProgressFn)
     return at_once
 
 
+Planner = Callable[[list[str], list[PairResult], float, int, int], list[tuple[str, str]]]
+
+
+def _intra_planner(
+    nodes: list[str],
+    results: list[PairResult],
+    threshold: float,
+    pass_no: int,
+    at_once: int,
+    *,
+    domain_of: dict[str, str],
+) -> list[tuple[str, str]]:
+    return intra_plan(nodes, results, threshold, pass_no, domain_of, at_once)
+
+
+def _inside(domain_of: dict[str, str]) -> Callable[[PairResult], bool]:
+    """Whether a test is inside one group of the intra search (nodes._domains.groups)."""
+    group = {n: g for g, members in groups(list(domain_of), domain_of).items() for n in members}
+    return lambda r: group.get(r.a) == group.get(r.b)
+
+
+def _cross_why(r: PairResult, findings: Findings) -> str:
+    if not r.ok:
+        return f"the test across domains between two good nodes failed: {r.error}"
+    return (
+        f"{r.busbw:.3g} GB/s across domains between two good nodes, below the cluster's "
+        f"{findings.reference or 0.0:.3g} GB/s, while other tests between the two domains hold it"
+    )
+
+
+async def _cross(
+    runner: _Runner,
+    findings: Findings,
+    tests: list[PairTest],
+    domain_of: dict[str, str],
+    parallel: int,
+    say: ProgressFn,
+) -> list[PairTest]:
+    """--pairing auto: tests across the domains among the good nodes (nodes._domains)."""
+    good = [v.node for v in findings.nodes if v.verdict == "good"]
+    rounds = cross_rounds(good, domain_of)
+    pass_no = max((t.result.pass_no for t in tests), default=0) + 1
+    out: list[PairTest] = []
+    for i, pairs in enumerate(rounds, start=pass_no):
+        say(f"across domains, round {i - pass_no + 1}: {', '.join(f'{a} + {b}' for a, b in pairs)}")
+        out += await runner.run(pairs, i, parallel)
+    return out
+
+
 async def _passes(
-    runner: _Runner, candidates: list[str], threshold: float, parallel: int, say: ProgressFn
+    runner: _Runner,
+    candidates: list[str],
+    threshold: float,
+    parallel: int,
+    say: ProgressFn,
+    planner: Planner = plan,
 ) -> list[PairTest]:
     """Pass 1 pairs the nodes off; each later pass is one round of what is still open (each
     suspect with a distinct cleared node, the test that would confirm the level, the controls
-    that fit beside them in its last wave): every test."""
+    that fit beside them in its last wave): every test. `planner`: _badnodes.plan, or under
+    --pairing intra/auto the same inside each domain (nodes._domains.intra_plan)."""
     tests: list[PairTest] = []
     pass_no = 1
-    while pairs := plan(candidates, [t.result for t in tests], threshold, pass_no, parallel):
+    while pairs := planner(candidates, [t.result for t in tests], threshold, pass_no, parallel):
         lv = level([t.result for t in tests], threshold)
         cleared = lv.cleared if tests and lv.confirmed else set()  # else: confirmation tests
         said = [f"{a} + {b}" + (" (control)" if {a, b} <= cleared else "") for a, b in pairs]
