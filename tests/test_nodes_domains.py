@@ -3,6 +3,8 @@ verdict on the links between domains, from given measurements (nodes._domains)."
 
 from __future__ import annotations
 
+import pytest
+
 from nccl_k8s.k8s.nodes._badnodes import verdicts
 from nccl_k8s.k8s.nodes._domains import (
     ALONE,
@@ -137,3 +139,44 @@ def test_matrix_holds_the_best_busbw_inside_and_between_domains() -> None:
     assert names == ["block-a", "block-b"]
     assert best[("block-a", "block-a")] == 10.0
     assert best[("block-a", "block-b")] == best[("block-b", "block-a")] == 3.5
+
+
+def test_an_unknown_pairing_is_one_line_and_exit_2_before_any_request(tmp_path) -> None:
+    from typer.testing import CliRunner
+
+    from nccl_k8s.cli.main import app
+
+    res = CliRunner().invoke(
+        app,
+        ["nodes", "check", "--pairing", "rack"],
+        env={"KUBECONFIG": str(tmp_path / "missing"), "NCCL_K8S_RUNS_DIR": str(tmp_path)},
+    )
+    assert res.exit_code == 2, res.output
+    assert res.stderr.splitlines() == ["error: --pairing 'rack': expected intra, inter or auto"], (
+        res.stderr
+    )
+
+
+def test_the_report_names_the_link_and_shows_the_domain_matrix(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from nccl_k8s.cli._doctor import _print_checked
+    from nccl_k8s.k8s.nodes._badnodes import SlowLink
+    from nccl_k8s.k8s.nodes._checked import NodesChecked, PairTest, Topology
+
+    intra = _intra()
+    cross = [PairResult(A[0], B[0], 3.0, pass_no=2), PairResult(A[1], B[1], 3.2, pass_no=2)]
+    findings = verdicts([*A, *B], intra, 0.9)
+    links, _ = link_verdicts(intra, cross, findings, DOMAIN, 0.9)
+    topology = Topology((BLOCK,), "auto", DOMAIN, links, list[SlowLink]())
+    tests = [PairTest(r, f"t{i}", 1.0) for i, r in enumerate([*intra, *cross])]
+    checked = NodesChecked([*A, *B], {}, tests, findings, [], False, topology=topology)
+    _print_checked(checked)
+    text = capsys.readouterr().out
+    assert "slow link: slow between block-a and block-b: all 2 tests across" in text, text
+    assert [line.split() for line in text.splitlines()[-3:]] == [
+        ["BEST", "BUSBW", "(GB/s)", "block-a", "block-b"],
+        ["block-a", "10", "3.2"],
+        ["block-b", "3.2", "10"],
+    ], text
+    assert checked.to_dict()["topology"]["slow_domain_links"][0]["a"] == "block-a"

@@ -141,6 +141,8 @@ def nodes_check_command(
         )
     if floor is not None and not floor > 0:
         raise UsageError(f"--floor {floor:g}: expected a bus bandwidth in GB/s > 0", key="--floor")
+    if pairing not in k8s.PAIRINGS:
+        raise UsageError(f"--pairing {pairing!r}: expected intra, inter or auto", key="--pairing")
     if dry_run and not (write_label or write_taint):
         raise UsageError("--dry-run: applies to --label or --taint", key="--dry-run")
     if selector is not None:
@@ -224,7 +226,7 @@ def _print_topology(checked: Any) -> None:
     """The links between domains, and the domain-by-domain matrix of the best busbw."""
     t = checked.topology
     for dl in t.links:
-        out.print(f"slow link between domains {dl.a} <-> {dl.b}: {dl.why}", markup=False)
+        out.print(f"slow link: {dl.why}", markup=False)
     for link in t.slow:
         out.print(f"slow link {link.a} <-> {link.b}: {link.why}", markup=False)
     names, best = checked.matrix()
