@@ -255,3 +255,62 @@ def test_each_scheduler_holds_a_renewed_lease_and_quota_objects_are_served(
     assert code == 201, json.dumps(body)
     code, body = api.get(f"/api/v1/namespaces/{namespace}/limitranges")
     assert code == 200 and body["items"] == []
+
+
+def label_node(cluster: Cluster, node: str, key: str, value: str) -> None:
+    def edit(obj: Obj) -> None:
+        obj["metadata"].setdefault("labels", {})[key] = value
+
+    cluster.store.mutate("nodes", None, node, edit)
+
+
+#: Sends 2 MiB to a server at FAR (an address of another node's pod range: every 127/8 address
+#: is the loopback's, so the pod can serve it itself) and 2 MiB to one at 127.0.0.1, and prints
+#: the seconds each took: what the link-slow fault holds is the send to the other domain only.
+SEND_TO = """
+import os, socket, threading, time
+def serve(addr):
+    srv = socket.socket()
+    srv.bind((addr, 0))
+    srv.listen()
+    def drain():
+        c, _ = srv.accept()
+        while c.recv(1 << 20):
+            pass
+    threading.Thread(target=drain, daemon=True).start()
+    return srv.getsockname()
+def took(addr):
+    s = socket.create_connection(serve(addr))
+    t = time.monotonic()
+    for _ in range(2):
+        s.sendall(b"x" * (1 << 20))
+    return round(time.monotonic() - t, 3)
+print("sent", took(os.environ["FAR"]), took("127.0.0.1"), flush=True)
+"""
+
+
+def test_link_slow_holds_sends_between_two_domains_and_not_inside_one(
+    cluster: Cluster, namespace: str
+) -> None:
+    # node-0 in block a, node-1 in block b (labels set through the API, as an admin would);
+    # 1 MB/s between the blocks: the last of 2 MiB to node-1's pods waits at least 1 s, while
+    # the same pod's send inside its own pod's address (its domain) is not held.
+    api = Api(cluster.url)
+    for i, block in enumerate("ab"):
+        label_node(cluster, f"node-{i}", "example.com/block", block)
+    # node-1's pods are 127.<k>.17.x (kubelet: 127.<k>.<16+i>.x); .250 is served by the pod.
+    k = cluster.node_address(1).split(".")[1]
+    far = f"127.{k}.17.250"
+    fault = {"label": "example.com/block", "a": "a", "b": "b", "bytesPerSecond": 1e6}
+    assert api.post("/_test/faults/link-slow", {**fault, "factor": 8})[0] == 200
+    try:
+        spec = pod("span", namespace, "node-0", SEND_TO)
+        spec["spec"]["containers"][0]["env"] = [{"name": "FAR", "value": far}]
+        cluster.store.create("pods", spec)
+        wait_for("pod span ended", lambda: ended(cluster, namespace, "span"))
+    finally:
+        api.post("/_test/faults/link-slow", {**fault, "factor": None})
+    out = log(cluster, namespace, "span")
+    across, inside = (float(x) for x in out.split("sent ")[1].split()[:2])
+    assert across >= (1 << 20) / 1e6, out
+    assert inside < across / 2, out

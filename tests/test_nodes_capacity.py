@@ -12,10 +12,11 @@ import pytest
 from lightkube.config.kubeconfig import KubeConfig
 
 from nccl_k8s.k8s.api._client import POOL_CONNECTIONS, KubeClient
-from nccl_k8s.k8s.nodes import _nodecheck
-from nccl_k8s.k8s.nodes._nodecheck import RESERVED_FILES, STREAMS_PER_TEST, _capacity
+from nccl_k8s.k8s.nodes import _capacity as capacity_mod
+from nccl_k8s.k8s.nodes._capacity import RESERVED_FILES, STREAMS_PER_TEST
+from nccl_k8s.k8s.nodes._capacity import capacity as _capacity
 
-PER_TEST = STREAMS_PER_TEST + _nodecheck.RAW_PER_TEST
+PER_TEST = STREAMS_PER_TEST + capacity_mod.RAW_PER_TEST
 
 
 def _client() -> KubeClient:
@@ -104,7 +105,7 @@ def test_every_pair_of_the_round_at_once_by_default() -> None:
 
 
 def test_the_open_file_limit_bounds_it_and_is_said(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_nodecheck, "_open_files", lambda want: RESERVED_FILES + 5 * PER_TEST)
+    monkeypatch.setattr(capacity_mod, "open_files", lambda want: RESERVED_FILES + 5 * PER_TEST)
     kc, said = _client(), list[str]()
     try:
         assert _capacity(kc, 17, None, said.append) == 5
@@ -124,7 +125,7 @@ def test_the_soft_open_file_limit_is_raised_towards_what_the_round_needs() -> No
     try:
         resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
         want = 256 + 100 if hard == resource.RLIM_INFINITY else min(256 + 100, hard)
-        assert _nodecheck._open_files(256 + 100) == want
+        assert capacity_mod.open_files(256 + 100) == want
         assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == want
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

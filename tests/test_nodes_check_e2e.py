@@ -51,7 +51,7 @@ from nccl_k8s.k8s.api._client import KubeClient
 from nccl_k8s.k8s.api._sync import run_sync
 from nccl_k8s.k8s.nodes import _nodecheck
 from nccl_k8s.k8s.nodes._badnodes import Findings, NodeVerdict
-from nccl_k8s.k8s.nodes._nodecheck import _write_verdicts
+from nccl_k8s.k8s.nodes._labels import write_verdicts
 from nccl_k8s.results.schema import load
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("runs_dir")]
@@ -272,7 +272,7 @@ def test_verdicts_are_written_as_our_label_and_taint_only(cluster: Cluster) -> N
 
     def write() -> list[str]:
         return run_sync(
-            lambda kc: _write_verdicts(kc, findings, label=True, taint=True, dry_run=False),
+            lambda kc: write_verdicts(kc, findings, label=True, taint=True, dry_run=False),
             settings,
         )
 

@@ -44,3 +44,25 @@ def test_gloo_pair_tests_set_no_nccl_algorithm() -> None:
     spec, fixed = pair_test_spec(spec_of("--backend", "gloo", "-b", "32M", "-e", "64M"))
     assert fixed == {}
     assert all("NCCL_ALGO" not in env for env in pod_env(spec))
+
+
+def test_a_pair_test_gets_no_topology_placement_the_check_chose_its_nodes() -> None:
+    # Issue 37: with --placement required a test across two domains would stay Pending; the
+    # check pins each test to its two nodes, chosen by the topology itself.
+    spec = build_run_spec(
+        world_size=2,
+        gpus_per_node=1,
+        run_id="pair",
+        topology="cloud.google.com/gce-topology-block",
+        placement="required",
+        engine_args=("--backend", "gloo"),
+    )
+    assert any(
+        "podAffinity" in (o["spec"]["template"]["spec"].get("affinity") or {})
+        for o in render(spec)
+        if o["kind"] in ("Job", "StatefulSet")
+    )
+    tested, _ = pair_test_spec(spec)
+    for obj in render(tested):
+        if obj["kind"] in ("Job", "StatefulSet"):
+            assert "podAffinity" not in (obj["spec"]["template"]["spec"].get("affinity") or {})

@@ -426,7 +426,10 @@ class APIServer:
         {"node", "ready"}; POST /_test/faults/scheduling-delay {"seconds"};
         POST /_test/faults/node-slow {"node", "factor"} (null or <= 1 ends it);
         POST /_test/faults/node-crash {"node", "crash": true|false};
-        POST /_test/faults/node-link {"node", "bytesPerSecond"} (null ends it)."""
+        POST /_test/faults/node-link {"node", "bytesPerSecond"} (null ends it);
+        POST /_test/faults/link-slow {"label", "a", "b", "factor", "bytesPerSecond"} (a slow
+        link between the nodes labelled label=a and label=b: 1/factor of the sending node's
+        node-link rate, or bytesPerSecond on a node without one; a null factor ends it)."""
         what = path.removeprefix("/_test/faults/")
         if what == "requests" and method == "DELETE":
             self.faults.clear()
@@ -467,6 +470,15 @@ class APIServer:
                 self.store.get("nodes", None, args["node"])
                 rate = args.get("bytesPerSecond")
                 self.faults.node_link(args["node"], float(rate) if rate else None)
+            elif what == "link-slow":
+                factor, rate = args.get("factor"), args.get("bytesPerSecond")
+                self.faults.link_slow(
+                    str(args["label"]),
+                    str(args["a"]),
+                    str(args["b"]),
+                    float(factor) if factor is not None else None,
+                    float(rate) if rate else None,
+                )
             elif what == "scheduling-delay":
                 self.faults.delay_scheduling(float(args["seconds"]))
             else:

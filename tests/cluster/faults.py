@@ -57,6 +57,9 @@ class _Kubelet(Protocol):
     def set_node_slow(self, node: str, factor: float | None) -> Any: ...
     def set_node_crash(self, node: str, crash: bool = ...) -> Any: ...
     def set_node_link(self, node: str, bytes_per_s: float | None) -> Any: ...
+    def set_link_slow(
+        self, label: str, a: str, b: str, factor: float | None, bytes_per_s: float | None = ...
+    ) -> Any: ...
 
 
 class _Scheduler(Protocol):
@@ -223,6 +226,16 @@ class Faults:
         if self.kubelet is None:
             raise RuntimeError("this cluster runs no kubelet")
         self.kubelet.set_node_link(node, bytes_per_s)
+
+    def link_slow(
+        self, label: str, a: str, b: str, factor: float | None, bytes_per_s: float | None = None
+    ) -> None:
+        """A slow link between the domains `label`=`a` and `label`=`b`: what containers started
+        from now on on one side send to the other is held to 1/`factor` of their node's
+        node-link rate (or `bytes_per_s` where the node has none); None heals it."""
+        if self.kubelet is None:
+            raise RuntimeError("this cluster runs no kubelet")
+        self.kubelet.set_link_slow(label, a, b, factor, bytes_per_s)
 
     def delay_scheduling(self, seconds: float) -> None:
         """Make the scheduler wait `seconds` before binding each pod."""

@@ -35,7 +35,9 @@ Fault injection (also reachable as `cluster.faults`): kill_pod(ns, pod), set_nod
 set_image_pull_fail_pattern(re), set_node_slow(node, factor) (its pods' processes get about
 1/factor of the CPU: tests/cluster/throttle.py), set_node_crash(node, b) (its pods' containers exit 1
 at start), set_node_link(node, bytes_per_s) (its pods' sends on the network held to that rate:
-tests/cluster/slowlink.py); the scheduler has set_delay(s).
+tests/cluster/slowlink.py), set_link_slow(label, a, b, factor) (the sends of pods on nodes
+labelled label=a to pods on nodes labelled label=b, and back, held to 1/factor of the sending node's
+link rate: tests/cluster/slowlink.py); the scheduler has set_delay(s).
 
 Addresses: node `node-<i>` has 127.<k>.<i//250>.<i%250+1> (set by the Cluster); the pods of node i get
 127.<k>.<16+i>.<1..254>, so a pod's address tells its node. hostNetwork pods use the node's address.
@@ -275,6 +277,8 @@ class Kubelet:
         )
         self._crashing: set[str] = set()
         self._links: dict[str, float] = {}  # node -> bytes a second (the node-link fault)
+        #: (label, a, b) -> (factor, bytes a second without a node link): the link-slow fault.
+        self._slow_links: dict[tuple[str, str, str], tuple[float, float | None]] = {}
         #: The API server as pods reach it, and their tokens (set by the Cluster once the API
         #: server serves https; None: pods get neither, as before in-cluster access existed).
         self.in_cluster: Any = None
@@ -439,6 +443,61 @@ class Kubelet:
                 self._links.pop(node, None)
             else:
                 self._links[node] = float(bytes_per_s or 0)
+
+    def set_link_slow(
+        self,
+        label: str,
+        a: str,
+        b: str,
+        factor: float | None,
+        bytes_per_s: float | None = None,
+    ) -> None:
+        """Fault injection: a slow link between the nodes labelled `label`=`a` and those labelled
+        `label`=`b`: every container that starts on one side from now on sends to the pods
+        (and node addresses) of the other side at most 1/`factor` of its node's node-link rate
+        (or `bytes_per_s` on a node without one); its other sends are not touched. The labels
+        are read when the container starts. None (or a factor <= 1) heals it for containers
+        started later."""
+        lib = slowlink.build(self._root) if factor and factor > 1 else None
+        lo, hi = sorted((a, b))
+        with self._lock:
+            if lib is None:
+                self._slow_links.pop((label, lo, hi), None)
+            else:
+                self._slow_links[(label, lo, hi)] = (float(factor or 1), bytes_per_s)
+
+    def _slow_nets(self, node: str, link: float | None) -> tuple[list[str], float | None]:
+        """The link-slow faults' destinations for a container starting on `node`, as networks,
+        and their rate (the lowest of those that apply)."""
+        with self._lock:
+            faults = dict(self._slow_links)
+            nodes = dict(self._nodes)
+        if not faults:
+            return [], None
+        labels = {
+            n["metadata"]["name"]: n["metadata"].get("labels") or {}
+            for n in self._store.list("nodes")[0]
+        }
+        mine = labels.get(node, {})
+        nets: list[str] = []
+        rate: float | None = None
+        for (label, a, b), (factor, bps) in faults.items():
+            here = mine.get(label)
+            if here not in (a, b) or a == b:
+                continue
+            other = b if here == a else a
+            speed = link / factor if link else bps
+            if not speed:
+                continue
+            rate = speed if rate is None else min(rate, speed)
+            for name, lab in labels.items():
+                far = nodes.get(name)
+                if lab.get(label) == other and far is not None:
+                    nets += [
+                        f"{far.address}/32",
+                        f"{far.prefix}.{_POD_RANGE_BASE + far.index}.0/24",
+                    ]
+        return nets, rate
 
     def _node_names(self) -> list[str]:
         with self._lock:
@@ -1237,8 +1296,17 @@ class Kubelet:
         env[_MARKER] = f"{pod.uid}/{c.name}/{c.attempts}"
         with self._lock:
             link = self._links.get(pod.node)
-        if link:
-            env.update(slowlink.env(self._root / "slowlink.so", link, env.get("LD_PRELOAD")))
+        nets, nets_rate = self._slow_nets(pod.node, link)
+        if link or nets:
+            env.update(
+                slowlink.env(
+                    self._root / "slowlink.so",
+                    link,
+                    env.get("LD_PRELOAD"),
+                    slow_nets=nets,
+                    slow_bytes_per_s=nets_rate,
+                )
+            )
         if c.attempts > 0:
             c.restart_count += 1
         log_file = _log_file(pod, c, c.attempts)

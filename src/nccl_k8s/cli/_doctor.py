@@ -112,6 +112,7 @@ def nodes_check_command(
     threshold: Threshold = 0.9,
     floor: Floor = None,
     links: Links = None,
+    pairing: PairingOpt = "auto",
     write_label: WriteLabel = False,
     write_taint: WriteTaint = False,
     dry_run: DryRun = False,
@@ -126,8 +127,11 @@ def nodes_check_command(
 ) -> None:
     """Find bad nodes: 2-node tests (the deploy flags, two pods pinned to two nodes) in rounds
     of disjoint pairs: the nodes where a pod fits paired off, then each suspect with a cleared
-    node. Exit 1 when a node is bad, or unknown (inconclusive), or the whole cluster is below
-    its expected floor (--floor, else the platform's: docs/floors.md). Default engine flags: `-- --ops
+    node. By the topology labels (--topology, else the platform's: docs/topology.md), nodes are
+    paired inside their domain first, then across domains (--pairing), which tells a slow link
+    between two domains from a slow node. Exit 1 when a node is bad, or unknown (inconclusive),
+    or a link between two domains is slow, or the whole cluster is below its expected floor
+    (--floor, else the platform's: docs/floors.md). Default engine flags: `-- --ops
     all_reduce -b 64M -e 1G -f 4 -n 20`."""
     from nccl_k8s import k8s
 
@@ -141,6 +145,8 @@ def nodes_check_command(
         )
     if floor is not None and not floor > 0:
         raise UsageError(f"--floor {floor:g}: expected a bus bandwidth in GB/s > 0", key="--floor")
+    if pairing not in k8s.PAIRINGS:
+        raise UsageError(f"--pairing {pairing!r}: expected intra, inter or auto", key="--pairing")
     if dry_run and not (write_label or write_taint):
         raise UsageError("--dry-run: applies to --label or --taint", key="--dry-run")
     if max_nodes is not None and max_nodes < 2:
@@ -163,6 +169,7 @@ def nodes_check_command(
         threshold=threshold,
         floor=floor,
         links=links_arg,
+        pairing=pairing,  # checked by the check, before anything
         label=write_label,
         taint=write_taint,
         dry_run=dry_run,
@@ -178,7 +185,8 @@ def nodes_check_command(
         _print_checked(checked)
     for action in checked.actions:
         err.print(action, markup=False, highlight=False)
-    if checked.flagged or (checked.floor is not None and checked.floor.below):
+    slow_domains = checked.topology is not None and checked.topology.links
+    if checked.flagged or slow_domains or (checked.floor is not None and checked.floor.below):
         raise typer.Exit(1)
 
 
@@ -226,8 +234,25 @@ def _print_checked(checked: Any) -> None:
         out.print(checked.floor_note, markup=False)
     for link in f.links:
         out.print(f"slow link {link.a} <-> {link.b}: {link.why}", markup=False)
+    if checked.topology is not None:
+        _print_topology(checked)
     for name, why in checked.left_out.items():
         out.print(f"left out {name}: {why}", markup=False)
+
+
+def _print_topology(checked: Any) -> None:
+    """The links between domains, and the domain-by-domain matrix of the best busbw."""
+    t = checked.topology
+    for dl in t.links:
+        out.print(f"slow link: {dl.why}", markup=False)
+    for link in t.slow:
+        out.print(f"slow link {link.a} <-> {link.b}: {link.why}", markup=False)
+    names, best = checked.matrix()
+    rows: list[tuple[str, ...]] = [("BEST BUSBW (GB/s)", *names)]
+    for a in names:
+        rows.append((a, *("-" if (a, b) not in best else f"{best[(a, b)]:.3g}" for b in names)))
+    out.print(f"pairing {t.pairing} by {', '.join(t.levels)}:", markup=False)
+    out.file.write(columns(rows))
 
 
 @handle_errors
@@ -427,6 +452,17 @@ Links = Annotated[
         help="Then test the links among the good nodes: every one (all), or N random rounds; "
         "the cost is printed first.",
         show_default=False,
+    ),
+]
+
+PairingOpt = Annotated[
+    str,
+    typer.Option(
+        "--pairing",
+        metavar="intra|inter|auto",
+        help="By the topology labels: intra tests nodes inside their domain only; auto also "
+        "tests across domains, to tell a slow link between two domains from a slow node; "
+        "inter pairs nodes across domains, every test judging its nodes.",
     ),
 ]
 

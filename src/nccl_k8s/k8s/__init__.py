@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from nccl_k8s.k8s.api._config import ClientSettings
     from nccl_k8s.k8s.api._types import RunPhase
+    from nccl_k8s.k8s.nodes._domains import PAIRINGS
     from nccl_k8s.k8s.nodes._nodecheck import NodesChecked, nodes_check
     from nccl_k8s.k8s.preflight._doctor import Doctored, doctor
     from nccl_k8s.k8s.rendering._dump import dump
@@ -68,6 +69,7 @@ _WHERE = {
     "explain": "run._explain",
     "table_text": "run._explain",
     "NodesChecked": "nodes._nodecheck",
+    "PAIRINGS": "nodes._domains",
     "nodes_check": "nodes._nodecheck",
     "cleanup": "run._cleanup",
     "ClientSettings": "api._config",
@@ -105,6 +107,7 @@ _WHERE = {
 
 __all__ = [
     "NODES_CHECK_ENGINE_ARGS",
+    "PAIRINGS",
     "Bundled",
     "Cleaned",
     "ClientSettings",

@@ -8,7 +8,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from nccl_k8s.k8s.nodes._badnodes import Findings
+from nccl_k8s.k8s.nodes._badnodes import Findings, SlowLink
+from nccl_k8s.k8s.nodes._domains import DomainLink, matrix
 from nccl_k8s.k8s.nodes._floor import FloorVerdict
 from nccl_k8s.k8s.nodes._level import PairResult
 
@@ -26,6 +27,22 @@ class PairTest:
 
 
 @dataclasses.dataclass(frozen=True)
+class Topology:
+    """What `nodes check` found by the topology (nodes._domains): set when the candidates span
+    two domains or more."""
+
+    levels: tuple[str, ...]
+    """The node labels read, coarse to fine."""
+    pairing: str
+    domains: dict[str, str]
+    """node -> its finest domain."""
+    links: list[DomainLink]
+    """Slow links between two domains: every test across them slow, their nodes good."""
+    slow: list[SlowLink]
+    """Slow tests across domains between two good nodes that no domain link explains."""
+
+
+@dataclasses.dataclass(frozen=True)
 class NodesChecked:
     candidates: list[str]
     left_out: dict[str, str]
@@ -39,6 +56,13 @@ class NodesChecked:
     """What the check set in every pair test's environment (pair_test_spec), not the user."""
     floor: FloorVerdict | None = None  # the cluster against its floor (nodes._floor)
     floor_note: str = ""  # why no floor was judged, when none was
+    topology: Topology | None = None
+
+    def matrix(self) -> tuple[list[str], dict[tuple[str, str], float]]:
+        """The domains, and (domain, domain) -> the best busbw measured between them."""
+        if self.topology is None:
+            return [], {}
+        return matrix([t.result for t in self.tests], self.topology.domains)
 
     @property
     def flagged(self) -> list[str]:
@@ -74,7 +98,27 @@ class NodesChecked:
             "fixed": self.fixed,
             "floor": None if self.floor is None else self.floor.to_dict(),
             "floor_note": self.floor_note,
+            "topology": self._topology_dict(),
+        }
+
+    def _topology_dict(self) -> dict[str, Any] | None:
+        t = self.topology
+        if t is None:
+            return None
+        names, best = self.matrix()
+        return {
+            "levels": list(t.levels),
+            "pairing": t.pairing,
+            "domains": t.domains,
+            "slow_domain_links": [dataclasses.asdict(link) for link in t.links],
+            "slow_links_across": [dataclasses.asdict(link) for link in t.slow],
+            "matrix": [
+                {"a": a, "b": b, "busbw": best[(a, b)]}
+                for a in names
+                for b in names
+                if a <= b and (a, b) in best
+            ],
         }
 
 
-__all__ = ["NodesChecked", "PairTest"]
+__all__ = ["NodesChecked", "PairTest", "Topology"]

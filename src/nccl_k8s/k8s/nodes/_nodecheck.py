@@ -16,6 +16,11 @@ before the first round the client's pool is widened to carry the largest round (
 tests), bounded only by the files this process may open (_capacity); a round larger than what
 it carries runs in waves, said before it starts.
 
+`pairing` (--pairing, nodes._domains): by the topology labels (the platform's, or --topology),
+pass 1 pairs the nodes inside their finest domain and every retest stays there (intra, auto);
+then (auto) tests across the domains among the good nodes tell a slow link between two domains
+from a slow node. Only tests inside a domain judge a node; tests across judge the links.
+
 `links` (--links): after the verdicts, rounds that cover every link among the good nodes (or a
 random sample of such rounds), for a slow link between two good nodes; their cost is said
 before they start.
@@ -39,7 +44,6 @@ import contextlib
 import dataclasses
 import functools
 import re
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -47,7 +51,6 @@ from typing import Any, Literal
 
 from nccl_k8s.errors import (
     ClusterError,
-    Conflict,
     NotFound,
     ResultsError,
     RunFailed,
@@ -55,28 +58,35 @@ from nccl_k8s.errors import (
 )
 from nccl_k8s.k8s.api._client import ClientSettings, KubeClient
 from nccl_k8s.k8s.api._sync import run_sync
-from nccl_k8s.k8s.api._types import Obj
 from nccl_k8s.k8s.nodes._badnodes import (
-    DECIDED,
     Findings,
     PairResult,
+    SlowLink,
     level,
     link_rounds,
     plan,
     verdicts,
 )
-from nccl_k8s.k8s.nodes._checked import NodesChecked, PairTest
+from nccl_k8s.k8s.nodes._capacity import ProgressFn, capacity
+from nccl_k8s.k8s.nodes._checked import NodesChecked, PairTest, Topology
+from nccl_k8s.k8s.nodes._domains import (
+    PAIRINGS,
+    cross_rounds,
+    domains_of,
+    groups,
+    inter_order,
+    intra_plan,
+    link_verdicts,
+    topology_applies,
+)
 from nccl_k8s.k8s.nodes._due import due_async
 from nccl_k8s.k8s.nodes._floor import cluster_floor, pair_floor
+from nccl_k8s.k8s.nodes._labels import CHECKED_AT_KEY, LABEL_KEY, TAINT, TAINT_KEY, write_verdicts
 from nccl_k8s.k8s.nodes._level import failed_test
 from nccl_k8s.k8s.nodes._pairspec import pair_test_spec
 from nccl_k8s.k8s.preflight._nodefit import place
 from nccl_k8s.k8s.preflight._platforms import resolve_async
-from nccl_k8s.k8s.rendering._nodepolicy import (
-    NODE_CHECKED_AT_KEY,
-    NODE_LABEL_KEY,
-    NODE_TAINT_KEY,
-)
+from nccl_k8s.k8s.rendering._topology import topology_levels
 from nccl_k8s.k8s.run._cleanup import cleanup_async
 from nccl_k8s.k8s.run._collect import collect_async
 from nccl_k8s.k8s.run._deploy import deploy_async
@@ -86,26 +96,8 @@ from nccl_k8s.k8s.run._status import require_namespace_async
 from nccl_k8s.results.floors import with_floor
 from nccl_k8s.spec import RUN_ID_MAX_LEN, RunSpec, master_port_for
 
-#: Our node label and taint: one home, in rendering (where rbac's admission policy names them).
-LABEL_KEY = NODE_LABEL_KEY
-CHECKED_AT_KEY = NODE_CHECKED_AT_KEY
-TAINT_KEY = NODE_TAINT_KEY
-TAINT: Obj = {"key": TAINT_KEY, "value": "true", "effect": "NoSchedule"}
 #: The label every pair test's objects carry: which nodes check they belong to.
 CHECK_LABEL = "nccl-k8s/nodes-check"
-
-ProgressFn = Callable[[str], None]
-
-
-#: Connections one 2-node test holds at most: its deploy follows the run with four watches (the
-#: pods, Job, StatefulSet, events), plus a request (or one of collect's two log fetches, or
-#: cleanup's watch of the pods) beside them.
-STREAMS_PER_TEST = 6
-#: Sockets a test holds beside those: collect's log fetches (api._rawlogs), one per pod.
-RAW_PER_TEST = 2
-#: Files the check keeps for itself beside its tests' sockets (the kubeconfig, results files,
-#: the interpreter's own).
-RESERVED_FILES = 64
 
 
 def _natural(name: str) -> list[Any]:
@@ -301,6 +293,7 @@ def nodes_check(
     threshold: float = 0.9,
     floor: float | None = None,
     links: int | Literal["all"] | None = None,
+    pairing: str = "auto",
     label: bool = False,
     taint: bool = False,
     dry_run: bool = False,
@@ -321,6 +314,7 @@ def nodes_check(
             threshold=threshold,
             floor=floor,
             links=links,
+            pairing=pairing,
             label=label,
             taint=taint,
             dry_run=dry_run,
@@ -356,6 +350,7 @@ async def nodes_check_async(
     threshold: float = 0.9,
     floor: float | None = None,
     links: int | Literal["all"] | None = None,
+    pairing: str = "auto",
     label: bool = False,
     taint: bool = False,
     dry_run: bool = False,
@@ -372,6 +367,8 @@ async def nodes_check_async(
     cluster against `floor` (GB/s) or its platform's (nodes._floor). Every request
     goes through `kc`; interrupted (cancelled), it removes the test runs it started."""
     say = progress or (lambda text: None)
+    if pairing not in PAIRINGS:
+        raise UsageError(f"--pairing {pairing!r}: expected intra, inter or auto", key="--pairing")
     await require_namespace_async(kc, spec.namespace)  # before pass 1, over the check's client
     try:
         nodes = (await kc.list("Node", label_selector=selector))[0]
@@ -403,81 +400,125 @@ async def nodes_check_async(
         left_out.update(due.skipped)
         if not (candidates := due.nodes):  # nothing due: a check that tested nothing
             return NodesChecked([], left_out, [], verdicts([], [], threshold), [], dry_run)
+    keys = topology_levels(spec)  # before the pair tests' spec, which places by none
     spec, fixed = pair_test_spec(spec)
     spec = with_floor(spec)[0]  # --min-busbw auto: known (or refused) before any test
     expected = pair_floor(spec, floor)
     if fixed:
         said = " ".join(f"{k}={v}" for k, v in fixed.items())
         say(f"pair tests run with {said} (the link between the two nodes; --env sets another)")
+    domain_of = domains_of([n for n in nodes if n["metadata"]["name"] in candidates], keys)
+    by_topology = topology_applies(domain_of, candidates)
+    if by_topology:
+        count = len(set(domain_of.values()))
+        say(f"pairing {pairing}: {count} domains by {', '.join(keys)}")
     runner = _Runner(kc, spec, wait_settings or WaitSettings(), runs_dir, say)
-    at_once = runner.at_once = _capacity(kc, len(candidates) // 2, parallel, say)
+    at_once = runner.at_once = capacity(kc, len(candidates) // 2, parallel, say)
+    inside = _inside(domain_of) if by_topology and pairing != "inter" else (lambda _: True)
+    cross: list[PairTest] = []
     try:
-        tests = await _passes(runner, candidates, threshold, at_once, say)
+        if not by_topology:
+            tests = await _passes(runner, candidates, threshold, at_once, say)
+        elif pairing == "inter":
+            order = inter_order(candidates, domain_of)
+            tests = await _passes(runner, order, threshold, at_once, say)
+        else:
+            planner = functools.partial(_intra_planner, domain_of=domain_of)
+            tests = await _passes(runner, candidates, threshold, at_once, say, planner)
         findings = verdicts(candidates, [t.result for t in tests], threshold)
+        if by_topology and pairing == "auto":
+            cross = await _cross(runner, findings, tests, domain_of, at_once, say)
         if links is not None:
-            tests += await _links(runner, findings, tests, links, at_once, say)
+            more = await _links(runner, findings, tests + cross, links, at_once, say)
+            tests += [t for t in more if inside(t.result)]
+            cross += [t for t in more if not inside(t.result)]
             findings = verdicts(candidates, [t.result for t in tests], threshold)
         await runner.drain()
     except BaseException:
         await runner.abandon()
         raise
+    topology = None
+    if by_topology:
+        results = [t.result for t in tests]
+        found, odd = link_verdicts(
+            results, [t.result for t in cross], findings, domain_of, threshold
+        )
+        slow = [SlowLink(r.a, r.b, r.busbw, _cross_why(r, findings)) for r in odd]
+        topology = Topology(keys, pairing, domain_of, found, slow)
+        tests += cross
     actions: list[str] = []
     if label or taint:
-        actions = await _write_verdicts(kc, findings, label=label, taint=taint, dry_run=dry_run)
+        actions = await write_verdicts(kc, findings, label=label, taint=taint, dry_run=dry_run)
     floor_of = cluster_floor(expected, findings, [t.result for t in tests])
-    return NodesChecked(candidates, left_out, tests, findings, actions, dry_run, fixed, *floor_of)
+    return NodesChecked(
+        candidates, left_out, tests, findings, actions, dry_run, fixed, *floor_of, topology
+    )
 
 
-def _open_files(want: int) -> int:
-    """The files this process may open, its soft limit raised towards `want` (up to the hard
-    limit, which needs no privilege); unbounded where the platform has no such limit."""
-    if sys.platform == "win32":
-        return want
-    import resource
-
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != resource.RLIM_INFINITY and soft < want:
-        new = want if hard == resource.RLIM_INFINITY else min(want, hard)
-        with contextlib.suppress(ValueError, OSError):
-            resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
-            soft = new
-    return want if soft == resource.RLIM_INFINITY else int(soft)
+Planner = Callable[[list[str], list[PairResult], float, int, int], list[tuple[str, str]]]
 
 
-def _capacity(kc: KubeClient, pairs: int, parallel: int | None, say: ProgressFn) -> int:
-    """Tests at once: the largest round (`pairs`, pass 1's), or `parallel`, with the client's
-    pool widened to carry them; fewer only where the open-file limit bounds the sockets (then
-    said, with the waves pass 1 takes)."""
-    want = max(1, min(parallel or pairs, pairs))
-    per_test = STREAMS_PER_TEST + RAW_PER_TEST
-    files = _open_files(RESERVED_FILES + want * per_test)
-    by_files = max(1, (files - RESERVED_FILES) // per_test)
-    held = kc.widen_pool(min(want, by_files) * STREAMS_PER_TEST)
-    at_once = max(1, min(want, by_files, held // STREAMS_PER_TEST))
-    if at_once < pairs:
-        if at_once == want:
-            why = "as asked"
-        elif by_files < want:
-            why = f"this process may open {files} files, {per_test} sockets a test"
-        else:
-            why = f"the API client's pool holds {held} connections, {STREAMS_PER_TEST} a test"
-        asked = f"--parallel {parallel}" if parallel else "the default (every pair at once)"
-        say(
-            f"{asked}: {at_once} tests at once ({why}); pass 1's {pairs} pairs run in "
-            f"{-(-pairs // at_once)} waves"
-        )
-    return at_once
+def _intra_planner(
+    nodes: list[str],
+    results: list[PairResult],
+    threshold: float,
+    pass_no: int,
+    at_once: int,
+    *,
+    domain_of: dict[str, str],
+) -> list[tuple[str, str]]:
+    return intra_plan(nodes, results, threshold, pass_no, domain_of, at_once)
+
+
+def _inside(domain_of: dict[str, str]) -> Callable[[PairResult], bool]:
+    """Whether a test is inside one group of the intra search (nodes._domains.groups)."""
+    group = {n: g for g, members in groups(list(domain_of), domain_of).items() for n in members}
+    return lambda r: group.get(r.a) == group.get(r.b)
+
+
+def _cross_why(r: PairResult, findings: Findings) -> str:
+    if not r.ok:
+        return f"the test across domains between two good nodes failed: {r.error}"
+    return (
+        f"{r.busbw:.3g} GB/s across domains between two good nodes, below the cluster's "
+        f"{findings.reference or 0.0:.3g} GB/s, while other tests between the two domains hold it"
+    )
+
+
+async def _cross(
+    runner: _Runner,
+    findings: Findings,
+    tests: list[PairTest],
+    domain_of: dict[str, str],
+    parallel: int,
+    say: ProgressFn,
+) -> list[PairTest]:
+    """--pairing auto: tests across the domains among the good nodes (nodes._domains)."""
+    good = [v.node for v in findings.nodes if v.verdict == "good"]
+    rounds = cross_rounds(good, domain_of)
+    pass_no = max((t.result.pass_no for t in tests), default=0) + 1
+    out: list[PairTest] = []
+    for i, pairs in enumerate(rounds, start=pass_no):
+        say(f"across domains, round {i - pass_no + 1}: {', '.join(f'{a} + {b}' for a, b in pairs)}")
+        out += await runner.run(pairs, i, parallel)
+    return out
 
 
 async def _passes(
-    runner: _Runner, candidates: list[str], threshold: float, parallel: int, say: ProgressFn
+    runner: _Runner,
+    candidates: list[str],
+    threshold: float,
+    parallel: int,
+    say: ProgressFn,
+    planner: Planner = plan,
 ) -> list[PairTest]:
     """Pass 1 pairs the nodes off; each later pass is one round of what is still open (each
     suspect with a distinct cleared node, the test that would confirm the level, the controls
-    that fit beside them in its last wave): every test."""
+    that fit beside them in its last wave): every test. `planner`: _badnodes.plan, or under
+    --pairing intra/auto the same inside each domain (nodes._domains.intra_plan)."""
     tests: list[PairTest] = []
     pass_no = 1
-    while pairs := plan(candidates, [t.result for t in tests], threshold, pass_no, parallel):
+    while pairs := planner(candidates, [t.result for t in tests], threshold, pass_no, parallel):
         lv = level([t.result for t in tests], threshold)
         cleared = lv.cleared if tests and lv.confirmed else set()  # else: confirmation tests
         said = [f"{a} + {b}" + (" (control)" if {a, b} <= cleared else "") for a, b in pairs]
@@ -513,58 +554,6 @@ async def _links(
         say(f"links, round {i - pass_no + 1}: {', '.join(f'{a} + {b}' for a, b in pairs)}")
         out += await runner.run(pairs, i, parallel)
     return out
-
-
-async def _write_verdicts(
-    kc: KubeClient, findings: Findings, *, label: bool, taint: bool, dry_run: bool
-) -> list[str]:
-    """Label (and taint) the nodes with a verdict; what was done, one line each."""
-    done: list[str] = []
-    would = "would " if dry_run else ""
-    for v in findings.nodes:
-        if v.verdict not in DECIDED:  # unknown, suspect: nothing to write yet
-            continue
-        try:
-            if label:
-                did = f"{would}label node {v.node} {LABEL_KEY}={v.verdict}"
-                if not dry_run:  # the verdict and its time (the action line: the verdict)
-                    at = str(int(time.time()))
-                    patch = {"metadata": {"labels": {LABEL_KEY: v.verdict, CHECKED_AT_KEY: at}}}
-                    await kc.patch("Node", v.node, patch)
-                done.append(did)
-            if taint:
-                change = await _set_taint(kc, v.node, v.verdict == "bad", dry_run=dry_run)
-                if change:
-                    done.append(f"{would}{change}")
-        except ClusterError as e:  # the verdicts stand; say what could not be written
-            done.append(f"could not write the verdict to node {v.node}: {e}")
-    return done
-
-
-async def _set_taint(kc: KubeClient, node: str, on: bool, *, dry_run: bool) -> str | None:
-    """Add or remove our taint, leaving every other taint as it is; None when nothing changes."""
-    for _ in range(5):
-        obj = await kc.get("Node", node)
-        if obj is None:
-            return None
-        taints = list((obj.get("spec") or {}).get("taints") or [])
-        has = any(t.get("key") == TAINT_KEY for t in taints)
-        if has == on:
-            return None
-        what = f"taint node {node} {TAINT_KEY}=true:NoSchedule" + ("" if on else "-")
-        if dry_run:
-            return what
-        new = [*taints, dict(TAINT)] if on else [t for t in taints if t.get("key") != TAINT_KEY]
-        patch = {
-            "metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]},
-            "spec": {"taints": new},
-        }
-        try:
-            await kc.patch("Node", node, patch)
-        except Conflict:
-            continue  # the node changed meanwhile: read it again
-        return what
-    raise ClusterError(f"node {node} kept changing: its taint {TAINT_KEY} was not written")
 
 
 __all__ = [

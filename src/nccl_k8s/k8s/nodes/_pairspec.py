@@ -16,9 +16,13 @@ PAIR_ENV = {"NCCL_ALGO": "Ring"}
 
 def pair_test_spec(spec: RunSpec) -> tuple[RunSpec, dict[str, str]]:
     """The spec every pair test runs, and what it fixed: PAIR_ENV's settings the user did not
-    set, for an engine that may use NCCL (--backend gloo measures no NCCL algorithm)."""
+    set, for an engine that may use NCCL (--backend gloo measures no NCCL algorithm). A pair
+    test is pinned to its two nodes, which the check chose by the topology itself
+    (nodes._domains): it gets no topology placement (--placement required would keep a test
+    across two domains Pending), only the fabric's rules (rendering._topology.fabric_levels)."""
     from nccl_k8s.bench.config import parse_args
 
+    spec = dataclasses.replace(spec, topology="none")
     if parse_args([str(a) for a in spec.engine_args]).backend == "gloo":
         return spec, {}
     theirs = {k for k, _ in spec.env}
