@@ -136,24 +136,12 @@ def nodes_check_command(
     from nccl_k8s import k8s
 
     fmt = output_format(output)
-    if parallel is not None and parallel < 1:
-        raise UsageError(f"--parallel {parallel}: expected >= 1", key="--parallel")
     links_arg = _links_arg(links)
-    if not 0 < threshold <= 1:
-        raise UsageError(
-            f"--threshold {threshold:g}: expected a fraction in (0, 1]", key="--threshold"
-        )
-    if floor is not None and not floor > 0:
-        raise UsageError(f"--floor {floor:g}: expected a bus bandwidth in GB/s > 0", key="--floor")
+    _check_numbers(parallel, threshold, floor, max_nodes)
     if pairing not in k8s.PAIRINGS:
         raise UsageError(f"--pairing {pairing!r}: expected intra, inter or auto", key="--pairing")
     if dry_run and not (write_label or write_taint):
         raise UsageError("--dry-run: applies to --label or --taint", key="--dry-run")
-    if max_nodes is not None and max_nodes < 2:
-        raise UsageError(
-            f"--max-nodes {max_nodes}: expected >= 2 (a test is a pair of nodes)",
-            key="--max-nodes",
-        )
     within_s = seconds("--skip-checked-within", skip_checked_within)
     if selector is not None:
         selector = label_selector("--selector", selector)
@@ -188,6 +176,25 @@ def nodes_check_command(
     slow_domains = checked.topology is not None and checked.topology.links
     if checked.flagged or slow_domains or (checked.floor is not None and checked.floor.below):
         raise typer.Exit(1)
+
+
+def _check_numbers(
+    parallel: int | None, threshold: float, floor: float | None, max_nodes: int | None
+) -> None:
+    """nodes check's numbers, each in its range (one line and exit 2 otherwise)."""
+    if parallel is not None and parallel < 1:
+        raise UsageError(f"--parallel {parallel}: expected >= 1", key="--parallel")
+    if not 0 < threshold <= 1:
+        raise UsageError(
+            f"--threshold {threshold:g}: expected a fraction in (0, 1]", key="--threshold"
+        )
+    if floor is not None and not floor > 0:
+        raise UsageError(f"--floor {floor:g}: expected a bus bandwidth in GB/s > 0", key="--floor")
+    if max_nodes is not None and max_nodes < 2:
+        raise UsageError(
+            f"--max-nodes {max_nodes}: expected >= 2 (a test is a pair of nodes)",
+            key="--max-nodes",
+        )
 
 
 def _links_arg(links: str | None) -> Any:

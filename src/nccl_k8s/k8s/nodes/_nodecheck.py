@@ -58,6 +58,7 @@ from nccl_k8s.errors import (
 )
 from nccl_k8s.k8s.api._client import ClientSettings, KubeClient
 from nccl_k8s.k8s.api._sync import run_sync
+from nccl_k8s.k8s.api._types import Obj
 from nccl_k8s.k8s.nodes._badnodes import (
     Findings,
     PairResult,
@@ -370,30 +371,7 @@ async def nodes_check_async(
     if pairing not in PAIRINGS:
         raise UsageError(f"--pairing {pairing!r}: expected intra, inter or auto", key="--pairing")
     await require_namespace_async(kc, spec.namespace)  # before pass 1, over the check's client
-    try:
-        nodes = (await kc.list("Node", label_selector=selector))[0]
-    except ClusterError as e:
-        if e.status != 400 or not selector:
-            raise
-        # Checked already (spec.label_selector); what this server still refuses is bad input too.
-        raise UsageError(f"--selector {selector!r}: the API server refused it: {e}") from e
-    if not nodes:
-        raise await _no_nodes(kc, selector)
-    resolved = await resolve_async(kc, spec, nodes)  # --platform auto: these nodes say
-    spec = resolved.spec
-    if resolved.note:
-        say(resolved.note)
-    placement = place(spec, nodes)
-    candidates = sorted((v.name for v in placement.eligible), key=_natural)
-    left_out = {name: why for name, (_, why) in sorted(placement.dropped.items())}
-    if len(candidates) < 2:
-        where = f" matching {selector!r}" if selector else ""
-        out = "; ".join(f"{n}: {w}" for n, w in left_out.items()) or "no node has the GPUs"
-        raise UsageError(
-            f"nodes check needs at least 2 nodes where a pod of {spec.gpus_per_node} "
-            f"{spec.gpu_resource} fits; {len(candidates)} of the nodes{where} do ({out})",
-            key="--selector",
-        )
+    spec, nodes, candidates, left_out = await _candidates(kc, spec, selector, say)
     if idle_only or within_s is not None or max_nodes is not None:
         due = await due_async(kc, spec.gpu_resource, candidates, nodes, idle_only=idle_only,
                               within_s=within_s, max_nodes=max_nodes)  # fmt: skip
@@ -407,11 +385,7 @@ async def nodes_check_async(
     if fixed:
         said = " ".join(f"{k}={v}" for k, v in fixed.items())
         say(f"pair tests run with {said} (the link between the two nodes; --env sets another)")
-    domain_of = domains_of([n for n in nodes if n["metadata"]["name"] in candidates], keys)
-    by_topology = topology_applies(domain_of, candidates)
-    if by_topology:
-        count = len(set(domain_of.values()))
-        say(f"pairing {pairing}: {count} domains by {', '.join(keys)}")
+    domain_of, by_topology = _domains(nodes, candidates, keys, pairing, say)
     runner = _Runner(kc, spec, wait_settings or WaitSettings(), runs_dir, say)
     at_once = runner.at_once = capacity(kc, len(candidates) // 2, parallel, say)
     inside = _inside(domain_of) if by_topology and pairing != "inter" else (lambda _: True)
@@ -439,12 +413,7 @@ async def nodes_check_async(
         raise
     topology = None
     if by_topology:
-        results = [t.result for t in tests]
-        found, odd = link_verdicts(
-            results, [t.result for t in cross], findings, domain_of, threshold
-        )
-        slow = [SlowLink(r.a, r.b, r.busbw, _cross_why(r, findings)) for r in odd]
-        topology = Topology(keys, pairing, domain_of, found, slow)
+        topology = _topology(keys, pairing, domain_of, tests, cross, findings, threshold)
         tests += cross
     actions: list[str] = []
     if label or taint:
@@ -453,6 +422,67 @@ async def nodes_check_async(
     return NodesChecked(
         candidates, left_out, tests, findings, actions, dry_run, fixed, *floor_of, topology
     )
+
+
+def _domains(
+    nodes: list[Obj], candidates: list[str], keys: tuple[str, ...], pairing: str, say: ProgressFn
+) -> tuple[dict[str, str], bool]:
+    """Each candidate's topology domain, and whether pairing by domain applies (said if so)."""
+    domain_of = domains_of([n for n in nodes if n["metadata"]["name"] in candidates], keys)
+    by_topology = topology_applies(domain_of, candidates)
+    if by_topology:
+        count = len(set(domain_of.values()))
+        say(f"pairing {pairing}: {count} domains by {', '.join(keys)}")
+    return domain_of, by_topology
+
+
+async def _candidates(
+    kc: KubeClient, spec: RunSpec, selector: str | None, say: ProgressFn
+) -> tuple[RunSpec, list[Obj], list[str], dict[str, str]]:
+    """The nodes of `selector`, the spec with its platform resolved on them, the nodes where a
+    pod of the run fits (at least 2, else a UsageError naming why) and the others with why."""
+    try:
+        nodes = (await kc.list("Node", label_selector=selector))[0]
+    except ClusterError as e:
+        if e.status != 400 or not selector:
+            raise
+        # Checked already (spec.label_selector); what this server still refuses is bad input too.
+        raise UsageError(f"--selector {selector!r}: the API server refused it: {e}") from e
+    if not nodes:
+        raise await _no_nodes(kc, selector)
+    resolved = await resolve_async(kc, spec, nodes)  # --platform auto: these nodes say
+    spec = resolved.spec
+    if resolved.note:
+        say(resolved.note)
+    placement = place(spec, nodes)
+    candidates = sorted((v.name for v in placement.eligible), key=_natural)
+    left_out = {name: why for name, (_, why) in sorted(placement.dropped.items())}
+    if len(candidates) < 2:
+        where = f" matching {selector!r}" if selector else ""
+        out = "; ".join(f"{n}: {w}" for n, w in left_out.items()) or "no node has the GPUs"
+        raise UsageError(
+            f"nodes check needs at least 2 nodes where a pod of {spec.gpus_per_node} "
+            f"{spec.gpu_resource} fits; {len(candidates)} of the nodes{where} do ({out})",
+            key="--selector",
+        )
+    return spec, nodes, candidates, left_out
+
+
+def _topology(
+    keys: tuple[str, ...],
+    pairing: str,
+    domain_of: dict[str, str],
+    tests: list[PairTest],
+    cross: list[PairTest],
+    findings: Findings,
+    threshold: float,
+) -> Topology:
+    """The check's topology finding: the links between domains judged on the tests across."""
+    found, odd = link_verdicts(
+        [t.result for t in tests], [t.result for t in cross], findings, domain_of, threshold
+    )
+    slow = [SlowLink(r.a, r.b, r.busbw, _cross_why(r, findings)) for r in odd]
+    return Topology(keys, pairing, domain_of, found, slow)
 
 
 Planner = Callable[[list[str], list[PairResult], float, int, int], list[tuple[str, str]]]
