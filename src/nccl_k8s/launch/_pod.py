@@ -75,7 +75,7 @@ def assign(plan: Sequence[str], landed: Sequence[str]) -> tuple[list[int], str]:
     if not plan:
         return index_order, ""
     place = {name: i for i, name in enumerate(plan)}
-    outside = sorted({n for n in landed if n not in place})
+    outside = sorted({n or "?" for n in landed if n not in place})  # "?": the pod has no name
     if outside:
         return index_order, (
             f"rank order: completion index (node {', '.join(outside)} is not in the deployer's "
