@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
 from nccl_k8s.bench.config import RANK_PLAN_ENV
 from nccl_k8s.bench.store import StoreServer
+from nccl_k8s.cli.main import app
 from nccl_k8s.k8s.rendering._manifests import render
 from nccl_k8s.k8s.rendering._topology import (
     plan_order,
@@ -21,6 +24,8 @@ from nccl_k8s.k8s.rendering._topology import (
     with_rank_plan,
 )
 from nccl_k8s.launch._pod import Launchers, assign, plan_from_env
+from nccl_k8s.results import import_file, store_run
+from nccl_k8s.results.comparable import differences, domain_layout
 from nccl_k8s.results.schema import Device, RunMeta
 from nccl_k8s.results.tables import domain_lines
 from nccl_k8s.spec import build_run_spec
@@ -148,3 +153,41 @@ def test_results_say_which_ranks_ran_in_each_domain() -> None:
     assert domain_lines(one) == []  # one domain: nothing to say
     spread = RunMeta(devices=[Device(rank=r, domain={BLOCK: "ab"[r % 2]}) for r in range(4)])
     assert domain_lines(spread)[1:] == ["#   a: ranks 0,2 on ", "#   b: ranks 1,3 on "]
+
+
+def _placed(blocks: str) -> RunMeta:
+    """A run's meta whose rank r ran on node n<r> in block blocks[r]."""
+    return RunMeta(
+        devices=[Device(rank=r, node=f"n{r}", domain={BLOCK: b}) for r, b in enumerate(blocks)]
+    )
+
+
+def test_compare_warns_when_the_ranks_sat_in_domains_differently() -> None:
+    grouped, interleaved = _placed("aabb"), _placed("abab")
+    assert domain_layout(grouped) == "2 domains: ranks 0-1 | 2-3"
+    assert domain_layout(RunMeta()) is None
+    (diff,) = differences(interleaved, grouped)
+    assert not diff.fact.refuses
+    assert diff.text() == (
+        "topology domains differs: current 2 domains: ranks 0,2 | 1,3, "
+        "baseline 2 domains: ranks 0-1 | 2-3"
+    )
+    assert differences(grouped, _placed("bbaa")) == []  # the layout, whatever the names
+
+
+def test_report_shows_which_ranks_ran_in_which_domain(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("matplotlib")
+    monkeypatch.setenv("NCCL_K8S_RUNS_DIR", str(tmp_path / "runs"))
+    run = import_file(
+        Path(__file__).parent / "data/nccl-tests/handmade-old/v100x8_2nodes_error_column.txt"
+    )
+    run.meta.devices = _placed("aaaabbbb").devices
+    store_run(run, run_id="blocks")
+    out = tmp_path / "report.html"
+    res = CliRunner().invoke(app, ["report", "blocks", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    page = out.read_text(encoding="utf-8")
+    assert "<th>topology domains</th>" in page
+    assert "<code>a</code>: ranks 0-3 (n0, n1, n2, n3)" in page

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from nccl_k8s.bench.report import Cell, TableRow, footer_lines, row_line, table_header
-from nccl_k8s.results.comparable import device_names
+from nccl_k8s.results.comparable import device_names, domains, spans
 from nccl_k8s.results.schema import Row, Run, RunMeta
 
 
@@ -37,35 +37,15 @@ def heading(meta: RunMeta) -> list[str]:
     return lines + domain_lines(meta)
 
 
-def _spans(ranks: list[int]) -> str:
-    """0-3,6: sorted ranks as ranges."""
-    out: list[list[int]] = []
-    for r in sorted(ranks):
-        if out and r == out[-1][-1] + 1:
-            out[-1].append(r)
-        else:
-            out.append([r])
-    return ",".join(f"{g[0]}-{g[-1]}" if len(g) > 1 else str(g[0]) for g in out)
-
-
 def domain_lines(meta: RunMeta) -> list[str]:
-    """Which ranks (and nodes) ran in each topology domain (a rank's `domain`, the deployer's
-    rank plan), in rank order; nothing when the ranks span one domain or none is known. A
-    domain is its label values coarse to fine, `/`-joined."""
-    by: dict[str, tuple[list[int], list[str]]] = {}
-    levels: list[str] = []
-    for d in sorted(meta.devices, key=lambda d: d.rank):
-        if not d.domain:
-            continue
-        levels = levels or list(d.domain)
-        ranks, nodes = by.setdefault("/".join(v or "-" for v in d.domain.values()), ([], []))
-        ranks.append(d.rank)
-        if d.node and d.node not in nodes:
-            nodes.append(d.node)
+    """Which ranks (and nodes) ran in each topology domain (results.comparable.domains), in
+    rank order; nothing when the ranks span one domain or none is known."""
+    by = domains(meta)
     if len(by) < 2:
         return []
+    levels = next(list(d.domain) for d in meta.devices if d.domain)
     lines = [f"# ranks by topology domain ({'/'.join(levels)}):"]
-    lines += [f"#   {k}: ranks {_spans(r)} on {', '.join(n)}" for k, (r, n) in by.items()]
+    lines += [f"#   {k}: ranks {spans(r)} on {', '.join(n)}" for k, (r, n) in by.items()]
     return lines
 
 
