@@ -79,3 +79,25 @@ def test_eight_ranks_over_two_blocks_are_numbered_block_by_block(
     assert f"# ranks by topology domain ({BLOCK}):" in res.output
     first = blocks[0]
     assert f"#   {first}: ranks 0-3 on " in res.output
+
+
+def test_a_torchrun_deploy_keeps_the_completion_index_and_says_why(
+    cluster: Cluster, namespace: str
+) -> None:
+    rid = f"r-{uuid.uuid4().hex[:6]}"
+    dep = cli(
+        cluster, "deploy", "-n", namespace, "--run-id", rid, "--world-size", str(NODES),
+        "--gpus-per-node", "1", "--no-wait", "--", "--backend", "gloo",
+    )  # fmt: skip
+    try:
+        assert dep.exit_code == 0, dep.output
+        assert "rank order: completion index (torchrun hosts its store on node rank 0" in (
+            dep.output
+        )
+        (job,) = (
+            j for j in cluster.store.list("jobs", namespace)[0] if j["metadata"]["name"] == rid
+        )
+        env = job["spec"]["template"]["spec"]["containers"][0]["env"]
+        assert RANK_PLAN_ENV not in {e["name"] for e in env}
+    finally:
+        cli(cluster, "cleanup", "-n", namespace, "--run", rid)

@@ -119,21 +119,21 @@ def apply_topology(spec: RunSpec, template: Obj, selector: Mapping[str, str]) ->
 
 
 def rank_order_levels(spec: RunSpec) -> tuple[tuple[str, ...], str]:
-    """The levels the deployer orders the ranks by, or () and why it keeps the completion index
-    (empty when there is nothing to say: one pod, or `--topology none`)."""
-    levels = (*fabric_levels(spec), *topology_levels(spec))
-    if spec.nodes < 2 or not levels or spec.topology == "none":
+    """The levels the ranks would be ordered by (none for one pod or `--topology none`), and
+    why the completion index stays the order instead (empty when the deployer plans it)."""
+    levels = tuple(dict.fromkeys((*fabric_levels(spec), *topology_levels(spec))))
+    if spec.nodes < 2 or spec.topology == "none":
         return (), ""
     if spec.workload != "job":
-        return (), "rank order: pod ordinal (a StatefulSet's ranks keep their ordinals)"
+        return levels, "rank order: pod ordinal (a StatefulSet's ranks keep their ordinals)"
     if kueue_annotation(spec) is not None:
-        return (), "rank order: completion index, the order in which Kueue assigns domains"
+        return levels, "rank order: completion index, the order in which Kueue assigns domains"
     if spec.launcher != "direct":
-        return (), (
+        return levels, (
             "rank order: completion index (torchrun hosts its store on node rank 0; "
             "--launcher direct orders the ranks by topology)"
         )
-    return tuple(dict.fromkeys(levels)), ""
+    return levels, ""
 
 
 def plan_order(nodes: Iterable[Obj], levels: Sequence[str]) -> list[tuple[str, tuple[str, ...]]]:

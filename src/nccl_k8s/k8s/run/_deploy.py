@@ -321,10 +321,10 @@ async def _deploy(
 async def _rank_plan(kc: KubeClient, spec: RunSpec, objs: list[Obj]) -> tuple[list[Obj], str]:
     """The run's objects with the rank plan (rendering._topology: the nodes the run may use in
     topology order, which the pods' launcher numbers them by), and one line on the rank order
-    when it is not the plan's (empty when there is nothing to say)."""
+    when the nodes carry topology labels but the plan cannot be followed (empty otherwise)."""
     levels, why = rank_order_levels(spec)
     if not levels:
-        return objs, why
+        return objs, ""
     try:
         nodes, _ = await kc.list("Node")
     except Forbidden:
@@ -332,8 +332,8 @@ async def _rank_plan(kc: KubeClient, spec: RunSpec, objs: list[Obj]) -> tuple[li
     usable = may_use(spec, nodes)
     carried = {k for n in usable for k in n["metadata"].get("labels") or {}}
     levels = tuple(k for k in levels if k in carried)  # a level no node has orders nothing
-    if not levels:
-        return objs, "rank order: completion index (no node carries the topology labels)"
+    if not levels or why:  # no topology to follow, or one the pods cannot follow
+        return objs, why if levels else ""
     return with_rank_plan(objs, levels, plan_order(usable, levels)), ""
 
 
