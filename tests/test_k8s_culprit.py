@@ -319,3 +319,17 @@ def test_without_node_access_the_node_controllers_mark_on_the_pod_names_the_node
         "its node n1 stopped reporting (the pod was marked not ready: NodeNotReady: Node is "
         "not ready)"
     )
+
+
+def test_the_engines_line_names_the_culprits_own_host_before_its_rank() -> None:
+    # Under a topology rank plan (issue 37) pod r-0-x (index 0) on node n0 runs node rank 1 and
+    # pod r-1-x runs node rank 0: global rank 3 (of 2 GPUs a pod) is in node rank 1, the pod
+    # of index 0. The line's host (the culprit's own hostname) names it; rank // G would name
+    # r-1-x and its healthy node.
+    pods = [pod(f"r-{i}-x", i, node=f"n{i}", gpus=2) for i in range(2)]
+    v = attribute(pods, faults=parse_faults(fault(0, 3, "r-0.r.ns.svc"), "r-1-x"))
+    assert v is not None and (v.culprit.pod, v.culprit.node, v.culprit.global_rank) == (
+        "r-0-x",
+        "n0",
+        3,
+    )

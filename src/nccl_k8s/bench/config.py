@@ -50,6 +50,10 @@ from nccl_k8s.bench.options import (
 #: The pod's Kubernetes node, when the deployer puts it in the environment (the `node` of the
 #: metrics and of the culprit lines; else the host name).
 NODE_NAME_ENV = "NCCL_K8S_NODE_NAME"
+#: The deployer's rank plan (JSON: `{"levels": [label, ...], "nodes": [[node, [value, ...]],
+#: ...]}`, the nodes in topology order, each with its label values coarse to fine): the pods'
+#: launcher (launch._pod) numbers the nodes the pods landed on in this order.
+RANK_PLAN_ENV = "NCCL_K8S_RANK_PLAN"
 #: Where rank 0 writes every result line as soon as it is known (set by `nccl-k8s run`): what a
 #: run stopped half-way leaves for its stored results.
 JOURNAL_ENV = "NCCL_K8S_JOURNAL"
@@ -184,6 +188,7 @@ __all__ = [
     "METRICS_ADDR_ENV",
     "NOT_HONOURED",
     "POD_TIMEOUT_S",
+    "RANK_PLAN_ENV",
     "REDOPS",
     "REDUCING_OPS",
     "ROOTED_OPS",

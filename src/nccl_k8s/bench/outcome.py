@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from nccl_k8s import __version__
 from nccl_k8s.bench import report
-from nccl_k8s.bench.config import Op
+from nccl_k8s.bench.config import NODE_NAME_ENV, Op
 from nccl_k8s.bench.options import meta_config
 
 if TYPE_CHECKING:
@@ -165,6 +165,7 @@ def run_info(engine: Engine) -> dict[str, str]:
 def run_meta(engine: Engine) -> dict[str, Any]:
     cfg, r = engine.cfg, engine.r
     hosts = sorted({d["host"] for d in engine.devices})
+    node = ("node",) if os.environ.get(NODE_NAME_ENV) else ()
     return {
         "time": iso(time.time()),
         **({"sweep": engine.sweep_index} if engine.sweep_index is not None else {}),
@@ -174,7 +175,9 @@ def run_meta(engine: Engine) -> dict[str, Any]:
         "nodes": len(hosts),
         "local_world_size": r.local_world,
         "gpu_model": engine.devices[0]["name"] if r.cuda else None,
-        "devices": [{k: d[k] for k in ("rank", "host", "pid", "device", "name")} for d in engine.devices],
+        # Each rank's Kubernetes node where the pods name it (NCCL_K8S_NODE_NAME): a rank's pod
+        # is not the pod of its node rank when the deployer ordered the ranks by topology.
+        "devices": [{k: d.get(k) for k in ("rank", "host", "pid", "device", "name", *node)} for d in engine.devices],
         "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("NCCL_") and not k.startswith("NCCL_K8S_")},
         "run_id": os.environ.get("NCCL_K8S_RUN_ID") or None,
         "timeout_s": engine.wd.timeout_s,

@@ -14,6 +14,14 @@ The flags are torchrun's names for the same things (k8s.run's culprit reads G fr
    to go. When some never come, node 0 says so in the words of torch's TCPStore (`Timed out
    after N seconds waiting for clients. J/N clients joined.`), which k8s.run's culprit reads to
    name the pods that never started, and exits 1;
+   With the deployer's rank plan (bench.config.RANK_PLAN_ENV: the run's nodes in topology
+   order), `--node-rank` is the pod's place in the Job (its completion index: index 0 hosts the
+   store, at the master address) and the node rank comes from where the pod landed: each
+   launcher joins with its node's name (NCCL_K8S_NODE_NAME, the downward API's spec.nodeName),
+   and node 0, once all have joined, numbers the pods in the plan's order of their nodes and
+   hands each its node rank with the go (`assign`). One decision for all pods, so no two ever
+   take one rank: a pod on a node the plan lacks (or two on one node) puts the whole run back
+   in completion-index order, and every launcher says so in one line. No API token is needed;
 3. starts its G ranks as plain processes with torchrun's worker environment (RANK =
    I*G + local rank, LOCAL_RANK, WORLD_SIZE = N*G, MASTER_ADDR/PORT, ...) and watches them
    (launch._procs: the first failure, the culprit from the ranks' exits and fault records);
@@ -30,12 +38,14 @@ import argparse
 import contextlib
 import dataclasses
 import datetime
+import json
+import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from nccl_k8s.bench.config import ConfigError, parse_args
+from nccl_k8s.bench.config import NODE_NAME_ENV, RANK_PLAN_ENV, ConfigError, parse_args
 from nccl_k8s.bench.store import StoreClient, StoreServer, StoreTimeout
 from nccl_k8s.errors import Interrupted, RunFailed
 from nccl_k8s.launch._procs import Node, interruptible, run_ranks, workdir
@@ -46,6 +56,50 @@ EXIT_BARRIER_S = 300
 #: The launchers' keys on the run's store.
 _JOIN, _GO, _DONE = "nccl_k8s/launch/join", "nccl_k8s/launch/go", "nccl_k8s/launch/done"
 _PREFIX = "nccl-k8s launcher:"
+
+
+@dataclasses.dataclass(frozen=True)
+class Placed:
+    """This pod's node rank, and the line saying how the ranks were ordered (empty without a
+    plan)."""
+
+    rank: int
+    note: str
+
+
+def assign(plan: Sequence[str], landed: Sequence[str]) -> tuple[list[int], str]:
+    """Each pod's node rank (`landed[i]`: the node pod i runs on) and one line on the order:
+    the plan's order of the nodes (consecutive ranks in one domain), else the pods' own order
+    (completion index) when there is no plan, a pod's node is not in it or two pods share one."""
+    index_order = list(range(len(landed)))
+    if not plan:
+        return index_order, ""
+    place = {name: i for i, name in enumerate(plan)}
+    outside = sorted({n or "?" for n in landed if n not in place})  # "?": the pod has no name
+    if outside:
+        return index_order, (
+            f"rank order: completion index (node {', '.join(outside)} is not in the deployer's "
+            "topology plan)"
+        )
+    if len(set(landed)) != len(landed):
+        return index_order, "rank order: completion index (two pods on one node)"
+    by_place = sorted(index_order, key=lambda i: place[landed[i]])
+    ranks = [0] * len(landed)
+    for rank, i in enumerate(by_place):
+        ranks[i] = rank
+    return ranks, "rank order: topology (the deployer's plan)"
+
+
+def plan_from_env(environ: Mapping[str, str]) -> list[str]:
+    """The planned node order from RANK_PLAN_ENV; empty when unset or unreadable (then the
+    pods keep their completion-index order)."""
+    raw = environ.get(RANK_PLAN_ENV)
+    if not raw:
+        return []
+    try:
+        return [str(entry[0]) for entry in json.loads(raw)["nodes"]]
+    except (ValueError, KeyError, IndexError, TypeError):
+        return []
 
 
 class RendezvousFailed(RuntimeError):
@@ -115,34 +169,44 @@ class Launchers:
                 f"cannot reach node 0's store at {host}:{port} within {timeout_s:g} s ({exc})"
             ) from None
 
-    def _wait(self, key: str, timeout_s: float) -> bool:
-        """Wait for `key`; False when it did not come within `timeout_s`."""
+    def _wait(self, key: str, timeout_s: float) -> bytes | None:
+        """Wait for `key`: its value, or None when it did not come within `timeout_s`."""
         if self.torch:
             self.store.set_timeout(datetime.timedelta(seconds=max(timeout_s, 0.001)))
         else:
             self.store.timeout_s = max(timeout_s, 0.001)
         try:
-            self.store.get(key)
+            return bytes(self.store.get(key))
         except (StoreTimeout, RuntimeError):  # torch's DistStoreError is a RuntimeError
-            return False
-        return True
+            return None
 
-    def rendezvous(self, node: int, count: int, timeout_s: float) -> None:
-        """Node 0 waits for every node, then says go; the others wait for that."""
-        self.store.set(f"{_JOIN}/{node}", b"1")
+    def rendezvous(
+        self, node: int, count: int, timeout_s: float, where: str = "", plan: Sequence[str] = ()
+    ) -> Placed:
+        """Node 0 (the pod of index `node` 0) waits for every node, then says go with each
+        pod's node rank (`assign` over the nodes they joined from); the others wait for that."""
+        self.store.set(f"{_JOIN}/{node}", where.encode())
         if node != 0:
-            if not self._wait(_GO, timeout_s):
+            go = self._wait(_GO, timeout_s)
+            if go is None:
                 raise RendezvousFailed(f"node 0 did not start the run within {timeout_s:g} s")
-            return
+            said = json.loads(go.decode()) if go != b"1" else {}
+            ranks = said.get("ranks") or list(range(count))
+            return Placed(ranks[node], said.get("note", ""))
         deadline = time.monotonic() + timeout_s
+        landed = [where]
         for other in range(1, count):
-            if not self._wait(f"{_JOIN}/{other}", deadline - time.monotonic()):
+            got = self._wait(f"{_JOIN}/{other}", deadline - time.monotonic())
+            if got is None:
                 joined = sum(self.store.check([f"{_JOIN}/{n}"]) for n in range(count))
                 raise RendezvousFailed(
                     f"Timed out after {timeout_s:g} seconds waiting for clients. "
                     f"{joined}/{count} clients joined."
                 )
-        self.store.set(_GO, b"1")
+            landed.append(got.decode())
+        ranks, note = assign(plan, landed)
+        self.store.set(_GO, json.dumps({"ranks": ranks, "note": note}).encode())
+        return Placed(ranks[0], note)
 
     def done(self, node: int) -> None:
         self.store.set(f"{_DONE}/{node}", b"1")
@@ -172,26 +236,33 @@ def launch(args: PodArgs) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    node = Node(args.node_rank, args.nnodes, args.master_addr, args.master_port)
-    server = _host(torch_store, args.master_port, args.rdzv_timeout_s) if node.rank == 0 else None
+    index = args.node_rank  # the pod's completion index: index 0 hosts the store
+    server = _host(torch_store, args.master_port, args.rdzv_timeout_s) if index == 0 else None
     try:
-        return _run(args, node, torch_store, engine_argv)
+        return _run(args, index, torch_store, engine_argv)
     finally:
         close = getattr(server, "close", None)
         if close is not None:
             close()
 
 
-def _run(args: PodArgs, node: Node, torch_store: bool, engine_argv: list[str]) -> int:
+def _run(args: PodArgs, index: int, torch_store: bool, engine_argv: list[str]) -> int:
     # Node 0 speaks to its own store over loopback: its service name may not resolve to itself
     # (host networking), and there is nothing to wait for.
-    host = "127.0.0.1" if node.rank == 0 else node.master_addr
+    host = "127.0.0.1" if index == 0 else args.master_addr
+    where = os.environ.get(NODE_NAME_ENV, "")
     try:
-        launchers = Launchers(torch_store, host, node.master_port or 0, args.rdzv_timeout_s)
-        launchers.rendezvous(node.rank, node.count, args.rdzv_timeout_s)
+        launchers = Launchers(torch_store, host, args.master_port, args.rdzv_timeout_s)
+        placed = launchers.rendezvous(
+            index, args.nnodes, args.rdzv_timeout_s, where, plan_from_env(os.environ)
+        )
     except RendezvousFailed as exc:
         print(f"{_PREFIX} rendezvous: {exc}", file=sys.stderr, flush=True)
         return 1
+    if placed.note:
+        print(f"{_PREFIX} node rank {placed.rank} on node {where or '?'}; {placed.note}",
+              file=sys.stderr, flush=True)  # fmt: skip
+    node = Node(placed.rank, args.nnodes, args.master_addr, args.master_port)
     with interruptible(), workdir() as work:
         try:
             code = run_ranks(args.nproc, engine_argv, work=work, torch_store=torch_store, node=node)
@@ -202,11 +273,11 @@ def _run(args: PodArgs, node: Node, torch_store: bool, engine_argv: list[str]) -
             print(f"{_PREFIX} {exc}", file=sys.stderr, flush=True)
             return exc.exit_code
         finally:
-            if node.rank != 0:
+            if index != 0:
                 # Node 0 may be gone already (its ranks failed): nothing then waits for this.
                 with contextlib.suppress(OSError, RuntimeError):
-                    launchers.done(node.rank)
-        if node.rank == 0:
+                    launchers.done(index)
+        if index == 0:
             launchers.exit_barrier(node.count, EXIT_BARRIER_S)
     return code
 

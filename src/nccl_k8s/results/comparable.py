@@ -35,6 +35,43 @@ def device_of(meta: RunMeta) -> str | None:
     return ", ".join(device_names(meta)) or None
 
 
+def spans(ranks: list[int]) -> str:
+    """0-3,6: sorted ranks as ranges."""
+    out: list[list[int]] = []
+    for r in sorted(ranks):
+        if out and r == out[-1][-1] + 1:
+            out[-1].append(r)
+        else:
+            out.append([r])
+    return ",".join(f"{g[0]}-{g[-1]}" if len(g) > 1 else str(g[0]) for g in out)
+
+
+def domains(meta: RunMeta) -> dict[str, tuple[list[int], list[str]]]:
+    """Each topology domain the ranks ran in (a rank's `domain`: its node's label values, from
+    the deploy's rank plan, `/`-joined coarse to fine) -> (its ranks, its nodes), in rank order;
+    {} when no rank names one."""
+    by: dict[str, tuple[list[int], list[str]]] = {}
+    for d in sorted(meta.devices, key=lambda d: d.rank):
+        if d.domain:
+            ranks, nodes = by.setdefault("/".join(v or "-" for v in d.domain.values()), ([], []))
+            ranks.append(d.rank)
+            if d.node and d.node not in nodes:
+                nodes.append(d.node)
+    return by
+
+
+def domain_layout(meta: RunMeta) -> str | None:
+    """How the ranks sat in topology domains, whatever the domains are called ("2 domains:
+    ranks 0-3 | 4-7"); None when the run does not say. Two runs whose rings crossed domains
+    differently may differ by that alone."""
+    by = domains(meta)
+    if not by:
+        return None
+    return f"{len(by)} domain{'s' if len(by) != 1 else ''}: ranks " + " | ".join(
+        spans(r) for r, _ in by.values()
+    )
+
+
 @dataclass(frozen=True)
 class Fact:
     """One thing two compared runs should agree on."""
@@ -54,6 +91,7 @@ FACTS: tuple[Fact, ...] = (
     Fact("fabric", lambda m: m.fabric, refuses=True),
     Fact("NCCL version", lambda m: m.nccl, refuses=False),
     Fact("node count", lambda m: m.nodes, refuses=False),
+    Fact("topology domains", domain_layout, refuses=False),
 )
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from nccl_k8s import __version__
 from nccl_k8s.bench.options import OPTIONS
 from nccl_k8s.errors import ResultsError, UsageError
+from nccl_k8s.results.comparable import domains, spans
 from nccl_k8s.results.compare import select
 from nccl_k8s.results.diagnose import Diagnosis, diagnose_files
 from nccl_k8s.results.plots import (
@@ -32,7 +33,7 @@ from nccl_k8s.results.plots import (
     size_label,
     variant_of,
 )
-from nccl_k8s.results.schema import Run, load
+from nccl_k8s.results.schema import Run, RunMeta, load
 from nccl_k8s.results.store import RESULTS_FILE, resolve
 
 #: Sub-folder of a run directory where collected logs go (one file per pod or rank).
@@ -281,6 +282,8 @@ def _meta_table(runs: Sequence[ReportRun]) -> str:
         row("NCCL environment", [_env_cell(m.env) for m in metas]),
         row("ranks", [_devices_cell(r.run) for r in runs]),
     ]
+    if any(len(domains(m)) > 1 for m in metas):  # which ranks ran in which domain
+        lines.append(row("topology domains", [_domains_cell(m) for m in metas]))
     if any(m.inputs for m in metas):
         lines.append(
             row(
@@ -321,12 +324,24 @@ def _env_cell(env: dict[str, str]) -> str:
     return "<br>".join(f"<code>{_e(k)}={_e(v)}</code>" for k, v in sorted(env.items()))
 
 
+def _domains_cell(meta: RunMeta) -> str:
+    by = domains(meta)
+    return (
+        "<br>".join(
+            f"<code>{_e(k)}</code>: ranks {_e(spans(r))} ({_e(', '.join(n))})"
+            for k, (r, n) in by.items()
+        )
+        or "–"
+    )
+
+
 def _devices_cell(run: Run) -> str:
     devs = run.meta.devices
     if not devs:
         return "–"
     items = "<br>".join(
         f"<code>{d.rank}: {_e(d.host or '?')}{f' (node {_e(d.node)})' if d.node else ''} "
+        f"{_e('/'.join(d.domain.values())) + ' ' if d.domain else ''}"
         f"pid {_v(d.pid)} dev {_v(d.device)} {_e(d.name or '')}</code>"
         for d in devs
     )

@@ -6,9 +6,8 @@ a reader refuses a version it does not know rather than guessing.
 
 A file is one JSON object:
 
-    {"schema": "nccl-k8s/results", "schema_version": 1,
-     "meta": {...RunMeta...}, "rows": [{...Row...}, ...],
-     "summaries": [{...Summary...}, ...], "soak": [{...}, ...]}
+    {"schema": "nccl-k8s/results", "schema_version": 1, "meta": {...RunMeta...},
+     "rows": [{...Row...}, ...], "summaries": [{...Summary...}, ...], "soak": [{...}, ...]}
 
 Unknown keys are ignored on load (a later version may add some); removing or changing one: a new version.
 """
@@ -54,6 +53,8 @@ class Device:
     name: str | None = None
     #: The Kubernetes node the rank ran on (its pod's spec.nodeName), for runs on a cluster.
     node: str | None = None
+    #: That node's topology label -> value, coarse to fine (deploy's rank plan, docs/topology.md).
+    domain: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -271,10 +272,8 @@ class Reader:
         self.origin = origin
 
     def _bad(self, key: str, want: str) -> ResultsError:
-        got = type(self.d[key]).__name__
-        return ResultsError(
-            f"{self.origin}: {self.where}.{key} should be {want}, not {got}", path=self.origin
-        )
+        got, at = type(self.d[key]).__name__, f"{self.where}.{key}"
+        return ResultsError(f"{self.origin}: {at} should be {want}, not {got}", path=self.origin)
 
     def _present(self, key: str, required: bool) -> bool:
         if key not in self.d or self.d[key] is None:
@@ -356,6 +355,7 @@ def device_from(r: Reader) -> Device:
         device=r.int_("device"),
         name=r.str_("name"),
         node=r.str_("node"),
+        domain=r.str_map("domain"),
     )
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from nccl_k8s.bench.report import Cell, TableRow, footer_lines, row_line, table_header
-from nccl_k8s.results.comparable import device_names
+from nccl_k8s.results.comparable import device_names, domains, spans
 from nccl_k8s.results.schema import Row, Run, RunMeta
 
 
@@ -29,10 +29,23 @@ def what_ran(meta: RunMeta) -> str:
 
 
 def heading(meta: RunMeta) -> list[str]:
-    """The lines above the tables: what ran, and for a partial run why it is partial."""
+    """The lines above the tables: what ran, for a partial run why it is partial, and for a run
+    over several topology domains which ranks ran in each."""
     lines = [what_ran(meta)]
     if meta.partial:
         lines.append(f"# PARTIAL: {meta.failure or 'the run stopped before its sweep ended'}")
+    return lines + domain_lines(meta)
+
+
+def domain_lines(meta: RunMeta) -> list[str]:
+    """Which ranks (and nodes) ran in each topology domain (results.comparable.domains), in
+    rank order; nothing when the ranks span one domain or none is known."""
+    by = domains(meta)
+    if len(by) < 2:
+        return []
+    levels = next(list(d.domain) for d in meta.devices if d.domain)
+    lines = [f"# ranks by topology domain ({'/'.join(levels)}):"]
+    lines += [f"#   {k}: ranks {spans(r)} on {', '.join(n)}" for k, (r, n) in by.items()]
     return lines
 
 

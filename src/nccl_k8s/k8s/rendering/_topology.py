@@ -20,12 +20,24 @@ A fabric rule holds whatever the options say, as a required pod affinity term: e
 every pod in one availability zone (the platform's `one_zone`: EFA does not cross zones), and
 --compute-domain keeps them in one NVLink clique (rendering._computedomain's label). A run of one
 pod gets no topology placement (there is no second pod to be close to).
+
+Rank order (`plan_order`, `with_rank_plan`): NCCL's ring is the rank order, so where the deployer
+can read the nodes (deploy, not render) it sorts the nodes the run may use by their label values
+at these levels, coarse to fine, and puts that order into the pods' environment (RANK_PLAN_ENV);
+the pods' launcher (launch._pod) then numbers the pods by the place of the node each landed on,
+so that consecutive ranks share the finest domain whatever node each pod was given. Only the
+engine's own launcher reads the plan (`--launcher direct`): torchrun hosts its store on node rank
+0, which must be the pod at the master address (index 0). Under Kueue TAS the completion index is
+already the order in which Kueue assigns domains, and that order is kept.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import copy
+import json
+from collections.abc import Iterable, Mapping, Sequence
 
+from nccl_k8s.bench.config import RANK_PLAN_ENV
 from nccl_k8s.k8s.api._types import Obj
 from nccl_k8s.k8s.rendering._computedomain import CLIQUE_LABEL
 from nccl_k8s.k8s.rendering._platform import platform_of
@@ -106,11 +118,77 @@ def apply_topology(spec: RunSpec, template: Obj, selector: Mapping[str, str]) ->
         ]
 
 
+def rank_order_levels(spec: RunSpec) -> tuple[tuple[str, ...], str]:
+    """The levels the ranks would be ordered by (none for one pod or `--topology none`), and
+    why the completion index stays the order instead (empty when the deployer plans it)."""
+    levels = tuple(dict.fromkeys((*fabric_levels(spec), *topology_levels(spec))))
+    if spec.nodes < 2 or spec.topology == "none":
+        return (), ""
+    if spec.workload != "job":
+        return levels, "rank order: pod ordinal (a StatefulSet's ranks keep their ordinals)"
+    if kueue_annotation(spec) is not None:
+        return levels, "rank order: completion index, the order in which Kueue assigns domains"
+    if spec.launcher != "direct":
+        return levels, (
+            "rank order: completion index (torchrun hosts its store on node rank 0; "
+            "--launcher direct orders the ranks by topology)"
+        )
+    return levels, ""
+
+
+def plan_order(nodes: Iterable[Obj], levels: Sequence[str]) -> list[tuple[str, tuple[str, ...]]]:
+    """The nodes in topology order, each with its label values at `levels` (coarse to fine;
+    "" where it has none): grouped by those values, coarse to fine, so that consecutive nodes
+    share the finest domain; a node lacking a label after those that carry it; then by name."""
+    out = []
+    for node in nodes:
+        labels = node.get("metadata", {}).get("labels") or {}
+        out.append((node["metadata"]["name"], tuple(str(labels.get(k, "")) for k in levels)))
+    return sorted(out, key=lambda n: (*((v == "", v) for v in n[1]), n[0]))
+
+
+def with_rank_plan(
+    objs: list[Obj], levels: Sequence[str], planned: Sequence[tuple[str, tuple[str, ...]]]
+) -> list[Obj]:
+    """Copies of `objs` whose Job's container carries the plan (RANK_PLAN_ENV) for the pods'
+    launcher; the objects unchanged without a plan."""
+    if not planned:
+        return objs
+    value = json.dumps(
+        {"levels": list(levels), "nodes": [[n, list(v)] for n, v in planned]},
+        separators=(",", ":"),
+    )
+    out = []
+    for obj in objs:
+        if obj["kind"] == "Job":
+            obj = copy.deepcopy(obj)
+            for container in obj["spec"]["template"]["spec"]["containers"]:
+                container.setdefault("env", []).append({"name": RANK_PLAN_ENV, "value": value})
+        out.append(obj)
+    return out
+
+
+def rank_plan_of(workload: Obj | None) -> tuple[tuple[str, ...], dict[str, tuple[str, ...]]]:
+    """(levels, node -> label values) of the plan a run's workload carries; empty without."""
+    containers = (workload or {}).get("spec", {}).get("template", {}).get("spec", {})
+    for container in containers.get("containers") or []:
+        for env in container.get("env") or []:
+            if env.get("name") == RANK_PLAN_ENV and env.get("value"):
+                plan = json.loads(env["value"])
+                nodes = {str(n): tuple(str(x) for x in v) for n, v in plan["nodes"]}
+                return tuple(plan["levels"]), nodes
+    return (), {}
+
+
 __all__ = [
     "KUEUE_PREFERRED_TOPOLOGY",
     "KUEUE_REQUIRED_TOPOLOGY",
     "apply_topology",
     "fabric_levels",
     "kueue_annotation",
+    "plan_order",
+    "rank_order_levels",
+    "rank_plan_of",
     "topology_levels",
+    "with_rank_plan",
 ]

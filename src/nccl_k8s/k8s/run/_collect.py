@@ -29,7 +29,9 @@ from typing import Any
 from nccl_k8s.errors import ClusterError, FailureReason, NotFound, ResultsError, RunFailed
 from nccl_k8s.k8s.api._client import ClientSettings, KubeClient
 from nccl_k8s.k8s.api._sync import run_sync
+from nccl_k8s.k8s.api._types import Obj
 from nccl_k8s.k8s.rendering._names import CONTAINER_NAME, PLATFORM_ANNOTATION
+from nccl_k8s.k8s.rendering._topology import rank_plan_of
 from nccl_k8s.k8s.rendering._wrapper import BLOCK_END
 from nccl_k8s.k8s.run._outcomes import Collected, CollectedSweep
 from nccl_k8s.k8s.run._plumbing import (
@@ -50,12 +52,23 @@ _NCCL_LINE = re.compile(r"^.*NCCL (?:INFO|WARN).*$", re.MULTILINE)
 
 def name_nodes(run: Any, pods: list[PodInfo]) -> None:
     """Give every rank of `run` its Kubernetes node, from its pod (global rank r runs in pod
-    rank r // G), where the engine's meta line did not name it."""
+    rank r // G), where the engine's meta line did not name it (an engine older than the rank
+    plan: with one, pods are numbered by their nodes, and only the engine knows which is which)."""
     per_pod = run.meta.gpus_per_node or 1
     node_of = {p.rank: p.node for p in pods if p.rank is not None}
     for device in run.meta.devices:
         if device.node is None:
             device.node = node_of.get(device.rank // per_pod)
+
+
+def name_domains(run: Any, workload: Obj | None) -> None:
+    """Give every rank its node's topology label values, from the rank plan the deploy put
+    into the run's workload (rendering._topology); none without one."""
+    levels, plan = rank_plan_of(workload)
+    for device in run.meta.devices:
+        values = plan.get(device.node or "")
+        if values is not None:
+            device.domain = dict(zip(levels, values, strict=True))
 
 
 def collect(
@@ -139,6 +152,7 @@ async def collect_async(
         for s in sweeps:  # every run's results say what carried it, and what it was made for
             s.run.meta.fabric = diagnosis.inter_node if diagnosis is not None else None
             s.run.meta.platform = platform
+            name_domains(s.run, workload)
         chosen = _chosen(sweeps, sweep, rid, log_dir)
         running = _still_running(chosen.run, run_phase(workload, pods), continuous)
         written = _write_sweeps(sweeps, chosen, base, sweep=sweep, all_sweeps=all_sweeps)

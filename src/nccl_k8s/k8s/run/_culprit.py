@@ -505,17 +505,20 @@ def _from_faults(
 def _pod_for(
     pods: Sequence[Obj], infos: Mapping[str, PodInfo], pod_rank: int | None, host: str | None
 ) -> str | None:
-    """The culprit's pod: by rank (the newest pod of it), else by hostname or pod name."""
-    if pod_rank is not None:
-        same = [i for i in infos.values() if i.rank == pod_rank]
-        if same:
-            return max(same, key=lambda i: (i.created or "", i.name)).name
+    """The culprit's pod: by hostname or pod name where the line has one, else by rank (the
+    newest pod of it). The host first: under a topology rank plan (launch._pod, issue 37) a
+    pod's node rank is the place of its node, not its completion index, so rank // G names
+    another pod; the culprit's hostname is its own."""
     if host:
         short = host.split(".")[0]
         for pod in pods:
             meta, spec = pod["metadata"], pod.get("spec") or {}
             if short in (meta.get("name"), spec.get("hostname")):
                 return str(meta["name"])
+    if pod_rank is not None:
+        same = [i for i in infos.values() if i.rank == pod_rank]
+        if same:
+            return max(same, key=lambda i: (i.created or "", i.name)).name
     return None
 
 

@@ -35,9 +35,10 @@ from nccl_k8s.k8s.api._client import ClientSettings, KubeClient
 from nccl_k8s.k8s.api._sync import run_sync
 from nccl_k8s.k8s.api._types import Obj
 from nccl_k8s.k8s.preflight._doctor import refusal
-from nccl_k8s.k8s.preflight._platforms import resolve_async
+from nccl_k8s.k8s.preflight._platforms import may_use, resolve_async
 from nccl_k8s.k8s.rendering._manifests import render
 from nccl_k8s.k8s.rendering._names import APP_NAME
+from nccl_k8s.k8s.rendering._topology import plan_order, rank_order_levels, with_rank_plan
 from nccl_k8s.k8s.run._bundle import write_bundle
 from nccl_k8s.k8s.run._collect import keep_measured
 from nccl_k8s.k8s.run._fabric import check_fabric
@@ -258,6 +259,9 @@ async def _deploy(
     namespace = spec.namespace or kc.namespace
     spec = dataclasses.replace(spec, namespace=namespace)
     objs = render(spec)  # pure; same objects `render` prints
+    # ... plus, where the nodes can be read, the order of the ranks by topology
+    objs, order_note = await _rank_plan(kc, spec, objs)
+    platform_note = "\n".join(n for n in (platform_note, order_note) if n)
 
     ns_obj, must_create = await _namespace(kc, namespace, create_namespace=create_namespace)
     refused = await refusal(kc, spec, namespace, ns_obj)
@@ -312,6 +316,25 @@ async def _deploy(
         platform=spec.platform,
         platform_note=platform_note,
     )
+
+
+async def _rank_plan(kc: KubeClient, spec: RunSpec, objs: list[Obj]) -> tuple[list[Obj], str]:
+    """The run's objects with the rank plan (rendering._topology: the nodes the run may use in
+    topology order, which the pods' launcher numbers them by), and one line on the rank order
+    when the nodes carry topology labels but the plan cannot be followed (empty otherwise)."""
+    levels, why = rank_order_levels(spec)
+    if not levels:
+        return objs, ""
+    try:
+        nodes, _ = await kc.list("Node")
+    except Forbidden:
+        return objs, "rank order: completion index (may not list nodes, RBAC)"
+    usable = may_use(spec, nodes)
+    carried = {k for n in usable for k in n["metadata"].get("labels") or {}}
+    levels = tuple(k for k in levels if k in carried)  # a level no node has orders nothing
+    if not levels or why:  # no topology to follow, or one the pods cannot follow
+        return objs, why if levels else ""
+    return with_rank_plan(objs, levels, plan_order(usable, levels)), ""
 
 
 async def _owned_by(kc: KubeClient, namespace: str, objs: list[Obj], workload: Obj) -> None:
