@@ -41,6 +41,8 @@ class Resolved:
     """One line: `platform eks-efa: node ip-10-1-2-3 has vpc.amazonaws.com/efa: 32, instance
     type p5.48xlarge`, or why generic; empty when nothing had to be resolved."""
     choice: Choice | None = None
+    nodes_forbidden: bool = False
+    """The nodes could not be listed (RBAC): who reads them next for this run need not ask."""
 
 
 def may_use(spec: RunSpec, nodes: Iterable[Obj]) -> list[Obj]:
@@ -162,7 +164,8 @@ async def resolve_async(
                 f"platform {name}: may not list nodes (RBAC), so --platform {spec.platform} "
                 "cannot read them; name the platform (and --instance-type) to choose it"
             )
-            return Resolved(with_platform(spec, name) if spec.platform == AUTO else spec, note)
+            spec = with_platform(spec, name) if spec.platform == AUTO else spec
+            return Resolved(spec, note, nodes_forbidden=True)
         return resolve(spec, listed[0], slices)
     return resolve(spec, nodes, await read_slices(kc))
 

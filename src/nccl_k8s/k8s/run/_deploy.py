@@ -118,7 +118,11 @@ async def deploy_async(
     with span("deploy", run_id=spec.run_id, namespace=ns, **_span_attributes(spec)):
         with span("apply", run_id=spec.run_id, namespace=ns):
             deployed = await _deploy(
-                kc, spec, create_namespace=create_namespace, platform_note=note
+                kc,
+                spec,
+                create_namespace=create_namespace,
+                platform_note=note,
+                nodes_forbidden=resolved.nodes_forbidden,
             )
         if on_deployed is not None:
             on_deployed(deployed)
@@ -254,13 +258,18 @@ async def _forbidden(
 
 
 async def _deploy(
-    kc: KubeClient, spec: RunSpec, *, create_namespace: bool, platform_note: str = ""
+    kc: KubeClient,
+    spec: RunSpec,
+    *,
+    create_namespace: bool,
+    platform_note: str = "",
+    nodes_forbidden: bool = False,
 ) -> Deployed:
     namespace = spec.namespace or kc.namespace
     spec = dataclasses.replace(spec, namespace=namespace)
     objs = render(spec)  # pure; same objects `render` prints
     # ... plus, where the nodes can be read, the order of the ranks by topology
-    objs, order_note = await _rank_plan(kc, spec, objs)
+    objs, order_note = await _rank_plan(kc, spec, objs, nodes_forbidden=nodes_forbidden)
     platform_note = "\n".join(n for n in (platform_note, order_note) if n)
 
     ns_obj, must_create = await _namespace(kc, namespace, create_namespace=create_namespace)
@@ -318,17 +327,23 @@ async def _deploy(
     )
 
 
-async def _rank_plan(kc: KubeClient, spec: RunSpec, objs: list[Obj]) -> tuple[list[Obj], str]:
+async def _rank_plan(
+    kc: KubeClient, spec: RunSpec, objs: list[Obj], *, nodes_forbidden: bool = False
+) -> tuple[list[Obj], str]:
     """The run's objects with the rank plan (rendering._topology: the nodes the run may use in
     topology order, which the pods' launcher numbers them by), and one line on the rank order
-    when the nodes carry topology labels but the plan cannot be followed (empty otherwise)."""
+    when the nodes carry topology labels but the plan cannot be followed (empty otherwise).
+    Nodes that `--platform auto` was already refused are not asked for again."""
     levels, why = rank_order_levels(spec)
     if not levels:
         return objs, ""
+    forbidden = "rank order: completion index (may not list nodes, RBAC)"
+    if nodes_forbidden:
+        return objs, forbidden
     try:
         nodes, _ = await kc.list("Node")
     except Forbidden:
-        return objs, "rank order: completion index (may not list nodes, RBAC)"
+        return objs, forbidden
     usable = may_use(spec, nodes)
     carried = {k for n in usable for k in n["metadata"].get("labels") or {}}
     levels = tuple(k for k in levels if k in carried)  # a level no node has orders nothing
