@@ -50,10 +50,9 @@ unit: $(STAMP_TEST)
 
 # Two workers, a test file's tests on one of them (its module-scoped test cluster is made once):
 # many tests wait on ranks, pods or a timeout rather than use the CPU, so two files at a time
-# fit the 2 cores CI has. The longest files start first (tests/conftest.py's _LONGEST_FIRST;
-# --no-loadscope-reorder keeps that order), so that both workers end together.
+# fit the 2 cores CI has.
 pytest: $(STAMP_TEST)
-	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=15
+	$(PY) -m pytest -q -n 2 --dist loadfile --durations=15
 
 test: lint typecheck contracts pytest check-dist
 

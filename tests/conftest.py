@@ -36,45 +36,6 @@ if TYPE_CHECKING:
 
 Obj = dict[str, Any]
 
-#: The longest test files first, so that the two xdist workers of `make pytest` (`--dist
-#: loadfile`, one file at a time to a free worker) end together: longest-first is what keeps the
-#: last file to start short. The Makefile passes --no-loadscope-reorder, which keeps this order;
-#: xdist's own puts the files with the most tests first, and so these long files of few tests
-#: last, where one of them alone made the tail. Rough order of their times on a quiet 2-core
-#: machine; any file not named keeps its place after them.
-_LONGEST_FIRST = (
-    "test_nodes_check_e2e.py",
-    "test_nodes_check_topology_e2e.py",
-    "test_deploy_e2e.py",
-    "test_rbac.py",
-    "test_faults_e2e.py",
-    "test_docs_examples.py",
-    "test_nodes_schedule_e2e.py",
-    "test_platforms_e2e.py",
-    "test_deploy_interrupts_e2e.py",
-    "test_deploy_rotation.py",
-    "test_rank_order_e2e.py",
-    "test_fresh_install.py",
-    "test_local_faults.py",
-    "test_engine_faults.py",
-    "test_pod_launcher.py",
-    "test_doctor_e2e.py",
-    "test_adoption_e2e.py",
-    "test_nodes_floor_e2e.py",
-    "test_nodes_parallel_e2e.py",
-    "test_compute_domain_e2e.py",
-    "test_deploy_direct_e2e.py",
-    "test_deploy_keeps_rows_e2e.py",
-    "test_no_such_run_e2e.py",
-)
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The files of _LONGEST_FIRST first, in its order (a stable sort: the tests of a file, and
-    the files not named, keep their order)."""
-    place = {name: i for i, name in enumerate(_LONGEST_FIRST)}
-    items.sort(key=lambda item: place.get(item.path.name, len(place)))
-
 
 class Api:
     """Plain-HTTP access to a cluster's API server, returning (status code, decoded body)."""
