@@ -36,6 +36,16 @@ COMMANDS = {
 }
 
 
+def _short_help(command: Any) -> None:
+    """-h on the command (and its subcommands) whatever context it is parsed in: click makes a
+    command's help option once, with the names of the first context that asks, so a command
+    parsed once on its own (`make_context` without our root) would otherwise lose -h for good.
+    `run` names its own (none: it parses -h itself)."""
+    command.context_settings.setdefault("help_option_names", ["-h", "--help"])
+    for sub in getattr(command, "commands", {}).values():
+        _short_help(sub)
+
+
 class RootGroup(Group):
     """The `nccl-k8s` group, whose commands are loaded from their modules when first asked for."""
 
@@ -48,6 +58,8 @@ class RootGroup(Group):
             sub = typer.Typer(cls=Group)
             importlib.import_module(f"nccl_k8s.cli.{module}").register(sub)
             cls.loaded[module] = dict(typer.main.get_group(sub).commands)
+            for command in cls.loaded[module].values():
+                _short_help(command)
         return cls.loaded[module]
 
     def get_command(self, ctx: Any, cmd_name: str) -> Any:
