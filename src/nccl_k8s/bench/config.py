@@ -151,7 +151,7 @@ def check_backend(config: BenchConfig, backend: str, *, world_size: int) -> None
         )
     facts = DTYPE_FACTS[config.dtype]
     # A type the backend has not at all is refused whatever the reduction (-o all too).
-    if len(config.dtypes) == 1 and (why := absent(backend, config.dtype)) is not None:
+    if len(config.dtypes) == 1 and (why := absent(backend, config.dtype, config.driver)):
         raise ConfigError(f"-d {config.dtype!r}: {why}")
     if backend == "gloo" and len(config.dtypes) == 1 and len(config.redops) == 1:
         if facts.eight_bit_float:

@@ -51,6 +51,10 @@ class DtypeFacts:
     gloo: bool = True
     """torch.distributed's gloo moves and reduces it. False for uint32 and uint64: torch 2.13's
     gloo answers every collective on them with 'Invalid scalar type' (bench.compat.GLOO_NO_TYPE)."""
+    torch_nccl: bool = True
+    """torch.distributed's NCCL process group (`--driver torch`) takes it. False for uint32 and
+    uint64: torch 2.11 on an H100 refused all_reduce, all_gather, broadcast, reduce, alltoall,
+    sendrecv and gather on them (bench.compat.TORCH_NCCL_NO_TYPE); the direct driver runs them."""
 
     @property
     def floating(self) -> bool:
@@ -64,10 +68,10 @@ DTYPE_FACTS: dict[Dtype, DtypeFacts] = {
     "uint8": _F(1, 1, "uint8", 1, exact=255, doublings=7, signed=False),
     "int32": _F(4, 2, "int32", 2, exact=(1 << 31) - 1, doublings=30),
     "uint32": _F(4, 3, "uint32", 10, exact=(1 << 32) - 1, doublings=31, signed=False,
-                 gloo=False),
+                 gloo=False, torch_nccl=False),
     "int64": _F(8, 4, "int64", 3, exact=(1 << 63) - 1, doublings=62),
     "uint64": _F(8, 5, "uint64", 11, exact=(1 << 64) - 1, doublings=63, signed=False,
-                 gloo=False),
+                 gloo=False, torch_nccl=False),
     "half": _F(2, 6, "float16", 4, exact=2048, doublings=15, float_layout=(10, 2.0**-14),
                avg_contributors=4),
     "float": _F(4, 7, "float32", 5, exact=1 << 24, doublings=100, float_layout=(23, 2.0**-126),

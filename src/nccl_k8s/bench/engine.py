@@ -19,6 +19,7 @@ from typing import Any
 from nccl_k8s import __version__
 from nccl_k8s.bench import report
 from nccl_k8s.bench.collectives import COLLECTIVES
+from nccl_k8s.bench.compat import GLOO_AVG_FLOATS_ONLY, NCCL_NO_FP8_AVG
 from nccl_k8s.bench.config import DTYPES, BenchConfig, Dtype, Op, RedOp, skipped
 from nccl_k8s.bench.counts import memory_limit, rotation_shifts
 from nccl_k8s.bench.metrics import NULL as NULL_METRICS
@@ -277,11 +278,15 @@ class Engine:
         out: list[tuple[Dtype, RedOp]] = []
         for dtype in self.base.dtypes:
             for redop in redops:
-                why = skipped(self.r.backend, dtype, redop if reduces else None)
+                why = skipped(self.r.backend, dtype, redop if reduces else None, self.base.driver)
                 if why is None:
                     out.append((dtype, redop))
                     continue
-                what = f"-d {dtype}" + (f" -o {redop}" if "averages" in why else "")
+                by_redop = why in (
+                    NCCL_NO_FP8_AVG,
+                    GLOO_AVG_FLOATS_ONLY,
+                )  # the type's other ops run
+                what = f"-d {dtype}" + (f" -o {redop}" if by_redop else "")
                 if what not in self._skip_noted:
                     self._skip_noted.add(what)
                     self.p.line(f"# {what} skipped: {why}")
