@@ -41,7 +41,7 @@ SEED_ENV = "NCCL_K8S_INTERRUPT_SEED"
 #: The seed CI draws from; seeds that once found a hole are kept in REGRESSION_SEEDS.
 DEFAULT_SEED = 39
 #: Deploys at once: each mostly waits on the server's holds.
-WORKERS = 5
+WORKERS = 10
 #: The requests of the create phase (creates and the owner patches after the Job).
 CREATE_PHASE = ("POST", "PATCH")
 INSTANCE = "app.kubernetes.io/instance"
