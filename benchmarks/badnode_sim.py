@@ -16,7 +16,7 @@ round at once: what the cluster can place) a round takes one pair test; `wall` i
 tests: the rounds, plus the planning time, which is measured (and negligible). `wall_k16` is
 the same with at most 16 tests at once. Planning is timed as the process's CPU time (the planner
 is one thread): on the shared 2-core machine the sweeps run on, other work at load 11 stretched
-its wall-clock time 15x (1.5 s for a 4,096-node run that plans in 0.08 s of CPU).
+its wall-clock time 15x (1.5 s for a 4,096-node run that plans in 0.1 s of CPU).
 
     python benchmarks/badnode_sim.py > benchmarks/data/DIR/sim.json
     python benchmarks/badnode_sim.py --table benchmarks/data/DIR --write BENCHMARKS.md
