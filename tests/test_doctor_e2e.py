@@ -234,7 +234,7 @@ def test_a_pending_runs_bundle_and_doctor_run_say_why(
     out = tmp_path / "pending.tar.gz"
     got = cli(cluster, "bundle", "-n", namespace, "--run", rid, "-o", str(out))
     assert got.exit_code == 0, got.output
-    assert f"run {rid}: 5 objects (2 pods), " in got.output and str(out) in got.output
+    assert f"run {rid}: 6 objects (2 pods), " in got.output and str(out) in got.output
     files = members(out)
     names = sorted(files)
     assert f"{rid}/README.txt" in names and f"{rid}/doctor.txt" in names
@@ -242,6 +242,7 @@ def test_a_pending_runs_bundle_and_doctor_run_say_why(
         f"{rid}/objects/job-{rid}.yaml",
         f"{rid}/objects/service-{rid}.yaml",
         f"{rid}/objects/configmap-{rid}-engine.yaml",
+        f"{rid}/objects/networkpolicy-{rid}.yaml",
         *(
             f"{rid}/objects/pod-{p['metadata']['name']}.yaml"
             for p in cluster.store.list("pods", namespace)[0]

@@ -40,7 +40,6 @@ from pathlib import Path
 
 from nccl_k8s.errors import ResultsError
 from nccl_k8s.results.collectives import (
-    DTYPE_BYTES,
     FACTS,
     Collective,
     identify_op,
@@ -74,6 +73,7 @@ from nccl_k8s.results.schema import (
     Summary,
     as_backend,
 )
+from nccl_k8s.results.world import hosts_from_device_indices, ranks_per_process, world_from_counts
 
 _VERSION = re.compile(
     r"^#\s*nccl-tests version (?P<v>\S+)(?:.*?nccl-library=(?P<lib>\d+))?", re.IGNORECASE
@@ -126,30 +126,6 @@ class _Table:
 
 
 _THREADS_GPUS = re.compile(r"\bnThread\s+(?P<t>\d+)\s+nGpus\s+(?P<g>\d+)")
-_GPUS_FLAG = re.compile(r"(?:^|\s)(?:-g\s*|--ngpus[=\s])(?P<n>\d+)\b")
-_THREADS_FLAG = re.compile(r"(?:^|\s)(?:-t\s*|--nthreads[=\s])(?P<n>\d+)\b")
-
-
-def _per_process(command: str) -> int | None:
-    """Ranks per process a command line asks nccl-tests for: `-t` threads x `-g` GPUs."""
-    g, t = _GPUS_FLAG.search(command), _THREADS_FLAG.search(command)
-    if g is None and t is None:
-        return None
-    return (int(g.group("n")) if g else 1) * (int(t.group("n")) if t else 1)
-
-
-def _count_world(rows: list[Row]) -> int | None:
-    """The ranks a per-rank count implies (size / element size / count), when every row with a
-    count agrees on one integer above 1."""
-    ks = {
-        r.size_bytes / (DTYPE_BYTES[r.dtype] * r.count)
-        for r in rows
-        if r.dtype in DTYPE_BYTES and r.count and r.size_bytes > 0
-    }
-    if len(ks) != 1:
-        return None
-    k = ks.pop()
-    return int(k) if k == int(k) and k > 1 else None
 
 
 def _num(tok: str, what: str, where: str) -> float:
@@ -157,42 +133,6 @@ def _num(tok: str, what: str, where: str) -> float:
         return float(tok)
     except ValueError:
         raise ResultsError(f"{where}: {what} {tok!r} is not a number", path=where) from None
-
-
-def hosts_from_device_indices(devices: dict[int, Device], world: int) -> dict[int, str] | None:
-    """The host of every rank 0..world-1, when device lines thinned by whoever pasted them (ranks
-    0, 7, 8 and 15 of 16) still pin it; else None.
-
-    nccl-tests and rccl-tests give a rank the device `localRank * nThreads * nGpus + i`, where
-    `localRank` counts the process's predecessors on its host (`run()` in src/common.cu of
-    NVIDIA/nccl-tests at d2d40cc8): so a rank on device d has at least d ranks below it on its host (at
-    least: a device count modulo or several ranks per GPU only lower the index). Where the
-    unlisted ranks below it are exactly as many as its host still lacks, they are all on its
-    host. Only with rank 0 on device 0, and none asking more lower ranks than there are: else
-    the index may not count ranks (`NCCL_TESTS_DEVICE` gives every process the same device,
-    which shows at rank 0)."""
-    if 0 not in devices or devices[0].device != 0:
-        return None
-    host: dict[int, str] = {}
-    index: dict[int, int] = {}
-    for rank, d in devices.items():
-        if d.host is None or d.device is None:
-            return None
-        host[rank], index[rank] = d.host, d.device
-    changed = True
-    while changed:
-        changed = False
-        for rank in sorted(index):
-            on_host = host[rank]
-            known = sum(1 for r, h in host.items() if r < rank and h == on_host)
-            free = [r for r in range(rank) if r not in host]
-            lack = index[rank] - known
-            if lack > len(free):
-                return None
-            if free and lack == len(free):
-                host.update((r, on_host) for r in free)
-                changed = True
-    return host if sorted(host) == list(range(world)) else None
 
 
 class _TextParser:
@@ -274,7 +214,7 @@ class _TextParser:
             if op is not None:
                 self.mention = (op, s)
                 if self.per_process is None:
-                    self.per_process = _per_process(s)
+                    self.per_process = ranks_per_process(s)
             named = ops_in_words(s)
             if len(named) == 1:
                 self.words.append((named[0], s, len(self.tables)))
@@ -401,7 +341,7 @@ class _TextParser:
                 self.world_from_count = found.world_from_count
         table.op, table.by, table.detail = op, by, detail
         if self.world_from_count is None and op in FACTS and FACTS[op].per_rank_count:
-            self.world_from_count = _count_world(table.rows)
+            self.world_from_count = world_from_counts(table.rows)
         for row in table.rows:
             row.op = op
         self._no_repeat(table)
