@@ -460,6 +460,7 @@ def test_the_commands_send_exactly_the_requests_of_the_table(
                     gang,
                     "--pod-monitor",
                     "--network-policy",
+                    "on",
                     "--no-wait",
                     *SMALL,
                     *ENGINE,
@@ -475,6 +476,7 @@ def test_the_commands_send_exactly_the_requests_of_the_table(
                     gang,
                     "--pod-monitor",
                     "--network-policy",
+                    "on",
                     *SMALL,
                     *ENGINE,
                     code=1,
@@ -518,7 +520,7 @@ def test_the_commands_send_exactly_the_requests_of_the_table(
             with cluster.record_requests() as applied:
                 for i, extra in enumerate(
                     (["--pod-monitor", "--compute-domain", "--gang", "volcano",
-                      "--network-policy"],
+                      "--network-policy", "on"],
                      ["--gang", "coscheduling", "--workload", "statefulset"],
                      ["--gang", "koordinator"])
                 ):  # fmt: skip

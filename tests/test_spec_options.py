@@ -33,7 +33,7 @@ EVERY_OPTION: dict[str, object] = {
     "runtime_class": "nvidia",
     "active_deadline": "2h", "ttl": "10m", "rendezvous_timeout": "5m", "metrics_port": "9400",
     "pod_monitor": True, "platform": "generic", "instance_type": "p5.48xlarge", "launcher": "direct",
-    "compute_domain": True, "network_policy": True, "metrics_from": ["namespace=monitoring"],
+    "compute_domain": True, "network_policy": "on", "metrics_from": ["namespace=monitoring"],
 }  # fmt: skip
 
 

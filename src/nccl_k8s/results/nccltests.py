@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -156,6 +157,42 @@ def _num(tok: str, what: str, where: str) -> float:
         return float(tok)
     except ValueError:
         raise ResultsError(f"{where}: {what} {tok!r} is not a number", path=where) from None
+
+
+def hosts_from_device_indices(devices: dict[int, Device], world: int) -> dict[int, str] | None:
+    """The host of every rank 0..world-1, when device lines thinned by whoever pasted them (ranks
+    0, 7, 8 and 15 of 16) still pin it; else None.
+
+    nccl-tests and rccl-tests give a rank the device `localRank * nThreads * nGpus + i`, where
+    `localRank` counts the process's predecessors on its host (`run()` in src/common.cu of
+    NVIDIA/nccl-tests at d2d40cc8): so a rank on device d has at least d ranks below it on its host (at
+    least: a device count modulo or several ranks per GPU only lower the index). Where the
+    unlisted ranks below it are exactly as many as its host still lacks, they are all on its
+    host. Only with rank 0 on device 0, and none asking more lower ranks than there are: else
+    the index may not count ranks (`NCCL_TESTS_DEVICE` gives every process the same device,
+    which shows at rank 0)."""
+    if 0 not in devices or devices[0].device != 0:
+        return None
+    host: dict[int, str] = {}
+    index: dict[int, int] = {}
+    for rank, d in devices.items():
+        if d.host is None or d.device is None:
+            return None
+        host[rank], index[rank] = d.host, d.device
+    changed = True
+    while changed:
+        changed = False
+        for rank in sorted(index):
+            on_host = host[rank]
+            known = sum(1 for r, h in host.items() if r < rank and h == on_host)
+            free = [r for r in range(rank) if r not in host]
+            lack = index[rank] - known
+            if lack > len(free):
+                return None
+            if free and lack == len(free):
+                host.update((r, on_host) for r in free)
+                changed = True
+    return host if sorted(host) == list(range(world)) else None
 
 
 class _TextParser:
@@ -436,6 +473,12 @@ class _TextParser:
             least = max(self.devices) + 1
             if self._all_reduce_ranks(least):
                 meta.world_size = least
+                hosts = hosts_from_device_indices(self.devices, least)
+                if hosts is not None:
+                    per_host = Counter(hosts.values())
+                    meta.nodes = len(per_host)
+                    if len(set(per_host.values())) == 1:
+                        meta.gpus_per_node = least // meta.nodes
         if meta.world_size is None and self.world_from_count is not None:
             meta.world_size = self.world_from_count
         n = self.per_process

@@ -396,10 +396,10 @@ def _monitoring(f: Fields, engine_args: Sequence[str]) -> None:
             "expected a port",
             key="--pod-monitor",
         )
-    if f["metrics_from"] and not f["network_policy"]:
+    if f["metrics_from"] and f["network_policy"] == "off":
         raise UsageError(
-            "--metrics-from without --network-policy: it says who the NetworkPolicy lets reach "
-            "the metrics port; expected --network-policy too",
+            "--metrics-from with --network-policy off: it says who the NetworkPolicy lets reach "
+            "the metrics port; expected --network-policy auto or on",
             key="--metrics-from",
         )
     if f["metrics_from"] and not f["metrics_port"]:

@@ -58,6 +58,7 @@ EngineMode = Literal["zipapp", "image"]
 Launcher = Literal["torchrun", "direct"]
 Spread = Literal["required", "preferred", "none"]
 Qos = Literal["burstable", "guaranteed"]
+PolicyMode = Literal["auto", "on", "off"]
 Placement = Literal["required", "preferred"]
 
 #: A stock PyTorch image, pinned to a tag so that the same command measures the same NCCL next
@@ -521,24 +522,29 @@ class RunSpec:
         "scrapes the run's pods.",
     )
     """Also render a Prometheus Operator PodMonitor selecting the run's pods (port `metrics`)."""
-    network_policy: bool = switch(
-        "--network-policy", panel=NETWORK,
-        help="Also create a NetworkPolicy (networking.k8s.io/v1) letting into the run's pods only "
-        "the run's own pods (every port: NCCL uses ephemeral ones) and, on the metrics port, "
-        "--metrics-from. Not with host networking (policies do not apply there). docs/security.md.",
+    network_policy: PolicyMode = option(
+        "--network-policy", parse=one_of(get_args(PolicyMode)), metavar="auto|on|off",
+        panel=NETWORK, default="auto",
+        help="The run's NetworkPolicy (networking.k8s.io/v1): into its pods only the run's own "
+        "pods (every port: NCCL uses ephemeral ones) and, on the metrics port, --metrics-from "
+        "(every namespace when not given). auto: rendered unless the pods are on the node's "
+        "network, where policies do not apply; on: refused there; off: none. docs/security.md.",
     )
-    """Render a NetworkPolicy selecting the run's pods: ingress from the run's own pods on every
-    port (the rendezvous store and NCCL's ephemeral ports), and the metrics port from
-    --metrics-from; nothing else. Opt-in: a cluster whose CNI enforces policies may need more
-    (a mesh, a probe from elsewhere), and one that does not enforce them ignores it."""
+    """The run's NetworkPolicy: ingress to its pods from the run's own pods on every port (the
+    rendezvous store and NCCL's ephemeral ports) and the metrics port from --metrics-from
+    (every namespace's pods when not given: who scrapes is the cluster's choice, as without a
+    policy); nothing else, so no other pod reaches the rendezvous store or NCCL's listeners.
+    By default (auto) on every pod-network run: a policy is ignored by a network plugin that
+    does not enforce policies, and selects no pod on the node's network (so it is not rendered
+    there, and `on` refuses that). `off` for a plugin or mesh that needs more (issue 36)."""
     metrics_from: tuple[tuple[str, str], ...] = repeated(
         "--metrics-from", parse=metrics_peers, metavar="namespace=NAME|KEY=VALUE", panel=MONITORING,
-        help="With --network-policy: who may reach the metrics port, repeatable: namespace=NAME "
-        "(its pods) or KEY=VALUE (pods of the run's namespace with that label). None: no one "
-        "outside the run.",
+        help="Who the NetworkPolicy lets reach the metrics port, repeatable: namespace=NAME "
+        "(its pods) or KEY=VALUE (pods of the run's namespace with that label). Not given: "
+        "every namespace's pods.",
     )
     """The peers the NetworkPolicy lets reach the metrics port (each `namespace=NAME`: every pod
-    of that namespace; or a pod label of the run's namespace). Empty: only the run's own pods."""
+    of that namespace; or a pod label of the run's namespace). Empty: every namespace's pods."""
     # fmt: on
 
     # ---- derived: set by build_run_spec, not by an option of their own ----
