@@ -73,6 +73,10 @@ def _platform_objects() -> dict[tuple[str, str], list[str]]:
     return found
 
 
+#: The `optional` of doctor's domain-fit read: a run of more than one pod with a topology level
+#: (--topology, the platform's, eks-efa's zone, --compute-domain's clique: preflight._domainfit).
+DOMAIN_FIT = "--topology/--placement"
+
 _RUN_WRITES = "deploy creates it, sets its owner (patch), deletes it when the deploy fails"
 
 #: The `optional` of the entries a user needs to apply `render`'s output with kubectl (which
@@ -206,6 +210,17 @@ ACCESS: tuple[Access, ...] = (
         scope="cluster",
         feature="cluster-reads",
         optional="--scheduler/--gang",
+    ),
+    Access(
+        "",
+        "pods",
+        ("list",),
+        "doctor --topology/--placement: the GPUs live pods hold on the nodes of the run's "
+        "topology domains (one list of the live pods of every namespace, when a node carries "
+        "the level)",
+        scope="cluster",
+        feature="cluster-reads",
+        optional=DOMAIN_FIT,
     ),
     Access(
         "",
@@ -346,7 +361,7 @@ def nodes_check_access(*, label: bool, idle_only: bool) -> list[Access]:
     for a in ACCESS:
         verbs = tuple(v for v in a.verbs if v in sends.get((a.group, a.resource, a.scope), ()))
         # doctor's own reads and kubectl's: never a check's
-        if verbs and a.optional not in (RENDER_APPLY, "--scheduler/--gang"):
+        if verbs and a.optional not in (RENDER_APPLY, "--scheduler/--gang", DOMAIN_FIT):
             out.append(dataclasses.replace(a, verbs=verbs))
     return out
 
@@ -358,6 +373,7 @@ def access_for(features: tuple[Feature, ...] | list[Feature]) -> list[Access]:
 
 __all__ = [
     "ACCESS",
+    "DOMAIN_FIT",
     "FEATURES",
     "RENDER_APPLY",
     "Access",
