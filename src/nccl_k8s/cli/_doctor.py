@@ -331,7 +331,7 @@ def register(app: typer.Typer) -> None:
     check = with_spec_options(
         nodes_check_command,
         fixed={"nodes": "2", "workload": "job"},
-        exclude=("label", "world_size", "interval"),
+        exclude=("label", "world_size", "interval", "healthy_only", "healthy_within"),
         engine_default=NODES_CHECK_ENGINE_ARGS,
     )
     nodes.command("check", cls=Command)(handle_errors(check))
