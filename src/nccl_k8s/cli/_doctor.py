@@ -119,6 +119,7 @@ def nodes_check_command(
     idle_only: IdleOnly = False,
     skip_checked_within: SkipCheckedWithin = None,
     max_nodes: MaxNodes = None,
+    push_to: PushTo = None,
     output: Output = "text",
     test_timeout: TestTimeout = None,
     schedule_timeout: ScheduleTimeout = None,
@@ -143,6 +144,7 @@ def nodes_check_command(
     if dry_run and not (write_label or write_taint):
         raise UsageError("--dry-run: applies to --label or --taint", key="--dry-run")
     within_s = seconds("--skip-checked-within", skip_checked_within)
+    push_to = k8s.push_url("--push-to", push_to) if push_to is not None else None
     if selector is not None:
         selector = label_selector("--selector", selector)
     settings = wait_settings(test_timeout, schedule_timeout, None)
@@ -173,9 +175,24 @@ def nodes_check_command(
         _print_checked(checked)
     for action in checked.actions:
         err.print(action, markup=False, highlight=False)
+    unpushed = _push(push_to, checked)
     slow_domains = checked.topology is not None and checked.topology.links
-    if checked.flagged or slow_domains or (checked.floor is not None and checked.floor.below):
+    below = checked.floor is not None and checked.floor.below
+    if checked.flagged or slow_domains or below or unpushed:
         raise typer.Exit(1)
+
+
+def _push(url: str | None, checked: Any) -> bool:
+    """--push-to: the verdicts to the Pushgateway, what was pushed said on stderr; True when a
+    push failed (the check then fails: its metrics are not where the user asked)."""
+    if url is None:
+        return False
+    from nccl_k8s import k8s
+
+    pushed = k8s.push_verdicts(url, checked)
+    for line in (pushed.said, *pushed.failed):
+        err.print(line, markup=False, highlight=False)
+    return bool(pushed.failed)
 
 
 def _check_numbers(
@@ -538,6 +555,17 @@ MaxNodes = Annotated[
         "--max-nodes",
         metavar="K",
         help="Test at most K nodes in this run (bad first, then never checked, then oldest).",
+        show_default=False,
+    ),
+]
+
+PushTo = Annotated[
+    str | None,
+    typer.Option(
+        "--push-to",
+        metavar="URL",
+        help="Push each node's verdict, busbw and time to this Prometheus Pushgateway when the "
+        "check ends (job nccl-k8s-node-check, one group per node: docs/metrics.md).",
         show_default=False,
     ),
 ]
