@@ -137,3 +137,17 @@ def test_with_healthy_only_doctor_and_deploy_count_the_nodes_that_qualify() -> N
     )
     none = check_fleet(more, Read(items=[node("a"), node("b")]))
     assert none is not None and none.status == "fail"
+
+
+def test_node_fit_leaves_out_the_nodes_healthy_only_keeps_off() -> None:
+    from nccl_k8s.k8s.preflight._nodechecks import check_nodes
+
+    more = build_run_spec(nodes=3, gpus_per_node=1, run_id="h1", healthy_only=True)
+    world = next(c for c in check_nodes(more, Read(items=_fleet())) if c.name == "world")
+    assert world.status == "fail"
+    assert "3 not checked good within --healthy-within (never)" not in world.message
+    assert "2 not checked good within --healthy-within (never)" in world.message
+    assert "1 not checked good within --healthy-within (bad)" in world.message
+    assert world.hint.startswith("--world-size 2 fits these nodes")
+    plain = build_run_spec(nodes=3, gpus_per_node=1, run_id="h1")
+    assert all(c.status == "pass" for c in check_nodes(plain, Read(items=_fleet())))

@@ -69,7 +69,8 @@ def doctor_command(
     saying why) with a hint: API server, namespace and its Pod Security level, the platform
     (--platform auto: what the nodes say) and its prerequisites, GPU nodes and device plugin, RDMA
     resources, scheduler, gang and queue add-ons, quotas and limit ranges, taints and node
-    selection, enough nodes for the world asked. Exit 1 on any fail. With --run ID: why each
+    selection, the nodes' last `nodes check` (bad or never checked: a warning; too few good
+    with --healthy-only: a fail), enough nodes for the world asked. Exit 1 on any fail. With --run ID: why each
     pod of that run is where it is."""
     from nccl_k8s import k8s
 
