@@ -151,3 +151,13 @@ def test_node_fit_leaves_out_the_nodes_healthy_only_keeps_off() -> None:
     assert world.hint.startswith("--world-size 2 fits these nodes")
     plain = build_run_spec(nodes=3, gpus_per_node=1, run_id="h1")
     assert all(c.status == "pass" for c in check_nodes(plain, Read(items=_fleet())))
+
+
+def test_without_one_pod_per_node_a_good_node_holds_as_many_pods_as_its_gpus() -> None:
+    now = int(datetime.datetime.now(datetime.timezone.utc).timestamp())
+    nodes = [node("big", "good", now - 60, gpus=2), node("n3", "bad", now, gpus=2)]
+    packed = build_run_spec(nodes=2, gpus_per_node=1, run_id="h1", healthy_only=True,
+                            spread="none")  # fmt: skip
+    assert healthy_shortfall(packed, nodes) is None
+    spread = build_run_spec(nodes=2, gpus_per_node=1, run_id="h1", healthy_only=True)
+    assert healthy_shortfall(spread, nodes) is not None

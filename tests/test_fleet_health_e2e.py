@@ -2,7 +2,8 @@
 `nodes check --label` labels them (three good now, one bad, one good two days ago, one never
 checked); `doctor` names the bad node (and the stale and the unchecked one), `deploy
 --healthy-only` refuses a run the qualifying nodes cannot hold before creating anything, and
-keeps the pods of one they can hold off every other node.
+keeps the pods of one they can hold off every other node; a `nodes check --push-to` on it
+pushes the verdicts of the nodes it tested, and only those, to a Pushgateway on loopback.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from tests._pushgateway import serving
 from tests.cluster.cluster import Cluster
 from tests.e2e_helpers import cli, labelled, wait_for
 
@@ -96,3 +99,22 @@ def test_doctor_names_the_bad_node_and_deploy_healthy_only_keeps_off_it(
         NODE_CHECKED_AT_KEY,
     ]
     assert cli(cluster, "cleanup", "-n", namespace, "--run", rid).exit_code == 0
+
+
+def test_a_check_pushes_the_verdicts_of_the_nodes_it_tested(
+    cluster: Cluster, namespace: str
+) -> None:
+    # Due: the bad node (always) and the never-checked one (--max-nodes 2 leaves the stale one
+    # for the next run); the three fresh good nodes are left out by the window.
+    with serving() as gw:
+        res = cli(cluster, "nodes", "check", "-n", namespace, *SIZE, "--skip-checked-within",
+                  "1h", "--max-nodes", "2", "--push-to", gw.url, *ENGINE)  # fmt: skip
+    assert f"pushed the verdicts of 2 node(s) to {gw.url} (job nccl-k8s-node-check)" in res.output
+    assert sorted(p for _, p, _ in gw.pushes) == [
+        f"/metrics/job/nccl-k8s-node-check/node/{n}" for n in (BAD, NEVER)
+    ]
+    for _, path, body in gw.pushes:
+        node = path.rsplit("/", 1)[1]
+        said = [s for f in text_string_to_metric_families(body) for s in f.samples
+                if s.name == "nccl_k8s_node_check_verdict" and s.value == 1]  # fmt: skip
+        assert [s.labels["node"] for s in said] == [node]

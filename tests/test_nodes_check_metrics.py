@@ -5,13 +5,11 @@ parser."""
 
 from __future__ import annotations
 
-import http.server
-import threading
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from tests._pushgateway import Gateway, serving
 from typer.testing import CliRunner
 
 from nccl_k8s.cli.main import app
@@ -23,44 +21,10 @@ from nccl_k8s.k8s.nodes._metrics import JOB, METRICS
 AT = 1765000000.0
 
 
-class Gateway(http.server.ThreadingHTTPServer):
-    """Records (method, path, body); answers 500 for a path holding `fail`."""
-
-    def __init__(self) -> None:
-        self.pushes: list[tuple[str, str, str]] = []
-        self.fail = "\0"
-        super().__init__(("127.0.0.1", 0), _Handler)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-
-class _Handler(http.server.BaseHTTPRequestHandler):
-    server: Gateway
-
-    def do_PUT(self) -> None:
-        body = self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode()
-        self.server.pushes.append(("PUT", self.path, body))
-        self.send_response(500 if self.server.fail in self.path else 200)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
 @pytest.fixture
 def gateway() -> Iterator[Gateway]:
-    gw = Gateway()
-    thread = threading.Thread(target=gw.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    try:
+    with serving() as gw:
         yield gw
-    finally:
-        gw.shutdown()
-        gw.server_close()
-        thread.join(timeout=10)
 
 
 def checked() -> NodesChecked:

@@ -54,6 +54,12 @@ def candidates(spec: RunSpec, nodes: Sequence[Obj]) -> tuple[list[Health], list[
     return [h for h in judged if h.ok], [h for h in judged if not h.ok]
 
 
+def _enough(spec: RunSpec, nodes: Sequence[Obj]) -> bool:
+    """The nodes that qualify hold the run's pods (one each with --spread required, else as
+    many as their GPUs allow: node fit's count, with its health stage)."""
+    return place(spec, nodes).fits
+
+
 def _kept_off(off: Sequence[Health], now: float) -> str:
     """`node-3: checked bad at ... (2.0h ago); 5 nodes never checked`."""
     never = [h.node for h in off if h.verdict is None]
@@ -88,7 +94,7 @@ def check_fleet(spec: RunSpec, nodes: Read) -> Check | None:
     ok, off = candidates(spec, nodes.items)
     usable = len(ok) + len(off)
     if spec.healthy_only:
-        if len(ok) >= spec.nodes:
+        if _enough(spec, nodes.items):
             said = f"; kept off: {_kept_off(off, now)}" if off else ""
             return Check(
                 NAME,
@@ -125,7 +131,9 @@ def healthy_shortfall(spec: RunSpec, nodes: Sequence[Obj]) -> str | None:
     if spec.healthy_since is None:
         return None
     ok, off = candidates(spec, nodes)
-    return None if len(ok) >= spec.nodes else shortfall_text(spec, ok, off, time.time())
+    if _enough(spec, nodes):
+        return None
+    return shortfall_text(spec, ok, off, time.time())
 
 
 __all__ = ["NAME", "candidates", "check_fleet", "healthy_shortfall", "shortfall_text"]
