@@ -88,3 +88,17 @@ def test_a_bad_url_is_one_line_and_exit_2_before_any_test(url: str) -> None:
         f'--push-to "{url}": expected a Pushgateway URL such as http://pushgateway.monitoring.svc:9091'
     )
     assert res.output.count("\n") == 1
+
+
+def test_a_schedule_checks_its_push_url_when_printed() -> None:
+    args = ["nodes", "schedule", "-n", "bench", "--image", "registry.example.com/nccl-k8s:0.1",
+            "--", "--gpus-per-node", "1", "--push-to"]  # fmt: skip
+    bad = CliRunner().invoke(app, [*args, "ftp://gw"])
+    assert bad.exit_code == 2, bad.output
+    assert '--push-to "ftp://gw": expected a Pushgateway URL' in bad.output
+    good = CliRunner().invoke(app, [*args, "http://pushgateway.monitoring.svc:9091"])
+    assert good.exit_code == 0, good.output
+    assert (
+        "- --push-to\n" in good.output
+        and "- http://pushgateway.monitoring.svc:9091\n" in good.output
+    )

@@ -431,18 +431,22 @@ def nodes_schedule_command(
 
 
 def _parse_as_check(ctx: typer.Context, args: tuple[str, ...], namespace: str) -> None:
-    """The scheduled check's own options parsed as `nodes check` would: an unknown one is exit
-    2 now, not a failed Job at 3 a.m."""
+    """The scheduled check's own options parsed as `nodes check` would: an unknown one (or a
+    --push-to that is no URL) is exit 2 now, not a failed Job at 3 a.m."""
+    from nccl_k8s import k8s
+
     group = ctx.parent.command if ctx.parent is not None else None
     check = group.get_command(ctx, "check") if group is not None else None  # type: ignore[attr-defined]
     if check is not None:
         cut = args.index("--") if "--" in args else len(args)
         # ctx's help names: click keeps the first help option it makes on the command.
-        check.make_context(
+        parsed = check.make_context(
             "nccl-k8s nodes check",
             [*args[:cut], "-n", namespace],
             help_option_names=ctx.help_option_names,
         )
+        if parsed.params.get("push_to") is not None:  # a value checked before the command runs
+            k8s.push_url("--push-to", parsed.params["push_to"])
 
 
 # nodes check's own options
