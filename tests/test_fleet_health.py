@@ -161,3 +161,13 @@ def test_without_one_pod_per_node_a_good_node_holds_as_many_pods_as_its_gpus() -
     assert healthy_shortfall(packed, nodes) is None
     spread = build_run_spec(nodes=2, gpus_per_node=1, run_id="h1", healthy_only=True)
     assert healthy_shortfall(spread, nodes) is not None
+
+
+def test_the_nodes_the_run_may_use_are_the_healthy_ones() -> None:
+    # --platform auto detects, and deploy's rank plan orders, only the nodes the pods may use.
+    from nccl_k8s.k8s.preflight._platforms import may_use
+
+    spec = build_run_spec(nodes=2, gpus_per_node=1, run_id="h1", healthy_only=True)
+    assert [n["metadata"]["name"] for n in may_use(spec, _fleet())] == ["n1", "n2"]
+    plain = build_run_spec(nodes=2, gpus_per_node=1, run_id="h1")
+    assert len(may_use(plain, _fleet())) == 6

@@ -105,7 +105,7 @@ def check_fleet(spec: RunSpec, nodes: Read) -> Check | None:
         return Check(
             NAME,
             "fail",
-            f"{shortfall_text(spec, ok, off, now)}",
+            shortfall_text(spec, ok, off, now),
             "check them (nccl-k8s nodes check --label), or widen --healthy-within",
         )
     if not off:

@@ -1,8 +1,8 @@
 """Which nodes could take one of a run's pods, and why the others cannot. Pure: Node objects
 and a RunSpec in, a verdict per node out, the way the scheduler's filters would decide it
 (NodeUnschedulable, NodeResourcesFit on the GPU and RDMA resources, --node, NodeAffinity on
---node-selector and --healthy-only's check labels, TaintToleration, NodeResourcesFit on cpu and memory), checked in that order so
-each node is dropped for its first reason.
+--node-selector and on --healthy-only's check labels, TaintToleration, NodeResourcesFit on cpu
+and memory), checked in that order so each node is dropped for its first reason.
 
 What it cannot see: GPUs already in use by other pods (counted from the nodes' allocatable, not
 from every pod in the cluster, which would be one list of every pod), and a cluster autoscaler
