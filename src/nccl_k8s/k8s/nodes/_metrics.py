@@ -12,7 +12,9 @@ One push per node with a verdict, each its own group (job `nccl-k8s-node-check`,
 `node`): a push (PUT) replaces its group only, so the nodes a run did not test (left out by
 --skip-checked-within or --max-nodes) keep their last verdict, which is what a fleet view needs;
 the Pushgateway never forgets a group, so a node removed from the cluster is deleted by hand
-(docs/metrics.md). The figures come from the check's own results, not from node labels.
+(docs/metrics.md). Each metric carries the `node` label too, equal to the grouping key's (the
+Pushgateway overwrites body labels that the URL path defines: its README, "URL", at commit
+0898b43). The figures come from the check's own results, not from node labels.
 """
 
 from __future__ import annotations
