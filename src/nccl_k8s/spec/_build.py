@@ -451,8 +451,11 @@ def build_run_spec(
     _resources(f)
     checked_args = _engine_args(engine_args, world_size=f["world_size"])
     _monitoring(f, engine_args)
+    when = now or datetime.datetime.now(datetime.timezone.utc)
+    since = int(when.timestamp()) - f["healthy_within_s"] if f["healthy_only"] else None
     return RunSpec(
         **f,
+        healthy_since=since,
         master_port=master_port_for(f["run_id"]),
         engine_args=checked_args,
         given=frozenset(given),

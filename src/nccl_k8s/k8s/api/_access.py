@@ -197,8 +197,9 @@ ACCESS: tuple[Access, ...] = (
         "",
         "nodes",
         ("get", "list"),
-        "doctor (GPU nodes, taints, fit), nodes check, doctor --run, bundle and a failed "
-        "deploy (the node a pod ran on)",
+        "doctor (GPU nodes, taints, fit, their last check), nodes check, doctor --run, bundle, "
+        "deploy --healthy-only (the nodes that qualify) and a failed deploy (the node a pod "
+        "ran on)",
         scope="cluster",
         feature="cluster-reads",
     ),

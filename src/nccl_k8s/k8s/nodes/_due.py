@@ -16,12 +16,11 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
 
 from nccl_k8s.k8s.api._client import KubeClient
 from nccl_k8s.k8s.api._types import Obj
 from nccl_k8s.k8s.preflight._domainfit import LIVE_PODS, pod_gpus
-from nccl_k8s.k8s.rendering._nodepolicy import NODE_CHECKED_AT_KEY, NODE_LABEL_KEY
+from nccl_k8s.k8s.rendering._health import last_check
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,14 +43,6 @@ def busy_nodes(pods: Iterable[Obj], resource: str) -> dict[str, str]:
             meta = pod.get("metadata") or {}
             busy[node] = f"{meta.get('namespace')}/{meta.get('name')} requests {n:g} {resource}"
     return busy
-
-
-def last_check(node: Obj) -> tuple[str | None, int | None]:
-    """(verdict, checked-at unix seconds) from the node's labels; None where absent or bad."""
-    labels: Mapping[str, Any] = (node.get("metadata") or {}).get("labels") or {}
-    verdict = labels.get(NODE_LABEL_KEY)
-    at = str(labels.get(NODE_CHECKED_AT_KEY, ""))
-    return (str(verdict) if verdict else None), (int(at) if at.isdigit() else None)
 
 
 def _ago(seconds: float) -> str:

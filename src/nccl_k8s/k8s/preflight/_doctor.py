@@ -35,6 +35,7 @@ from nccl_k8s.k8s.preflight import _prereqs
 from nccl_k8s.k8s.preflight._access import access_checks
 from nccl_k8s.k8s.preflight._computedomain import check_compute_domain
 from nccl_k8s.k8s.preflight._domainfit import domain_fit
+from nccl_k8s.k8s.preflight._fleet import check_fleet
 from nccl_k8s.k8s.preflight._nodechecks import check_nodes
 from nccl_k8s.k8s.preflight._platforms import may_use, resolve_async
 from nccl_k8s.k8s.preflight._preflight import (
@@ -201,6 +202,7 @@ async def preflight(kc: KubeClient, spec: RunSpec, *, create_namespace: bool = F
         *platform_checks,
         *check_nodes(spec, nodes),
         *await domain_fit(kc, spec, nodes),
+        *filter(None, [check_fleet(spec, nodes)]),  # the nodes' last `nodes check` (issue 38)
         check_scheduler(spec, lease_read, placed_read, now),
     ]
     group = check_gang(spec, _of(custom, GANG_KINDS[spec.gang])) if spec.gang else None

@@ -61,6 +61,7 @@ from nccl_k8s.k8s.rendering._computedomain import (
     compute_domain_spec,
 )
 from nccl_k8s.k8s.rendering._gangs import gang_binding, pod_group_spec, scheduler_name
+from nccl_k8s.k8s.rendering._health import apply_healthy_only
 from nccl_k8s.k8s.rendering._launcher import launcher_args
 from nccl_k8s.k8s.rendering._meta import common_labels, object_metadata, selector_labels
 from nccl_k8s.k8s.rendering._names import (
@@ -406,6 +407,7 @@ def pod_template(spec: RunSpec) -> Obj:
     apply_platform(spec, template)
     apply_compute_domain(spec, template)
     apply_topology(spec, template, selector_labels(spec))
+    apply_healthy_only(spec, template)  # last: into every node selector term there is
     return template
 
 

@@ -35,6 +35,7 @@ from nccl_k8s.k8s.api._client import ClientSettings, KubeClient
 from nccl_k8s.k8s.api._sync import run_sync
 from nccl_k8s.k8s.api._types import Obj
 from nccl_k8s.k8s.preflight._doctor import refusal
+from nccl_k8s.k8s.preflight._fleet import healthy_shortfall
 from nccl_k8s.k8s.preflight._platforms import may_use, resolve_async
 from nccl_k8s.k8s.rendering._manifests import render
 from nccl_k8s.k8s.rendering._names import APP_NAME
@@ -277,10 +278,11 @@ async def _deploy(
     objs = render(spec)  # pure; same objects `render` prints
     # ... plus, where the nodes can be read, the order of the ranks by topology
     objs, order_note = await _rank_plan(kc, spec, objs, nodes_forbidden=nodes_forbidden)
+    health_note = await _healthy_enough(kc, spec, nodes_forbidden=nodes_forbidden)
     pin_note = ""
     if pin:  # the images as their registries name them now (before anything is created)
         objs, pin_note = await pin_images(objs)
-    platform_note = "\n".join(n for n in (platform_note, order_note, pin_note) if n)
+    platform_note = "\n".join(n for n in (platform_note, order_note, health_note, pin_note) if n)
 
     ns_obj, must_create = await _namespace(kc, namespace, create_namespace=create_namespace)
     refused = await refusal(kc, spec, namespace, ns_obj)
@@ -360,6 +362,25 @@ async def _rank_plan(
     if not levels or why:  # no topology to follow, or one the pods cannot follow
         return objs, why if levels else ""
     return with_rank_plan(objs, levels, plan_order(usable, levels)), ""
+
+
+async def _healthy_enough(kc: KubeClient, spec: RunSpec, *, nodes_forbidden: bool) -> str:
+    """--healthy-only: enough nodes qualify (their last check good within the window), or
+    UsageError in one line before anything is created; a note when the nodes cannot be read
+    (the pods' affinity still keeps them off the others)."""
+    if spec.healthy_since is None:
+        return ""
+    unread = "--healthy-only: may not list nodes (RBAC): the nodes that qualify were not counted"
+    if nodes_forbidden:
+        return unread
+    try:
+        nodes, _ = await kc.list("Node")
+    except Forbidden:
+        return unread
+    short = healthy_shortfall(spec, nodes)
+    if short is not None:
+        raise UsageError(f"deploy refused, nothing was created: {short}", key="--healthy-only")
+    return ""
 
 
 async def _owned_by(kc: KubeClient, namespace: str, objs: list[Obj], workload: Obj) -> None:
