@@ -61,7 +61,10 @@ def test_eight_ranks_over_two_blocks_are_numbered_block_by_block(
     pods, _ = cluster.store.list(
         "pods", namespace, label_selector=f"app.kubernetes.io/instance={rid}"
     )
-    env = {e["name"]: e.get("value") for e in pods[0]["spec"]["containers"][0]["env"]}
+    bench = pods[0]["spec"]["containers"][0]
+    # torchrun starts behind the placement step only where there is a plan (deploy read nodes)
+    assert ("nccl_k8s.launch._place" in bench["args"]) == (launcher == "torchrun")
+    env = {e["name"]: e.get("value") for e in bench["env"]}
     plan = json.loads(env[RANK_PLAN_ENV])
     assert plan["levels"] == [BLOCK]
     assert [v for _, (v,) in plan["nodes"]] == ["block-a"] * 4 + ["block-b"] * 4

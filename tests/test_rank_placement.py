@@ -120,6 +120,26 @@ def test_a_pod_that_never_joins_is_named_in_the_direct_launchers_words(
     assert alone.stderr.startswith("nccl-k8s launcher: rendezvous: cannot reach node 0's store")
 
 
+def test_a_pod_waiting_when_pod_0_gives_up_fails_in_one_line(pod_env: dict[str, str]) -> None:
+    """Pod 1 joined, pod 2 never came: pod 0 gives up after the timeout and pod 1, which lost
+    pod 0's store, says so in the launcher's one rendezvous line (no traceback)."""
+    port = free_port()
+
+    def pod(index: int, rdzv: int) -> subprocess.Popen[str]:
+        argv = [sys.executable, "-S", "-m", "nccl_k8s.launch._place", "--nnodes=3",
+                f"--node-rank={index}", "--master-addr=127.0.0.1", f"--port={port}",
+                f"--rdzv-timeout={rdzv}", "--", *TORCHRUN]  # fmt: skip
+        pipe = subprocess.PIPE
+        return subprocess.Popen(argv, stdout=pipe, stderr=pipe, text=True, env=pod_env)
+
+    first, waiting = pod(0, 2), pod(1, 60)
+    _, err0 = first.communicate(timeout=60)
+    out1, err1 = waiting.communicate(timeout=60)
+    assert first.returncode == 1 and "2/3 clients joined." in err0
+    assert waiting.returncode == 1 and out1 == ""
+    assert err1.startswith("nccl-k8s launcher: rendezvous: ") and len(err1.splitlines()) == 1
+
+
 def _bench(objs: list[dict[str, Any]]) -> dict[str, Any]:
     job = next(o for o in objs if o["kind"] == "Job")
     container: dict[str, Any] = job["spec"]["template"]["spec"]["containers"][0]

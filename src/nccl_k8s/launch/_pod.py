@@ -194,10 +194,13 @@ class Launchers:
         """Node 0 (the pod of index `node` 0) waits for every node, then says go with each
         pod's node rank (`assign` over the nodes they joined from) and the address the pod of
         node rank 0 joined with (`addr`: torchrun's master, launch._place); the others wait
-        for that."""
+        for that (RendezvousFailed, also when node 0 gave up and its store went with it)."""
         self.store.set(f"{_JOIN}/{node}", json.dumps({"node": where, "addr": addr}).encode())
         if node != 0:
-            go = self._wait(_GO, timeout_s)
+            try:
+                go = self._wait(_GO, timeout_s)
+            except OSError as exc:  # the connection closed: node 0 ended (it gave up waiting)
+                raise RendezvousFailed(f"node 0 ended before starting the run ({exc})") from None
             if go is None:
                 raise RendezvousFailed(f"node 0 did not start the run within {timeout_s:g} s")
             said = json.loads(go.decode())
