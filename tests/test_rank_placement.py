@@ -16,6 +16,7 @@ import subprocess
 import sys
 from typing import Any
 
+import kubernetes_validate
 import pytest
 from tests._helpers import free_port
 
@@ -175,11 +176,14 @@ def test_a_planned_torchrun_job_starts_torchrun_behind_the_placement_step(metric
 
 def test_under_host_networking_the_steps_port_is_declared_as_a_host_port() -> None:
     spec = build_run_spec(run_id="plan", world_size=16, gpus_per_node=8, security="host")
-    planned = _bench(with_rank_plan(spec, render(spec), (BLOCK,), PLANNED))
+    objs = with_rank_plan(spec, render(spec), (BLOCK,), PLANNED)
+    planned = _bench(objs)
     port = spec.master_port + 10000
     assert {"name": "placement", "containerPort": port, "hostPort": port, "protocol": "TCP"} in (
         planned["ports"]
     )
+    job = next(o for o in objs if o["kind"] == "Job")
+    kubernetes_validate.validate(job, "1.35", strict=True)  # the upstream schema takes it
 
 
 def test_a_platform_that_sources_a_script_keeps_it_before_the_step() -> None:
