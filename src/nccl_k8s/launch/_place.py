@@ -10,7 +10,7 @@ stays the rank order unless each pod is told its node rank and the address of th
 node rank 0 before torchrun starts. This step does that, with no torch and no API token:
 
 1. the pod of completion index 0 (`--node-rank`, the index; at `--master-addr`) hosts a
-   bench.store server on a port of its own (`--port`, RunSpec.placement_port: torchrun's
+   bench.store server on a port of its own (`--port`, k8s.rendering's placement_port: torchrun's
    MASTER_PORT stays free for torchrun);
 2. every pod joins it with its node's name (NCCL_K8S_NODE_NAME, the downward API's
    spec.nodeName) and its address (POD_IP, status.podIP), the direct launcher's rendezvous

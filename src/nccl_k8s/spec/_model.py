@@ -579,13 +579,6 @@ class RunSpec:
         """Rank 0's DNS name, resolvable from every pod of the run in its namespace."""
         return f"{self.workload_name}-0.{self.service_name}"
 
-    @property
-    def placement_port(self) -> int:
-        """The port of the placement step's store (launch._place: torchrun's node ranks by the
-        deployer's rank plan), on the pod of index 0 before torchrun starts: MASTER_PORT_SPAN
-        above the master port, a range no run's master port is drawn from."""
-        return self.master_port + MASTER_PORT_SPAN
-
 
 def master_port_for(run_id: str) -> int:
     """The run's rendezvous port: a stable hash of the run id into the unprivileged range."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from nccl_k8s.bench.config import POD_IP_ENV
 from nccl_k8s.k8s.api._types import Obj
-from nccl_k8s.spec import RunSpec
+from nccl_k8s.spec import MASTER_PORT_SPAN, RunSpec
 
 #: The engine's own launcher (nccl_k8s.launch._pod), as a module any image with nccl-k8s (or
 #: the engine zipapp on PYTHONPATH) runs.
@@ -28,6 +28,13 @@ PLACEMENT_STEP = ("python3", "-m", "nccl_k8s.launch._place")
 #: A Job pod's node rank before any plan: its completion index (the env var the Job controller
 #: sets and the container's env states, expanded by the kubelet).
 JOB_INDEX_REF = "$(JOB_COMPLETION_INDEX)"
+
+
+def placement_port(spec: RunSpec) -> int:
+    """The port of the placement step's store (launch._place), on the pod of index 0 before
+    torchrun starts: MASTER_PORT_SPAN above the master port, a range no run's master port is
+    drawn from, so it is never another run's rendezvous port on a shared node."""
+    return spec.master_port + MASTER_PORT_SPAN
 
 
 def launcher_args(spec: RunSpec, node_rank: str, *, planned: bool = False) -> list[str]:
@@ -43,7 +50,7 @@ def launcher_args(spec: RunSpec, node_rank: str, *, planned: bool = False) -> li
         return [*DIRECT_LAUNCHER, nnodes, nproc, rank, master, port, timeout, "--"]
     if planned:
         # The step adds --node-rank and --master-addr to torchrun's flags.
-        placement = [*PLACEMENT_STEP, nnodes, rank, master, f"--port={spec.placement_port}"]
+        placement = [*PLACEMENT_STEP, nnodes, rank, master, f"--port={placement_port(spec)}"]
         return [*placement, timeout, "--", *_torchrun(spec, nnodes, nproc, port)]
     return _torchrun(spec, nnodes, nproc, rank, master, port)
 
@@ -67,4 +74,11 @@ def _torchrun(spec: RunSpec, *where: str) -> list[str]:
     ]
 
 
-__all__ = ["DIRECT_LAUNCHER", "JOB_INDEX_REF", "PLACEMENT_STEP", "launcher_args", "pod_ip_env"]
+__all__ = [
+    "DIRECT_LAUNCHER",
+    "JOB_INDEX_REF",
+    "PLACEMENT_STEP",
+    "launcher_args",
+    "placement_port",
+    "pod_ip_env",
+]

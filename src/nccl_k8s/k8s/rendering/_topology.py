@@ -27,7 +27,7 @@ at these levels, coarse to fine, and puts that order into the pods' environment 
 the pods' launcher (launch._pod) then numbers the pods by the place of the node each landed on,
 so that consecutive ranks share the finest domain whatever node each pod was given. torchrun
 hosts its store on node rank 0 at the master address, so a planned torchrun Job starts it behind
-the placement step (launch._place, hosted by the pod of index 0 on RunSpec.placement_port),
+the placement step (launch._place, hosted by the pod of index 0 on `placement_port`),
 which hands each pod its node rank and the address of the pod of node rank 0. Under Kueue TAS
 the completion index is already the order in which Kueue assigns domains, and that order is kept.
 """
@@ -41,7 +41,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from nccl_k8s.bench.config import POD_IP_ENV, RANK_PLAN_ENV
 from nccl_k8s.k8s.api._types import Obj
 from nccl_k8s.k8s.rendering._computedomain import CLIQUE_LABEL
-from nccl_k8s.k8s.rendering._launcher import JOB_INDEX_REF, launcher_args, pod_ip_env
+from nccl_k8s.k8s.rendering._launcher import (
+    JOB_INDEX_REF,
+    launcher_args,
+    placement_port,
+    pod_ip_env,
+)
 from nccl_k8s.k8s.rendering._names import CONTAINER_NAME
 from nccl_k8s.k8s.rendering._platform import platform_of
 from nccl_k8s.k8s.rendering._presets import uses_host_network
@@ -189,7 +194,7 @@ def _with_placement(spec: RunSpec, container: Obj) -> None:
     if not any(e["name"] == POD_IP_ENV for e in env):
         env.append(pod_ip_env())
     if uses_host_network(spec):
-        port = spec.placement_port
+        port = placement_port(spec)
         container.setdefault("ports", []).append(
             {"name": "placement", "containerPort": port, "hostPort": port, "protocol": "TCP"}
         )
