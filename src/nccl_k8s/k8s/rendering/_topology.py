@@ -27,9 +27,9 @@ at these levels, coarse to fine, and puts that order into the pods' environment 
 the pods' launcher (launch._pod) then numbers the pods by the place of the node each landed on,
 so that consecutive ranks share the finest domain whatever node each pod was given. torchrun
 hosts its store on node rank 0 at the master address, so a planned torchrun Job starts it behind
-the placement step (launch._place, hosted by the pod of index 0 on `placement_port`),
-which hands each pod its node rank and the address of the pod of node rank 0. Under Kueue TAS
-the completion index is already the order in which Kueue assigns domains, and that order is kept.
+the placement step (launch._place, hosted by the pod of index 0 on `placement_port`), which
+hands each pod its node rank and the address of the pod of node rank 0. Under Kueue TAS the
+completion index is already the order in which Kueue assigns domains, and that order is kept.
 """
 
 from __future__ import annotations
