@@ -3,9 +3,10 @@
 Eight nodes of one GPU in two blocks of four, the blocks interleaved with the nodes' names
 (node-0, -2, -4, -6 in block b, the odd ones in block a), so that the order in which the
 scheduler fills the nodes (it takes them by name) is not the blocks' order. A deploy of eight
-ranks (`--launcher direct`, gloo, tiny sizes) across both: the deployer plans the node order
-from the labels, each pod's launcher takes its node rank from the node it landed on, and ranks
-0-3 run in one block and 4-7 in the other; `results` names each rank's block.
+ranks (gloo, tiny sizes) across both, with each launcher: the deployer plans the node order
+from the labels, each pod takes its node rank from the node it landed on (the direct launcher's
+rendezvous; before torchrun, the default, the placement step launch._place), and ranks 0-3 run
+in one block and 4-7 in the other; `results` names each rank's block.
 """
 
 from __future__ import annotations
@@ -43,12 +44,13 @@ def cluster(cluster_factory: Callable[..., Cluster]) -> Cluster:
     return c
 
 
+@pytest.mark.parametrize("launcher", ["direct", "torchrun"])
 def test_eight_ranks_over_two_blocks_are_numbered_block_by_block(
-    cluster: Cluster, namespace: str, runs_dir: Path
+    cluster: Cluster, namespace: str, runs_dir: Path, launcher: str
 ) -> None:
     rid = f"r-{uuid.uuid4().hex[:6]}"
     dep = cli(
-        cluster, "deploy", "-n", namespace, "--run-id", rid, "--launcher", "direct",
+        cluster, "deploy", "-n", namespace, "--run-id", rid, "--launcher", launcher,
         "--world-size", str(NODES), "--gpus-per-node", "1",
         "--", "--backend", "gloo", "--ops", "all_reduce", "-b", "1K", "-e", "1K",
         "-n", "1", "-w", "0",
@@ -59,7 +61,10 @@ def test_eight_ranks_over_two_blocks_are_numbered_block_by_block(
     pods, _ = cluster.store.list(
         "pods", namespace, label_selector=f"app.kubernetes.io/instance={rid}"
     )
-    env = {e["name"]: e.get("value") for e in pods[0]["spec"]["containers"][0]["env"]}
+    bench = pods[0]["spec"]["containers"][0]
+    # torchrun starts behind the placement step only where there is a plan (deploy read nodes)
+    assert ("nccl_k8s.launch._place" in bench["args"]) == (launcher == "torchrun")
+    env = {e["name"]: e.get("value") for e in bench["env"]}
     plan = json.loads(env[RANK_PLAN_ENV])
     assert plan["levels"] == [BLOCK]
     assert [v for _, (v,) in plan["nodes"]] == ["block-a"] * 4 + ["block-b"] * 4
@@ -79,25 +84,3 @@ def test_eight_ranks_over_two_blocks_are_numbered_block_by_block(
     assert f"# ranks by topology domain ({BLOCK}):" in res.output
     first = blocks[0]
     assert f"#   {first}: ranks 0-3 on " in res.output
-
-
-def test_a_torchrun_deploy_keeps_the_completion_index_and_says_why(
-    cluster: Cluster, namespace: str
-) -> None:
-    rid = f"r-{uuid.uuid4().hex[:6]}"
-    dep = cli(
-        cluster, "deploy", "-n", namespace, "--run-id", rid, "--world-size", str(NODES),
-        "--gpus-per-node", "1", "--no-wait", "--", "--backend", "gloo",
-    )  # fmt: skip
-    try:
-        assert dep.exit_code == 0, dep.output
-        assert "rank order: completion index (torchrun hosts its store on node rank 0" in (
-            dep.output
-        )
-        (job,) = (
-            j for j in cluster.store.list("jobs", namespace)[0] if j["metadata"]["name"] == rid
-        )
-        env = job["spec"]["template"]["spec"]["containers"][0]["env"]
-        assert RANK_PLAN_ENV not in {e["name"] for e in env}
-    finally:
-        cli(cluster, "cleanup", "-n", namespace, "--run", rid)

@@ -50,9 +50,14 @@ from nccl_k8s.bench.options import (
 #: The pod's Kubernetes node, when the deployer puts it in the environment (the `node` of the
 #: metrics and of the culprit lines; else the host name).
 NODE_NAME_ENV = "NCCL_K8S_NODE_NAME"
+#: The pod's own address (the downward API's status.podIP), where the deployer renders it: the
+#: metrics server's address, and the address torchrun's master is reached at when the pod of
+#: node rank 0 is not the pod of completion index 0 (launch._place).
+POD_IP_ENV = "POD_IP"
 #: The deployer's rank plan (JSON: `{"levels": [label, ...], "nodes": [[node, [value, ...]],
 #: ...]}`, the nodes in topology order, each with its label values coarse to fine): the pods'
-#: launcher (launch._pod) numbers the nodes the pods landed on in this order.
+#: launchers (launch._pod; launch._place before torchrun) number the nodes the pods landed on
+#: in this order.
 RANK_PLAN_ENV = "NCCL_K8S_RANK_PLAN"
 #: Where rank 0 writes every result line as soon as it is known (set by `nccl-k8s run`): what a
 #: run stopped half-way leaves for its stored results.
@@ -187,6 +192,7 @@ __all__ = [
     "JOURNAL_ENV",
     "METRICS_ADDR_ENV",
     "NOT_HONOURED",
+    "POD_IP_ENV",
     "POD_TIMEOUT_S",
     "RANK_PLAN_ENV",
     "REDOPS",

@@ -1,6 +1,7 @@
 """Starting ranks: locally (`local`), with the culprit rank named from each rank's own exit and
 fault record; in a pod, `python -m nccl_k8s.launch._pod` (`deploy --launcher direct`) starts
-that pod's ranks the same way, in torchrun's place. Knows nothing of results or Kubernetes: the
+that pod's ranks the same way, in torchrun's place, and `python -m nccl_k8s.launch._place` gives
+torchrun its node rank by the deployer's rank plan. Knows nothing of results or Kubernetes: the
 `run` use case (nccl_k8s.local) composes it with results.
 
 The names are loaded on first use: every rank starts as `python -m nccl_k8s.launch._rank`, which

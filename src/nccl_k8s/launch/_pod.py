@@ -21,7 +21,8 @@ The flags are torchrun's names for the same things (k8s.run's culprit reads G fr
    and node 0, once all have joined, numbers the pods in the plan's order of their nodes and
    hands each its node rank with the go (`assign`). One decision for all pods, so no two ever
    take one rank: a pod on a node the plan lacks (or two on one node) puts the whole run back
-   in completion-index order, and every launcher says so in one line. No API token is needed;
+   in completion-index order, and every launcher says so in one line. No API token is needed.
+   The placement step before torchrun (launch._place) runs this same rendezvous;
 3. starts its G ranks as plain processes with torchrun's worker environment (RANK =
    I*G + local rank, LOCAL_RANK, WORLD_SIZE = N*G, MASTER_ADDR/PORT, ...) and watches them
    (launch._procs: the first failure, the culprit from the ranks' exits and fault records);
@@ -55,16 +56,17 @@ from nccl_k8s.launch._procs import Node, interruptible, run_ranks, workdir
 EXIT_BARRIER_S = 300
 #: The launchers' keys on the run's store.
 _JOIN, _GO, _DONE = "nccl_k8s/launch/join", "nccl_k8s/launch/go", "nccl_k8s/launch/done"
-_PREFIX = "nccl-k8s launcher:"
+PREFIX = "nccl-k8s launcher:"
 
 
 @dataclasses.dataclass(frozen=True)
 class Placed:
-    """This pod's node rank, and the line saying how the ranks were ordered (empty without a
-    plan)."""
+    """This pod's node rank, the line saying how the ranks were ordered (empty without a
+    plan), and the address the pod of node rank 0 joined with (empty when it gave none)."""
 
     rank: int
     note: str
+    master: str = ""
 
 
 def assign(plan: Sequence[str], landed: Sequence[str]) -> tuple[list[int], str]:
@@ -181,20 +183,30 @@ class Launchers:
             return None
 
     def rendezvous(
-        self, node: int, count: int, timeout_s: float, where: str = "", plan: Sequence[str] = ()
+        self,
+        node: int,
+        count: int,
+        timeout_s: float,
+        where: str = "",
+        plan: Sequence[str] = (),
+        addr: str = "",
     ) -> Placed:
         """Node 0 (the pod of index `node` 0) waits for every node, then says go with each
-        pod's node rank (`assign` over the nodes they joined from); the others wait for that."""
-        self.store.set(f"{_JOIN}/{node}", where.encode())
+        pod's node rank (`assign` over the nodes they joined from) and the address the pod of
+        node rank 0 joined with (`addr`: torchrun's master, launch._place); the others wait
+        for that (RendezvousFailed, also when node 0 gave up and its store went with it)."""
+        self.store.set(f"{_JOIN}/{node}", json.dumps({"node": where, "addr": addr}).encode())
         if node != 0:
-            go = self._wait(_GO, timeout_s)
+            try:
+                go = self._wait(_GO, timeout_s)
+            except OSError as exc:  # the connection closed: node 0 ended (it gave up waiting)
+                raise RendezvousFailed(f"node 0 ended before starting the run ({exc})") from None
             if go is None:
                 raise RendezvousFailed(f"node 0 did not start the run within {timeout_s:g} s")
-            said = json.loads(go.decode()) if go != b"1" else {}
-            ranks = said.get("ranks") or list(range(count))
-            return Placed(ranks[node], said.get("note", ""))
+            said = json.loads(go.decode())
+            return Placed(said["ranks"][node], said["note"], said["master"])
         deadline = time.monotonic() + timeout_s
-        landed = [where]
+        joins = [{"node": where, "addr": addr}]
         for other in range(1, count):
             got = self._wait(f"{_JOIN}/{other}", deadline - time.monotonic())
             if got is None:
@@ -203,10 +215,11 @@ class Launchers:
                     f"Timed out after {timeout_s:g} seconds waiting for clients. "
                     f"{joined}/{count} clients joined."
                 )
-            landed.append(got.decode())
-        ranks, note = assign(plan, landed)
-        self.store.set(_GO, json.dumps({"ranks": ranks, "note": note}).encode())
-        return Placed(ranks[0], note)
+            joins.append(json.loads(got.decode()))
+        ranks, note = assign(plan, [j["node"] for j in joins])
+        master = joins[ranks.index(0)]["addr"]
+        self.store.set(_GO, json.dumps({"ranks": ranks, "note": note, "master": master}).encode())
+        return Placed(ranks[0], note, master)
 
     def done(self, node: int) -> None:
         self.store.set(f"{_DONE}/{node}", b"1")
@@ -257,20 +270,18 @@ def _run(args: PodArgs, index: int, torch_store: bool, engine_argv: list[str]) -
             index, args.nnodes, args.rdzv_timeout_s, where, plan_from_env(os.environ)
         )
     except RendezvousFailed as exc:
-        print(f"{_PREFIX} rendezvous: {exc}", file=sys.stderr, flush=True)
+        print(f"{PREFIX} rendezvous: {exc}", file=sys.stderr, flush=True)
         return 1
-    if placed.note:
-        print(f"{_PREFIX} node rank {placed.rank} on node {where or '?'}; {placed.note}",
-              file=sys.stderr, flush=True)  # fmt: skip
+    say(placed, where)
     node = Node(placed.rank, args.nnodes, args.master_addr, args.master_port)
     with interruptible(), workdir() as work:
         try:
             code = run_ranks(args.nproc, engine_argv, work=work, torch_store=torch_store, node=node)
         except RunFailed as exc:
-            print(f"{_PREFIX} {exc}", file=sys.stderr, flush=True)
+            print(f"{PREFIX} {exc}", file=sys.stderr, flush=True)
             return _exit_code(exc.exit_status)
         except Interrupted as exc:
-            print(f"{_PREFIX} {exc}", file=sys.stderr, flush=True)
+            print(f"{PREFIX} {exc}", file=sys.stderr, flush=True)
             return exc.exit_code
         finally:
             if index != 0:
@@ -280,6 +291,13 @@ def _run(args: PodArgs, index: int, torch_store: bool, engine_argv: list[str]) -
         if index == 0:
             launchers.exit_barrier(node.count, EXIT_BARRIER_S)
     return code
+
+
+def say(placed: Placed, where: str) -> None:
+    """The pod's one line on how the ranks were ordered, when there is a plan."""
+    if placed.note:
+        print(f"{PREFIX} node rank {placed.rank} on node {where or '?'}; {placed.note}",
+              file=sys.stderr, flush=True)  # fmt: skip
 
 
 def _exit_code(status: int | None) -> int:

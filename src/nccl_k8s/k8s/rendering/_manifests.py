@@ -51,7 +51,7 @@ import hashlib
 import re
 import shlex
 
-from nccl_k8s.bench.config import METRICS_ADDR_ENV, NODE_NAME_ENV
+from nccl_k8s.bench.config import METRICS_ADDR_ENV, NODE_NAME_ENV, POD_IP_ENV
 from nccl_k8s.errors import UsageError, install_hint
 from nccl_k8s.k8s.api._types import Obj
 from nccl_k8s.k8s.rendering._adopt import with_adoption
@@ -62,7 +62,7 @@ from nccl_k8s.k8s.rendering._computedomain import (
 )
 from nccl_k8s.k8s.rendering._gangs import gang_binding, pod_group_spec, scheduler_name
 from nccl_k8s.k8s.rendering._health import apply_healthy_only
-from nccl_k8s.k8s.rendering._launcher import launcher_args
+from nccl_k8s.k8s.rendering._launcher import JOB_INDEX_REF, launcher_args, pod_ip_env
 from nccl_k8s.k8s.rendering._meta import common_labels, object_metadata, selector_labels
 from nccl_k8s.k8s.rendering._names import (
     CONTAINER_NAME,
@@ -164,7 +164,7 @@ def _engine_flags(spec: RunSpec) -> list[str]:
 
 
 def _job_container_args(spec: RunSpec) -> tuple[list[str], list[str]]:
-    args = [*launcher_args(spec, "$(JOB_COMPLETION_INDEX)"), *_engine_flags(spec)]
+    args = [*launcher_args(spec, JOB_INDEX_REF), *_engine_flags(spec)]
     args += [_escape_refs(a) for a in spec.engine_args]
     if _wants_results_file(spec):
         args += ["--json", f"{RESULTS_MOUNT}/{spec.run_id}.json"]
@@ -222,9 +222,9 @@ def _env(spec: RunSpec) -> list[Obj]:
         # every address, where pods that share a network stack (hostNetwork without a hostPort
         # check, or a test cluster) would fight over the port. `--env
         # NCCL_K8S_METRICS_ADDR=0.0.0.0` listens everywhere (kubectl port-forward dials loopback).
-        env.append({"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
+        env.append(pod_ip_env())
         if not any(k == METRICS_ADDR_ENV for k, _ in spec.env):
-            env.append({"name": METRICS_ADDR_ENV, "value": "$(POD_IP)"})
+            env.append({"name": METRICS_ADDR_ENV, "value": f"$({POD_IP_ENV})"})
     if spec.engine == "zipapp":
         engine = f"{ENGINE_MOUNT}/{ZIPAPP_NAME}"
         digest = hashlib.sha256(engine_zipapp()).hexdigest()

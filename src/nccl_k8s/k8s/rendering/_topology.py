@@ -25,10 +25,11 @@ Rank order (`plan_order`, `with_rank_plan`): NCCL's ring is the rank order, so w
 can read the nodes (deploy, not render) it sorts the nodes the run may use by their label values
 at these levels, coarse to fine, and puts that order into the pods' environment (RANK_PLAN_ENV);
 the pods' launcher (launch._pod) then numbers the pods by the place of the node each landed on,
-so that consecutive ranks share the finest domain whatever node each pod was given. Only the
-engine's own launcher reads the plan (`--launcher direct`): torchrun hosts its store on node rank
-0, which must be the pod at the master address (index 0). Under Kueue TAS the completion index is
-already the order in which Kueue assigns domains, and that order is kept.
+so that consecutive ranks share the finest domain whatever node each pod was given. torchrun
+hosts its store on node rank 0 at the master address, so a planned torchrun Job starts it behind
+the placement step (launch._place, hosted by the pod of index 0 on `placement_port`), which
+hands each pod its node rank and the address of the pod of node rank 0. Under Kueue TAS the
+completion index is already the order in which Kueue assigns domains, and that order is kept.
 """
 
 from __future__ import annotations
@@ -37,10 +38,18 @@ import copy
 import json
 from collections.abc import Iterable, Mapping, Sequence
 
-from nccl_k8s.bench.config import RANK_PLAN_ENV
+from nccl_k8s.bench.config import POD_IP_ENV, RANK_PLAN_ENV
 from nccl_k8s.k8s.api._types import Obj
 from nccl_k8s.k8s.rendering._computedomain import CLIQUE_LABEL
+from nccl_k8s.k8s.rendering._launcher import (
+    JOB_INDEX_REF,
+    launcher_args,
+    placement_port,
+    pod_ip_env,
+)
+from nccl_k8s.k8s.rendering._names import CONTAINER_NAME
 from nccl_k8s.k8s.rendering._platform import platform_of
+from nccl_k8s.k8s.rendering._presets import uses_host_network
 from nccl_k8s.spec import RunSpec
 from nccl_k8s.spec.platforms import ZONE_LABEL
 
@@ -128,11 +137,6 @@ def rank_order_levels(spec: RunSpec) -> tuple[tuple[str, ...], str]:
         return levels, "rank order: pod ordinal (a StatefulSet's ranks keep their ordinals)"
     if kueue_annotation(spec) is not None:
         return levels, "rank order: completion index, the order in which Kueue assigns domains"
-    if spec.launcher != "direct":
-        return levels, (
-            "rank order: completion index (torchrun hosts its store on node rank 0; "
-            "--launcher direct orders the ranks by topology)"
-        )
     return levels, ""
 
 
@@ -148,10 +152,14 @@ def plan_order(nodes: Iterable[Obj], levels: Sequence[str]) -> list[tuple[str, t
 
 
 def with_rank_plan(
-    objs: list[Obj], levels: Sequence[str], planned: Sequence[tuple[str, tuple[str, ...]]]
+    spec: RunSpec,
+    objs: list[Obj],
+    levels: Sequence[str],
+    planned: Sequence[tuple[str, tuple[str, ...]]],
 ) -> list[Obj]:
     """Copies of `objs` whose Job's container carries the plan (RANK_PLAN_ENV) for the pods'
-    launcher; the objects unchanged without a plan."""
+    launcher, torchrun behind the placement step (`_with_placement`); the objects unchanged
+    without a plan."""
     if not planned:
         return objs
     value = json.dumps(
@@ -163,9 +171,33 @@ def with_rank_plan(
         if obj["kind"] == "Job":
             obj = copy.deepcopy(obj)
             for container in obj["spec"]["template"]["spec"]["containers"]:
+                if container["name"] == CONTAINER_NAME:
+                    _with_placement(spec, container)
                 container.setdefault("env", []).append({"name": RANK_PLAN_ENV, "value": value})
         out.append(obj)
     return out
+
+
+def _with_placement(spec: RunSpec, container: Obj) -> None:
+    """The benchmark container of a planned Job (in place): torchrun's words replaced by the
+    placement step's and torchrun's without a node rank and master (the step adds them), the
+    pod's address in its env (the step hands it on), and under host networking the step's port
+    declared as a hostPort, as the rendezvous port is. The direct launcher needs none of it."""
+    plain, args = launcher_args(spec, JOB_INDEX_REF), container.get("args", [])
+    # The words start the args, or follow a platform's sourcing shell (rendering._platform).
+    at = next((i for i in range(len(args)) if args[i : i + len(plain)] == plain), None)
+    if spec.launcher != "torchrun" or at is None:
+        return
+    placed = launcher_args(spec, JOB_INDEX_REF, planned=True)
+    container["args"] = [*args[:at], *placed, *args[at + len(plain) :]]
+    env = container.setdefault("env", [])
+    if not any(e["name"] == POD_IP_ENV for e in env):
+        env.append(pod_ip_env())
+    if uses_host_network(spec):
+        port = placement_port(spec)
+        container.setdefault("ports", []).append(
+            {"name": "placement", "containerPort": port, "hostPort": port, "protocol": "TCP"}
+        )
 
 
 def rank_plan_of(workload: Obj | None) -> tuple[tuple[str, ...], dict[str, tuple[str, ...]]]:

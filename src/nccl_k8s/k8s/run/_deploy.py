@@ -361,7 +361,7 @@ async def _rank_plan(
     levels = tuple(k for k in levels if k in carried)  # a level no node has orders nothing
     if not levels or why:  # no topology to follow, or one the pods cannot follow
         return objs, why if levels else ""
-    return with_rank_plan(objs, levels, plan_order(usable, levels)), ""
+    return with_rank_plan(spec, objs, levels, plan_order(usable, levels)), ""
 
 
 async def _healthy_enough(kc: KubeClient, spec: RunSpec, *, nodes_forbidden: bool) -> str:
