@@ -8,6 +8,7 @@ the process tree torchrun started, by the RANK in its environment); the others t
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import pathlib
 import re
@@ -104,7 +105,8 @@ def test_a_stopped_rank_is_named_by_the_ranks_that_wait_for_it(nproc: int, stopp
         assert faults
         for f in faults:
             assert f["rank"] != stopped
-            assert f["culprit"] == stopped, f
+            # The whole record on failure (pytest would cut the dict): which rule named whom.
+            assert f["culprit"] == stopped, json.dumps(f) + "\n" + "\n".join(err.lines[-30:])
             assert f["pid"] == pids[stopped] and f["host"] == socket.gethostname(), f
             assert re.fullmatch(r"no heartbeat for \d+ s", f["reason"]), f
             assert f["where"].startswith("all_reduce "), f
