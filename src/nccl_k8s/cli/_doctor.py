@@ -318,13 +318,14 @@ def bundle_command(
 
 
 def register(app: typer.Typer) -> None:
+    from nccl_k8s.cli._nodes import nodes_history_command
     from nccl_k8s.k8s import NODES_CHECK_ENGINE_ARGS
 
     app.command("doctor", cls=Command)(handle_errors(with_spec_options(doctor_command, lazy=True)))
     app.command("bundle", cls=Command)(bundle_command)
     nodes = typer.Typer(
         name="nodes",
-        help="The cluster's nodes: find the bad ones.",
+        help="The cluster's nodes: find the bad ones, check them on a schedule, read their history.",
         cls=Group,
         no_args_is_help=True,
     )
@@ -336,6 +337,7 @@ def register(app: typer.Typer) -> None:
     )
     nodes.command("check", cls=Command)(handle_errors(check))
     nodes.command("schedule", cls=Command)(nodes_schedule_command)
+    nodes.command("history", cls=Command)(nodes_history_command)
     app.add_typer(nodes)
 
 

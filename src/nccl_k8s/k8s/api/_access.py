@@ -91,7 +91,9 @@ ACCESS: tuple[Access, ...] = (
         "",
         "configmaps",
         ("create", "delete", "get", "list", "patch"),
-        f"{_RUN_WRITES}; a taken run id is named from it (get); list, cleanup, bundle list it",
+        f"{_RUN_WRITES}; a taken run id is named from it (get); list, cleanup, bundle list it; "
+        "nodes check --label adds its verdicts to configmap nccl-k8s-node-history (get, then "
+        "create or patch), nodes history reads it (get)",
     ),
     Access(
         "",
