@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,9 @@ from tests.conftest import fresh_namespace
 from typer.testing import CliRunner
 
 from nccl_k8s.cli.main import app
-from nccl_k8s.k8s.nodes._history import HISTORY_NAME
+from nccl_k8s.k8s import ClientSettings
+from nccl_k8s.k8s.api._sync import run_sync
+from nccl_k8s.k8s.nodes._history import HISTORY_KEY, HISTORY_NAME, Check, append_check, load
 from nccl_k8s.k8s.nodes._labels import (
     BUSBW_KEY,
     CHECKED_AT_KEY,
@@ -256,3 +259,32 @@ def test_acceptance_2_idle_nodes_checked_labelled_skipped_in_the_window_and_reco
         gone = CliRunner().invoke(app, ["cleanup", "-n", ns, "--all", "--kubeconfig", str(kc)])
         assert gone.exit_code == 0, gone.output
         assert cluster.store.get("configmaps", ns, HISTORY_NAME)["metadata"]["name"]
+
+
+def test_a_check_whose_history_write_was_overtaken_reads_again_and_loses_nothing(
+    cluster: Cluster,
+) -> None:
+    """Optimistic writes against the API server's own resourceVersion check: check A's patch
+    is held while check B reads and writes; A's patch, on the version it read, meets a 409,
+    reads again and appends to B's. (Written without the resourceVersion, A's patch would
+    replace B's check.)"""
+    a, b, c = (Check(r, 1_796_652_000 + i, {"node-0": ("good", 1.0)}) for i, r in
+               enumerate(("first", "a", "b")))  # fmt: skip
+    settings = ClientSettings(kubeconfig=str(cluster.kubeconfig))
+    with fresh_namespace(cluster) as ns:
+        assert run_sync(lambda kc: append_check(kc, ns, a), settings) == 1
+        held = cluster.faults.hold_requests(f"/namespaces/{ns}/configmaps/{HISTORY_NAME}$", "PATCH")
+        kept: list[int] = []
+        writer = threading.Thread(
+            target=lambda: kept.append(run_sync(lambda kc: append_check(kc, ns, b), settings))
+        )
+        writer.start()
+        try:
+            assert held.arrived.wait(60), "check A never patched"
+            assert run_sync(lambda kc: append_check(kc, ns, c), settings) == 2  # B overtakes
+        finally:
+            held.release()
+            writer.join(60)
+        assert kept == [3]
+        data = cluster.store.get("configmaps", ns, HISTORY_NAME)["data"][HISTORY_KEY]
+        assert [x.run_id for x in load(data)] == ["b", "a", "first"]

@@ -39,8 +39,9 @@ MAX_CHECKS = 120
 #: hold, leaving room for its metadata. A node costs about 35 bytes in a check, so 120 checks
 #: of up to ~120 nodes fit whole; larger checks keep fewer (at least the newest one).
 MAX_BYTES = 512 * 1024
-#: Reads and writes tried before giving up when other checks keep writing meanwhile.
-ATTEMPTS = 5
+#: Reads and writes tried before giving up when other checks keep writing meanwhile: of n
+#: checks that write at once, one lands per round, so up to 8 at once all land.
+ATTEMPTS = 8
 
 
 @dataclasses.dataclass(frozen=True)
