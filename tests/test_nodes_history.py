@@ -199,3 +199,35 @@ def test_history_bad_input_is_one_line_and_exit_2(args: list[str], message: str)
     res = CliRunner().invoke(app, ["nodes", "history", "-n", "ns", *args])
     assert res.exit_code == 2 and message in res.output, res.output
     assert len(res.output.strip().splitlines()) == 1, res.output
+
+
+def test_history_text_shows_each_node_newest_first_under_its_change_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from nccl_k8s import k8s
+
+    checks = [check("nc-0b9e41", T0 - 6 * 3600, node_2=("good", 42.1)),
+              check("nc-5f1c2a", T0, node_2=("bad", 9.8), node_3=("good", None))]  # fmt: skip
+    asked: dict[str, Any] = {}
+
+    def fake(*, client: Any, namespace: str | None = None, node: str | None = None) -> Any:
+        asked.update(namespace=namespace, node=node)
+        return timelines(checks, "bench", node)
+
+    monkeypatch.setattr(k8s, "node_history", fake)
+    res = CliRunner().invoke(app, ["nodes", "history", "-n", "bench"])
+    assert res.exit_code == 0, res.output
+    assert asked == {"namespace": "bench", "node": None}
+    assert res.output.splitlines() == [
+        "2 checks recorded in namespace bench",
+        "",
+        "node-2: bad since 2026-12-07T14:00:00Z (last good 2026-12-07T08:00:00Z, 42.1 GB/s; "
+        "now 9.8 GB/s)",
+        "  CHECKED AT            VERDICT  BUSBW GB/S  RUN",
+        "  2026-12-07T14:00:00Z  bad             9.8  nc-5f1c2a",
+        "  2026-12-07T08:00:00Z  good           42.1  nc-0b9e41",
+        "",
+        "node-3: good since 2026-12-07T14:00:00Z, now no busbw measured",
+        "  CHECKED AT            VERDICT  BUSBW GB/S  RUN",
+        "  2026-12-07T14:00:00Z  good              -  nc-5f1c2a",
+    ]
