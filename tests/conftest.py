@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -27,6 +28,10 @@ import pytest
 _ROOT = str(Path(__file__).resolve().parent.parent)
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
+
+# deploy pins images by asking their registries (run._images); the tests reach loopback only,
+# so it is off unless a test turns it on against its own registry (tests/_registry.py).
+os.environ["NCCL_K8S_PIN_IMAGES"] = "0"
 
 from tests._helpers import free_port, one_rank_env  # noqa: E402
 from tests.cluster.cluster import Cluster  # noqa: E402

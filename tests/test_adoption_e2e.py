@@ -37,11 +37,13 @@ ENGINE = ["--", "--backend", "gloo", "--ops", "all_reduce", "-b", "1K", "-e", "4
 SHAPE = ["--world-size", "2", "--gpus-per-node", "1", "--pod-monitor"]
 #: Every resource a run's objects can be (store names), and its own objects by kind.
 RESOURCES = ("jobs", "statefulsets", "pods", "configmaps", "services", "serviceaccounts",
-             "roles", "rolebindings", "podmonitors.monitoring.coreos.com")  # fmt: skip
+             "roles", "rolebindings", "podmonitors.monitoring.coreos.com",
+             "networkpolicies")  # fmt: skip
 KIND_TO_RESOURCE = {"Job": "jobs", "ConfigMap": "configmaps", "Service": "services",
                     "ServiceAccount": "serviceaccounts", "Role": "roles",
                     "RoleBinding": "rolebindings",
-                    "PodMonitor": "podmonitors.monitoring.coreos.com"}  # fmt: skip
+                    "PodMonitor": "podmonitors.monitoring.coreos.com",
+                    "NetworkPolicy": "networkpolicies"}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +128,7 @@ def test_render_adds_a_service_account_role_and_binding_limited_to_the_run() -> 
     docs = rendered("team-a", "r1", "--adopt")
     assert [(d["kind"], d["metadata"]["name"]) for d in docs] == [
         ("ServiceAccount", "r1"), ("Role", "r1"), ("RoleBinding", "r1"), ("ConfigMap", "r1-engine"),
-        ("Service", "r1"), ("PodMonitor", "r1"), ("Job", "r1"),
+        ("NetworkPolicy", "r1"), ("Service", "r1"), ("PodMonitor", "r1"), ("Job", "r1"),
     ]  # fmt: skip
     role = docs[1]
     assert role["rules"] == [
@@ -137,7 +139,7 @@ def test_render_adds_a_service_account_role_and_binding_limited_to_the_run() -> 
             for group, res, name in [
                 ("", "serviceaccounts", "r1"), ("rbac.authorization.k8s.io", "roles", "r1"),
                 ("rbac.authorization.k8s.io", "rolebindings", "r1"), ("", "configmaps", "r1-engine"),
-                ("", "services", "r1"), ("monitoring.coreos.com", "podmonitors", "r1"),
+                ("networking.k8s.io", "networkpolicies", "r1"), ("", "services", "r1"), ("monitoring.coreos.com", "podmonitors", "r1"),
             ]
         ),
     ]  # fmt: skip
@@ -173,7 +175,13 @@ def test_no_adopt_and_deploy_render_no_rbac_and_no_token() -> None:
     spec = build_run_spec(world_size=2, gpus_per_node=1, run_id="r1", namespace="team-a",
                           pod_monitor=True)  # fmt: skip
     for objs in (docs, render(spec)):
-        assert [d["kind"] for d in objs] == ["ConfigMap", "Service", "PodMonitor", "Job"]
+        assert [d["kind"] for d in objs] == [
+            "ConfigMap",
+            "NetworkPolicy",
+            "Service",
+            "PodMonitor",
+            "Job",
+        ]
         pod = objs[-1]["spec"]["template"]["spec"]
         assert pod["automountServiceAccountToken"] is False and "serviceAccountName" not in pod
     assert docs == rendered("team-a", "r1", "--no-adopt")  # the default, said
@@ -202,7 +210,8 @@ def test_deleting_the_job_of_an_applied_render_deletes_every_object(
     line = wait_for("the adoption line", lambda: adoption_line(cluster, ns, rid))
     assert line == (
         f"nccl-k8s: Job/{rid} owns ServiceAccount/{rid}, Role/{rid}, RoleBinding/{rid}, "
-        f"ConfigMap/{rid}-engine, Service/{rid}, PodMonitor/{rid} (deleting it deletes them)"
+        f"ConfigMap/{rid}-engine, NetworkPolicy/{rid}, Service/{rid}, PodMonitor/{rid} (deleting it "
+        "deletes them)"
     )
     job = cluster.store.get("jobs", ns, rid)
     assert "Complete" in [c["type"] for c in job["status"]["conditions"]]

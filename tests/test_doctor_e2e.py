@@ -14,6 +14,7 @@ import tarfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -102,6 +103,45 @@ def test_doctor_names_each_failure_with_its_hint_and_passes_a_deployable_run(
     )
     assert doc["ok"] is False and doc["namespace"] == namespace
     assert [c["name"] for c in doc["checks"] if c["status"] == "fail"] == ["world"]
+
+
+def test_doctor_says_no_topology_domain_holds_the_world_naming_each_domains_free_gpus(
+    cluster: Cluster, namespace: str
+) -> None:
+    """Issue 37: two blocks of two 2-GPU nodes; 8 ranks (4 pods) fit the cluster, not a block.
+    doctor lists the live pods (over the API: none hold GPUs here) and names each block."""
+    key = "example.com/block"
+
+    def label(value: str | None) -> Any:
+        def edit(obj: Any) -> None:
+            labels = obj["metadata"].setdefault("labels", {})
+            labels.pop(key, None)
+            if value is not None:
+                labels[key] = value
+
+        return edit
+
+    nodes = {"node-0": "block-a", "node-1": "block-a", "node-2": "block-b", "node-3": "block-b"}
+    size = ["--world-size", "8", "--gpus-per-node", "2", "--topology", key]
+    try:
+        for name, block in nodes.items():
+            cluster.store.mutate("nodes", None, name, label(block))
+        required = cli(cluster, "doctor", "-n", namespace, *size, "--placement", "required")
+        assert required.exit_code == 1, required.output
+        status, found, hint = rows(required.output)["domain-fit"]
+        assert (status, found) == (
+            "fail",
+            f"8 ranks need one {key} domain (--placement required), but no domain has 8 free "
+            "nvidia.com/gpu (4 pods of 2): block-a 4, block-b 4",
+        )
+        assert hint.startswith("--world-size 4 fits block-a")
+        assert rows(required.output)["world"][0] == "pass"  # the cluster holds it, no block does
+        preferred = cli(cluster, "doctor", "-n", namespace, *size)
+        assert preferred.exit_code == 0, preferred.output
+        assert rows(preferred.output)["domain-fit"][0] == "warn"
+    finally:
+        for name in nodes:
+            cluster.store.mutate("nodes", None, name, label(None))
 
 
 def test_baseline_namespace_rdma_profile_and_no_rdma_resource_fail_both_and_deploy_refuses(
@@ -234,7 +274,7 @@ def test_a_pending_runs_bundle_and_doctor_run_say_why(
     out = tmp_path / "pending.tar.gz"
     got = cli(cluster, "bundle", "-n", namespace, "--run", rid, "-o", str(out))
     assert got.exit_code == 0, got.output
-    assert f"run {rid}: 5 objects (2 pods), " in got.output and str(out) in got.output
+    assert f"run {rid}: 6 objects (2 pods), " in got.output and str(out) in got.output
     files = members(out)
     names = sorted(files)
     assert f"{rid}/README.txt" in names and f"{rid}/doctor.txt" in names
@@ -242,6 +282,7 @@ def test_a_pending_runs_bundle_and_doctor_run_say_why(
         f"{rid}/objects/job-{rid}.yaml",
         f"{rid}/objects/service-{rid}.yaml",
         f"{rid}/objects/configmap-{rid}-engine.yaml",
+        f"{rid}/objects/networkpolicy-{rid}.yaml",
         *(
             f"{rid}/objects/pod-{p['metadata']['name']}.yaml"
             for p in cluster.store.list("pods", namespace)[0]

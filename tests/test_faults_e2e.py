@@ -308,7 +308,9 @@ def test_two_deploys_of_one_run_id_interleaved_one_wins_the_loser_touches_nothin
     cluster: Cluster, namespace: str
 ) -> None:
     def deploy(rid: str, **extra: Any) -> Callable[[], Any]:
-        s = spec(namespace, rid, world_size="2", gpus_per_node="1", scheduler="nobody", **extra)
+        # No NetworkPolicy: the scenarios below order the runs by their first objects.
+        s = spec(namespace, rid, world_size="2", gpus_per_node="1", scheduler="nobody",
+                 network_policy="off", **extra)  # fmt: skip
         return lambda: k8s.deploy(s, client=settings(cluster), wait=False)
 
     def uids(rid: str) -> dict[str, str]:
@@ -421,7 +423,7 @@ def test_cleanup_deletes_only_what_nccl_k8s_created_and_says_what_it_skipped(
     )
     assert f"skipped ConfigMap/users-notes: {why}" in res.output
     assert f"skipped Pod/users-pod: {why}" in res.output
-    assert f"deleted {rid} in {namespace} (3 objects" in res.output
+    assert f"deleted {rid} in {namespace} (4 objects" in res.output
     assert labelled(cluster, namespace) == ["configmaps/users-notes", "pods/users-pod"]
     for res_name, before in (("configmaps", mine), ("pods", pod)):
         now = cluster.store.get(res_name, namespace, before["metadata"]["name"])

@@ -81,7 +81,12 @@ def test_a_fresh_venv_with_the_k8s_extra_renders_and_deploys(
                             env=env, timeout=120)  # fmt: skip
     assert render.returncode == 0, render.stderr
     kinds = [d["kind"] for d in yaml.safe_load_all(render.stdout) if d]
-    assert kinds == ["ConfigMap", "Service", "Job"]  # no RBAC objects without --adopt
+    assert kinds == [
+        "ConfigMap",
+        "NetworkPolicy",
+        "Service",
+        "Job",
+    ]  # no RBAC objects without --adopt
     deploy = subprocess.run(
         [nccl, "deploy", *shape, "--kubeconfig", str(cluster.kubeconfig), *ENGINE],
         capture_output=True, text=True, env=env, timeout=600,

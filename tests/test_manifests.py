@@ -265,9 +265,16 @@ def test_render_is_deterministic() -> None:
 
 
 def test_objects_in_apply_order() -> None:
-    assert [o["kind"] for o in render(_SPECS["job-8x4"])] == ["ConfigMap", "Service", "Job"]
+    # The NetworkPolicy before the pods it guards (--network-policy auto, the default).
+    assert [o["kind"] for o in render(_SPECS["job-8x4"])] == [
+        "ConfigMap",
+        "NetworkPolicy",
+        "Service",
+        "Job",
+    ]
     assert [o["kind"] for o in render(_SPECS["statefulset-2x8"])] == [
         "ConfigMap",
+        "NetworkPolicy",
         "Service",
         "StatefulSet",
     ]
@@ -409,7 +416,7 @@ def test_zipapp_runs_the_engine_without_the_installed_package(tmp_path: Path) ->
 
 def test_engine_image_mode_ships_no_configmap() -> None:
     objs = render(build_run_spec(world_size=8, run_id="r", engine="image", image="reg/nccl-k8s:1"))
-    assert [o["kind"] for o in objs] == ["Service", "Job"]
+    assert [o["kind"] for o in objs] == ["NetworkPolicy", "Service", "Job"]
     assert "PYTHONPATH" not in env_of(objs)
     assert all(v["name"] != "engine" for v in pod_spec(objs)["volumes"])
     assert container(objs)["image"] == "reg/nccl-k8s:1"
@@ -632,7 +639,7 @@ def test_attach_owner_makes_deletion_cascade_from_the_workload() -> None:
         "name": "nccl-golden-8x4",
         "uid": created["metadata"]["uid"],
     }
-    assert [o["metadata"].get("ownerReferences") for o in owned] == [[ref], [ref], None]
+    assert [o["metadata"].get("ownerReferences") for o in owned] == [[ref], [ref], [ref], None]
     assert all("ownerReferences" not in o["metadata"] for o in objs)  # inputs untouched
     assert attach_owner(owned, created) == owned  # idempotent
     for obj in owned:
@@ -770,7 +777,7 @@ def test_gang_renders_a_pod_group_the_pods_belong_to(
     gang: str, api_version: str, scheduler: str
 ) -> None:
     objs = render(build_run_spec(world_size=32, gpus_per_node=8, run_id="g", gang=gang))
-    assert [o["kind"] for o in objs] == ["ConfigMap", "Service", "PodGroup", "Job"]
+    assert [o["kind"] for o in objs] == ["ConfigMap", "NetworkPolicy", "Service", "PodGroup", "Job"]
     group = by_kind(objs)["PodGroup"]
     assert group["apiVersion"] == api_version and group["metadata"]["name"] == "g"
     assert group["spec"] == {

@@ -175,7 +175,8 @@ def test_metric_names_reads_a_query_as_prometheus_would() -> None:
 
 def test_every_dashboard_query_reads_only_metrics_the_engine_exports(scraped: Scraped) -> None:
     assert scraped.after_sweep is not None
-    exported = set(samples(scraped.after_sweep))
+    # ... and what `nodes check --push-to` pushes (issue 38: the fleet row).
+    exported = set(samples(scraped.after_sweep)) | set(samples(node_check_push()))
     doc = json.loads(DASHBOARD.read_text())
     queries: list[tuple[str, str]] = []
 
@@ -207,6 +208,8 @@ def test_every_dashboard_query_reads_only_metrics_the_engine_exports(scraped: Sc
         "nccl_k8s_sweeps_total",
         "nccl_k8s_last_sweep_success",
         "nccl_k8s_soak_interval_bus_bandwidth_bytes_per_second",
+        "nccl_k8s_node_check_verdict",
+        "nccl_k8s_node_check_bus_bandwidth_bytes_per_second",
     } <= read
     heatmap = next(p for p in doc["panels"] if p["type"] == "heatmap")
     assert "by (node)" in heatmap["targets"][0]["expr"]
@@ -222,7 +225,19 @@ def test_docs_list_every_metric_a_run_exports_and_no_other(scraped: Scraped) -> 
     }
     table = (Path(__file__).parent.parent / "docs" / "metrics.md").read_text()
     documented = set(re.findall(r"^\| `(nccl_k8s_\w+)` \|", table, re.M))
-    assert documented == exported
+    pushed = {n for n in samples(node_check_push()) if n.startswith("nccl_k8s_")}
+    assert documented == exported | pushed
+
+
+def node_check_push() -> str:
+    """What `nodes check --push-to` pushes for a good node with a busbw (the text a
+    Pushgateway receives)."""
+    from prometheus_client import generate_latest
+
+    from nccl_k8s.k8s.nodes._badnodes import NodeVerdict
+    from nccl_k8s.k8s.nodes._metrics import node_registry
+
+    return generate_latest(node_registry(NodeVerdict("n", "good", 20.0, ""), 20.0, 1.0)).decode()
 
 
 def _hide_prometheus_client(tmp_path: Path) -> dict[str, str]:

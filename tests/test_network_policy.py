@@ -1,6 +1,7 @@
-"""Issue 36: `--network-policy` renders one NetworkPolicy per run: ingress to the run's pods from
-the run's own pods on every port (the rendezvous store and NCCL's ephemeral ports), the metrics
-port from the `--metrics-from` peers, nothing else. It carries the run's labels and render mark,
+"""Issue 36: every pod-network run renders one NetworkPolicy (`--network-policy auto`, the
+default; `on` refuses host networking, `off` renders none): ingress to the run's pods from the
+run's own pods on every port (the rendezvous store and NCCL's ephemeral ports), the metrics port
+from the `--metrics-from` peers (every namespace's pods when none is given), nothing else. It carries the run's labels and render mark,
 so deploy owns it and `cleanup --run` deletes it, after deploy or after `render | kubectl apply`.
 The test cluster stores it without enforcing it (no CNI): what is tested is the object, that
 deploy makes it and a run still completes beside it, and that cleanup removes it."""
@@ -44,7 +45,7 @@ def policy_of(docs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def test_the_policy_lets_in_the_runs_pods_and_the_metrics_scrapers_only() -> None:
-    docs = rendered("--network-policy", "--metrics-from", "namespace=monitoring",
+    docs = rendered("--metrics-from", "namespace=monitoring",
                     "--metrics-from", "app=prometheus")  # fmt: skip
     assert [d["kind"] for d in docs] == ["ConfigMap", "NetworkPolicy", "Service", "Job"]
     policy = policy_of(docs)
@@ -70,26 +71,53 @@ def test_the_policy_lets_in_the_runs_pods_and_the_metrics_scrapers_only() -> Non
         kubernetes_validate.validate(policy, version, strict=True)
 
 
-def test_without_metrics_from_only_the_run_gets_in_and_by_default_no_policy() -> None:
-    assert "NetworkPolicy" not in [d["kind"] for d in rendered()]  # opt-in
-    policy = policy_of(rendered("--network-policy"))
+def test_by_default_the_policy_guards_the_store_and_leaves_the_metrics_port_to_the_cluster() -> (
+    None
+):
+    """The default (auto) renders the policy on the pod network: no pod outside the run reaches
+    the rendezvous store or NCCL's listeners; the metrics port stays open to every namespace's
+    pods until --metrics-from narrows it; --metrics-port 0 leaves only the run's rule."""
+    any_namespace = {"from": [{"namespaceSelector": {}}],
+                     "ports": [{"protocol": "TCP", "port": 8080}]}  # fmt: skip
+    for flags in ((), ("--network-policy", "auto"), ("--network-policy", "on")):
+        policy = policy_of(rendered(*flags))
+        assert policy["spec"]["ingress"] == [
+            {"from": [{"podSelector": {"matchLabels": RUN}}]},
+            any_namespace,
+        ]
+        kubernetes_validate.validate(policy, "1.35", strict=True)
+    policy = policy_of(rendered("--metrics-port", "0"))
     assert policy["spec"]["ingress"] == [{"from": [{"podSelector": {"matchLabels": RUN}}]}]
-    policy = policy_of(rendered("--network-policy", "--metrics-port", "9100",
-                                "--metrics-from", "namespace=obs"))  # fmt: skip
+    policy = policy_of(rendered("--metrics-port", "9100", "--metrics-from", "namespace=obs"))
     assert policy["spec"]["ingress"][1]["ports"] == [{"protocol": "TCP", "port": 9100}]
+    assert "NetworkPolicy" not in [d["kind"] for d in rendered("--network-policy", "off")]
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [["--security", "host"], ["--host-network"],
+     ["--platform", "oke-roce", "--instance-type", "BM.GPU.H100.8"]],
+)  # fmt: skip
+def test_on_the_nodes_network_auto_renders_no_policy(flags: list[str]) -> None:
+    """A policy selects no pod on the node's network: auto renders none there (rather than a
+    protection it is not); the same run on the pod network has one."""
+    assert "NetworkPolicy" not in [d["kind"] for d in rendered(*flags)]
+    assert "NetworkPolicy" in [d["kind"] for d in rendered()]
 
 
 @pytest.mark.parametrize(
     ("flags", "words"),
     [
-        (["--metrics-from", "namespace=monitoring"], ["--metrics-from", "--network-policy"]),
-        (["--network-policy", "--metrics-port", "0", "--metrics-from", "namespace=m"],
+        (["--network-policy", "off", "--metrics-from", "namespace=monitoring"],
+         ["--metrics-from", "--network-policy off"]),
+        (["--metrics-port", "0", "--metrics-from", "namespace=m"],
          ["--metrics-from", "--metrics-port 0"]),
-        (["--network-policy", "--metrics-from", "monitoring"], ['"monitoring"', "KEY=VALUE"]),
-        (["--network-policy", "--metrics-from", "namespace=Not_A_Name"], ["Not_A_Name"]),
-        (["--network-policy", "--security", "host"], ["--network-policy", "host network"]),
-        (["--network-policy", "--platform", "oke-roce", "--instance-type", "BM.GPU.H100.8"],
-         ["--network-policy", "host network"]),
+        (["--metrics-from", "monitoring"], ['"monitoring"', "KEY=VALUE"]),
+        (["--metrics-from", "namespace=Not_A_Name"], ["Not_A_Name"]),
+        (["--network-policy", "on", "--security", "host"], ["--network-policy on", "host network"]),
+        (["--network-policy", "on", "--platform", "oke-roce", "--instance-type", "BM.GPU.H100.8"],
+         ["--network-policy on", "host network"]),
+        (["--network-policy", "yes"], ['"yes"', "auto, on, off"]),
     ],
 )  # fmt: skip
 def test_what_a_policy_cannot_say_is_refused_in_one_line(
@@ -106,7 +134,7 @@ def test_what_a_policy_cannot_say_is_refused_in_one_line(
 
 def test_the_policys_plural_is_the_clients() -> None:
     """The adoption Role names it by plural: networkpolicies, not networkpolicys."""
-    spec = build_run_spec(world_size=2, gpus_per_node=1, run_id="r", network_policy=True)
+    spec = build_run_spec(world_size=2, gpus_per_node=1, run_id="r")
     for obj in render(spec, adopt=True):
         assert plural(obj["kind"]) == client_plural(obj["kind"]), obj["kind"]
 
@@ -133,7 +161,7 @@ def test_deploy_makes_and_owns_the_policy_the_run_completes_and_cleanup_deletes_
     cluster: Cluster, namespace: str, runs_dir: Any
 ) -> None:
     ns, rid = namespace, f"np-{uuid.uuid4().hex[:6]}"
-    res = cli(cluster, "deploy", "-n", ns, "--run-id", rid, "--network-policy",
+    res = cli(cluster, "deploy", "-n", ns, "--run-id", rid,
               "--metrics-from", "namespace=monitoring", *SMALL, *ENGINE)  # fmt: skip
     assert res.exit_code == 0, res.output
     policy = _policy(cluster, ns, rid)
@@ -158,7 +186,7 @@ def test_render_kubectl_apply_then_cleanup_leaves_no_policy_and_spares_anothers(
                                 "app.kubernetes.io/managed-by": "nccl-k8s"}},
         "spec": {"podSelector": {}},
     })  # fmt: skip
-    res = CliRunner().invoke(app, ["render", "-n", ns, "--run-id", rid, "--network-policy",
+    res = CliRunner().invoke(app, ["render", "-n", ns, "--run-id", rid,
                                    "--scheduler", "nobody", *SMALL, *ENGINE])  # fmt: skip
     assert res.exit_code == 0, res.output
     kubectl("apply", "-n", ns, "-f", "-", input=res.stdout, timeout_s=60)

@@ -362,6 +362,7 @@ def test_a_user_bound_to_exactly_the_role_runs_a_run_and_doctor_names_a_removed_
         checks = [c for c in json.loads(doc.output)["checks"] if c["name"] == "permissions"]
         assert [(c["status"], c["message"].split(":")[0]) for c in checks] == [
             ("warn", "cannot get, list nodes at the cluster scope"),
+            ("warn", "cannot list pods at the cluster scope"),  # free GPUs per topology domain
             ("warn", "cannot list resourceslices.resource.k8s.io at the cluster scope"),
         ]
         assert checks[0]["hint"] == (
@@ -466,6 +467,7 @@ def test_the_commands_send_exactly_the_requests_of_the_table(
                     gang,
                     "--pod-monitor",
                     "--network-policy",
+                    "on",
                     "--no-wait",
                     *SMALL,
                     *ENGINE,
@@ -481,6 +483,7 @@ def test_the_commands_send_exactly_the_requests_of_the_table(
                     gang,
                     "--pod-monitor",
                     "--network-policy",
+                    "on",
                     *SMALL,
                     *ENGINE,
                     code=1,
@@ -526,7 +529,7 @@ def test_the_commands_send_exactly_the_requests_of_the_table(
             with cluster.record_requests() as applied:
                 for i, extra in enumerate(
                     (["--pod-monitor", "--compute-domain", "--gang", "volcano",
-                      "--network-policy"],
+                      "--network-policy", "on"],
                      ["--gang", "coscheduling", "--workload", "statefulset"],
                      ["--gang", "koordinator"])
                 ):  # fmt: skip

@@ -142,6 +142,9 @@ CLASSES: dict[str, list[Example]] = {
         Example(
             PUBLIC / "hisohara-ai-scripts_mi355x16_rccl_no_gpu_name.txt", _world_and_nodes(16, 2)
         ),
+        Example(
+            PUBLIC / "oci-hpc-oke_mi300x16_rccl_four_nameless_ranks.txt", _world_and_nodes(16, 2)
+        ),
     ],
     "a pasted table with a decorated cell": [],
     # Documented example output of NVIDIA's and AMD's docs: no captured run is public yet.
@@ -186,7 +189,7 @@ CLASSES: dict[str, list[Example]] = {
     ],
 }
 #: Classes with fewer than two real public examples after searching (see the closing note).
-GAPS = {"rank lines without a GPU name", "a pasted table with a decorated cell"}
+GAPS = {"a pasted table with a decorated cell"}
 EXAMPLES = [(cls, e) for cls, es in CLASSES.items() for e in es]
 
 

@@ -202,6 +202,7 @@ MORE = [
     "dstack_a3mega_no_hash_marks.md",
     "mscclpp-736_markdown_pipe_table.txt",
     "hisohara-ai-scripts_mi355x16_rccl_no_gpu_name.txt",
+    "oci-hpc-oke_mi300x16_rccl_four_nameless_ranks.txt",
 ]
 
 
@@ -658,6 +659,66 @@ def test_device_lines_without_a_gpu_name_still_give_the_world() -> None:
     ]
     assert run.ops() == ["all_reduce"] and len(run.rows) == 62
     assert [r.busbw for r in run.rows[-2:]] == [369.04, 369.08]
+
+
+def test_nameless_device_lines_thinned_by_the_author_still_give_the_nodes() -> None:
+    """Issue 35: rccl-tests on MI300X (develop:a52452e) prints no GPU name, and the guide's
+    author kept only ranks 0, 7, 8 and 15. Read from the file: SLURM_NTASKS=16 on the two hosts
+    of SLURM_JOB_NODELIST, busbw/algbw 349.95/186.64 = 1.875 = 2*15/16, rank 7 on device 7 of
+    the first host and rank 15 on device 7 of the second. Before, world 16 but nodes None."""
+    run = import_file(PUBLIC / "oci-hpc-oke_mi300x16_rccl_four_nameless_ranks.txt")
+    meta = run.meta
+    assert (meta.world_size, meta.nodes, meta.gpus_per_node, meta.gpu_model) == (16, 2, 8, None)
+    assert [(d.rank, d.host, d.device) for d in meta.devices] == [
+        (0, "inst-aq8lt-oke-rdma", 0),
+        (7, "inst-aq8lt-oke-rdma", 7),
+        (8, "inst-ao2dl-oke-rdma", 0),
+        (15, "inst-ao2dl-oke-rdma", 7),
+    ]
+    assert run.ops() == ["all_reduce"] and len(run.rows) == 10
+    assert [r.size_bytes for r in run.rows[::2]] == [1 << k for k in range(30, 35)]
+    assert [r.busbw for r in run.rows[-2:]] == [358.37, 358.24]
+    assert [(s.out_of_bounds, s.avg_busbw) for s in run.summaries] == [(0, 354.659)]
+
+
+@pytest.mark.parametrize(
+    ("ranks", "expected"),
+    [
+        # Blocks of 8 by host, ranks 1-6 and 9-14 left out: their hosts follow from 7 and 15.
+        ({0: ("a", 0), 7: ("a", 7), 8: ("b", 0), 15: ("b", 7)}, (16, 2, 8)),
+        # Round robin (`--map-by node`): rank 3 on device 1 of b leaves 1 or 2 on b: unknown.
+        ({0: ("a", 0), 3: ("b", 1)}, (4, None, None)),
+        # NCCL_TESTS_DEVICE=3 gives every rank device 3, which counts no rank below it.
+        ({0: ("a", 3), 3: ("a", 3)}, (4, None, None)),
+        # Rank 0 left out: NCCL_TESTS_DEVICE=1 or 3 (one device for all) is not ruled out.
+        ({1: ("a", 1), 3: ("a", 3)}, (4, None, None)),
+        # Six ranks on a, two on b: two nodes, GPUs per node not one number.
+        ({0: ("a", 0), 5: ("a", 5), 6: ("b", 0), 7: ("b", 1)}, (8, 2, None)),
+    ],
+)
+def test_thinned_device_lines_give_nodes_only_where_the_device_index_pins_them(
+    ranks: dict[int, tuple[str, int]], expected: tuple[int, int | None, int | None]
+) -> None:
+    """A rank on device d has at least d ranks below it on its host (nccl-tests' device is
+    localRank x nThreads x nGpus + i): the nodes are known only when that places every rank."""
+    world = expected[0]
+    algbw = 100.0
+    lines = [
+        "# nThread 1 nGpus 1 minBytes 1073741824 maxBytes 1073741824 step: 2(factor) warmup "
+        "iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0",
+        "# Using devices",
+        *(
+            f"#  Rank {r:2d} Group  0 Pid {100 + r:6d} on {h:>10s} device {d:2d} [0000:{r:02x}:00]"
+            for r, (h, d) in sorted(ranks.items())
+        ),
+        "#       size         count      type   redop    root     time   algbw   busbw #wrong"
+        "     time   algbw   busbw #wrong",
+        f"  1073741824     268435456     float     sum      -1   10737.4  {algbw:.2f}  "
+        f"{algbw * 2 * (world - 1) / world:.2f}      0   10737.4  {algbw:.2f}  "
+        f"{algbw * 2 * (world - 1) / world:.2f}      0",
+    ]
+    meta = parse_text("\n".join(lines) + "\n", origin="pasted.txt").meta
+    assert (meta.world_size, meta.nodes, meta.gpus_per_node) == expected
 
 
 def test_a_decorated_cell_is_read(tmp_path: Path) -> None:

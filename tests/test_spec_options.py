@@ -15,7 +15,7 @@ from nccl_k8s.errors import UsageError
 from nccl_k8s.spec import OPTION_BY_NAME, OPTIONS, RunSpec, build_run_spec
 
 #: Fields no option sets: build_run_spec derives them (from the run id, from the engine flags).
-DERIVED = {"master_port", "engine_args", "given"}
+DERIVED = {"master_port", "engine_args", "given", "healthy_since"}
 
 #: Every option given (values the parsers accept), but --interval: this is a job, and the
 #: statefulset case below gives it.
@@ -33,7 +33,8 @@ EVERY_OPTION: dict[str, object] = {
     "runtime_class": "nvidia",
     "active_deadline": "2h", "ttl": "10m", "rendezvous_timeout": "5m", "metrics_port": "9400",
     "pod_monitor": True, "platform": "generic", "instance_type": "p5.48xlarge", "launcher": "direct",
-    "compute_domain": True, "network_policy": True, "metrics_from": ["namespace=monitoring"],
+    "compute_domain": True, "network_policy": "on", "metrics_from": ["namespace=monitoring"],
+    "healthy_only": True, "healthy_within": "30h",
 }  # fmt: skip
 
 

@@ -200,6 +200,18 @@ CreateNamespace = Annotated[
         rich_help_panel=CLUSTER,
     ),
 ]
+PinImages = Annotated[
+    bool,
+    typer.Option(
+        "--pin-images/--no-pin-images",
+        envvar="NCCL_K8S_PIN_IMAGES",
+        help="Pin each tag-only image of the pods to the digest its registry gives now "
+        "(NAME:TAG@sha256:..., asked anonymously; one line per image; one the registry does "
+        "not give keeps its tag). --no-pin-images or NCCL_K8S_PIN_IMAGES=0 where no registry "
+        "is reachable from here.",
+        rich_help_panel=CLUSTER,
+    ),
+]
 BundleOnFailure = Annotated[
     bool,
     typer.Option(
@@ -220,6 +232,7 @@ def deploy_command(
     keep_on_failure: KeepOnFailure = False,
     create_namespace: CreateNamespace = False,
     bundle_on_failure: BundleOnFailure = False,
+    pin_images: PinImages = True,
     context: Context = None,
     kubeconfig: Kubeconfig = None,
 ) -> None:
@@ -265,6 +278,7 @@ def deploy_command(
             bundle_on_failure=bundle_to,
             progress=live,
             on_deployed=deployed,
+            pin=pin_images,
         )
     except (KeyboardInterrupt, Interrupted) as exc:
         if not made:

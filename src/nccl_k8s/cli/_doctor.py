@@ -69,7 +69,10 @@ def doctor_command(
     saying why) with a hint: API server, namespace and its Pod Security level, the platform
     (--platform auto: what the nodes say) and its prerequisites, GPU nodes and device plugin, RDMA
     resources, scheduler, gang and queue add-ons, quotas and limit ranges, taints and node
-    selection, enough nodes for the world asked. Exit 1 on any fail. With --run ID: why each
+    selection, the nodes' last `nodes check` (bad or never checked: a warning; too few good
+    with --healthy-only: a fail), enough nodes for the world asked, and one topology domain
+    with the free GPUs for it (--placement required, eks-efa's zone). Exit 1 on any fail.
+    With --run ID: why each
     pod of that run is where it is."""
     from nccl_k8s import k8s
 
@@ -119,6 +122,7 @@ def nodes_check_command(
     idle_only: IdleOnly = False,
     skip_checked_within: SkipCheckedWithin = None,
     max_nodes: MaxNodes = None,
+    push_to: PushTo = None,
     output: Output = "text",
     test_timeout: TestTimeout = None,
     schedule_timeout: ScheduleTimeout = None,
@@ -143,6 +147,7 @@ def nodes_check_command(
     if dry_run and not (write_label or write_taint):
         raise UsageError("--dry-run: applies to --label or --taint", key="--dry-run")
     within_s = seconds("--skip-checked-within", skip_checked_within)
+    push_to = k8s.push_url("--push-to", push_to) if push_to is not None else None
     if selector is not None:
         selector = label_selector("--selector", selector)
     settings = wait_settings(test_timeout, schedule_timeout, None)
@@ -173,9 +178,24 @@ def nodes_check_command(
         _print_checked(checked)
     for action in checked.actions:
         err.print(action, markup=False, highlight=False)
+    unpushed = _push(push_to, checked)
     slow_domains = checked.topology is not None and checked.topology.links
-    if checked.flagged or slow_domains or (checked.floor is not None and checked.floor.below):
+    below = checked.floor is not None and checked.floor.below
+    if checked.flagged or slow_domains or below or unpushed:
         raise typer.Exit(1)
+
+
+def _push(url: str | None, checked: Any) -> bool:
+    """--push-to: the verdicts to the Pushgateway, what was pushed said on stderr; True when a
+    push failed (the check then fails: its metrics are not where the user asked)."""
+    if url is None:
+        return False
+    from nccl_k8s import k8s
+
+    pushed = k8s.push_verdicts(url, checked)
+    for line in (pushed.said, *pushed.failed):
+        err.print(line, markup=False, highlight=False)
+    return bool(pushed.failed)
 
 
 def _check_numbers(
@@ -323,16 +343,12 @@ def register(app: typer.Typer) -> None:
 
     app.command("doctor", cls=Command)(handle_errors(with_spec_options(doctor_command, lazy=True)))
     app.command("bundle", cls=Command)(bundle_command)
-    nodes = typer.Typer(
-        name="nodes",
-        help="The cluster's nodes: find the bad ones, check them on a schedule, read their history.",
-        cls=Group,
-        no_args_is_help=True,
-    )
+    nodes = typer.Typer(name="nodes", cls=Group, no_args_is_help=True,
+                        help="The cluster's nodes: find the bad ones, check them on a schedule, read their history.")  # fmt: skip
     check = with_spec_options(
         nodes_check_command,
         fixed={"nodes": "2", "workload": "job"},
-        exclude=("label", "world_size", "interval"),
+        exclude=("label", "world_size", "interval", "healthy_only", "healthy_within"),
         engine_default=NODES_CHECK_ENGINE_ARGS,
     )
     nodes.command("check", cls=Command)(handle_errors(check))
@@ -415,18 +431,22 @@ def nodes_schedule_command(
 
 
 def _parse_as_check(ctx: typer.Context, args: tuple[str, ...], namespace: str) -> None:
-    """The scheduled check's own options parsed as `nodes check` would: an unknown one is exit
-    2 now, not a failed Job at 3 a.m."""
+    """The scheduled check's own options parsed as `nodes check` would: an unknown one (or a
+    --push-to that is no URL) is exit 2 now, not a failed Job at 3 a.m."""
+    from nccl_k8s import k8s
+
     group = ctx.parent.command if ctx.parent is not None else None
     check = group.get_command(ctx, "check") if group is not None else None  # type: ignore[attr-defined]
     if check is not None:
         cut = args.index("--") if "--" in args else len(args)
         # ctx's help names: click keeps the first help option it makes on the command.
-        check.make_context(
+        parsed = check.make_context(
             "nccl-k8s nodes check",
             [*args[:cut], "-n", namespace],
             help_option_names=ctx.help_option_names,
         )
+        if parsed.params.get("push_to") is not None:  # a value checked before the command runs
+            k8s.push_url("--push-to", parsed.params["push_to"])
 
 
 # nodes check's own options
@@ -540,6 +560,17 @@ MaxNodes = Annotated[
         "--max-nodes",
         metavar="K",
         help="Test at most K nodes in this run (bad first, then never checked, then oldest).",
+        show_default=False,
+    ),
+]
+
+PushTo = Annotated[
+    str | None,
+    typer.Option(
+        "--push-to",
+        metavar="URL",
+        help="Push each node's verdict, busbw and time to this Prometheus Pushgateway when the "
+        "check ends (job nccl-k8s-node-check, one group per node: docs/metrics.md).",
         show_default=False,
     ),
 ]

@@ -70,9 +70,11 @@ EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
     "report": (
         ("one run to report.html", "nccl-k8s report RUN"),
         ("two runs overlaid, and PNG files", "nccl-k8s report RUN BASELINE -o cmp.html --png plots"),
+        ("a nodes check's domain matrix as a heatmap", "nccl-k8s report --nodes-check check.json -o domains.html"),
     ),
     "doctor": (
         ("will this run deploy?", "nccl-k8s doctor -n bench --world-size 16 --gpus-per-node 8"),
+        ("does one block have the free GPUs?", "nccl-k8s doctor -n bench --world-size 32 --gpus-per-node 8 --topology cloud.google.com/gce-topology-block --placement required"),
         ("why is each pod of a run where it is", "nccl-k8s doctor -n bench --run ID"),
     ),
     "bundle": (("a run's debug bundle", "nccl-k8s bundle -n bench --run ID -o run.tar.gz"),),

@@ -303,15 +303,27 @@ def compare_command(
         raise typer.Exit(outcome.exit_code)
 
 
+NodesCheckFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--nodes-check",
+        metavar="FILE",
+        help="A saved `nodes check -o json`: its domain-by-domain matrix of the best busbw as "
+        "a heatmap and a table (with or without runs).",
+    ),
+]
+
+
 @handle_errors
 def report_command(
     runs: Annotated[
-        list[str],
+        list[str] | None,
         typer.Argument(
             metavar="RUN",
             help="Results files or run ids (runs/<id>/results.json), overlaid in order.",
+            show_default=False,
         ),
-    ],
+    ] = None,
     output: Annotated[
         Path | None,
         typer.Option(
@@ -346,10 +358,12 @@ def report_command(
             help="Report only this reduction (of a -o all run), e.g. sum.",
         ),
     ] = None,
+    nodes_check: NodesCheckFile = None,
 ) -> None:
     """Write an HTML report of runs: busbw and small-message time per op (runs overlaid; one
-    plot per dtype/redop of -d all / -o all runs), per-rank spread, each run's metadata, and the
-    diagnosis of NCCL logs kept with a run."""
+    plot per dtype/redop of -d all / -o all runs), per-rank spread, busbw by rank layout where
+    the runs' ranks sat in topology domains differently, each run's metadata, and the diagnosis
+    of NCCL logs kept with a run; with --nodes-check, the check's domain-by-domain heatmap."""
     from nccl_k8s.launch import check_writable
 
     if output is None and png is None:
@@ -361,9 +375,13 @@ def report_command(
     new_dir = png is not None and not png.exists()
     if png is not None:
         check_writable(png, what="--png", is_dir=not new_dir)
-    result = write_report(runs, output=output, png_dir=png, dtype=dtype, redop=redop)
+    result = write_report(
+        runs or [], output=output, png_dir=png, dtype=dtype, redop=redop, nodes_check=nodes_check
+    )
     n, m = len(result.runs), len(result.plots)
     what = f"{m} plot{'s' if m != 1 else ''} of {n} run{'s' if n != 1 else ''}"
+    if result.domain_matrix is not None:
+        what += f", the domain matrix of {len(result.domain_matrix.names)} domains"
     if result.html_path is not None:
         diagnosed = sum(1 for r in result.runs if r.diagnosis is not None)
         out.print(f"report: {what}, {diagnosed} diagnosed -> {result.html_path}")

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from nccl_k8s.k8s.api._config import ClientSettings
     from nccl_k8s.k8s.api._types import RunPhase
     from nccl_k8s.k8s.nodes._domains import PAIRINGS
+    from nccl_k8s.k8s.nodes._metrics import push_url, push_verdicts
     from nccl_k8s.k8s.nodes._nodecheck import NodesChecked, nodes_check
     from nccl_k8s.k8s.nodes._timeline import NodeHistory, node_history
     from nccl_k8s.k8s.preflight._doctor import Doctored, doctor
@@ -74,6 +75,8 @@ _WHERE = {
     "nodes_check": "nodes._nodecheck",
     "NodeHistory": "nodes._timeline",
     "node_history": "nodes._timeline",
+    "push_url": "nodes._metrics",
+    "push_verdicts": "nodes._metrics",
     "cleanup": "run._cleanup",
     "ClientSettings": "api._config",
     "collect": "run._collect",
@@ -146,6 +149,8 @@ __all__ = [
     "node_history",
     "nodes_check",
     "progress_line",
+    "push_url",
+    "push_verdicts",
     "rbac_objects",
     "rbac_text",
     "render",

@@ -13,6 +13,7 @@ Imports the standard library, nccl_k8s.errors and the engine's printing constant
 - compare      run vs baseline per op x dtype x redop x root x size x placement; min-busbw gate
 - store        runs/<id>/results.json and run ids
 - plots, report  the HTML/PNG report (matplotlib, the `report` extra)
+- domainmap    a saved `nodes check -o json`'s domain-by-domain matrix: report's heatmap
 """
 
 from nccl_k8s.results.compare import (

@@ -34,12 +34,12 @@ from __future__ import annotations
 
 import contextlib
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from nccl_k8s.errors import ResultsError
 from nccl_k8s.results.collectives import (
-    DTYPE_BYTES,
     FACTS,
     Collective,
     identify_op,
@@ -73,6 +73,7 @@ from nccl_k8s.results.schema import (
     Summary,
     as_backend,
 )
+from nccl_k8s.results.world import hosts_from_device_indices, ranks_per_process, world_from_counts
 
 _VERSION = re.compile(
     r"^#\s*nccl-tests version (?P<v>\S+)(?:.*?nccl-library=(?P<lib>\d+))?", re.IGNORECASE
@@ -125,30 +126,6 @@ class _Table:
 
 
 _THREADS_GPUS = re.compile(r"\bnThread\s+(?P<t>\d+)\s+nGpus\s+(?P<g>\d+)")
-_GPUS_FLAG = re.compile(r"(?:^|\s)(?:-g\s*|--ngpus[=\s])(?P<n>\d+)\b")
-_THREADS_FLAG = re.compile(r"(?:^|\s)(?:-t\s*|--nthreads[=\s])(?P<n>\d+)\b")
-
-
-def _per_process(command: str) -> int | None:
-    """Ranks per process a command line asks nccl-tests for: `-t` threads x `-g` GPUs."""
-    g, t = _GPUS_FLAG.search(command), _THREADS_FLAG.search(command)
-    if g is None and t is None:
-        return None
-    return (int(g.group("n")) if g else 1) * (int(t.group("n")) if t else 1)
-
-
-def _count_world(rows: list[Row]) -> int | None:
-    """The ranks a per-rank count implies (size / element size / count), when every row with a
-    count agrees on one integer above 1."""
-    ks = {
-        r.size_bytes / (DTYPE_BYTES[r.dtype] * r.count)
-        for r in rows
-        if r.dtype in DTYPE_BYTES and r.count and r.size_bytes > 0
-    }
-    if len(ks) != 1:
-        return None
-    k = ks.pop()
-    return int(k) if k == int(k) and k > 1 else None
 
 
 def _num(tok: str, what: str, where: str) -> float:
@@ -237,7 +214,7 @@ class _TextParser:
             if op is not None:
                 self.mention = (op, s)
                 if self.per_process is None:
-                    self.per_process = _per_process(s)
+                    self.per_process = ranks_per_process(s)
             named = ops_in_words(s)
             if len(named) == 1:
                 self.words.append((named[0], s, len(self.tables)))
@@ -364,7 +341,7 @@ class _TextParser:
                 self.world_from_count = found.world_from_count
         table.op, table.by, table.detail = op, by, detail
         if self.world_from_count is None and op in FACTS and FACTS[op].per_rank_count:
-            self.world_from_count = _count_world(table.rows)
+            self.world_from_count = world_from_counts(table.rows)
         for row in table.rows:
             row.op = op
         self._no_repeat(table)
@@ -436,6 +413,12 @@ class _TextParser:
             least = max(self.devices) + 1
             if self._all_reduce_ranks(least):
                 meta.world_size = least
+                hosts = hosts_from_device_indices(self.devices, least)
+                if hosts is not None:
+                    per_host = Counter(hosts.values())
+                    meta.nodes = len(per_host)
+                    if len(set(per_host.values())) == 1:
+                        meta.gpus_per_node = least // meta.nodes
         if meta.world_size is None and self.world_from_count is not None:
             meta.world_size = self.world_from_count
         n = self.per_process

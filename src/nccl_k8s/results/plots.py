@@ -197,7 +197,8 @@ def _y_from_zero(ax: Axes, top: float) -> None:
     ax.set_ylim(0, top * 1.1 if top > 0 else 1.0)
 
 
-def _png(fig: Figure) -> bytes:
+def png_of(fig: Figure) -> bytes:
+    """The figure as PNG bytes (Agg, the report's DPI, no software stamp: the same bytes each time)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     FigureCanvasAgg(fig)
@@ -342,7 +343,7 @@ def busbw_plot(series: Sequence[Series], op: str, *, variant: str = "") -> Plot 
     note = f"; {band}: fastest..slowest rank" if band else ""
     ax.set_title(f"{what}: bus bandwidth vs message size{note}", loc="left", fontsize=12)
     title = f"{what}: bus bandwidth (GB/s) vs message size"
-    return Plot(_slug("busbw", op, variant), op, title, _png(fig), variant)
+    return Plot(_slug("busbw", op, variant), op, title, png_of(fig), variant)
 
 
 def latency_plot(
@@ -366,7 +367,7 @@ def latency_plot(
         _slug("latency", op, variant),
         op,
         f"{what}: time per op (µs) for messages up to {size_label(max_bytes)}",
-        _png(fig),
+        png_of(fig),
         variant,
     )
 
@@ -405,7 +406,7 @@ def spread_plot(series: Sequence[Series], op: str, *, variant: str = "") -> Plot
         _slug("spread", op, variant),
         op,
         f"{what}: per-rank spread, (slowest − fastest rank time) / time, %",
-        _png(fig),
+        png_of(fig),
         variant,
     )
 
@@ -471,6 +472,7 @@ __all__ = [
     "all_plots",
     "busbw_plot",
     "latency_plot",
+    "png_of",
     "require_matplotlib",
     "size_label",
     "spread_plot",

@@ -22,9 +22,16 @@ from pathlib import Path
 from nccl_k8s import __version__
 from nccl_k8s.bench.options import OPTIONS
 from nccl_k8s.errors import ResultsError, UsageError
-from nccl_k8s.results.comparable import domains, spans
+from nccl_k8s.results.comparable import domain_layout, domains, spans
 from nccl_k8s.results.compare import select
 from nccl_k8s.results.diagnose import Diagnosis, diagnose_files
+from nccl_k8s.results.domainmap import (
+    PLOT_NAME,
+    DomainMatrix,
+    heatmap_png,
+    load_domain_matrix,
+    matrix_html,
+)
 from nccl_k8s.results.plots import (
     Plot,
     Series,
@@ -62,6 +69,9 @@ class ReportResult:
     plots: list[Plot]
     html_path: Path | None = None
     png_paths: list[Path] = field(default_factory=list)
+    #: `--nodes-check`'s domain matrix and its heatmap (a Plot of its own, not in `plots`).
+    domain_matrix: DomainMatrix | None = None
+    heatmap: Plot | None = None
 
 
 def run_logs(results_file: Path) -> list[Path]:
@@ -242,6 +252,46 @@ def _summary_table(runs: Sequence[ReportRun]) -> str:
     return f"<table>{head}{''.join(body)}</table>"
 
 
+def _layout_section(runs: Sequence[ReportRun]) -> list[str]:
+    """busbw by rank layout, where the runs' ranks sat in topology domains in two ways or more:
+    each op's busbw at the largest size of each run, the runs grouped by their layout. A run's
+    busbw is one number for all its ranks (every rank waits for the slowest link of the ring),
+    so what can be grouped by domain is the layout, not a rank (docs/topology.md)."""
+    layouts = [domain_layout(r.run.meta) for r in runs]
+    if len({x for x in layouts if x is not None}) < 2:
+        return []
+    ops: dict[str, None] = {}
+    for r in runs:
+        ops.update(dict.fromkeys(r.run.ops()))
+    body = []
+    for op, variant in _op_variants(runs, ops):
+        entries = []
+        for i, (r, layout) in enumerate(zip(runs, layouts, strict=True)):
+            rows = [x for x in r.run.rows if x.op == op and variant_of(x) == variant]
+            outs = [x for x in rows if x.placement == "out"] or rows
+            if outs:
+                entries.append((layout or "not recorded", i, max(outs, key=lambda x: x.size_bytes)))
+        for layout, i, last in sorted(entries, key=lambda e: (e[0], e[1])):
+            body.append(
+                f"<tr><td>{_e(op)}</td><td>{_e(variant) or '–'}</td><td>{_e(layout)}</td>"
+                f"<td>{_swatch(i)}{_e(runs[i].label)}</td>"
+                f'<td class="num">{_num(last.busbw)}</td>'
+                f'<td class="num">{_e(size_label(last.size_bytes))}</td></tr>'
+            )
+    head = (
+        "<tr><th>op</th><th>dtype / redop</th><th>ranks by topology domain</th><th>run</th>"
+        "<th>busbw at the largest size, out-of-place (GB/s)</th><th>size</th></tr>"
+    )
+    return [
+        '<h3 id="busbw-by-layout">busbw by rank layout</h3>',
+        "<p>The runs' ranks sat in topology domains differently: a ring crosses the domains "
+        "once per change of domain between consecutive ranks, so the layout can set the busbw. "
+        "A run's busbw is one number for all its ranks; per-domain links are measured by "
+        "<code>nodes check</code> (its matrix: <code>report --nodes-check</code>).</p>",
+        f"<table>{head}{''.join(body)}</table>",
+    ]
+
+
 def _num(x: float) -> str:
     """Two decimals as nccl-tests prints, but three significant digits below 1 (CPU runs' GB/s)."""
     return f"{x:.2f}" if x >= 1 or x == 0 else f"{x:.3g}"
@@ -393,7 +443,32 @@ def _diagnosis_html(r: ReportRun, i: int) -> str:
     return "".join(parts)
 
 
-def render_html(runs: Sequence[ReportRun], plots: Sequence[Plot]) -> str:
+def _figure(p: Plot) -> str:
+    data = base64.b64encode(p.png).decode("ascii")
+    return (
+        f'<figure id="{_e(p.name)}"><img alt="{_e(p.title)}" '
+        f'src="data:image/png;base64,{data}"><figcaption>{_e(p.title)}</figcaption></figure>'
+    )
+
+
+def _domains_section(dm: DomainMatrix | None, heatmap: Plot | None) -> list[str]:
+    """`--nodes-check`'s domain-by-domain matrix: the heatmap, then its numbers."""
+    if dm is None:
+        return []
+    return [
+        '<h2 id="topology-domains">Topology domains (nodes check)</h2>',
+        *([_figure(heatmap)] if heatmap is not None else []),
+        matrix_html(dm),
+    ]
+
+
+def render_html(
+    runs: Sequence[ReportRun],
+    plots: Sequence[Plot],
+    *,
+    domain_matrix: DomainMatrix | None = None,
+    heatmap: Plot | None = None,
+) -> str:
     """The whole page as one string; every image inline, no external reference."""
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     names = ", ".join(r.label for r in runs)
@@ -408,24 +483,22 @@ def render_html(runs: Sequence[ReportRun], plots: Sequence[Plot]) -> str:
         f"nccl-k8s {_e(__version__)}. Bandwidths in GB/s (10<sup>9</sup> B/s), times in µs, "
         "sizes in binary units (1K = 1024 B).</p>",
         *_partial_notes(runs),
-        "<h2>Summary</h2>",
-        _summary_table(runs),
-        "<h2>Plots</h2>",
     ]
-    if not plots:
+    if runs:
+        parts += ["<h2>Summary</h2>", _summary_table(runs), *_layout_section(runs)]
+        parts.append("<h2>Plots</h2>")
+    if runs and not plots:
         parts.append("<p>No plots: the runs hold no rows.</p>")
     op = None
     for p in plots:
         if p.op != op:
             parts.append(f'<h3 id="{_e(p.op)}">{_e(p.op)}</h3>')
             op = p.op
-        data = base64.b64encode(p.png).decode("ascii")
-        parts.append(
-            f'<figure id="{_e(p.name)}"><img alt="{_e(p.title)}" '
-            f'src="data:image/png;base64,{data}"><figcaption>{_e(p.title)}</figcaption></figure>'
-        )
-    parts += ["<h2>Runs</h2>", _meta_table(runs), "<h2>Diagnosis of NCCL logs</h2>"]
-    parts += [_diagnosis_html(r, i) for i, r in enumerate(runs)]
+        parts.append(_figure(p))
+    parts += _domains_section(domain_matrix, heatmap)
+    if runs:
+        parts += ["<h2>Runs</h2>", _meta_table(runs), "<h2>Diagnosis of NCCL logs</h2>"]
+        parts += [_diagnosis_html(r, i) for i, r in enumerate(runs)]
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
 
@@ -437,35 +510,48 @@ def write_report(
     png_dir: Path | None = None,
     dtype: str | None = None,
     redop: str | None = None,
+    nodes_check: Path | None = None,
 ) -> ReportResult:
-    """Build the report of `refs`: the HTML page to `output`, the plots as PNGs into `png_dir`
-    (either or both), limited to one dtype/redop when asked. Raises ResultsError for an unreadable
-    run, UsageError without matplotlib or for a dtype/redop a run does not hold."""
+    """Build the report of `refs` (and of a saved `nodes check -o json`: its domain matrix as
+    a heatmap): the HTML page to `output`, the plots as PNGs into `png_dir` (either or both),
+    limited to one dtype/redop when asked. Raises ResultsError for an unreadable run,
+    UsageError without matplotlib, for a dtype/redop a run does not hold, or for a
+    --nodes-check file that is not a check's JSON with a domain matrix."""
     if output is None and png_dir is None:
         raise UsageError("report: nothing to write: give -o FILE, --png DIR or both", key="output")
+    if not refs and nodes_check is None:
+        raise UsageError(
+            "report needs at least one run (a run id or a results file) or --nodes-check FILE",
+            key="runs",
+        )
+    dm = load_domain_matrix(nodes_check) if nodes_check is not None else None
     require_matplotlib()
-    runs = load_runs(refs, diagnose=output is not None)
+    runs = load_runs(refs, diagnose=output is not None) if refs else []
     if dtype is not None or redop is not None:
         for r in runs:
             r.run = select(r.run, dtype=dtype, redop=redop, name=f"run {r.label}")
     plots = all_plots([Series(r.label, r.run) for r in runs])
-    if not plots:
+    if refs and not plots:
         # A run without a row (a sweep still running when it was collected, a run that failed at
         # once) plots nothing: an empty page must not pass for a report.
         empty = ", ".join(r.label for r in runs if not r.run.rows) or ", ".join(refs)
         raise ResultsError(f"{empty}: no rows to plot; nothing written", path=str(refs[0]))
-    result = ReportResult(runs=runs, plots=plots)
+    heat = None
+    if dm is not None:
+        title = f"nodes check {dm.source}: best busbw between and inside topology domains"
+        heat = Plot(PLOT_NAME, "topology domains", title, heatmap_png(dm))
+    result = ReportResult(runs=runs, plots=plots, domain_matrix=dm, heatmap=heat)
     if png_dir is not None:
         try:
             png_dir.mkdir(exist_ok=True)  # its parent must exist, as for any output path
-            for p in plots:
+            for p in [*plots, *([heat] if heat is not None else [])]:
                 path = png_dir / f"{p.name}.png"
                 path.write_bytes(p.png)
                 result.png_paths.append(path)
         except OSError as e:
             raise UsageError(f"--png {png_dir}: cannot write: {e.strerror}", key="png") from None
     if output is not None:
-        page = render_html(runs, plots)
+        page = render_html(runs, plots, domain_matrix=dm, heatmap=heat)
         try:
             output.write_text(page, encoding="utf-8")
         except OSError as e:

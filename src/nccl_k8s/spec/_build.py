@@ -396,10 +396,10 @@ def _monitoring(f: Fields, engine_args: Sequence[str]) -> None:
             "expected a port",
             key="--pod-monitor",
         )
-    if f["metrics_from"] and not f["network_policy"]:
+    if f["metrics_from"] and f["network_policy"] == "off":
         raise UsageError(
-            "--metrics-from without --network-policy: it says who the NetworkPolicy lets reach "
-            "the metrics port; expected --network-policy too",
+            "--metrics-from with --network-policy off: it says who the NetworkPolicy lets reach "
+            "the metrics port; expected --network-policy auto or on",
             key="--metrics-from",
         )
     if f["metrics_from"] and not f["metrics_port"]:
@@ -451,8 +451,11 @@ def build_run_spec(
     _resources(f)
     checked_args = _engine_args(engine_args, world_size=f["world_size"])
     _monitoring(f, engine_args)
+    when = now or datetime.datetime.now(datetime.timezone.utc)
+    since = int(when.timestamp()) - f["healthy_within_s"] if f["healthy_only"] else None
     return RunSpec(
         **f,
+        healthy_since=since,
         master_port=master_port_for(f["run_id"]),
         engine_args=checked_args,
         given=frozenset(given),

@@ -146,7 +146,9 @@ COMPUTE_DOMAIN = CustomKind(
     used=lambda spec: spec.compute_domain,
 )
 #: --network-policy: the run's NetworkPolicy (built in: networking.k8s.io/v1 since Kubernetes
-#: 1.7; whether it is enforced is the cluster's network plugin's).
+#: 1.7; whether it is enforced is the cluster's network plugin's). `used` is what the options
+#: allow; whether this run renders one (not on the node's network) is the renderer's
+#: (k8s.rendering.renders_network_policy), which the grants follow.
 NETWORK_POLICY = CustomKind(
     kind="NetworkPolicy",
     group="networking.k8s.io",
@@ -154,11 +156,11 @@ NETWORK_POLICY = CustomKind(
     plural="networkpolicies",
     crd=None,
     created=True,
-    flag="--network-policy",
-    why=f"deploy --network-policy creates the run's NetworkPolicy ({_RUN_WRITES}); doctor, "
-    "cleanup and bundle list them",
+    flag="--network-policy auto|on",
+    why=f"deploy creates the run's NetworkPolicy ({_RUN_WRITES}; --network-policy off: none); "
+    "doctor, cleanup and bundle list them",
     install="Kubernetes 1.7 or later (networking.k8s.io/v1)",
-    used=lambda spec: spec.network_policy,
+    used=lambda spec: spec.network_policy != "off",
 )
 #: --queue: Kueue's LocalQueue, only read (does the queue the Job names exist).
 LOCAL_QUEUE = CustomKind(

@@ -33,7 +33,7 @@ from nccl_k8s.spec._values import (
     duration_or_none,
     env_pairs,
     extended_resource,
-    is_qualified_name,
+    instance_type,
     label_pairs,
     metrics_peers,
     node_name_list,
@@ -46,6 +46,7 @@ from nccl_k8s.spec._values import (
     rdma_counts,
     timeout,
     toleration_list,
+    topology_keys,
     whole,
 )
 from nccl_k8s.spec.platforms import NetworkPreset, platform_choices
@@ -58,6 +59,7 @@ EngineMode = Literal["zipapp", "image"]
 Launcher = Literal["torchrun", "direct"]
 Spread = Literal["required", "preferred", "none"]
 Qos = Literal["burstable", "guaranteed"]
+PolicyMode = Literal["auto", "on", "off"]
 Placement = Literal["required", "preferred"]
 
 #: A stock PyTorch image, pinned to a tag so that the same command measures the same NCCL next
@@ -188,31 +190,7 @@ def _image(flag: str, value: str) -> str:
     return value
 
 
-def _instance_type(flag: str, value: str) -> str:
-    """A machine type as node.kubernetes.io/instance-type spells it (a label value)."""
-    if not value or len(value) > 63 or any(not (c.isalnum() or c in "-_.") for c in value):
-        raise UsageError(
-            f"{flag} {quote(value)}: expected a machine type such as p5.48xlarge", key=flag
-        )
-    return value
-
-
 _annotations = functools.partial(label_pairs, what="annotation", check_value=False)
-
-
-def _topology(flag: str, value: str) -> str:
-    """auto, none, or node label keys coarse to fine, comma-separated (kept as given)."""
-    if value in ("auto", "none"):
-        return value
-    keys = value.split(",")
-    bad = next((k for k in keys if not is_qualified_name(k)), None)
-    if bad is not None:
-        raise UsageError(
-            f"{flag} {quote(value)}: {quote(bad)} is not a node label key; expected auto, none "
-            "or label keys coarse to fine, e.g. cloud.google.com/gce-topology-block",
-            key=flag,
-        )
-    return ",".join(dict.fromkeys(keys))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -344,7 +322,7 @@ class RunSpec:
     Pending, so `nodes` means nodes and an inter-node benchmark cannot silently run intra-node;
     preferred: spread when possible; none: let the scheduler pack pods."""
     topology: str = option(
-        "--topology", parse=_topology, metavar="auto|none|LABEL[,LABEL]", panel=PODS,
+        "--topology", parse=topology_keys, metavar="auto|none|LABEL[,LABEL]", panel=PODS,
         default="auto",
         help="Node labels of the network topology, coarse to fine, that place the pods "
         "(auto: the platform's, docs/topology.md; none: no topology placement).",
@@ -362,6 +340,23 @@ class RunSpec:
     lack keeps every pod Pending, so the default asks the scheduler (or Kueue) for closeness at
     every level without refusing anything; required: all pods in one domain of the coarsest
     level (Kueue: `podset-required-topology`), the run waits until one fits."""
+    healthy_only: bool = switch(
+        "--healthy-only", panel=PODS,
+        help="Only on nodes whose last `nodes check` said good within --healthy-within "
+        "(required node affinity on its labels; render fixes the window's start when it "
+        "renders). docs/fleet.md.",
+    )
+    """Required node affinity, in every node selector term: the nccl-k8s/node-check label In
+    [good] and nccl-k8s/checked-at Gt `healthy_since` (k8s.rendering._health); deploy first
+    counts the nodes that qualify, where it may list nodes."""
+    healthy_within_s: int = option(
+        "--healthy-within", parse=timeout, metavar="DURATION", panel=PODS, default="24h",
+        help="How old a node's last check may be for --healthy-only (and before doctor "
+        "calls it stale), e.g. 24h, 30h.",
+    )
+    """Seconds a good verdict stays valid. A day, as GKE's health scanner keeps an NCCL
+    verdict and OKE's checks skip nodes tested within 24 h; a schedule must retest within
+    it (docs/fleet.md: its --skip-checked-within plus its period)."""
     gpu_resource: str = option(
         "--gpu-resource", parse=extended_resource, metavar="NAME", panel=PODS,
         default="nvidia.com/gpu", help="Extended resource name of a GPU.",
@@ -425,7 +420,7 @@ class RunSpec:
     the run may use and choose (spec.platforms.detect), render takes generic. The platform's
     entry adds its resources, annotations, sidecars, volumes, environment and image."""
     instance_type: str | None = option(
-        "--instance-type", parse=_instance_type, metavar="TYPE", panel=NETWORK,
+        "--instance-type", parse=instance_type, metavar="TYPE", panel=NETWORK,
         help="The nodes' machine type (e.g. p5.48xlarge, a4-highgpu-8g), for how many fabric "
         "devices or GPU NIC interfaces a pod gets where render cannot read the nodes.",
     )
@@ -521,30 +516,38 @@ class RunSpec:
         "scrapes the run's pods.",
     )
     """Also render a Prometheus Operator PodMonitor selecting the run's pods (port `metrics`)."""
-    network_policy: bool = switch(
-        "--network-policy", panel=NETWORK,
-        help="Also create a NetworkPolicy (networking.k8s.io/v1) letting into the run's pods only "
-        "the run's own pods (every port: NCCL uses ephemeral ones) and, on the metrics port, "
-        "--metrics-from. Not with host networking (policies do not apply there). docs/security.md.",
+    network_policy: PolicyMode = option(
+        "--network-policy", parse=one_of(get_args(PolicyMode)), metavar="auto|on|off",
+        panel=NETWORK, default="auto",
+        help="The run's NetworkPolicy (networking.k8s.io/v1): into its pods only the run's own "
+        "pods (every port: NCCL uses ephemeral ones) and, on the metrics port, --metrics-from "
+        "(every namespace when not given). auto: rendered unless the pods are on the node's "
+        "network, where policies do not apply; on: refused there; off: none. docs/security.md.",
     )
-    """Render a NetworkPolicy selecting the run's pods: ingress from the run's own pods on every
-    port (the rendezvous store and NCCL's ephemeral ports), and the metrics port from
-    --metrics-from; nothing else. Opt-in: a cluster whose CNI enforces policies may need more
-    (a mesh, a probe from elsewhere), and one that does not enforce them ignores it."""
+    """The run's NetworkPolicy: ingress to its pods from the run's own pods on every port (the
+    rendezvous store and NCCL's ephemeral ports) and the metrics port from --metrics-from
+    (every namespace's pods when not given: who scrapes is the cluster's choice, as without a
+    policy); nothing else, so no other pod reaches the rendezvous store or NCCL's listeners.
+    By default (auto) on every pod-network run: a policy is ignored by a network plugin that
+    does not enforce policies, and selects no pod on the node's network (so it is not rendered
+    there, and `on` refuses that). `off` for a plugin or mesh that needs more (issue 36)."""
     metrics_from: tuple[tuple[str, str], ...] = repeated(
         "--metrics-from", parse=metrics_peers, metavar="namespace=NAME|KEY=VALUE", panel=MONITORING,
-        help="With --network-policy: who may reach the metrics port, repeatable: namespace=NAME "
-        "(its pods) or KEY=VALUE (pods of the run's namespace with that label). None: no one "
-        "outside the run.",
+        help="Who the NetworkPolicy lets reach the metrics port, repeatable: namespace=NAME "
+        "(its pods) or KEY=VALUE (pods of the run's namespace with that label). Not given: "
+        "every namespace's pods.",
     )
     """The peers the NetworkPolicy lets reach the metrics port (each `namespace=NAME`: every pod
-    of that namespace; or a pod label of the run's namespace). Empty: only the run's own pods."""
+    of that namespace; or a pod label of the run's namespace). Empty: every namespace's pods."""
     # fmt: on
 
     # ---- derived: set by build_run_spec, not by an option of their own ----
     master_port: int
     """torchrun's rendezvous port, derived from the run id (see master_port_for) so that two
     host-network runs on the same nodes do not collide, and the same run renders the same port."""
+    healthy_since: int | None = None
+    """--healthy-only: the unix second after which a node's good verdict counts (build time
+    minus healthy_within_s; None without it), so that rendering stays a function of the spec."""
     given: frozenset[str] = frozenset()
     """The options the user gave (Option.name): the defaults derived from others (network,
     security, image, fabric devices) are derived again when --platform auto is resolved

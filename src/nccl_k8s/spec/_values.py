@@ -392,3 +392,27 @@ def tcp_port(flag: str, value: str) -> int:
             f"{flag} {quote(value)}: expected a TCP port, 1 to 65535, or 0 for none", key=flag
         )
     return port
+
+
+def instance_type(flag: str, value: str) -> str:
+    """A machine type as node.kubernetes.io/instance-type spells it (a label value)."""
+    if not value or len(value) > 63 or any(not (c.isalnum() or c in "-_.") for c in value):
+        raise UsageError(
+            f"{flag} {quote(value)}: expected a machine type such as p5.48xlarge", key=flag
+        )
+    return value
+
+
+def topology_keys(flag: str, value: str) -> str:
+    """auto, none, or node label keys coarse to fine, comma-separated (kept as given)."""
+    if value in ("auto", "none"):
+        return value
+    keys = value.split(",")
+    bad = next((k for k in keys if not is_qualified_name(k)), None)
+    if bad is not None:
+        raise UsageError(
+            f"{flag} {quote(value)}: {quote(bad)} is not a node label key; expected auto, none "
+            "or label keys coarse to fine, e.g. cloud.google.com/gce-topology-block",
+            key=flag,
+        )
+    return ",".join(dict.fromkeys(keys))

@@ -73,6 +73,10 @@ def _platform_objects() -> dict[tuple[str, str], list[str]]:
     return found
 
 
+#: The `optional` of doctor's domain-fit read: a run of more than one pod with a topology level
+#: (--topology, the platform's, eks-efa's zone, --compute-domain's clique: preflight._domainfit).
+DOMAIN_FIT = "--topology/--placement"
+
 _RUN_WRITES = "deploy creates it, sets its owner (patch), deletes it when the deploy fails"
 
 #: The `optional` of the entries a user needs to apply `render`'s output with kubectl (which
@@ -195,8 +199,9 @@ ACCESS: tuple[Access, ...] = (
         "",
         "nodes",
         ("get", "list"),
-        "doctor (GPU nodes, taints, fit), nodes check, doctor --run, bundle and a failed "
-        "deploy (the node a pod ran on)",
+        "doctor (GPU nodes, taints, fit, their last check), nodes check, doctor --run, bundle, "
+        "deploy --healthy-only (the nodes that qualify) and a failed deploy (the node a pod "
+        "ran on)",
         scope="cluster",
         feature="cluster-reads",
     ),
@@ -208,6 +213,17 @@ ACCESS: tuple[Access, ...] = (
         scope="cluster",
         feature="cluster-reads",
         optional="--scheduler/--gang",
+    ),
+    Access(
+        "",
+        "pods",
+        ("list",),
+        "doctor --topology/--placement: the GPUs live pods hold on the nodes of the run's "
+        "topology domains (one list of the live pods of every namespace, when a node carries "
+        "the level)",
+        scope="cluster",
+        feature="cluster-reads",
+        optional=DOMAIN_FIT,
     ),
     Access(
         "",
@@ -348,7 +364,7 @@ def nodes_check_access(*, label: bool, idle_only: bool) -> list[Access]:
     for a in ACCESS:
         verbs = tuple(v for v in a.verbs if v in sends.get((a.group, a.resource, a.scope), ()))
         # doctor's own reads and kubectl's: never a check's
-        if verbs and a.optional not in (RENDER_APPLY, "--scheduler/--gang"):
+        if verbs and a.optional not in (RENDER_APPLY, "--scheduler/--gang", DOMAIN_FIT):
             out.append(dataclasses.replace(a, verbs=verbs))
     return out
 
@@ -360,6 +376,7 @@ def access_for(features: tuple[Feature, ...] | list[Feature]) -> list[Access]:
 
 __all__ = [
     "ACCESS",
+    "DOMAIN_FIT",
     "FEATURES",
     "RENDER_APPLY",
     "Access",

@@ -16,15 +16,11 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
 
 from nccl_k8s.k8s.api._client import KubeClient
 from nccl_k8s.k8s.api._types import Obj
-from nccl_k8s.k8s.rendering._nodepolicy import NODE_CHECKED_AT_KEY, NODE_LABEL_KEY
-from nccl_k8s.spec import quantity_value
-
-#: A pod that has ended holds no GPU; the one list of pods asks the server for the others.
-LIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"
+from nccl_k8s.k8s.preflight._domainfit import LIVE_PODS, pod_gpus
+from nccl_k8s.k8s.rendering._health import last_check
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,17 +31,6 @@ class Due:
     """Candidates not tested this time, and why."""
 
 
-def _gpus(pod: Obj, resource: str) -> float:
-    spec = pod.get("spec") or {}
-    total = 0.0
-    for c in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
-        res = c.get("resources") or {}
-        got = (res.get("requests") or {}).get(resource) or (res.get("limits") or {}).get(resource)
-        if got is not None:
-            total = max(total, float(quantity_value(str(got))))
-    return total
-
-
 def busy_nodes(pods: Iterable[Obj], resource: str) -> dict[str, str]:
     """Node -> the first live pod on it that requests `resource` (`ns/name`, how many)."""
     busy: dict[str, str] = {}
@@ -54,18 +39,10 @@ def busy_nodes(pods: Iterable[Obj], resource: str) -> dict[str, str]:
         phase = (pod.get("status") or {}).get("phase")
         if not node or phase in ("Succeeded", "Failed") or node in busy:
             continue
-        if (n := _gpus(pod, resource)) > 0:
+        if (n := pod_gpus(pod, resource)) > 0:
             meta = pod.get("metadata") or {}
             busy[node] = f"{meta.get('namespace')}/{meta.get('name')} requests {n:g} {resource}"
     return busy
-
-
-def last_check(node: Obj) -> tuple[str | None, int | None]:
-    """(verdict, checked-at unix seconds) from the node's labels; None where absent or bad."""
-    labels: Mapping[str, Any] = (node.get("metadata") or {}).get("labels") or {}
-    verdict = labels.get(NODE_LABEL_KEY)
-    at = str(labels.get(NODE_CHECKED_AT_KEY, ""))
-    return (str(verdict) if verdict else None), (int(at) if at.isdigit() else None)
 
 
 def _ago(seconds: float) -> str:

@@ -14,10 +14,12 @@ from __future__ import annotations
 import asyncio
 
 from nccl_k8s.errors import ClusterError
-from nccl_k8s.k8s.api._access import ACCESS, Access
+from nccl_k8s.k8s.api._access import ACCESS, DOMAIN_FIT, Access
 from nccl_k8s.k8s.api._client import KubeClient
+from nccl_k8s.k8s.preflight._domainfit import fit_levels
 from nccl_k8s.k8s.preflight._preflight import Check
 from nccl_k8s.k8s.rendering._gangs import scheduler_name
+from nccl_k8s.k8s.rendering._netpolicy import renders_network_policy
 from nccl_k8s.spec import RunSpec
 from nccl_k8s.spec.platforms import PLATFORMS
 
@@ -41,10 +43,11 @@ def _uses(a: Access, spec: RunSpec, create_namespace: bool) -> bool:
         "": True,
         "--compute-domain": spec.compute_domain,
         "--pod-monitor": spec.pod_monitor,
-        "--network-policy": spec.network_policy,
+        "--network-policy auto|on": renders_network_policy(spec),
         "--queue": spec.queue is not None,
         "--scheduler/--gang": scheduler_name(spec) is not None,
         "--idle-only": False,  # nodes check's, never a run's
+        DOMAIN_FIT: fit_levels(spec) is not None,
     }[a.optional]
 
 

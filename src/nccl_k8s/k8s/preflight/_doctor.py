@@ -4,6 +4,8 @@ request each, at once) and hands it to the pure checks of preflight._preflight a
     API server    GET /version
     namespace     GET the namespace (its Pod Security labels)
     nodes         LIST nodes (GPU and RDMA resources, taints, labels, readiness)
+    domain fit    LIST the live pods of all namespaces (their GPUs per node), when the run's
+                  topology level is on some node (preflight._domainfit)
     scheduler     LIST Leases and pods with spec.schedulerName=NAME, all namespaces (--scheduler,
                   --gang only)
     custom kinds  LIST each optional kind the run uses (spec.CUSTOM_KINDS: --gang's PodGroups,
@@ -32,6 +34,8 @@ from nccl_k8s.k8s.api._types import Kind, Obj
 from nccl_k8s.k8s.preflight import _prereqs
 from nccl_k8s.k8s.preflight._access import access_checks
 from nccl_k8s.k8s.preflight._computedomain import check_compute_domain
+from nccl_k8s.k8s.preflight._domainfit import domain_fit
+from nccl_k8s.k8s.preflight._fleet import check_fleet
 from nccl_k8s.k8s.preflight._nodechecks import check_nodes
 from nccl_k8s.k8s.preflight._platforms import may_use, resolve_async
 from nccl_k8s.k8s.preflight._preflight import (
@@ -197,6 +201,8 @@ async def preflight(kc: KubeClient, spec: RunSpec, *, create_namespace: bool = F
         *_admission_checks(spec, namespace, ns, admission),
         *platform_checks,
         *check_nodes(spec, nodes),
+        *await domain_fit(kc, spec, nodes),
+        *filter(None, [check_fleet(spec, nodes)]),  # the nodes' last `nodes check` (issue 38)
         check_scheduler(spec, lease_read, placed_read, now),
     ]
     group = check_gang(spec, _of(custom, GANG_KINDS[spec.gang])) if spec.gang else None

@@ -177,6 +177,7 @@ _NO_SLOT_HINTS = {
     "rdma": "the rdma check says what the nodes lack",
     "node": "name nodes that have the GPUs with --node",
     "selector": "widen --node-selector",
+    "health": "check the nodes (nccl-k8s nodes check --label) or widen --healthy-within",
     "taints": "tolerate the GPU nodes' taint (--toleration)",
     "fit": "ask for less --cpu/--memory per pod",
 }

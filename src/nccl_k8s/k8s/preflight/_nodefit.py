@@ -1,8 +1,8 @@
 """Which nodes could take one of a run's pods, and why the others cannot. Pure: Node objects
 and a RunSpec in, a verdict per node out, the way the scheduler's filters would decide it
 (NodeUnschedulable, NodeResourcesFit on the GPU and RDMA resources, --node, NodeAffinity on
---node-selector, TaintToleration, NodeResourcesFit on cpu and memory), checked in that order so
-each node is dropped for its first reason.
+--node-selector and on --healthy-only's check labels, TaintToleration, NodeResourcesFit on cpu
+and memory), checked in that order so each node is dropped for its first reason.
 
 What it cannot see: GPUs already in use by other pods (counted from the nodes' allocatable, not
 from every pod in the cluster, which would be one list of every pod), and a cluster autoscaler
@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from fractions import Fraction
 
 from nccl_k8s.k8s.api._types import Obj
+from nccl_k8s.k8s.rendering._health import health
 from nccl_k8s.k8s.rendering._resources import pod_resources
 from nccl_k8s.spec import RunSpec, Toleration, quantity_value
 
@@ -33,7 +34,7 @@ GPU_NODE_LABELS = (
 )
 
 #: The filters in the scheduler's order; a node is dropped for the first that rejects it.
-STAGES = ("ready", "gpus", "rdma", "node", "selector", "taints", "fit")
+STAGES = ("ready", "gpus", "rdma", "node", "selector", "health", "taints", "fit")
 
 
 def _q(value: object) -> Fraction:
@@ -156,6 +157,7 @@ def _drop(node: NodeView, spec: RunSpec, skip: frozenset[str]) -> tuple[str, str
                 None,
             ),
         ),
+        ("health", _unhealthy(node, spec)),
         (
             "taints",
             next((f"taint {taint_text(t)}" for t in untolerated(node, spec.tolerations)), None),
@@ -176,6 +178,14 @@ def _drop(node: NodeView, spec: RunSpec, skip: frozenset[str]) -> tuple[str, str
         if why is not None and stage not in skip:
             return stage, why
     return None
+
+
+def _unhealthy(node: NodeView, spec: RunSpec) -> str | None:
+    """--healthy-only: why the node's check labels keep the pods off (as the affinity does)."""
+    if spec.healthy_since is None:
+        return None
+    h = health({"metadata": {"name": node.name, "labels": dict(node.labels)}}, spec.healthy_since)
+    return None if h.ok else f"not checked good within --healthy-within ({h.verdict or 'never'})"
 
 
 def place(spec: RunSpec, nodes: Iterable[Obj], *, skip: Iterable[str] = ()) -> Placement:

@@ -20,6 +20,7 @@ from nccl_k8s.errors import Forbidden, NotFound
 from nccl_k8s.k8s.api._client import KubeClient
 from nccl_k8s.k8s.api._types import Obj
 from nccl_k8s.k8s.preflight._nodefit import node_view, untolerated
+from nccl_k8s.k8s.rendering._health import health
 from nccl_k8s.spec import RunSpec, missing_devices, with_platform
 from nccl_k8s.spec.platforms import (
     AUTO,
@@ -47,8 +48,9 @@ class Resolved:
 
 def may_use(spec: RunSpec, nodes: Iterable[Obj]) -> list[Obj]:
     """The nodes the run's pods may land on whatever the platform: Ready and schedulable, a
-    --node where given, every --node-selector label, every NoSchedule/NoExecute taint
-    tolerated (node fit's filters that do not depend on resources)."""
+    --node where given, every --node-selector label, checked good within the window with
+    --healthy-only, every NoSchedule/NoExecute taint tolerated (node fit's filters that do not
+    depend on resources)."""
     out = []
     for node in nodes:
         v = node_view(node)
@@ -57,6 +59,8 @@ def may_use(spec: RunSpec, nodes: Iterable[Obj]) -> list[Obj]:
         if spec.node_names and v.name not in spec.node_names:
             continue
         if any(v.labels.get(k) != val for k, val in spec.node_selector):
+            continue
+        if spec.healthy_since is not None and not health(node, spec.healthy_since).ok:
             continue
         if untolerated(v, spec.tolerations):
             continue

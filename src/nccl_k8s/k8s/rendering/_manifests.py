@@ -16,9 +16,10 @@ Objects of a run:
 - PodMonitor `<run-id>` (`--pod-monitor`): Prometheus Operator's, scraping the pods' `metrics`
   port (every pod serves it unless --metrics-port 0, annotated prometheus.io/scrape for plain
   Prometheus too).
-- NetworkPolicy `<run-id>` (`--network-policy`): into the run's pods only the run's own pods
-  (every port: the rendezvous store and NCCL's ephemeral ports) and, on the metrics port, the
-  peers of `--metrics-from`. Refused with host networking, where policies do not apply.
+- NetworkPolicy `<run-id>` (unless `--network-policy off`): into the run's pods only the run's
+  own pods (every port: the rendezvous store and NCCL's ephemeral ports) and, on the metrics
+  port, the peers of `--metrics-from` (every namespace when none). Not rendered with host
+  networking, where policies do not apply (`--network-policy on` refuses it).
 - Job `<run-id>` (Indexed, one pod per node) or StatefulSet `<run-id>` (continuous mode).
 
 Every container runs under a small wrapper (POD_WRAPPER, Python's standard library only) that
@@ -60,6 +61,7 @@ from nccl_k8s.k8s.rendering._computedomain import (
     compute_domain_spec,
 )
 from nccl_k8s.k8s.rendering._gangs import gang_binding, pod_group_spec, scheduler_name
+from nccl_k8s.k8s.rendering._health import apply_healthy_only
 from nccl_k8s.k8s.rendering._launcher import launcher_args
 from nccl_k8s.k8s.rendering._meta import common_labels, object_metadata, selector_labels
 from nccl_k8s.k8s.rendering._names import (
@@ -74,7 +76,7 @@ from nccl_k8s.k8s.rendering._names import (
     USER_ENV_ANNOTATION,
     WORKER,
 )
-from nccl_k8s.k8s.rendering._netpolicy import network_policy
+from nccl_k8s.k8s.rendering._netpolicy import network_policy, renders_network_policy
 from nccl_k8s.k8s.rendering._platform import apply_platform, check_platform, platform_of
 from nccl_k8s.k8s.rendering._presets import (
     MESH_OPT_OUT_ANNOTATIONS,
@@ -405,6 +407,7 @@ def pod_template(spec: RunSpec) -> Obj:
     apply_platform(spec, template)
     apply_compute_domain(spec, template)
     apply_topology(spec, template, selector_labels(spec))
+    apply_healthy_only(spec, template)  # last: into every node selector term there is
     return template
 
 
@@ -532,7 +535,7 @@ def render(spec: RunSpec, *, adopt: bool = False) -> list[Obj]:
                 key="--metrics-port",
             )
         objs.append(configmap(spec))
-    if spec.network_policy:
+    if renders_network_policy(spec):
         objs.append(network_policy(spec))  # before the pods it protects
     objs.append(service(spec))
     if spec.pod_monitor:

@@ -1,6 +1,7 @@
-"""The run's NetworkPolicy (`--network-policy`): into the run's pods only the run's own pods
-(every port: the rendezvous store and NCCL's ephemeral ports) and, on the metrics port, the
-peers of `--metrics-from`. Refused with host networking, where policies do not apply. Pure."""
+"""The run's NetworkPolicy (`--network-policy auto|on|off`, auto by default): into the run's pods
+only the run's own pods (every port: the rendezvous store and NCCL's ephemeral ports) and, on
+the metrics port, the peers of `--metrics-from` (every namespace's pods when none is given).
+Not rendered with host networking, where policies do not apply (`on` refuses it). Pure."""
 
 from __future__ import annotations
 
@@ -20,26 +21,40 @@ def _peer(key: str, value: str) -> Obj:
     return {"podSelector": {"matchLabels": {key: value}}}
 
 
+def renders_network_policy(spec: RunSpec) -> bool:
+    """Whether the run has a NetworkPolicy: `on`, or `auto` (the default) with the pods on the
+    pod network. `on` with host networking is refused (by network_policy)."""
+    if spec.network_policy == "on":
+        return True
+    return spec.network_policy == "auto" and not uses_host_network(spec)
+
+
+#: --metrics-from not given: the metrics port is open to every namespace's pods, as without a
+#: policy (an empty namespaceSelector selects every namespace): who scrapes is the cluster's
+#: choice, and the metrics carry no secret; the rendezvous store and NCCL's ports stay closed.
+_ANY_NAMESPACE: Obj = {"namespaceSelector": {}}
+
+
 def network_policy(spec: RunSpec) -> Obj:
-    """The run's NetworkPolicy (--network-policy): ingress to its pods from its own pods on
-    every port (the rendezvous store, NCCL's bootstrap and data connections on ephemeral ports)
-    and, on the metrics port, from the --metrics-from peers; egress is left alone (the pods pull
-    nothing through it, but DNS and the API server for --adopt must stay reachable). A policy
-    selects no pod on the node's network, so host networking is refused rather than rendered
-    as a protection it is not."""
+    """The run's NetworkPolicy: ingress to its pods from its own pods on every port (the
+    rendezvous store, NCCL's bootstrap and data connections on ephemeral ports) and, on the
+    metrics port, from the --metrics-from peers (every namespace when none); egress is left
+    alone (the pods pull nothing through it, but DNS and the API server for --adopt must stay
+    reachable). A policy selects no pod on the node's network, so `on` with host networking is
+    refused rather than rendered as a protection it is not."""
     if uses_host_network(spec):
         raise UsageError(
-            "--network-policy with host networking (--security host, or a platform on the "
+            "--network-policy on with host networking (--security host, or a platform on the "
             "node's network such as oke-roce): a NetworkPolicy does not apply to pods on the "
-            "node's network; expected a pod-network run, or no --network-policy",
+            "node's network; expected a pod-network run, or --network-policy auto or off",
             key="--network-policy",
         )
     pods = {"podSelector": {"matchLabels": selector_labels(spec)}}
     ingress: list[Obj] = [{"from": [pods]}]
-    if spec.metrics_port and spec.metrics_from:
+    if spec.metrics_port:
         ingress.append(
             {
-                "from": [_peer(k, v) for k, v in spec.metrics_from],
+                "from": [_peer(k, v) for k, v in spec.metrics_from] or [_ANY_NAMESPACE],
                 "ports": [{"protocol": "TCP", "port": spec.metrics_port}],
             }
         )
@@ -55,4 +70,4 @@ def network_policy(spec: RunSpec) -> Obj:
     }
 
 
-__all__ = ["network_policy"]
+__all__ = ["network_policy", "renders_network_policy"]

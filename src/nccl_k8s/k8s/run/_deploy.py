@@ -35,6 +35,7 @@ from nccl_k8s.k8s.api._client import ClientSettings, KubeClient
 from nccl_k8s.k8s.api._sync import run_sync
 from nccl_k8s.k8s.api._types import Obj
 from nccl_k8s.k8s.preflight._doctor import refusal
+from nccl_k8s.k8s.preflight._fleet import healthy_shortfall
 from nccl_k8s.k8s.preflight._platforms import may_use, resolve_async
 from nccl_k8s.k8s.rendering._manifests import render
 from nccl_k8s.k8s.rendering._names import APP_NAME
@@ -42,6 +43,7 @@ from nccl_k8s.k8s.rendering._topology import plan_order, rank_order_levels, with
 from nccl_k8s.k8s.run._bundle import write_bundle
 from nccl_k8s.k8s.run._collect import keep_measured
 from nccl_k8s.k8s.run._fabric import check_fabric
+from nccl_k8s.k8s.run._images import pin_images
 from nccl_k8s.k8s.run._monitor import Ending, Seen, follow_run
 from nccl_k8s.k8s.run._outcomes import Created, Deployed, ProgressFn, WaitOutcome
 from nccl_k8s.k8s.run._plumbing import WORKLOADS
@@ -65,6 +67,7 @@ def deploy(
     progress: ProgressFn | None = None,
     on_deployed: Callable[[Deployed], None] | None = None,
     keep_rows: bool = True,
+    pin: bool = False,
 ) -> tuple[Deployed, WaitOutcome | None]:
     """Create the run's objects; with `wait`, follow it until it ends (`deploy_async` over a
     client of its own)."""
@@ -80,6 +83,7 @@ def deploy(
             progress=progress,
             on_deployed=on_deployed,
             keep_rows=keep_rows,
+            pin=pin,
         ),
         client,
     )
@@ -97,6 +101,7 @@ async def deploy_async(
     progress: ProgressFn | None = None,
     on_deployed: Callable[[Deployed], None] | None = None,
     keep_rows: bool = False,
+    pin: bool = False,
 ) -> tuple[Deployed, WaitOutcome | None]:
     """Create the run's objects; with `wait`, follow it until it ends.
 
@@ -110,7 +115,8 @@ async def deploy_async(
     are kept in the runs directory first, and its verdicts added to the message, one line
     each (run._collect.keep_measured). `on_deployed` hears of
     the run once all its objects exist (an exception it raises ends the deploy there, the run
-    left as it is)."""
+    left as it is). With `pin`, the pods' tag-only images are pinned to their registries'
+    digests first (run._images; one note line each)."""
     ns = spec.namespace or kc.namespace
     resolved = await resolve_async(kc, spec)  # --platform auto: read the nodes, choose
     spec, floor_note = with_floor(resolved.spec)  # --min-busbw auto: the platform's floor
@@ -123,6 +129,7 @@ async def deploy_async(
                 create_namespace=create_namespace,
                 platform_note=note,
                 nodes_forbidden=resolved.nodes_forbidden,
+                pin=pin,
             )
         if on_deployed is not None:
             on_deployed(deployed)
@@ -264,13 +271,18 @@ async def _deploy(
     create_namespace: bool,
     platform_note: str = "",
     nodes_forbidden: bool = False,
+    pin: bool = False,
 ) -> Deployed:
     namespace = spec.namespace or kc.namespace
     spec = dataclasses.replace(spec, namespace=namespace)
     objs = render(spec)  # pure; same objects `render` prints
     # ... plus, where the nodes can be read, the order of the ranks by topology
     objs, order_note = await _rank_plan(kc, spec, objs, nodes_forbidden=nodes_forbidden)
-    platform_note = "\n".join(n for n in (platform_note, order_note) if n)
+    health_note = await _healthy_enough(kc, spec, nodes_forbidden=nodes_forbidden)
+    pin_note = ""
+    if pin:  # the images as their registries name them now (before anything is created)
+        objs, pin_note = await pin_images(objs)
+    platform_note = "\n".join(n for n in (platform_note, order_note, health_note, pin_note) if n)
 
     ns_obj, must_create = await _namespace(kc, namespace, create_namespace=create_namespace)
     refused = await refusal(kc, spec, namespace, ns_obj)
@@ -350,6 +362,25 @@ async def _rank_plan(
     if not levels or why:  # no topology to follow, or one the pods cannot follow
         return objs, why if levels else ""
     return with_rank_plan(objs, levels, plan_order(usable, levels)), ""
+
+
+async def _healthy_enough(kc: KubeClient, spec: RunSpec, *, nodes_forbidden: bool) -> str:
+    """--healthy-only: enough nodes qualify (their last check good within the window), or
+    UsageError in one line before anything is created; a note when the nodes cannot be read
+    (the pods' affinity still keeps them off the others)."""
+    if spec.healthy_since is None:
+        return ""
+    unread = "--healthy-only: may not list nodes (RBAC): the nodes that qualify were not counted"
+    if nodes_forbidden:
+        return unread
+    try:
+        nodes, _ = await kc.list("Node")
+    except Forbidden:
+        return unread
+    short = healthy_shortfall(spec, nodes)
+    if short is not None:
+        raise UsageError(f"deploy refused, nothing was created: {short}", key="--healthy-only")
+    return ""
 
 
 async def _owned_by(kc: KubeClient, namespace: str, objs: list[Obj], workload: Obj) -> None:
