@@ -5,7 +5,7 @@ objects (printed like `render`'s; nothing is applied here):
     Role, RoleBinding <name>               the namespaced requests of one `nodes check`
     ClusterRole(+Binding) nccl-k8s:<ns>:<name>   its cluster-scoped ones (nodes are)
     ValidatingAdmissionPolicy(+Binding)    with --label/--taint: its node updates may change
-                                           only our label, checked-at label and taint
+                                           only our labels (verdict, time, busbw, run) and taint
     CronJob <name>                         a pod that runs `nccl-k8s nodes check ARGS`
 
 The RBAC is api._access.nodes_check_access: ACCESS cut to what one check with these options
