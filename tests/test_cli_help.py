@@ -19,7 +19,7 @@ COMMANDS = [
     "run", "render", "deploy", "wait", "status", "logs", "results", "cleanup", "list",
     "import", "diagnose", "compare", "report", "doctor", "bundle", "nodes", "rbac",
 ]  # fmt: skip
-SUBCOMMANDS = ["nodes check", "nodes schedule"]
+SUBCOMMANDS = ["nodes check", "nodes schedule", "nodes history"]
 
 
 def help_of(*args: str) -> str:

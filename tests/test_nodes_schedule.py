@@ -96,6 +96,12 @@ def test_the_rbac_is_the_table_cut_to_what_the_check_sends(
     assert not {("apps", "statefulsets", v) for v in ("create", "patch", "delete")} & role
     assert not any(r == "podgroups" and v != "list" for _, r, v in role)
     assert ("", "pods", "list") not in crole  # --idle-only's read only with --idle-only
+    # The pair tests' NetworkPolicy (on by default since the pod network has one): made and
+    # removed; with --network-policy off none, and no grant for it.
+    netpol = {("networking.k8s.io", "networkpolicies", v) for v in ("create", "delete", "patch")}
+    assert netpol <= role
+    off = by_kind(schedule("--", *args, "--network-policy", "off"))
+    assert not netpol & rules_of(off["Role"])
     for kind in ("RoleBinding", "ClusterRoleBinding"):
         assert docs[kind]["subjects"] == [
             {"kind": "ServiceAccount", "name": "nccl-k8s-node-check", "namespace": "fleet"}

@@ -27,7 +27,7 @@ from typer.testing import CliRunner
 
 from nccl_k8s.cli.main import app
 from nccl_k8s.k8s.api._access import ACCESS, RENDER_APPLY
-from nccl_k8s.k8s.nodes._nodecheck import CHECKED_AT_KEY, LABEL_KEY, TAINT_KEY
+from nccl_k8s.k8s.nodes._labels import BUSBW_KEY, CHECKED_AT_KEY, LABEL_KEY, RUN_KEY, TAINT_KEY
 from nccl_k8s.k8s.rendering._nodepolicy import policy_name
 from nccl_k8s.k8s.rendering._rbac import Subject
 
@@ -135,7 +135,8 @@ def test_label_nodes_prints_a_policy_for_the_subjects_node_updates(
     text = json.dumps(spec)
     # The keys nodes check writes, and no other key of ours.
     assert f"'{LABEL_KEY}'" in text and f"'{TAINT_KEY}'" in text
-    assert set(re.findall(r"nccl-k8s/[a-z-]+", text)) == {LABEL_KEY, CHECKED_AT_KEY, TAINT_KEY}
+    assert set(re.findall(r"nccl-k8s/[a-z-]+", text)) == {
+        LABEL_KEY, CHECKED_AT_KEY, BUSBW_KEY, RUN_KEY, TAINT_KEY}  # fmt: skip
     # Without --label-nodes, no policy.
     assert not [d for d in rbac_docs("-n", "a", *who) if "admission" in d["apiVersion"]]
 
@@ -181,7 +182,9 @@ def test_the_policy_allows_our_label_and_taint_and_denies_any_other_change() -> 
         return new
 
     ours = changed(lambda n: (n["metadata"]["labels"].update({LABEL_KEY: "bad",
-                                                              CHECKED_AT_KEY: "1765000000"}),
+                                                              CHECKED_AT_KEY: "1765000000",
+                                                              BUSBW_KEY: "9.8",
+                                                              RUN_KEY: "nodes-check-1a2b"}),
                               n["spec"]["taints"].append(
                                   {"key": TAINT_KEY, "value": "true", "effect": "NoSchedule"})))  # fmt: skip
     assert _admit(vap, old, ours, "alice") == "allowed"
@@ -189,6 +192,7 @@ def test_the_policy_allows_our_label_and_taint_and_denies_any_other_change() -> 
     cases = {
         "label": lambda n: n["metadata"]["labels"].update({"zone": "b"}),
         "label removed": lambda n: n["metadata"]["labels"].pop("zone"),
+        "label of ours not written": lambda n: n["metadata"]["labels"].update({"nccl-k8s/x": "1"}),
         "taint": lambda n: n["spec"].update({"taints": []}),
         "spec.unschedulable": lambda n: n["spec"].update({"unschedulable": True}),
         "metadata.annotations": lambda n: n["metadata"]["annotations"].update({"x": "2"}),
@@ -202,7 +206,10 @@ def test_the_policy_allows_our_label_and_taint_and_denies_any_other_change() -> 
 def test_the_policy_keys_are_the_keys_nodes_check_writes() -> None:
     from nccl_k8s.k8s.rendering._nodepolicy import NODE_LABEL_KEYS, NODE_TAINT_KEY
 
-    assert (NODE_LABEL_KEYS, NODE_TAINT_KEY) == ((LABEL_KEY, CHECKED_AT_KEY), TAINT_KEY)
+    assert (NODE_LABEL_KEYS, NODE_TAINT_KEY) == (
+        (LABEL_KEY, CHECKED_AT_KEY, BUSBW_KEY, RUN_KEY),
+        TAINT_KEY,
+    )
 
 
 def rules_of(doc: dict[str, Any]) -> set[tuple[str, str, str]]:
@@ -512,6 +519,8 @@ def test_the_commands_send_exactly_the_requests_of_the_table(
                 cluster.faults.node_crash("node-3", False)
             assert res.exit_code == 1, res.output
             assert "label node node-3 nccl-k8s/node-check=bad" in res.output, res.output
+            # The check went into the namespace's history, which nodes history reads (get).
+            assert "node-3: " in ok("nodes", "history", "-n", ns, "--node", "node-3")
             # kubectl apply of render's output, as the user (over https: kubectl sends a token
             # nowhere else), with every optional object, then again with the adoption objects
             # changed (a GitOps sync: patch); cleanup then deletes them.

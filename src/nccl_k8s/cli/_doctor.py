@@ -338,16 +338,13 @@ def bundle_command(
 
 
 def register(app: typer.Typer) -> None:
+    from nccl_k8s.cli._nodes import nodes_history_command
     from nccl_k8s.k8s import NODES_CHECK_ENGINE_ARGS
 
     app.command("doctor", cls=Command)(handle_errors(with_spec_options(doctor_command, lazy=True)))
     app.command("bundle", cls=Command)(bundle_command)
-    nodes = typer.Typer(
-        name="nodes",
-        help="The cluster's nodes: find the bad ones.",
-        cls=Group,
-        no_args_is_help=True,
-    )
+    nodes = typer.Typer(name="nodes", cls=Group, no_args_is_help=True,
+                        help="The cluster's nodes: find the bad ones, check them on a schedule, read their history.")  # fmt: skip
     check = with_spec_options(
         nodes_check_command,
         fixed={"nodes": "2", "workload": "job"},
@@ -356,6 +353,7 @@ def register(app: typer.Typer) -> None:
     )
     nodes.command("check", cls=Command)(handle_errors(check))
     nodes.command("schedule", cls=Command)(nodes_schedule_command)
+    nodes.command("history", cls=Command)(nodes_history_command)
     app.add_typer(nodes)
 
 

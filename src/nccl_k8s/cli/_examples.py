@@ -86,6 +86,10 @@ EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
     "nodes schedule": (
         ("check and label the nodes every 6 hours", "nccl-k8s nodes schedule -n bench --image registry.example.com/nccl-k8s:0.1.0 -- --gpus-per-node 8 --label | kubectl apply -f -"),
     ),
+    "nodes history": (
+        ("every node's recorded verdicts and busbw, and what changed", "nccl-k8s nodes history -n bench"),
+        ("one node, as JSON", "nccl-k8s nodes history -n bench --node gpu-node-7 -o json"),
+    ),
 }  # fmt: skip
 
 

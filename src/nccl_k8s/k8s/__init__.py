@@ -1,5 +1,5 @@
 """The Kubernetes layer, one facade: render, deploy, wait, status, list_runs, logs, collect, cleanup,
-doctor, explain (doctor --run), bundle, nodes_check, rbac_objects (what to grant a user).
+doctor, explain (doctor --run), bundle, nodes_check, node_history, rbac_objects (what to grant a user).
 
     from nccl_k8s import k8s
     objs = k8s.render(spec)                       # pure: RunSpec -> the objects deploy applies
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from nccl_k8s.k8s.nodes._domains import PAIRINGS
     from nccl_k8s.k8s.nodes._metrics import push_url, push_verdicts
     from nccl_k8s.k8s.nodes._nodecheck import NodesChecked, nodes_check
+    from nccl_k8s.k8s.nodes._timeline import NodeHistory, node_history
     from nccl_k8s.k8s.preflight._doctor import Doctored, doctor
     from nccl_k8s.k8s.rendering._dump import dump
     from nccl_k8s.k8s.rendering._manifests import render
@@ -72,6 +73,8 @@ _WHERE = {
     "NodesChecked": "nodes._nodecheck",
     "PAIRINGS": "nodes._domains",
     "nodes_check": "nodes._nodecheck",
+    "NodeHistory": "nodes._timeline",
+    "node_history": "nodes._timeline",
     "push_url": "nodes._metrics",
     "push_verdicts": "nodes._metrics",
     "cleanup": "run._cleanup",
@@ -119,6 +122,7 @@ __all__ = [
     "Doctored",
     "Explained",
     "LineFn",
+    "NodeHistory",
     "NodesChecked",
     "PlainProgress",
     "PodInfo",
@@ -142,6 +146,7 @@ __all__ = [
     "explain",
     "list_runs",
     "logs",
+    "node_history",
     "nodes_check",
     "progress_line",
     "push_url",

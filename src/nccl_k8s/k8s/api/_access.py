@@ -95,7 +95,9 @@ ACCESS: tuple[Access, ...] = (
         "",
         "configmaps",
         ("create", "delete", "get", "list", "patch"),
-        f"{_RUN_WRITES}; a taken run id is named from it (get); list, cleanup, bundle list it",
+        f"{_RUN_WRITES}; a taken run id is named from it (get); list, cleanup, bundle list it; "
+        "nodes check --label adds its verdicts to configmap nccl-k8s-node-history (get, then "
+        "create or patch), nodes history reads it (get)",
     ),
     Access(
         "",
@@ -345,14 +347,25 @@ _NODES_CHECK_IDLE: dict[tuple[str, str, Scope], tuple[str, ...]] = {
 }
 
 
-def nodes_check_access(*, label: bool, idle_only: bool) -> list[Access]:
+#: Each pair test is a run with its NetworkPolicy (on by default on the pod network:
+#: rendering.renders_network_policy): deploy creates it and sets its owner, cleanup deletes it.
+_NODES_CHECK_NETPOL: dict[tuple[str, str, Scope], tuple[str, ...]] = {
+    ("networking.k8s.io", "networkpolicies", "namespace"): ("create", "delete", "patch")
+}
+
+
+def nodes_check_access(
+    *, label: bool, idle_only: bool, network_policy: bool = True
+) -> list[Access]:
     """ACCESS's entries cut to what one `nodes check` with these options sends, in the table's
-    order; the verbs of an entry it does not send are dropped, and entries without any."""
+    order; the verbs of an entry it does not send are dropped, and entries without any.
+    `network_policy`: its pair tests make a NetworkPolicy (not with --network-policy off)."""
     sends: dict[tuple[str, str, Scope], set[str]] = {}
     tables: tuple[tuple[dict[tuple[str, str, Scope], tuple[str, ...]], bool], ...] = (
         (_NODES_CHECK_SENDS, True),
         (_NODES_CHECK_WRITES, label),
         (_NODES_CHECK_IDLE, idle_only),
+        (_NODES_CHECK_NETPOL, network_policy),
     )
     for table, asked in tables:
         for key, verbs in table.items():

@@ -30,8 +30,8 @@ Candidates: the nodes (of `selector`, or the --node list) where a pod of the run
 
 `idle_only`, `within_s`, `max_nodes` (scheduled checks) test only the due candidates (nodes._due).
 
-`--label` writes `nccl-k8s/node-check=good|bad` and `nccl-k8s/checked-at=<unix seconds>` on the
-nodes with a verdict; `--taint` puts
+`--label` writes the verdict, its time, busbw and run id (nodes._labels) on the nodes with a
+verdict and adds the check to the namespace's history (nodes._history); `--taint` puts
 `nccl-k8s/bad-node=true:NoSchedule` on bad nodes and takes it off nodes found good. Nothing else
 of a node is touched (a taint list is written back with its other taints as they were, guarded
 by the node's resourceVersion); `dry_run` only says what would be done.
@@ -82,7 +82,8 @@ from nccl_k8s.k8s.nodes._domains import (
 )
 from nccl_k8s.k8s.nodes._due import due_async
 from nccl_k8s.k8s.nodes._floor import cluster_floor, pair_floor
-from nccl_k8s.k8s.nodes._labels import CHECKED_AT_KEY, LABEL_KEY, TAINT, TAINT_KEY, write_verdicts
+from nccl_k8s.k8s.nodes._history import record_check
+from nccl_k8s.k8s.nodes._labels import CHECKED_AT_KEY, LABEL_KEY, TAINT, TAINT_KEY
 from nccl_k8s.k8s.nodes._level import failed_test
 from nccl_k8s.k8s.nodes._pairspec import pair_test_spec
 from nccl_k8s.k8s.preflight._nodefit import place
@@ -416,8 +417,8 @@ async def nodes_check_async(
         topology = _topology(keys, pairing, domain_of, tests, cross, findings, threshold)
         tests += cross
     actions: list[str] = []
-    if label or taint:
-        actions = await write_verdicts(kc, findings, label=label, taint=taint, dry_run=dry_run)
+    if label or taint:  # the verdicts on the nodes; with --label, the namespace's history too
+        actions = await record_check(kc, spec.namespace or kc.namespace, findings, runner.base, label=label, taint=taint, dry_run=dry_run)  # fmt: skip
     floor_of = cluster_floor(expected, findings, [t.result for t in tests])
     return NodesChecked(
         candidates, left_out, tests, findings, actions, dry_run, fixed, *floor_of, topology

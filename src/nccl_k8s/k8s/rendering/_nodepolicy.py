@@ -1,7 +1,8 @@
 """`nccl-k8s rbac --label-nodes`'s admission policy: RBAC can grant `nodes patch` only whole, so
 a ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1, GA since Kubernetes 1.30) and its
 binding deny the granted subject every node update that changes anything but our own labels
-(`nccl-k8s/node-check`, the verdict, and `nccl-k8s/checked-at`, its time) and our own taint
+(`nccl-k8s/node-check`, the verdict, `nccl-k8s/checked-at`, its time, `nccl-k8s/busbw`, the
+node's measured bus bandwidth, and `nccl-k8s/check-run`, the check's run id) and our own taint
 (`nccl-k8s/bad-node`), what `nodes check --label/--taint` writes. Other users' node updates are not matched.
 
 Pure: the objects are data; the CEL expressions are built here, with the subject's name as an
@@ -29,8 +30,14 @@ NODE_LABEL_KEY = "nccl-k8s/node-check"
 #: Beside the verdict: when the check that gave it ended, in unix seconds (a label value may
 #: hold only [A-Za-z0-9._-], so no ISO time), read back by `--skip-checked-within`.
 NODE_CHECKED_AT_KEY = "nccl-k8s/checked-at"
+#: Beside the verdict: the node's measured bus bandwidth in GB/s, three significant digits
+#: (`42.1`: the median of its tests, nodes._badnodes' score); absent when none measured one.
+NODE_BUSBW_KEY = "nccl-k8s/busbw"
+#: Beside the verdict: the run id of the check that gave it (its pair tests are `<id>-t<n>`;
+#: its row in `nodes history`).
+NODE_RUN_KEY = "nccl-k8s/check-run"
 #: Every node label key the tool writes: the admission policy allows these and no other.
-NODE_LABEL_KEYS = (NODE_LABEL_KEY, NODE_CHECKED_AT_KEY)
+NODE_LABEL_KEYS = (NODE_LABEL_KEY, NODE_CHECKED_AT_KEY, NODE_BUSBW_KEY, NODE_RUN_KEY)
 NODE_TAINT_KEY = "nccl-k8s/bad-node"
 #: Node fields the subject may not change, beside labels and taints: (CEL path, what it is).
 _KEPT = (
@@ -103,7 +110,7 @@ def node_policy_objects(subject: Subject) -> list[Obj]:
         {"expression": f"variables.newLabels.all(k, k in {label} || (k in variables.oldLabels "
                        "&& variables.oldLabels[k] == variables.newLabels[k])) && "
                        f"variables.oldLabels.all(k, k in {label} || k in variables.newLabels)",
-         "message": f"nccl-k8s may change only the node labels {' and '.join(NODE_LABEL_KEYS)}",
+         "message": f"nccl-k8s may change only the node labels {', '.join(NODE_LABEL_KEYS)}",
          "reason": "Forbidden"},
         {"expression": "variables.newTaints == variables.oldTaints",
          "message": f"nccl-k8s may change only the node taint {NODE_TAINT_KEY}",
@@ -130,9 +137,11 @@ def node_policy_objects(subject: Subject) -> list[Obj]:
 
 
 __all__ = [
+    "NODE_BUSBW_KEY",
     "NODE_CHECKED_AT_KEY",
     "NODE_LABEL_KEY",
     "NODE_LABEL_KEYS",
+    "NODE_RUN_KEY",
     "NODE_TAINT_KEY",
     "cel_string",
     "node_policy_objects",

@@ -5,7 +5,7 @@ objects (printed like `render`'s; nothing is applied here):
     Role, RoleBinding <name>               the namespaced requests of one `nodes check`
     ClusterRole(+Binding) nccl-k8s:<ns>:<name>   its cluster-scoped ones (nodes are)
     ValidatingAdmissionPolicy(+Binding)    with --label/--taint: its node updates may change
-                                           only our label, checked-at label and taint
+                                           only our labels (verdict, time, busbw, run) and taint
     CronJob <name>                         a pod that runs `nccl-k8s nodes check ARGS`
 
 The RBAC is api._access.nodes_check_access: ACCESS cut to what one check with these options
@@ -29,6 +29,7 @@ Pure: no client.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import re
 
 import yaml
@@ -137,6 +138,14 @@ class Schedule:
         return "--idle-only" in self.check_options
 
     @property
+    def network_policy(self) -> bool:
+        """Whether the pair tests make a NetworkPolicy: unless `--network-policy off`."""
+        opts = self.check_options
+        values = [b for a, b in itertools.pairwise(opts) if a == "--network-policy"]
+        values += [a.split("=", 1)[1] for a in opts if a.startswith("--network-policy=")]
+        return "off" not in values
+
+    @property
     def subject(self) -> Subject:
         return Subject("ServiceAccount", self.name, self.namespace)
 
@@ -169,7 +178,9 @@ def check_schedule(s: Schedule) -> None:
 
 def schedule_access(s: Schedule) -> list[Access]:
     """What the schedule's check sends: the entries its Role and ClusterRole grant."""
-    return nodes_check_access(label=s.writes, idle_only=s.idle_only)
+    return nodes_check_access(
+        label=s.writes, idle_only=s.idle_only, network_policy=s.network_policy
+    )
 
 
 def _rules(entries: list[Access]) -> list[Obj]:
