@@ -327,7 +327,8 @@ def test_pod_killed_mid_run_fails_the_run_naming_rank_pod_node(
     assert "engine-from /opt/nccl-k8s/nccl_k8s.pyz/nccl_k8s/bench/__main__.py" in killed["log1"]
     # The failed run is ended: what the deploy made is deleted and its pods are gone.
     assert (
-        f"(deleted what this deploy created: Job/{rid}, Service/{rid}, ConfigMap/{rid}-engine; "
+        f"(deleted what this deploy created: Job/{rid}, Service/{rid}, NetworkPolicy/{rid}, "
+        f"ConfigMap/{rid}-engine; "
         "its pods are gone." in res.output
     )
     assert labelled(cluster, ns) == []
@@ -496,7 +497,8 @@ def test_more_gpus_than_any_node_waits_the_schedule_timeout_then_leaves_nothing(
     assert events and events[0]["message"] in error
     assert "Insufficient nvidia.com/gpu" in error
     assert (
-        f"(deleted what this deploy created: Job/{rid}, Service/{rid}, ConfigMap/{rid}-engine; "
+        f"(deleted what this deploy created: Job/{rid}, Service/{rid}, NetworkPolicy/{rid}, "
+        f"ConfigMap/{rid}-engine; "
         "its pods are gone." in error
     )
     assert labelled(cluster, ns) == []  # no Job, pod, Service or ConfigMap of the run
