@@ -96,8 +96,55 @@ def timed_check(cluster: Cluster, namespace: str, *args: str) -> Any:
     return check(cluster, namespace, *args)
 
 
-def test_healthy_nodes_are_all_good(cluster: Cluster, namespace: str, runs_dir: Path) -> None:
-    healthy = timed_check(cluster, namespace, "-o", "json")
+def test_healthy_nodes_are_all_good_in_one_round_on_one_loop_and_one_client(
+    cluster: Cluster, namespace: str, runs_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Six healthy nodes: all good in one round of 3 pair tests, and that round was in flight at
+    once on the check's one event loop and one API client, with no thread of ours started."""
+    parallel = 3  # 6 nodes: pass 1 is 3 pairs, all of them at once
+    connects: list[ClientSettings] = []
+    real_connect = KubeClient.connect.__func__  # type: ignore[attr-defined]
+
+    def connect(cls: type[KubeClient], settings: ClientSettings) -> KubeClient:
+        connects.append(settings)
+        return real_connect(cls, settings)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(KubeClient, "connect", classmethod(connect))
+    ours: list[threading.Thread] = []
+    cluster_threads: list[threading.Thread] = []
+    real_start = threading.Thread.start
+
+    def start(self: threading.Thread) -> None:
+        (ours if _started_by_nccl_k8s() else cluster_threads).append(self)
+        real_start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    # Each test of the first round waits at its collect until all of them are there: the
+    # moment the whole round is in flight, when the threads are counted.
+    clients: set[int] = set()
+    in_flight: list[dict[str, Any]] = []
+    arrived: list[str] = []
+    all_there: list[asyncio.Event] = []
+    real_collect = _nodecheck.collect_async  # type: ignore[attr-defined]  # the seam we wrap
+
+    async def collect_async(kc: KubeClient, run_id: str, **kw: Any) -> Any:
+        clients.add(id(kc))
+        if not all_there:
+            all_there.append(asyncio.Event())
+        arrived.append(run_id)
+        if len(arrived) == parallel:
+            extra = [
+                t for t in threading.enumerate() if t not in before and t not in cluster_threads
+            ]
+            jobs = [o for o in labelled(cluster, namespace) if o.startswith("jobs/")]
+            in_flight.append({"tests": list(arrived), "jobs": jobs, "extra_threads": extra})
+            all_there[0].set()
+        await asyncio.wait_for(all_there[0].wait(), CHECK_S)
+        return await real_collect(kc, run_id, **kw)
+
+    monkeypatch.setattr(_nodecheck, "collect_async", collect_async)
+    before = set(threading.enumerate())
+    healthy = timed_check(cluster, namespace, "-o", "json", "--parallel", str(parallel))
     assert healthy.exit_code == 0, healthy.output
     doc = json.loads(healthy.output[healthy.output.index("{") :])
     assert {v["node"]: v["verdict"] for v in doc["nodes"]} == dict.fromkeys(NODES, "good")
@@ -110,6 +157,14 @@ def test_healthy_nodes_are_all_good(cluster: Cluster, namespace: str, runs_dir: 
     first = tests[0]
     devices = load(runs_dir / first["run_id"] / "results.json").meta.devices
     assert sorted(str(d.node) for d in devices) == sorted([first["a"], first["b"]])
+    # The whole first round was in flight at once (its 3 runs there), on no thread of ours.
+    assert len(in_flight) == 1, in_flight
+    assert len(in_flight[0]["jobs"]) == parallel, in_flight
+    assert in_flight[0]["extra_threads"] == [], in_flight
+    assert [t.name for t in ours] == []  # none started, at any time of the check
+    # One client for the node listing, every test's deploy, collect and cleanup.
+    assert len(connects) == 1, connects
+    assert len(clients) == 1
     assert labelled(cluster, namespace) == []  # every test run was removed
 
 
@@ -333,67 +388,3 @@ def _started_by_nccl_k8s() -> bool:
             return True
         frame = frame.f_back
     return False
-
-
-def test_pair_tests_run_on_one_loop_and_one_client_without_threads(
-    cluster: Cluster, namespace: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    parallel = 3  # 6 nodes: pass 1 is 3 pairs, all of them at once
-    connects: list[ClientSettings] = []
-    real_connect = KubeClient.connect.__func__  # type: ignore[attr-defined]
-
-    def connect(cls: type[KubeClient], settings: ClientSettings) -> KubeClient:
-        connects.append(settings)
-        return real_connect(cls, settings)  # type: ignore[no-any-return]
-
-    monkeypatch.setattr(KubeClient, "connect", classmethod(connect))
-    ours: list[threading.Thread] = []
-    cluster_threads: list[threading.Thread] = []
-    real_start = threading.Thread.start
-
-    def start(self: threading.Thread) -> None:
-        (ours if _started_by_nccl_k8s() else cluster_threads).append(self)
-        real_start(self)
-
-    monkeypatch.setattr(threading.Thread, "start", start)
-    # Each test of the first round waits at its collect until all of them are there: the
-    # moment the whole round is in flight, when the threads are counted.
-    clients: set[int] = set()
-    in_flight: list[dict[str, Any]] = []
-    arrived: list[str] = []
-    all_there: list[asyncio.Event] = []
-    real_collect = _nodecheck.collect_async  # type: ignore[attr-defined]  # the seam we wrap
-
-    async def collect_async(kc: KubeClient, run_id: str, **kw: Any) -> Any:
-        clients.add(id(kc))
-        if not all_there:
-            all_there.append(asyncio.Event())
-        arrived.append(run_id)
-        if len(arrived) == parallel:
-            extra = [
-                t for t in threading.enumerate() if t not in before and t not in cluster_threads
-            ]
-            jobs = [o for o in labelled(cluster, namespace) if o.startswith("jobs/")]
-            in_flight.append({"tests": list(arrived), "jobs": jobs, "extra_threads": extra})
-            all_there[0].set()
-        await asyncio.wait_for(all_there[0].wait(), CHECK_S)
-        return await real_collect(kc, run_id, **kw)
-
-    monkeypatch.setattr(_nodecheck, "collect_async", collect_async)
-    before = set(threading.enumerate())
-    res = cli(
-        cluster, "nodes", "check", "-n", namespace, "--gpus-per-node", "1", "--threshold", "0.05",
-        "--parallel", str(parallel), "-o", "json", *ENGINE,
-    )  # fmt: skip
-    assert res.exit_code == 0, res.output
-    doc = json.loads(res.output[res.output.index("{") :])
-    assert len(doc["tests"]) == 3 and all(t["busbw"] for t in doc["tests"]), doc["tests"]
-    # The whole first round was in flight at once (its 3 runs there), on no thread of ours.
-    assert len(in_flight) == 1, in_flight
-    assert len(in_flight[0]["jobs"]) == parallel, in_flight
-    assert in_flight[0]["extra_threads"] == [], in_flight
-    assert [t.name for t in ours] == []  # none started, at any time of the check
-    # One client for the node listing, every test's deploy, collect and cleanup.
-    assert len(connects) == 1, connects
-    assert len(clients) == 1
-    assert labelled(cluster, namespace) == []
