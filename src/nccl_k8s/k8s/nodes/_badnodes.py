@@ -110,6 +110,11 @@ class Findings:
         return [n for n in self.nodes if n.verdict != "good"]
 
     @property
+    def good(self) -> list[str]:
+        """The nodes called good: the ends of the tests across domains and of --links."""
+        return [n.node for n in self.nodes if n.verdict == "good"]
+
+    @property
     def bad(self) -> list[str]:
         return [n.node for n in self.nodes if n.verdict == "bad"]
 

@@ -402,7 +402,7 @@ async def nodes_check_async(
             tests = await _passes(runner, candidates, threshold, at_once, say, planner)
         findings = verdicts(candidates, [t.result for t in tests], threshold)
         if by_topology and pairing == "auto":
-            cross = await _cross(runner, findings, tests, domain_of, at_once, say)
+            cross = await _more_rounds(runner, _across(findings, domain_of), tests, at_once, say)
         if links is not None:
             more = await _links(runner, findings, tests + cross, links, at_once, say)
             tests += [t for t in more if inside(t.result)]
@@ -516,21 +516,25 @@ def _cross_why(r: PairResult, findings: Findings) -> str:
     )
 
 
-async def _cross(
+def _across(findings: Findings, domain_of: dict[str, str]) -> list[list[tuple[str, str]]]:
+    """--pairing auto: the rounds across the domains among the good nodes (nodes._domains)."""
+    return cross_rounds(findings.good, domain_of)
+
+
+async def _more_rounds(
     runner: _Runner,
-    findings: Findings,
+    rounds: list[list[tuple[str, str]]],
     tests: list[PairTest],
-    domain_of: dict[str, str],
     parallel: int,
     say: ProgressFn,
+    what: str = "across domains",
 ) -> list[PairTest]:
-    """--pairing auto: tests across the domains among the good nodes (nodes._domains)."""
-    good = [v.node for v in findings.nodes if v.verdict == "good"]
-    rounds = cross_rounds(good, domain_of)
+    """Rounds run after the passes (tests across domains, --links), numbered on from the last
+    test's pass, each said first."""
     pass_no = max((t.result.pass_no for t in tests), default=0) + 1
     out: list[PairTest] = []
     for i, pairs in enumerate(rounds, start=pass_no):
-        say(f"across domains, round {i - pass_no + 1}: {', '.join(f'{a} + {b}' for a, b in pairs)}")
+        say(f"{what}, round {i - pass_no + 1}: {', '.join(f'{a} + {b}' for a, b in pairs)}")
         out += await runner.run(pairs, i, parallel)
     return out
 
@@ -569,7 +573,7 @@ async def _links(
 ) -> list[PairTest]:
     """--links: rounds over the good nodes covering every link (or `links` random rounds),
     leaving out the links already measured; the cost is said first."""
-    good = [v.node for v in findings.nodes if v.verdict == "good"]
+    good = findings.good
     done = {frozenset((t.result.a, t.result.b)) for t in tests if not t.result.inconclusive}
     rounds = link_rounds(good, sample=None if links == "all" else links)
     rounds = [r for r in ([p for p in rnd if frozenset(p) not in done] for rnd in rounds) if r]
@@ -579,12 +583,7 @@ async def _links(
         f"--links {links}: {count} more tests among {len(good)} good nodes in {len(rounds)} "
         f"rounds, about {waves} x one pair test"
     )
-    pass_no = max((t.result.pass_no for t in tests), default=0) + 1
-    out: list[PairTest] = []
-    for i, pairs in enumerate(rounds, start=pass_no):
-        say(f"links, round {i - pass_no + 1}: {', '.join(f'{a} + {b}' for a, b in pairs)}")
-        out += await runner.run(pairs, i, parallel)
-    return out
+    return await _more_rounds(runner, rounds, tests, parallel, say, "links")
 
 
 __all__ = [

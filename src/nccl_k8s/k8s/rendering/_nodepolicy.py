@@ -24,8 +24,8 @@ if TYPE_CHECKING:
     from nccl_k8s.k8s.rendering._rbac import Subject
 
 ADMISSION = "admissionregistration.k8s.io/v1"
-#: The label and the taint `nodes check --label/--taint` writes (k8s.nodes._nodecheck's
-#: LABEL_KEY and TAINT_KEY; tests/test_rbac.py holds the two equal).
+#: The label and the taint `nodes check --label/--taint` writes (k8s.nodes._labels names them
+#: LABEL_KEY and TAINT_KEY: these very strings, so the policy and the writer cannot drift).
 NODE_LABEL_KEY = "nccl-k8s/node-check"
 #: Beside the verdict: when the check that gave it ended, in unix seconds (a label value may
 #: hold only [A-Za-z0-9._-], so no ISO time), read back by `--skip-checked-within`.
