@@ -6,7 +6,6 @@ function (k8s.node_history) does the work, this module prints it.
 from __future__ import annotations
 
 import json
-import re
 from typing import Annotated
 
 import typer
@@ -21,9 +20,7 @@ from nccl_k8s.cli._options import (
     output_format,
 )
 from nccl_k8s.errors import UsageError
-
-#: A node's name is a DNS subdomain (RFC 1123), at most 253 characters.
-_NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+from nccl_k8s.spec import is_dns_subdomain
 
 NodeOpt = Annotated[
     str | None,
@@ -45,7 +42,7 @@ def nodes_history_command(
     from nccl_k8s import k8s
 
     fmt = output_format(output)
-    if node is not None and (len(node) > 253 or not _NODE_NAME.match(node)):
+    if node is not None and not is_dns_subdomain(node):  # a node's name: a DNS subdomain
         raise UsageError(
             f"--node {node!r}: expected a node name (lowercase letters, digits, '-' and '.')",
             key="--node",

@@ -92,8 +92,13 @@ def dns_label(flag: str, value: str, *, max_len: int = 63) -> str:
     return value
 
 
+def is_dns_subdomain(value: str) -> bool:
+    """A DNS-1123 subdomain (RFC 1123): the form of a node's, namespace's or object's name."""
+    return len(value) <= 253 and _DNS1123_SUBDOMAIN.match(value) is not None
+
+
 def dns_subdomain(flag: str, value: str) -> str:
-    if len(value) > 253 or not _DNS1123_SUBDOMAIN.match(value):
+    if not is_dns_subdomain(value):
         raise UsageError(
             f"{flag} {quote(value)}: expected a DNS-1123 name (lowercase letters, digits, '-' and '.', "
             "at most 253 characters)",
