@@ -11,7 +11,7 @@ TORCH_INDEX ?=
 STAMP_RUN  := $(VENV)/.stamp-run
 STAMP_TEST := $(VENV)/.stamp-test
 
-.PHONY: run test lint typecheck contracts unit pytest dist check-dist clean bench-check
+.PHONY: run test lint typecheck contracts unit pytest dist check-dist clean bench-check loops loops-check
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -31,8 +31,8 @@ run: $(STAMP_RUN)
 	$(VENV)/bin/nccl-k8s run -b 8 -e 1M -f 4
 
 lint: $(STAMP_TEST)
-	$(VENV)/bin/ruff check src tests benchmarks
-	$(VENV)/bin/ruff format --check src tests benchmarks
+	$(VENV)/bin/ruff check src tests benchmarks tools
+	$(VENV)/bin/ruff format --check src tests benchmarks tools
 
 typecheck: $(STAMP_TEST)
 	$(VENV)/bin/mypy
@@ -77,6 +77,23 @@ check-dist: dist
 # when present) and fails when a figure is worse than BENCHMARKS.md's by more than its noise band.
 bench-check: $(STAMP_TEST)
 	$(PY) benchmarks/bench_check.py
+
+# The engine's timed C loop, cross-built for every machine it ships for (tools/build_loops.py:
+# Zig's cc from the pinned ziglang wheel, ~80 MB, in its own venv; not part of `test`, which
+# checks the committed libraries against their digests and the loop's text instead).
+# `loops` rewrites src/nccl_k8s/bench/loops/ and _loops.py after the loop's text changed;
+# `loops-check` rebuilds and fails when the committed bytes are not what the text builds to.
+ZIG_VENV := $(VENV)/zig
+$(ZIG_VENV)/.stamp: | $(PY)
+	$(PYTHON) -m venv $(ZIG_VENV)
+	$(ZIG_VENV)/bin/pip install -q ziglang==0.13.0
+	touch $@
+
+loops: $(ZIG_VENV)/.stamp
+	$(ZIG_VENV)/bin/python tools/build_loops.py
+
+loops-check: $(ZIG_VENV)/.stamp
+	$(ZIG_VENV)/bin/python tools/build_loops.py --check
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info

@@ -5,7 +5,7 @@ installed into a fresh venv (VENV_BIN is its bin/). Not a pytest module: it need
 files and, for the venv, PyPI (the core dependencies); `make test` stays offline.
 
 Checks, each a line on failure (exit 1): one wheel and one sdist of this version; the wheel
-holds the package, py.typed and LICENSE, and no tests; its metadata names the license (SPDX),
+holds the package, py.typed, the timed loops it ships and LICENSE, and no tests; its metadata names the license (SPDX),
 a readme, the extras the CLI's hints name, and only classifiers PyPI accepts (the
 trove-classifiers package, when installed); the sdist holds LICENSE, README.md and
 pyproject.toml; the installed `nccl-k8s --help` and a `render` run (no extra installed).
@@ -32,7 +32,8 @@ def _metadata(wheel: Path) -> email.message.Message:
 def check_wheel(wheel: Path, problems: list[str]) -> None:
     with zipfile.ZipFile(wheel) as z:
         names = z.namelist()
-    for must in (f"{MODULE}/__init__.py", f"{MODULE}/py.typed", f"{MODULE}/cli/main.py"):
+    loops = [f"{MODULE}/bench/loops/loop-{m}.so" for m in ("x86_64", "aarch64")]
+    for must in (f"{MODULE}/__init__.py", f"{MODULE}/py.typed", f"{MODULE}/cli/main.py", *loops):
         if must not in names:
             problems.append(f"{wheel.name}: {must} missing")
     if not any(n.endswith(".dist-info/licenses/LICENSE") for n in names):

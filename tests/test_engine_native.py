@@ -1,4 +1,5 @@
-"""The native timed loop (bench.native) makes exactly the calls the Python loop makes.
+"""The native timed loop (bench.native) makes exactly the calls the Python loop makes, both the
+library shipped for this machine and the one its compiler builds.
 
 Checked against a small C library built here that records every call and its arguments, in
 place of libnccl: the order of calls over the rotations, every argument type (pointers, size_t,
@@ -63,15 +64,25 @@ def _program(
     )  # fmt: skip
 
 
-@pytest.fixture
-def fake(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+@pytest.fixture(params=["shipped", "built"])
+def fake(
+    request: pytest.FixtureRequest, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> Any:
+    """The fake library, with the loop each way it is had: the shipped library of this machine
+    (bench/loops/) and the one this machine's compiler builds."""
     if shutil.which("cc") is None:
         pytest.skip("no C compiler here")
+    if request.param == "shipped" and not native.shipped_bytes():
+        pytest.skip("no loop ships for this machine")
+    if request.param == "built":
+        monkeypatch.setattr(native, "shipped_bytes", lambda: None)
     (tmp_path / "fake.c").write_text(FAKE)
     subprocess.run(["cc", "-O1", "-shared", "-fPIC", "-o", str(tmp_path / "fake.so"), str(tmp_path / "fake.c")], check=True)  # fmt: skip
     monkeypatch.delenv("NCCL_K8S_NATIVE_LOOP", raising=False)  # on by default
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     native.native_loop.cache_clear()
+    loop = native.native_loop()
+    assert loop is not None and loop.origin == request.param
     yield ctypes.CDLL(str(tmp_path / "fake.so"))
     native.native_loop.cache_clear()
 
@@ -129,17 +140,3 @@ def test_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
         assert native.native_loop() is None
     finally:
         native.native_loop.cache_clear()
-
-
-@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler to build the loop with")
-def test_a_prebuilt_loop_is_used_where_there_is_no_compiler(
-    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # The slim image builds the loop into its cache at build time; its pods have no compiler.
-    monkeypatch.setenv("NCCL_K8S_CACHE_DIR", str(tmp_path / "image-cache"))
-    path = native.prebuild()
-    assert path is not None and path.startswith(str(tmp_path / "image-cache"))
-    monkeypatch.setattr(native, "_compiler", lambda: None)
-    assert native.build_shared(native._SOURCE, "loop") == path
-    # Only a library of the same text (and machine and version) is taken.
-    assert native.build_shared(native._SOURCE + "\n", "loop") is None

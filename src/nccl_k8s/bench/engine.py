@@ -88,6 +88,8 @@ class Engine:
         self._skip_noted: set[str] = set()
         self.native = False
         """The direct driver's timed loop runs in C (bench.native)."""
+        self.timer = "python"
+        """Which loop times the ops: c-shipped, c-built (bench.native) or python."""
 
     # -- setup ---------------------------------------------------------------------------
     def header(self) -> None:
@@ -96,7 +98,7 @@ class Engine:
         torch_v = v["torch"] or "none"
         driver = f" driver={self.r.driver}" if self.r.driver else ""
         if self.r.comm is not None:
-            driver += f" timer={'c' if self.native else 'python'}"
+            driver += f" timer={self.timer}"
         version_line = (
             f"# nccl-k8s version {__version__} {lib} torch={torch_v} "
             f"backend={self.r.backend}{driver} world={self.r.world}"
@@ -475,6 +477,7 @@ class Engine:
         self.devices = r.gather_object(r.device_info())
         loop = native_loop() if r.comm is not None else None
         self.native = loop is not None and bool(loop.stream_query)  # the header says which timer
+        self.timer = f"c-{loop.origin}" if loop is not None and self.native else "python"
         self.header()
         stage("header")
         if cfg.blocking == 3 and cfg.graph and r.rank == 0:

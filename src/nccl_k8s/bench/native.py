@@ -2,29 +2,36 @@
 
 At world size 1 on an H200 an eager small collective costs NCCL a few microseconds of host time,
 and the Python loop with a ctypes call adds one to two more (BENCHMARKS.md). nccl-tests' loop is
-C. This module compiles a short C loop with the machine's C compiler (cc, gcc or clang; stock
-PyTorch runtime images have none, and then the Python loop runs as before) once per machine and
-version: the library is cached (`cache_dir`: NCCL_K8S_CACHE_DIR, ~/.cache/nccl-k8s, or the temp
-dir; private to the user, and one another user could write is refused: `unsafe`), named by its text, the machine, the compiler and our version, so a later run only loads it
-(the slim image carries it prebuilt). It is loaded with ctypes and handed the addresses of the
+C. The loop below ships with the engine, built for x86_64 and aarch64 (bench/loops/, by
+tools/build_loops.py: `make loops`), so pods run it in stock PyTorch images, which have no C
+compiler. Before it is loaded its bytes are checked against the sha256 digest bench._loops
+holds (the engine's own code, which a pod gets in the zipapp whose digest the wrapper checks):
+nothing of the node's is trusted, and a library whose digest differs is refused, said on
+stderr. The checked bytes are loaded from an anonymous in-memory file (memfd), so what is
+loaded is what was checked; without one, from a private cache file checked again once written.
+Elsewhere (another machine, or the shipped one refused) the machine's C compiler (cc, gcc or
+clang) builds it once per machine and version into the cache (`cache_dir`: NCCL_K8S_CACHE_DIR,
+~/.cache/nccl-k8s, or the temp dir; private to the user, and one another user could write is
+refused: `unsafe`), named by its text, the machine, the compiler and our version; with neither,
+the Python loop runs. It is loaded with ctypes and handed the addresses of the
 libnccl functions and their arguments. `nk_timed` takes the clock, issues `iters` ops (rotating
 through the buffer exactly as the Python loop does), polls the stream with the driver's
 cuStreamQuery and ncclCommGetAsyncError until the work is done, as nccl-tests does, and takes the
 clock again: the span nccl-tests times, with nothing of Python's inside it. With -G it launches
 the captured graph G times the same way (cuGraphLaunch).
 
-NCCL_K8S_NATIVE_LOOP=0 turns it off (the Python loop), 1 or unset uses it where it builds; the
-meta line says which ran (`native_loop`). BENCHMARKS.md has the figures that decided it.
-"""
+NCCL_K8S_NATIVE_LOOP=0 turns it off (the Python loop), 1 or unset uses it where it loads or
+builds; the header and meta line say which ran (`timer=c-shipped`, `c-built` or `python`).
+BENCHMARKS.md has the figures that decided it."""
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
 import functools
-import glob
 import hashlib
 import os
+import pkgutil
 import platform
 import shutil
 import stat
@@ -157,7 +164,9 @@ class Program:
 
 
 class NativeLoop:
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, origin: str = "built") -> None:
+        self.origin = origin
+        """Where the library came from: "shipped" (bench/loops/) or "built" (the compiler)."""
         self.lib = ctypes.CDLL(path)
         self.loop = self.lib.nk_loop
         self.loop.argtypes = [
@@ -191,16 +200,15 @@ def _driver_address(name: str) -> int:
         return 0
 
 
-def unsafe(path: str, *, root_too: bool = False) -> str:
+def unsafe(path: str) -> str:
     """Why compiled code at `path` (a cache directory or a file in it) may not be trusted: owned
-    by another user (root too, for a prebuilt image's files), or writable by its group or by
-    everyone, so that another user could plant a library of the right name; "" when it may."""
+    by another user, or writable by its group or by everyone, so that another user could plant a
+    library of the right name; "" when it may."""
     try:
         st = os.stat(path)
     except OSError as e:
         return f"cannot be read ({e.strerror})"
-    owners = (os.getuid(), 0) if root_too else (os.getuid(),)
-    if st.st_uid not in owners:
+    if st.st_uid != os.getuid():
         return f"owned by uid {st.st_uid}, not by this user (uid {os.getuid()})"
     if st.st_mode & 0o022:
         return f"writable by its group or by everyone (mode {stat.S_IMODE(st.st_mode):04o})"
@@ -278,7 +286,7 @@ def build_shared(source: str, stem: str) -> str | None:
     cc = _compiler()
     digest = hashlib.sha256(source.encode()).hexdigest()[:16]
     if cc is None:
-        return _prebuilt(f"{stem}-{__version__}-{platform.machine()}-*-{digest}.so")
+        return None
     name = f"{stem}-{__version__}-{platform.machine()}-{os.path.basename(cc)}-{digest}.so"
     out = cache_path(name) or os.path.join(tempfile.mkdtemp(prefix="nccl-k8s-"), name)
     if cached(out):
@@ -299,34 +307,91 @@ def build_shared(source: str, stem: str) -> str | None:
     return out if os.path.exists(out) else None
 
 
-def _prebuilt(pattern: str) -> str | None:
-    """Without a compiler: a library of the same text, machine and version that one built
-    before (the slim image builds the loop into its NCCL_K8S_CACHE_DIR, which a pod's user may
-    not be able to write: looked at even then, and trusted when root owns it)."""
-    for folder in (os.environ.get("NCCL_K8S_CACHE_DIR"), cache_dir()):
-        if not folder or unsafe(folder, root_too=True):
-            continue
-        found = [f for f in sorted(glob.glob(os.path.join(folder, pattern)))
-                 if not unsafe(f, root_too=True)]  # fmt: skip
-        if found:
-            return found[0]
-    return None
+def source_sha256() -> str:
+    """sha256 of the loop's text, as bench._loops records the text its libraries were built from."""
+    return hashlib.sha256(_SOURCE.encode()).hexdigest()
 
 
-def prebuild() -> str | None:
-    """Build the timed loop into the cache now (an image's build step, where a compiler is);
-    its path, None without a compiler."""
-    return build_shared(_SOURCE, "loop")
+def shipped_name(machine: str) -> str:
+    """The shipped library's file name in bench/loops/ for a platform.machine()."""
+    return f"loop-{machine}.so"
+
+
+def _say(line: str) -> None:
+    sys.stderr.write(f"nccl-k8s: {line}\n")
+
+
+def shipped_bytes() -> bytes | None:
+    """This machine's shipped library once its digest is checked; None where none ships for
+    it, or (said on stderr, with what runs instead) when its bytes or the text it was built
+    from are not the ones bench._loops records."""
+    from nccl_k8s.bench import _loops
+
+    machine = platform.machine()
+    name, want = shipped_name(machine), _loops.SHA256.get(machine)
+    if want is None:
+        return None
+    instead = (
+        "the loop is built here with " + cc
+        if (cc := _compiler())
+        else "the Python loop times the ops"
+    )
+    if source_sha256() != _loops.SOURCE_SHA256:
+        _say(
+            f"not loading the shipped timing loop loops/{name}: it was built from another text of the loop; {instead}"
+        )
+        return None
+    try:
+        data = pkgutil.get_data(__package__ or "nccl_k8s.bench", f"loops/{name}")
+    except OSError:
+        data = None
+    if data is None:
+        _say(f"the shipped timing loop loops/{name} is missing; {instead}")
+        return None
+    got = hashlib.sha256(data).hexdigest()
+    if got != want:
+        _say(
+            f"refusing the shipped timing loop loops/{name}: its sha256 is {got}, not {want}; {instead}"
+        )
+        return None
+    return data
+
+
+def _load_checked(data: bytes) -> NativeLoop:
+    """The checked bytes loaded as they are: from a memfd only this process holds, else from a
+    private cache file whose digest is checked again after it is written (OSError: neither)."""
+    digest = hashlib.sha256(data).hexdigest()
+    with contextlib.suppress(AttributeError, OSError):
+        fd = os.memfd_create("nccl-k8s-loop", os.MFD_CLOEXEC)
+        try:
+            with os.fdopen(fd, "wb", closefd=False) as f:
+                f.write(data)
+            return NativeLoop(f"/proc/self/fd/{fd}", origin="shipped")
+        finally:
+            os.close(fd)
+    path = cache_path(f"loop-shipped-{platform.machine()}-{digest[:16]}.so")
+    if path is None:
+        raise OSError("no private folder to load the shipped loop from")
+    write_atomic(path, data)
+    with open(path, "rb") as f:
+        if unsafe(path) or hashlib.sha256(f.read()).hexdigest() != digest:
+            raise OSError(f"{path} changed after it was written")
+    return NativeLoop(path, origin="shipped")
 
 
 @functools.lru_cache(maxsize=1)
 def native_loop() -> NativeLoop | None:
-    """The loop unless NCCL_K8S_NATIVE_LOOP=0, when a compiler builds it; else None (Python)."""
+    """The loop unless NCCL_K8S_NATIVE_LOOP=0: the shipped one where it is this machine's and its
+    digest holds, else one the machine's compiler builds; None where neither (the Python loop)."""
     if os.environ.get("NCCL_K8S_NATIVE_LOOP", "1") == "0":
         return None
+    data = shipped_bytes()
+    if data is not None:
+        with contextlib.suppress(OSError):
+            return _load_checked(data)
     try:
         path = build_shared(_SOURCE, "loop")
-        return NativeLoop(path) if path else None
+        return NativeLoop(path, origin="built") if path else None
     except OSError:
         return None
 
@@ -341,7 +406,9 @@ __all__ = [
     "cache_path",
     "cached",
     "native_loop",
-    "prebuild",
+    "shipped_bytes",
+    "shipped_name",
+    "source_sha256",
     "unsafe",
     "write_atomic",
 ]

@@ -183,6 +183,7 @@ def run_meta(engine: Engine) -> dict[str, Any]:
         "timeout_s": engine.wd.timeout_s,
         "buffers": r.allocator,
         "native_loop": engine.native,
+        "timer": engine.timer if r.comm is not None else None,
         "config": meta_config(dataclasses.replace(cfg, maxbytes=engine.maxbytes, blocking=engine.blocking)),
     }  # fmt: skip
 
