@@ -15,12 +15,18 @@
 #      proto   n200, both with NCCL_PROTO=Simple NCCL_ALGO=Ring (reduce, sendrecv)
 #      fast    n200, both pinned to the one CPU with the lowest memcpy latency (PARTS=modes runs
 #      slow    first and picks it), or to the one with the highest
+#      pod     n200, ours as a pod runs it (issue 40): from the engine zipapp (.pod/nccl_k8s.pyz,
+#              carried, or built here), a PATH with no C compiler on it ($NOCC: /usr/bin and /bin
+#              less every compiler, as the stock images have none), an empty cache per process
 #   nvidia-smi logs the clocks meanwhile (read only). No round starts past DEADLINE_S. Both sides
 #   load the same libnccl, the wheel's (LIBNCCL; empty: the engine's own choice, which without
 #   torch is whatever `libnccl.so.2` the loader finds first, the image's 2.28.3 on this machine).
 #   PARTS=modes  benchmarks/memcpy_latency.cu (the one cudaMemcpyAsync NCCL makes of an
 #              out-of-place op at one rank, and an empty kernel, without NCCL): 12 processes of 8
 #              streams each, then one process pinned to each CPU; into modes/.
+# PARTS=pod renders on the device, or takes .pod/render.json when carried (rendered here by
+# `nccl-k8s render --launcher direct ... -o json`: the device then needs no CLI wheels), and runs
+# the pod with $NOCC as its PATH; pod.txt records which timer its header names.
 # Writes $OUT/small_ab.tgz (every output; rewritten after each round) and prints the tables of
 # benchmarks/small_ab_tables.py.
 set -uo pipefail
@@ -46,17 +52,28 @@ export NCCL_K8S_CACHE_DIR=/tmp/nk-cache NCCL_K8S_RUNS_DIR=/tmp/nk-runs
 VENV=/tmp/notorch; python3 -m venv --without-pip "$VENV" >/dev/null 2>&1 || /usr/bin/python3 -m venv --without-pip "$VENV"
 VSITE=$("$VENV/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
 for e in "$SITE"/*; do b=$(basename "$e"); case "$b" in torch*|functorch*|triton*|pytorch_lightning*|lightning*|*torch_geometric*) continue;; esac; ln -sf "$e" "$VSITE/$b"; done
+# A PATH without a C compiler (the stock images have none): every program of /usr/local/bin,
+# /usr/bin and /bin but the compilers, assemblers and linkers.
+NOCC=/tmp/nocc; mkdir -p "$NOCC"
+for d in /usr/local/bin /usr/bin /bin; do for f in "$d"/*; do b=$(basename "$f")
+  case "$b" in cc|c89*|c99*|gcc*|g++*|c++*|clang*|cpp*|*-gcc*|*-g++*|*-cc|tcc|ld|ld.*|as|*-ld|*-as|nvcc) continue;; esac
+  [[ -e "$NOCC/$b" ]] || ln -s "$f" "$NOCC/$b"; done; done
+echo "compilers on the pods' PATH: $(PATH=$NOCC command -v cc gcc clang tcc | tr '\n' ' ')(none when empty)" >> "$R/versions.txt"
+PYZ=/tmp/nk.pyz
+if [[ -f .pod/nccl_k8s.pyz ]]; then cp .pod/nccl_k8s.pyz "$PYZ"; fi
 
 if [[ $PARTS == *pod* ]]; then
   # render needs the CLI's packages (lightkube ...): the carried wheels, for the render alone.
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl > "$R/pip.log" 2>&1
   # What a headless Service gives a pod: its own name resolves to itself.
   getent hosts pod-entry-0.pod-entry > /dev/null || echo "127.0.0.1 pod-entry-0.pod-entry" >> /etc/hosts
+  if [[ -f .pod/render.json ]]; then cp .pod/render.json "$R/pod_render.json"; echo "render rc=0 (carried)" | tee "$R/pod.txt"; else
   PYTHONPATH=$PWD/src:/tmp/site "$VENV/bin/python" -c 'from nccl_k8s.cli.main import main; main()' render \
     --launcher direct --nodes 1 --gpus-per-node 1 --run-id pod-entry -n default -o json -- --ops all -b 8 -e 1M -f 32 \
-    > "$R/pod_render.json" 2> "$R/pod_render.err"; echo "render rc=$?" | tee "$R/pod.txt"
-  ( cd /tmp && timeout 240 "$VENV/bin/python" "$OLDPWD/benchmarks/pod_entry.py" run "$R/pod_render.json" \
+    > "$R/pod_render.json" 2> "$R/pod_render.err"; echo "render rc=$?" | tee "$R/pod.txt"; fi
+  ( cd /tmp && timeout 240 env PATH="$NOCC" "$VENV/bin/python" "$OLDPWD/benchmarks/pod_entry.py" run "$R/pod_render.json" \
       --root /tmp/podroot --index 0 --python-bin "$VENV/bin" > "$R/pod_entry.log" 2>&1; echo "pod rc=$?" ) | tee -a "$R/pod.txt"
+  echo "pod header: $(grep -o 'driver=[a-z]* timer=[a-z-]*' "$R/pod_entry.log" | head -1); refusals: $(grep -c 'refusing the shipped' "$R/pod_entry.log")" | tee -a "$R/pod.txt"
   "$VENV/bin/python" -c "import torch" 2>&1 | tail -1 | tee -a "$R/pod.txt"
   PYTHONPATH=$PWD/src "$VENV/bin/python" benchmarks/pod_entry.py check "$R/pod_entry.log" --ops 10 | tee -a "$R/pod.txt"
   pack
@@ -75,9 +92,10 @@ if [[ $PARTS == *modes* ]]; then
   pack
 fi
 
-variant() {  # sets FL PIN ENV_BOTH ENV_OURS VOPS for variant $1
-  FL="$SIZES -n 200 -w 20"; PIN=""; ENV_BOTH=""; ENV_OURS=""; VOPS=$OPS
+variant() {  # sets V FL PIN ENV_BOTH ENV_OURS VOPS for variant $1
+  V=$1; FL="$SIZES -n 200 -w 20"; PIN=""; ENV_BOTH=""; ENV_OURS=""; VOPS=$OPS
   case $1 in
+    pod) ENV_OURS="PATH=$NOCC" ;;
     n20) FL="$SIZES -n 20 -w 5" ;;
     pin) PIN="taskset -c 4-7" ;;
     pyloop) ENV_OURS="NCCL_K8S_NATIVE_LOOP=0" ;;
@@ -87,8 +105,10 @@ variant() {  # sets FL PIN ENV_BOTH ENV_OURS VOPS for variant $1
   esac
 }
 LIBNCCL=${LIBNCCL-$NCCL_HOME/lib/libnccl.so.2}
-ours() {  # ours OP FILE
-  $PIN env $ENV_BOTH $ENV_OURS ${LIBNCCL:+NCCL_K8S_LIBNCCL=$LIBNCCL} PYTHONPATH="$PWD/src" "$VENV/bin/python" -m nccl_k8s.bench --backend nccl --ops "$1" $FL > "$2" 2>&1
+ours() {  # ours OP FILE (variant pod: from the zipapp, with an empty cache of its own)
+  local code=$PWD/src cache=$NCCL_K8S_CACHE_DIR
+  if [[ $V == pod ]]; then code=$PYZ; cache=$(mktemp -d /tmp/nk-empty.XXXXXX); fi
+  $PIN env $ENV_BOTH $ENV_OURS NCCL_K8S_CACHE_DIR="$cache" ${LIBNCCL:+NCCL_K8S_LIBNCCL=$LIBNCCL} PYTHONPATH="$code" "$VENV/bin/python" -m nccl_k8s.bench --backend nccl --ops "$1" $FL > "$2" 2>&1
 }
 ref() {  # ref OP FILE
   $PIN env $ENV_BOTH LD_LIBRARY_PATH="$NCCL_HOME/lib" "$NT/build/$1_perf" $FL -g 1 > "$2" 2>&1

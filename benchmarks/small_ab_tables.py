@@ -32,8 +32,11 @@ VARIANTS = {
     "proto": "-n 200 -w 20, both NCCL_PROTO=Simple NCCL_ALGO=Ring",
     "fast": "-n 200 -w 20, both pinned to the CPU of the lowest memcpy latency",
     "slow": "-n 200 -w 20, both pinned to the CPU of the highest memcpy latency",
+    "pod": "-n 200 -w 20, ours as a pod runs it: from the zipapp, no C compiler on PATH, an empty cache",
 }
-OPS = ("all_reduce", "all_gather", "reduce", "sendrecv")
+#: The A/A table's ops (issue 23's four); the A/B table has every op a run has.
+AA_OPS = ("all_reduce", "all_gather", "reduce", "sendrecv")
+OPS = (*AA_OPS, "broadcast", "reduce_scatter", "alltoall", "gather", "scatter")
 _FILE = re.compile(r"(\w+?)_r(\d+)_(\w+)_(ours|ref)\.txt$")
 
 #: {(variant, round, op, side): {size: (out-of-place us, in-place us)}}
@@ -143,7 +146,7 @@ def aa_table(t: Tables) -> list[str]:
             if not same:
                 continue
             spreads = []
-            for op in OPS:
+            for op in AA_OPS:
                 med = [
                     statistics.median(s[0] for s in t[(v, r, op, side)].values())
                     for r in rs
@@ -268,6 +271,27 @@ def libraries(folder: pathlib.Path) -> str:
     return f"NCCL loaded: ours {mine}; nccl-tests nccl-library={', '.join(sorted(ref))}."
 
 
+def _sizes(t: Tables) -> str:
+    sizes = sorted({s for rows in t.values() for s in rows})
+    return f"{_bytes(sizes[0])}-{_bytes(sizes[-1])} (-f 2, {len(sizes)} sizes)"
+
+
+def _bytes(n: int) -> str:
+    return f"{n >> 10} KB" if n >= 1024 else f"{n} B"
+
+
+def timers(folder: pathlib.Path) -> str:
+    """Which loop timed our side, per variant, from the headers (`timer=`); "" before it was said."""
+    seen: dict[str, set[str]] = {}
+    for path in (folder / "ab").glob("*_r*_*_ours.txt"):
+        m = _FILE.match(path.name)
+        found = re.findall(r" timer=([a-z-]+) ", path.read_text(errors="replace"))
+        if m and found:
+            seen.setdefault(m.group(1), set()).update(found)
+    said = "; ".join(f"{v}: {', '.join(sorted(x))}" for v, x in sorted(seen.items()))
+    return f" Our timer by variant (the header's `timer=`): {said}." if said else ""
+
+
 def section(folder: pathlib.Path) -> list[str]:
     versions = (folder / "versions.txt").read_text().splitlines()
     t = load(folder)
@@ -276,9 +300,10 @@ def section(folder: pathlib.Path) -> list[str]:
     out = [f"#### `{folder.name}`", ""]
     if t:
         out += [
-            f"Run {versions[0]} on one {gpu}, 8 B-64 KB (-f 2, 14 sizes), one process per op "
+            f"Run {versions[0]} on one {gpu}, {_sizes(t)}, one process per op "
             "and side, nccl-tests 2.19.6 built in the same call; ours from a virtual environment "
-            f"without torch. Ratios < 1: ours faster.{pinned(folder)} {libraries(folder)}",
+            f"without torch. Ratios < 1: ours faster.{pinned(folder)} {libraries(folder)}"
+            f"{timers(folder)}",
             "",
             *ab_table(t),
             "",
