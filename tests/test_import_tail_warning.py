@@ -19,6 +19,10 @@ OUTPUTS = sorted(
     for p in DATA.rglob("*")
     if p.is_file() and not p.name.startswith("README") and p.suffix != ".json"
 )
+#: Outputs re-typed as a pipe table with labelled columns: their rows, without the header (a
+#: tail), read as a table whose size is in bytes, which they are not; such a tail is refused
+#: ("no nccl-tests table found").
+LABELLED = {"datacrunch-blogs_gb300x72_labelled_pipe_table.md"}
 #: RunMeta field -> the words the warning uses for it.
 FIELDS = {
     "world_size": "world size",
@@ -80,6 +84,8 @@ def test_every_corpus_tail_names_each_field_it_lost(tmp_path: Path, path: Path) 
         whole = import_file(path)
     except ResultsError:
         pytest.skip("the whole file does not import (a failed run, or two runs in one file)")
+    if path.name in LABELLED:
+        pytest.skip("a pipe table whose labelled header alone says its size unit (GB): no tail")
     tail = _tail(path, tmp_path)
     code, warnings = _import(tail, tmp_path)
     assert code == 0

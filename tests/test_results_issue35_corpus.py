@@ -63,6 +63,17 @@ def _world_and_nodes(world: int, nodes: int) -> Callable[[Path], None]:
     return check
 
 
+def _decorated_read(rows: int, avg_busbw: float) -> Callable[[Path], None]:
+    """Not refused: the table's rows are read, and the decorated value as its number."""
+
+    def check(path: Path) -> None:
+        run = import_file(path)
+        assert len(run.rows) == rows
+        assert [s.avg_busbw for s in run.summaries] == [avg_busbw]
+
+    return check
+
+
 def _diag_findings(path: Path) -> None:
     """Not refused: the report's lines become findings, the `completed` line among them."""
     d = diagnose_files([path])
@@ -146,7 +157,13 @@ CLASSES: dict[str, list[Example]] = {
             PUBLIC / "oci-hpc-oke_mi300x16_rccl_four_nameless_ranks.txt", _world_and_nodes(16, 2)
         ),
     ],
-    "a pasted table with a decorated cell": [],
+    # Its decorated values are the footer's (`**`836.792 GB/s`**`), not a row's: see the README.
+    "a pasted table with a decorated cell": [
+        Example(
+            PUBLIC / "datacrunch-blogs_gb300x72_labelled_pipe_table.md",
+            _decorated_read(10, 836.792),
+        ),
+    ],
     # Documented example output of NVIDIA's and AMD's docs: no captured run is public yet.
     "`NCCL DIAG` reports": [
         Example(LOGS / "diag" / "nccl-docs_v2.31_active_diagnostics_examples.log", _diag_findings),

@@ -22,6 +22,10 @@ OUTPUTS = sorted(
     for p in (DATA / "nccl-tests").rglob("*")
     if p.is_file() and not p.name.startswith("README") and p.suffix != ".json"
 )
+#: Outputs re-typed as a pipe table with labelled columns: their rows, without the header (a
+#: tail), read as a table whose size is in bytes, which they are not; such a tail is refused
+#: ("no nccl-tests table found").
+LABELLED = {"datacrunch-blogs_gb300x72_labelled_pipe_table.md"}
 EVERY_FILE = sorted(p for p in DATA.rglob("*") if p.is_file())
 
 
@@ -37,6 +41,8 @@ def test_the_tail_imports_with_the_rows_of_the_whole(tmp_path: Path, path: Path)
     whole = _whole(path)
     if whole is None:
         pytest.skip("the whole file does not import")
+    if path.name in LABELLED:
+        pytest.skip("a pipe table whose labelled header alone says its size unit (GB): no tail")
     lines = path.read_text(errors="replace").splitlines(keepends=True)
     tail = tmp_path / path.name
     tail.write_text("".join(lines[-20:]))

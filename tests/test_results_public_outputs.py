@@ -19,7 +19,9 @@ from typer.testing import CliRunner
 from nccl_k8s.cli.main import app
 from nccl_k8s.errors import ResultsError
 from nccl_k8s.results import Run, dump, import_file, load
+from nccl_k8s.results.layouts import layout_from_labels
 from nccl_k8s.results.nccltests import parse_text
+from nccl_k8s.results.pastes import labelled_footer
 
 PUBLIC = Path(__file__).parent / "data" / "nccl-tests" / "public"
 
@@ -203,6 +205,7 @@ MORE = [
     "mscclpp-736_markdown_pipe_table.txt",
     "hisohara-ai-scripts_mi355x16_rccl_no_gpu_name.txt",
     "oci-hpc-oke_mi300x16_rccl_four_nameless_ranks.txt",
+    "datacrunch-blogs_gb300x72_labelled_pipe_table.md",
 ]
 
 
@@ -646,6 +649,39 @@ def test_a_markdown_pipe_table_is_read() -> None:
     assert (last.time_us, last.algbw, last.busbw, last.wrong) == (12.1, 21.67, 37.93, 0)
 
 
+def test_a_labelled_pipe_table_with_decorated_footer_values_is_read() -> None:
+    """Issue 35: an 18-node GB300 all_reduce pasted into a markdown report as a pipe table with
+    labelled columns (`| Message Size (GB) | Count (elements) | ... | In-place #wrong |`) and its
+    footer as list items with decorated values (`` `0` (OK)``, `` **`836.792 GB/s`** ``) was
+    refused ("no nccl-tests table found"). Read from the file by eye: 5 sizes 1-16 GB (count
+    268435456 floats = 1 GiB), out-of-place and in-place each; the first row's in-place busbw
+    725.75, the last's 918.89; the footer 0 OK and 836.792. The report's other pipe tables (GPU
+    specs with bold cells) are not nccl-tests tables and stay out."""
+    run = import_file(PUBLIC / "datacrunch-blogs_gb300x72_labelled_pipe_table.md")
+    assert run.ops() == ["all_reduce"] and len(run.rows) == 10
+    assert run.meta.op_identified[0].by == "command"
+    assert [r.size_bytes for r in run.rows[::2]] == [1 << k for k in range(30, 35)]
+    first, last = run.rows[0], run.rows[-1]
+    assert (first.count, first.dtype, first.redop, first.placement) == (
+        268435456,
+        "float",
+        "sum",
+        "out",
+    )
+    assert (first.time_us, first.algbw, first.busbw, first.wrong) == (2914.04, 368.47, 726.71, 0)
+    assert (run.rows[1].placement, run.rows[1].busbw) == ("in", 725.75)
+    assert (last.placement, last.time_us, last.algbw, last.busbw, last.wrong) == (
+        "in",
+        36873.3,
+        465.92,
+        918.89,
+        0,
+    )
+    assert [(s.op, s.out_of_bounds, s.ok, s.avg_busbw) for s in run.summaries] == [
+        ("all_reduce", 0, True, 836.792)
+    ]
+
+
 def test_device_lines_without_a_gpu_name_still_give_the_world() -> None:
     """Issue 35: rccl-tests on MI355X prints `device  0 [0000:75:00]` and no name; today the
     lines are not read and world size and nodes are None. Read from the file: ranks 0-15, eight
@@ -759,3 +795,38 @@ def test_a_cell_decorated_in_any_markdown_or_html_emphasis_is_read(
     path = tmp_path / "decorated.md"
     path.write_text(text.replace(" 468.57 ", f" {decorated} "))
     assert import_file(path).rows == import_file(src).rows
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        # A report's summary tables (tests/data/nccl-tests/public/README.md): not nccl-tests'.
+        "| Message size | Time (ms) | algbw (GB/s) | busbw (GB/s) | Errors |",
+        "| size | algbw (GB/s) | busbw (GB/s) |",
+        "| **Feature** | **GB300** | **GB200** | **B300** | **B200** |",
+        # Placements named in the wrong order.
+        "| Size (B) | Count | Type | In-place time (us) | In-place algbw | In-place busbw "
+        "| In-place #wrong | Out-of-place time (us) | Out-of-place algbw | Out-of-place busbw "
+        "| Out-of-place #wrong |",
+    ],
+)
+def test_a_pipe_table_whose_labels_are_not_nccl_tests_columns_is_no_table(header: str) -> None:
+    assert layout_from_labels(header) is None
+
+
+@pytest.mark.parametrize(
+    ("line", "footer"),
+    [
+        ("- Average bus bandwidth: **`836.792 GB/s`**", "# Avg bus bandwidth : 836.792"),
+        ("- Out-of-bounds values: `0` (OK)", "# Out of bounds values : 0 OK"),
+        ("**Avg bus bandwidth**: 146.948", "# Avg bus bandwidth : 146.948"),
+        ("* Out of bounds values: 4 FAILED", "# Out of bounds values : 4 FAILED"),
+        # Prose around the words is not the footer.
+        ("- **Avg bus bandwidth** (from the logs): AR OFF **20.827**; AR ON **20.8229**", None),
+        ("Avg bus bandwidth: 487 GB/s, always lower than peak", None),
+    ],
+)
+def test_a_footer_retyped_with_emphasis_is_read_as_the_footer(
+    line: str, footer: str | None
+) -> None:
+    assert labelled_footer(line) == footer

@@ -35,6 +35,8 @@ class Layout:
     groups: int
     #: Read from a row, not from a header: the columns are what the row's values imply.
     from_row: bool = False
+    #: Bytes per unit of the size column: 1, or 2**30 where a pasted table labels it `(GB)`.
+    size_unit: int = 1
 
     @property
     def width(self) -> int:
@@ -62,6 +64,78 @@ def layout_from_header(line: str) -> Layout | None:
     if len(kinds) != 1 or not kinds <= CHECK_COLUMNS:
         return None
     return Layout(lead, kinds.pop(), len(rest) // 4)
+
+
+# A markdown pipe table whose header labels nccl-tests' columns in words, as users re-type an
+# output for a report: `| Message Size (GB) | Count (elements) | Type | RedOp | Out-of-place time
+# (us) | Out-of-place algbw (GB/s) | ... | In-place #wrong |`. The label (emphasis, the placement
+# before it and the unit in parentheses aside) names the column; the units must be nccl-tests'
+# (time in us, bandwidths in GB/s), but for the size, which may be counted in KB, MB or GB: a
+# power of two, as nccl-tests' sizes are (its `-b 1G` is 2**30 bytes; 268435456 floats read
+# "1" in such a table).
+_LABEL = re.compile(r"^(?P<name>[^(]*?)\s*(?:\((?P<unit>[^)]*)\))?$")
+_PLACEMENT = re.compile(r"^(?:out[- ]of[- ]place|in[- ]place)\s+")
+_LABELS = {
+    "size": "size",
+    "message size": "size",
+    "bytes": "size",
+    "count": "count",
+    "type": "type",
+    "dtype": "type",
+    "redop": "redop",
+    "root": "root",
+    "time": "time",
+    "algbw": "algbw",
+    "busbw": "busbw",
+    "#wrong": "#wrong",
+    "wrong": "#wrong",
+    "error": "error",
+}
+_UNITS = {
+    "size": {
+        "": 1,
+        "b": 1,
+        "kb": 1 << 10,
+        "kib": 1 << 10,
+        "mb": 1 << 20,
+        "mib": 1 << 20,
+        "gb": 1 << 30,
+        "gib": 1 << 30,
+    },
+    "time": {"": 1, "us": 1},
+    "algbw": {"": 1, "gb/s": 1},
+    "busbw": {"": 1, "gb/s": 1},
+    "count": {"": 1, "elements": 1},
+}
+
+
+def layout_from_labels(line: str) -> Layout | None:
+    """The layout a pasted pipe table's labelled header names (see _LABELS), or None when the
+    line is not one: every cell must name an nccl-tests column, in nccl-tests' order."""
+    s = line.strip()
+    if not (s.startswith("|") and s.endswith("|")):
+        return None
+    names, placements, unit = [], [], 1
+    for cell in s.strip("|").split("|"):
+        m = _LABEL.match(undecorated(cell.strip()).lower())
+        if m is None:
+            return None
+        if p := _PLACEMENT.match(m.group("name")):
+            placements.append(p.group().strip()[:2])  # "ou" or "in"
+        name = _LABELS.get(_PLACEMENT.sub("", m.group("name")).strip())
+        units = _UNITS.get(name or "", {"": 1})
+        factor = units.get((m.group("unit") or "").strip())
+        if name is None or factor is None:
+            return None
+        if name == "size":
+            unit = factor
+        names.append(name)
+    layout = layout_from_header("# " + " ".join(names))
+    # Placements, where named, in nccl-tests' order: out-of-place, then in-place.
+    if layout is None or placements not in ([], ["ou"] * 4 + ["in"] * 4, ["ou"] * 4):
+        return None
+    layout.size_unit = unit
+    return layout
 
 
 def layout_from_row(toks: list[str]) -> Layout | None:
@@ -136,6 +210,7 @@ __all__ = [
     "GROUP",
     "Layout",
     "layout_from_header",
+    "layout_from_labels",
     "layout_from_row",
     "looks_numeric",
     "redop_left_blank",

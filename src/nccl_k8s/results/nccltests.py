@@ -51,6 +51,7 @@ from nccl_k8s.results.cutoff import CutOff, cut_off
 from nccl_k8s.results.layouts import (
     Layout,
     layout_from_header,
+    layout_from_labels,
     layout_from_row,
     looks_numeric,
     redop_left_blank,
@@ -61,7 +62,13 @@ from nccl_k8s.results.nccltests_json import (
     nccl_version_from_code,
     opt_int,
 )
-from nccl_k8s.results.pastes import failure_in, pipe_row, strip_prefixes, with_hash
+from nccl_k8s.results.pastes import (
+    failure_in,
+    labelled_footer,
+    pipe_row,
+    strip_prefixes,
+    with_hash,
+)
 from nccl_k8s.results.schema import (
     Device,
     IdentifiedBy,
@@ -184,6 +191,10 @@ class _TextParser:
         if not s:
             return
         s = with_hash(s)
+        if "|" in s and (labelled := layout_from_labels(s)) is not None:
+            self._open(labelled, where)
+            return
+        s = labelled_footer(s) or s
         if s.startswith("#"):
             self._comment(s, where)
             return
@@ -460,7 +471,10 @@ class _TextParser:
 
     def _row(self, layout: Layout, toks: list[str], where: str) -> list[Row]:
         lead = dict(zip(layout.lead, toks, strict=False))
-        size = int(lead["size"])
+        if layout.size_unit == 1:
+            size = int(lead["size"])
+        else:  # a pasted table's `Message Size (GB)`
+            size = round(_num(lead["size"], "size", where) * layout.size_unit)
         count = int(lead["count"]) if lead.get("count", "").isdigit() else None
         root = opt_int(lead.get("root"))
         base = len(layout.lead)

@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from nccl_k8s.results.layouts import undecorated
+
 # nccl-tests' own failure report: "host: Test NCCL failure common.cu:392 'unhandled ...'",
 # "Test CUDA failure ...", NCCL 1's "NCCL failure all_reduce.cu:95 '...'". It may follow a row
 # that was being printed when the run died.
@@ -115,6 +117,38 @@ def with_hash(s: str) -> str:
     return s
 
 
+# nccl-tests' footer re-typed as a list item or a sentence of a report, its value emphasised:
+# `- Out-of-bounds values: `0` (OK)`, `- Average bus bandwidth: **`836.792 GB/s`**`.
+_FOOTER_LABELS = {
+    "out of bounds values": "Out of bounds values",
+    "out-of-bounds values": "Out of bounds values",
+    "avg bus bandwidth": "Avg bus bandwidth",
+    "average bus bandwidth": "Avg bus bandwidth",
+}
+_FOOTER_LINE = re.compile(r"^(?:[-*+]\s+)?(?P<label>[^:]+):(?P<value>.+)$")
+_OOB_VALUE = re.compile(r"^(?P<n>\d+)(?:\s+\(?(?P<ok>OK|FAILED)\)?)?$")
+_AVG_VALUE = re.compile(r"^(?P<bw>\d+(?:\.\d*)?)(?:\s*GB/s)?$")
+
+
+def labelled_footer(s: str) -> str | None:
+    """nccl-tests' footer line (`# Out of bounds values : 0 OK`, `# Avg bus bandwidth : 836.792`)
+    that a stripped line re-types with its label in words and its value emphasised, or None when
+    the line is not one: the value must be the footer's alone (a number, its unit, OK/FAILED)."""
+    m = _FOOTER_LINE.match(s)
+    if m is None:
+        return None
+    label = _FOOTER_LABELS.get(re.sub(r"[*_`]", "", m.group("label")).strip().lower())
+    if label is None:
+        return None
+    words = undecorated(m.group("value").strip().strip("*_").strip()).split()
+    value = " ".join(undecorated(w) for w in words)
+    if label == "Out of bounds values" and (v := _OOB_VALUE.match(value)):
+        return f"# {label} : {v.group('n')} {v.group('ok') or ''}".rstrip()
+    if label == "Avg bus bandwidth" and (v := _AVG_VALUE.match(value)):
+        return f"# {label} : {v.group('bw')}"
+    return None
+
+
 def pipe_row(s: str) -> str:
     """A row of a markdown pipe table (`1024 | 512 | half | sum | ...`) as nccl-tests printed it;
     any other line unchanged."""
@@ -129,6 +163,7 @@ __all__ = [
     "TIMESTAMP",
     "ListedRank",
     "failure_in",
+    "labelled_footer",
     "listed_rank",
     "pipe_row",
     "strip_prefixes",
