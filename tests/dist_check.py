@@ -8,7 +8,8 @@ Checks, each a line on failure (exit 1): one wheel and one sdist of this version
 holds the package, py.typed, the timed loops it ships and LICENSE, and no tests; its metadata names the license (SPDX),
 a readme, the extras the CLI's hints name, and only classifiers PyPI accepts (the
 trove-classifiers package, when installed); the sdist holds LICENSE, README.md and
-pyproject.toml; the installed `nccl-k8s --help` and a `render` run (no extra installed).
+pyproject.toml; the installed `nccl-k8s --help`, a `render` run (no extra installed) and the
+shipped timed loop passing its digest check.
 """
 
 from __future__ import annotations
@@ -72,11 +73,18 @@ def check_installed(bin_dir: Path, problems: list[str]) -> None:
         ["nccl-k8s", "--help"],
         # No extra installed: no prometheus_client for the pods' metrics, so none asked.
         ["nccl-k8s", "render", "--world-size", "2", "--gpus-per-node", "1", "--metrics-port", "0"],
+        # The timed loop shipped for this machine passes its digest check where installed.
+        [
+            "python",
+            "-c",
+            "import platform; from nccl_k8s.bench import _loops, native; "
+            "print(platform.machine() not in _loops.SHA256 or bool(native.shipped_bytes()))",
+        ],
     ):
         done = subprocess.run(
             [str(bin_dir / argv[0]), *argv[1:]], capture_output=True, text=True, check=False
         )
-        if done.returncode != 0 or not done.stdout:
+        if done.returncode != 0 or not done.stdout or done.stdout.strip() == "False":
             problems.append(f"installed `{' '.join(argv)}` exited {done.returncode}: {done.stderr}")
 
 
