@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
-from nccl_k8s.k8s.run._collect import _fresh, _nccl_lines
+import pytest
+
+from nccl_k8s.k8s.run._collect import _nccl_lines, _rewritten
 
 DATA = Path(__file__).parent / "data"
 #: What _nccl_lines replaced: the lines that mention NCCL's INFO or WARN level.
@@ -34,16 +35,24 @@ def test_the_nccl_lines_are_those_the_regex_found() -> None:
         assert _nccl_lines(text) == NCCL_LINE.findall(text)
 
 
-def test_a_log_collected_again_is_a_new_file(tmp_path: Path) -> None:
-    """A second `results` writes each log as a new file, not over the old one's blocks: a hard
-    link to the first still holds the first log."""
+def test_a_log_collected_again_holds_the_new_log_alone(tmp_path: Path) -> None:
+    """A second `results` writes each log over the first (not truncating it first) and cuts it
+    to the new log's length: longer, shorter, empty, or where there was none."""
     path = tmp_path / "rank-0-pod.log"
-    path.write_bytes(b"first log\n")
-    os.link(path, tmp_path / "kept")
-    with _fresh(path) as out:
-        out.write(b"second\n")
-    assert path.read_bytes() == b"second\n"
-    assert (tmp_path / "kept").read_bytes() == b"first log\n"
-    with _fresh(tmp_path / "new.log") as out:  # none there before
+    for log in (b"first log\n", b"a longer second log\n", b"short\n", b"", b"again\n"):
+        with _rewritten(path) as out:
+            out.write(log[:3])
+            out.write(log[3:])
+        assert path.read_bytes() == log
+    with _rewritten(tmp_path / "new.log") as out:
         out.write(b"x")
     assert (tmp_path / "new.log").read_bytes() == b"x"
+
+
+def test_a_log_cut_short_by_an_error_holds_what_arrived(tmp_path: Path) -> None:
+    path = tmp_path / "rank-0-pod.log"
+    path.write_bytes(b"an old log, longer than what arrives\n")
+    with pytest.raises(OSError), _rewritten(path) as out:
+        out.write(b"part")
+        raise OSError("connection lost")
+    assert path.read_bytes() == b"part"
