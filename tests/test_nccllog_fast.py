@@ -13,7 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from nccl_k8s.results._ncclfast import CONNECTION, PLAIN, TIMESTAMP_CLUE, LineInterest
+from nccl_k8s.results._ncclfast import (
+    CONNECTION,
+    PLAIN,
+    TIMESTAMP_CLUE,
+    LineInterest,
+    connection_pattern,
+)
 from nccl_k8s.results.diagnose import analyse
 from nccl_k8s.results.nccllog import (
     _CHAN,
@@ -232,3 +238,17 @@ def test_a_text_with_any_other_line_is_read_line_by_line() -> None:
     for other in ("h:1:2 [0] NCCL INFO Using network Socket", "", " " + conn, "NCCL version 2.1.1"):
         assert _only_connections(f"{conn}\n{other}\n{conn}") is None, other
     assert _only_connections("") is None
+
+
+def test_the_ascii_pattern_finds_what_connection_finds() -> None:
+    """On a text connection_pattern gives the ASCII twin for, it finds CONNECTION's groups; a
+    text it does not (a separator \\x1c-\\x1f, which str calls whitespace, or any non-ASCII
+    character) gets CONNECTION itself."""
+    conn = "h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM"
+    odd = [f"h\x1c:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM{c}" for c in "\x1f "]
+    digit = "h:1:2 [0] NCCL INFO Channel 0\u0661 : 0 -> 1 via x"  # a Unicode digit: \\d
+    for text in (*_corpus(), "\n".join([conn, *odd]), "\n".join([conn, digit])):
+        assert connection_pattern(text).findall(text) == CONNECTION.findall(text)
+    assert connection_pattern(conn) is not CONNECTION
+    assert connection_pattern(conn + "\x1e") is CONNECTION
+    assert connection_pattern(conn + "\u0661") is CONNECTION

@@ -55,7 +55,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from nccl_k8s.results._ncclfast import CONNECTION, PLAIN, TIMESTAMP_CLUE, LineInterest
+from nccl_k8s.results._ncclfast import (
+    CONNECTION,
+    PLAIN,
+    TIMESTAMP_CLUE,
+    LineInterest,
+    connection_pattern,
+)
 from nccl_k8s.results._ncclinfo import (
     LIBIBVERBS,
     add_once,
@@ -210,7 +216,7 @@ def _only_connections(text: str) -> list[tuple[str, ...]] | None:
     lines = text.count("\n") + (not text.endswith("\n"))
     if not text or text.count(" -> ") < lines:
         return None
-    found: list[tuple[str, ...]] = CONNECTION.findall(text)
+    found: list[tuple[str, ...]] = connection_pattern(text).findall(text)
     return found if len(found) == lines else None
 
 

@@ -241,6 +241,7 @@ def _rewritten(path: Path) -> Iterator[BinaryIO]:
     it is closed (its auto_da_alloc heuristic, for programs that replace a file's contents),
     ~0.2 ms a log where writing over it takes ~0.02 ms: 0.7 s of a second `results` at 4,096
     pods (and unlinking it first costs as much: its blocks are freed)."""
+    out: BinaryIO
     try:
         out = path.open("r+b")
     except FileNotFoundError:
