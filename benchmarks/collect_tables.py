@@ -84,30 +84,40 @@ def render(folder: pathlib.Path) -> str:
         out.append(f"| {label}: test cluster's CPU meanwhile | " + " | ".join(cells) + " |")
     cells = [f"{f['logs_written']} / {round(f['logs_bytes'] / 1e6, 1)} MB" for f in sizes]
     out.append("| logs written | " + " | ".join(cells) + " |")
-    # Growth per doubling: between the smallest and largest runs, (t_large / t_small) ** (1 /
-    # doublings); 2.0 is linear in the pods.
-    first, last = sizes[0], sizes[-1]
-    doublings = math.log2(last["pods"] / first["pods"]) if len(sizes) > 1 else 0
-    if doublings:
-        cells = [
-            f"{(last[f'{n}_s_median'] / first[f'{n}_s_median']) ** (1 / doublings):.2f}x"
-            for n, _ in COMMANDS
-        ]
+    # Growth per doubling: between the smallest and largest runs of one commit (columns of
+    # several commits compare code, not sizes), (t_large / t_small) ** (1 / doublings); 2.0 is
+    # linear in the pods.
+    by_commit: dict[str, list[dict[str, Any]]] = {}
+    for f in sizes:
+        by_commit.setdefault(str(f["run"].get("commit")), []).append(f)
+    grown = [(c, fs[0], fs[-1]) for c, fs in by_commit.items() if fs[-1]["pods"] > fs[0]["pods"]]
+    if grown:
+        several = len(grown) > 1
         out += [
             "",
-            f"Growth per doubling of the pods, {first['pods']} to {last['pods']} (the median's "
-            "ratio per doubling; 2.0 is linear):",
+            "Growth per doubling of the pods, from the fewest to the most measured at each "
+            "commit (the median's ratio per doubling; 2.0 is linear):"
+            if several
+            else f"Growth per doubling of the pods, {grown[0][1]['pods']} to "
+            f"{grown[0][2]['pods']} (the median's ratio per doubling; 2.0 is linear):",
             "",
             "| | " + " | ".join(label for _, label in COMMANDS) + " |",
             "| --- |" + " ---: |" * len(COMMANDS),
-            "| per doubling | " + " | ".join(cells) + " |",
         ]
-        if all(f"{n}_cpu_s_median" in f for f in (first, last) for n, _ in COMMANDS):
+        for commit_, first, last in grown:
+            doublings = math.log2(last["pods"] / first["pods"])
+            where = f" (`{commit_}`, {first['pods']} to {last['pods']})" if several else ""
             cells = [
-                f"{(last[f'{n}_cpu_s_median'] / first[f'{n}_cpu_s_median']) ** (1 / doublings):.2f}x"
+                f"{(last[f'{n}_s_median'] / first[f'{n}_s_median']) ** (1 / doublings):.2f}x"
                 for n, _ in COMMANDS
             ]
-            out.append("| its own CPU, per doubling | " + " | ".join(cells) + " |")
+            out.append(f"| per doubling{where} | " + " | ".join(cells) + " |")
+            if all(f"{n}_cpu_s_median" in f for f in (first, last) for n, _ in COMMANDS):
+                cells = [
+                    f"{(last[f'{n}_cpu_s_median'] / first[f'{n}_cpu_s_median']) ** (1 / doublings):.2f}x"
+                    for n, _ in COMMANDS
+                ]
+                out.append(f"| its own CPU, per doubling{where} | " + " | ".join(cells) + " |")
     startup = ", ".join(
         f"{f['run'].get('cli_startup_s')} s"
         + (f" ({f['run']['cli_startup_cpu_s']} s CPU)" if "cli_startup_cpu_s" in f["run"] else "")

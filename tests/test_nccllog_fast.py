@@ -13,9 +13,22 @@ from pathlib import Path
 
 import pytest
 
-from nccl_k8s.results._ncclfast import CONNECTION, PLAIN, TIMESTAMP_CLUE
+from nccl_k8s.results._ncclfast import (
+    CONNECTION,
+    PLAIN,
+    TIMESTAMP_CLUE,
+    LineInterest,
+    connection_pattern,
+)
 from nccl_k8s.results.diagnose import analyse
-from nccl_k8s.results.nccllog import _CHAN, _PREFIX, _REPEAT, LogParser, ParsedLog
+from nccl_k8s.results.nccllog import (
+    _CHAN,
+    _PREFIX,
+    _REPEAT,
+    LogParser,
+    ParsedLog,
+    _only_connections,
+)
 from nccl_k8s.results.pastes import TIMESTAMP
 from nccl_k8s.results.rules import LINES_READ
 
@@ -201,3 +214,41 @@ def test_the_timestamp_clue_is_in_every_timestamp() -> None:
     ):
         assert TIMESTAMP.fullmatch(stamp)
         assert TIMESTAMP_CLUE.search(stamp)
+
+
+@pytest.mark.parametrize("text", _corpus(), ids=[p.name for p in LOGS] + ["edges", "edges-crlf"])
+def test_a_text_of_connections_alone_reads_as_line_by_line(text: str) -> None:
+    """The connection lines of each log, alone (as most pods' NCCL lines are): read at once
+    (`_only_connections`, no line kept) they give the facts the per-line reader gives."""
+    alone = "".join(c.group(0) for c in CONNECTION.finditer(text))
+    if not alone:
+        return
+    assert _only_connections(alone) is not None
+    # An interest in no placed line: none of them is kept, so the text is read at once.
+    fast, slow = LogParser(keep=LineInterest(unplaced=True)), LogParser()
+    for p in (fast, slow):
+        p.feed(alone)
+        p.feed(alone.rstrip("\n"))  # a second log, its last line unended
+    assert _facts(fast.finish()) == _facts(slow.finish())
+
+
+def test_a_text_with_any_other_line_is_read_line_by_line() -> None:
+    conn = "h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM"
+    assert _only_connections(f"{conn}\n{conn}\n") is not None
+    for other in ("h:1:2 [0] NCCL INFO Using network Socket", "", " " + conn, "NCCL version 2.1.1"):
+        assert _only_connections(f"{conn}\n{other}\n{conn}") is None, other
+    assert _only_connections("") is None
+
+
+def test_the_ascii_pattern_finds_what_connection_finds() -> None:
+    """On a text connection_pattern gives the ASCII twin for, it finds CONNECTION's groups; a
+    text it does not (a separator \\x1c-\\x1f, which str calls whitespace, or any non-ASCII
+    character) gets CONNECTION itself."""
+    conn = "h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM"
+    odd = [f"h\x1c:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM{c}" for c in "\x1f "]
+    digit = "h:1:2 [0] NCCL INFO Channel 0\u0661 : 0 -> 1 via x"  # a Unicode digit: \\d
+    for text in (*_corpus(), "\n".join([conn, *odd]), "\n".join([conn, digit])):
+        assert connection_pattern(text).findall(text) == CONNECTION.findall(text)
+    assert connection_pattern(conn) is not CONNECTION
+    assert connection_pattern(conn + "\x1e") is CONNECTION
+    assert connection_pattern(conn + "\u0661") is CONNECTION

@@ -43,6 +43,20 @@ CONNECTION = re.compile(
     rf"via ({_VIA_END}(?:[^|:{_SEP}]*{_VIA_END})?){_IN_LINE}*(?:\r?\n|\Z)",
     re.MULTILINE,
 )
+# CONNECTION for a text of ASCII alone without the characters \x1c-\x1f: on such a text it
+# finds the same lines and groups (re.ASCII changes what \s and \d match only beyond ASCII and
+# for those four, which str counts as whitespace) about a third faster, as no class looks up
+# a character's Unicode category. `connection_pattern` picks.
+_CONNECTION_ASCII = re.compile(CONNECTION.pattern, re.MULTILINE | re.ASCII)
+
+
+def connection_pattern(text: str) -> re.Pattern[str]:
+    """CONNECTION, or its ASCII twin where `text` lets it find the same (isascii is O(1))."""
+    if text.isascii() and not any(c in text for c in "\x1c\x1d\x1e\x1f"):
+        return _CONNECTION_ASCII
+    return CONNECTION
+
+
 # What every TIMESTAMP holds, from a literal on: searched far faster than TIMESTAMP itself.
 TIMESTAMP_CLUE = re.compile(r"-\d\d-\d\d[T ]\d\d:\d\d:\d\d")
 _VIA_NET = re.compile(r"^NET/(?P<net>[^/]+)/(?P<dev>\d+)(?:\((?P<proxy>\d+)\))?(?P<flags>.*)$")
@@ -102,4 +116,11 @@ def via_parts(via: str) -> tuple[str, int | None, bool | None]:
     return via.split("/")[0], None, None
 
 
-__all__ = ["CONNECTION", "PLAIN", "TIMESTAMP_CLUE", "LineInterest", "via_parts"]
+__all__ = [
+    "CONNECTION",
+    "PLAIN",
+    "TIMESTAMP_CLUE",
+    "LineInterest",
+    "connection_pattern",
+    "via_parts",
+]

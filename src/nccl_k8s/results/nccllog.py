@@ -55,7 +55,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from nccl_k8s.results._ncclfast import CONNECTION, PLAIN, TIMESTAMP_CLUE, LineInterest
+from nccl_k8s.results._ncclfast import (
+    CONNECTION,
+    PLAIN,
+    TIMESTAMP_CLUE,
+    LineInterest,
+    connection_pattern,
+)
 from nccl_k8s.results._ncclinfo import (
     LIBIBVERBS,
     add_once,
@@ -203,6 +209,17 @@ class RankReport:
         return "-"
 
 
+def _only_connections(text: str) -> list[tuple[str, ...]] | None:
+    """CONNECTION's groups of every line of `text` when each line is a connection line (a
+    match is one whole line, so as many matches as lines is every line), else None. Most pods'
+    NCCL lines are only that; a text with fewer ` -> ` than lines is not searched."""
+    lines = text.count("\n") + (not text.endswith("\n"))
+    if not text or text.count(" -> ") < lines:
+        return None
+    found: list[tuple[str, ...]] = connection_pattern(text).findall(text)
+    return found if len(found) == lines else None
+
+
 #: A line worth keeping without an NCCL prefix: any mention of NCCL (PyTorch's and the
 #: launcher's lines about it, a prefix the reader does not know) or of a CUDA error.
 _MENTIONS = re.compile(r"nccl|unhandled cuda error", re.IGNORECASE)
@@ -330,6 +347,11 @@ class LogParser:
         would read from each (an INFO line of its process: it ends the process's error trace),
         with less done per line (most of a large run's log); the lines between through `_lines`."""
         keep, who, channels, vias, fed = self.keep, self._who, self.channels, self._vias, log.fed
+        if keep is not None and not notable:
+            found = _only_connections(text)
+            if found is not None:
+                self._read_connections(found, log)
+                return
         pos = 0
         rep: RankReport | None = None
         for c in CONNECTION.finditer(text):
@@ -363,6 +385,35 @@ class LogParser:
         if rep is not None:
             log.prev = rep
         self._lines(text, pos, len(text), log, notable)
+
+    def _read_connections(self, found: list[tuple[str, ...]], log: _Log) -> None:
+        """What `_connections` reads from a text of connection lines alone, none of them kept:
+        the same steps on CONNECTION's groups, without a match object or a gap per line."""
+        who, channels, vias, fed, chain = self._who, self.channels, self._vias, log.fed, log.chain
+        rep: RankReport | None = None
+        for host, pid, dev, ch, src, dst, direction, via in found:
+            rep = who.get((host, pid, dev))
+            if rep is None:
+                rep = who[host, pid, dev] = self.report(host, int(pid), int(dev))
+            if log.pending:
+                set_version(rep, log.pending.pop())
+                log.pending.clear()
+            key = rep.key
+            fed[key] = rep
+            if chain:
+                chain.pop((rep.host, rep.pid), None)
+            channels[key].add(int(ch))
+            me, peer = (dst, src) if direction == "receive" else (src, dst)
+            if rep.rank is None:
+                rep.rank = int(me)
+            p = int(peer)
+            if p not in rep.peers:
+                rep.peers.append(p)
+            if (key, via) not in vias:
+                vias.add((key, via))
+                read_via(rep, via)
+        if rep is not None:
+            log.prev = rep
 
     def _line(self, line: str, log: _Log, notable: bool) -> None:
         """One line in any other form: placed on its process, or kept when it mentions NCCL."""

@@ -22,9 +22,9 @@ import dataclasses
 import functools
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from nccl_k8s.errors import ClusterError, FailureReason, NotFound, ResultsError, RunFailed
 from nccl_k8s.k8s.api._client import ClientSettings, KubeClient
@@ -47,7 +47,13 @@ from nccl_k8s.k8s.run._podlist import read_pods
 from nccl_k8s.k8s.run._pods import PodInfo, latest_per_rank, run_phase
 from nccl_k8s.k8s.run._tracing import annotate, span
 
-_NCCL_LINE = re.compile(r"^.*NCCL (?:INFO|WARN).*$", re.MULTILINE)
+
+def _nccl_lines(text: str) -> list[str]:
+    """The lines of `text` (split at `\\n` alone) that hold `NCCL INFO` or `NCCL WARN`: what
+    `^.*NCCL (?:INFO|WARN).*$` (MULTILINE) finds, at a fraction of its cost. The regex tried
+    each position of the log in turn (~90 us for a pod's 16 KB at 4,096 pods: 0.4 s); a split
+    and two substring tests per line take half of that."""
+    return [x for x in text.split("\n") if "NCCL INFO" in x or "NCCL WARN" in x]
 
 
 def name_nodes(run: Any, pods: list[PodInfo]) -> None:
@@ -201,7 +207,7 @@ async def _read_log(
         with contextlib.ExitStack() as files:
             async for data in kc.log_chunks(p.name, namespace=ns, container=CONTAINER_NAME):
                 if not chunks:
-                    out = files.enter_context(path.open("wb"))
+                    out = files.enter_context(_rewritten(path))
                 out.write(data)
                 chunks.append(data)
     except ClusterError as e:
@@ -210,7 +216,8 @@ async def _read_log(
             return []
         raise
     if not chunks:
-        path.write_bytes(b"")
+        with _rewritten(path):
+            pass
     text = b"".join(chunks).decode("utf-8", errors="replace")
     del chunks
     # Whole-text regexes (C speed) rather than a Python loop over every line.
@@ -221,9 +228,29 @@ async def _read_log(
         results = [scattered] if scattered else []
     nccl = last_block(text, "nccl") if BLOCK_END in text else None
     if nccl is None:
-        nccl = _NCCL_LINE.findall(text) if "NCCL " in text else []
+        nccl = _nccl_lines(text) if "NCCL " in text else []
     nccl_lines(nccl)
     return results
+
+
+@contextlib.contextmanager
+def _rewritten(path: Path) -> Iterator[BinaryIO]:
+    """`path` opened for writing; what was written is all it holds once closed. A log collected
+    before (`results` run again) is written over and cut to its new length at the end, not
+    truncated first: ext4 writes a file truncated to nothing and written again out to disk as
+    it is closed (its auto_da_alloc heuristic, for programs that replace a file's contents),
+    ~0.2 ms a log where writing over it takes ~0.02 ms: 0.7 s of a second `results` at 4,096
+    pods (and unlinking it first costs as much: its blocks are freed)."""
+    out: BinaryIO
+    try:
+        out = path.open("r+b")
+    except FileNotFoundError:
+        out = path.open("wb")
+    with out:
+        try:
+            yield out
+        finally:
+            out.truncate()
 
 
 class _Diagnosis:
