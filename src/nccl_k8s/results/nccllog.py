@@ -346,7 +346,7 @@ class LogParser:
         """The text's lines in order: CONNECTION's read here, what `_placed` and `_connection`
         would read from each (an INFO line of its process: it ends the process's error trace),
         with less done per line (most of a large run's log); the lines between through `_lines`."""
-        keep, who, channels, vias, fed = self.keep, self._who, self.channels, self._vias, log.fed
+        keep = self.keep
         if keep is not None and not notable:
             found = _only_connections(text)
             if found is not None:
@@ -360,28 +360,9 @@ class LogParser:
                     log.prev = rep  # what the lines between may read
                 self._lines(text, pos, c.start(), log, notable)
             pos = c.end()
-            host, pid, dev, ch, src, dst, direction, via = c.groups()
-            rep = who.get((host, pid, dev))
-            if rep is None:
-                rep = who[host, pid, dev] = self.report(host, int(pid), int(dev))
+            rep = self._connect(c.groups(), log)
             if keep is None or (notable and keep.wants(c.group(0).strip())):
                 self.lines.append(NcclLine(c.group(0).strip(), rep.key, "INFO"))
-            if log.pending:
-                set_version(rep, log.pending.pop())
-                log.pending.clear()
-            key = rep.key
-            fed[key] = rep
-            if log.chain:
-                log.chain.pop((rep.host, rep.pid), None)
-            channels[key].add(int(ch))
-            me, peer = (dst, src) if direction == "receive" else (src, dst)
-            if rep.rank is None:
-                rep.rank = int(me)
-            if int(peer) not in rep.peers:
-                rep.peers.append(int(peer))
-            if (key, via) not in vias:  # read_via reads a via the same each time
-                vias.add((key, via))
-                read_via(rep, via)
         if rep is not None:
             log.prev = rep
         self._lines(text, pos, len(text), log, notable)
@@ -389,31 +370,37 @@ class LogParser:
     def _read_connections(self, found: list[tuple[str, ...]], log: _Log) -> None:
         """What `_connections` reads from a text of connection lines alone, none of them kept:
         the same steps on CONNECTION's groups, without a match object or a gap per line."""
-        who, channels, vias, fed, chain = self._who, self.channels, self._vias, log.fed, log.chain
         rep: RankReport | None = None
-        for host, pid, dev, ch, src, dst, direction, via in found:
-            rep = who.get((host, pid, dev))
-            if rep is None:
-                rep = who[host, pid, dev] = self.report(host, int(pid), int(dev))
-            if log.pending:
-                set_version(rep, log.pending.pop())
-                log.pending.clear()
-            key = rep.key
-            fed[key] = rep
-            if chain:
-                chain.pop((rep.host, rep.pid), None)
-            channels[key].add(int(ch))
-            me, peer = (dst, src) if direction == "receive" else (src, dst)
-            if rep.rank is None:
-                rep.rank = int(me)
-            p = int(peer)
-            if p not in rep.peers:
-                rep.peers.append(p)
-            if (key, via) not in vias:
-                vias.add((key, via))
-                read_via(rep, via)
+        for groups in found:
+            rep = self._connect(groups, log)
         if rep is not None:
             log.prev = rep
+
+    def _connect(self, groups: tuple[str | Any, ...], log: _Log) -> RankReport:
+        """What one connection line (CONNECTION's groups) says of its process: its rank, channel,
+        peer and transport, and that its version line, if one waits, is its."""
+        host, pid, dev, ch, src, dst, direction, via = groups
+        rep = self._who.get((host, pid, dev))
+        if rep is None:
+            rep = self._who[host, pid, dev] = self.report(host, int(pid), int(dev))
+        if log.pending:
+            set_version(rep, log.pending.pop())
+            log.pending.clear()
+        key = rep.key
+        log.fed[key] = rep
+        if log.chain:
+            log.chain.pop((rep.host, rep.pid), None)
+        self.channels[key].add(int(ch))
+        me, peer = (dst, src) if direction == "receive" else (src, dst)
+        if rep.rank is None:
+            rep.rank = int(me)
+        p = int(peer)
+        if p not in rep.peers:
+            rep.peers.append(p)
+        if (key, via) not in self._vias:  # read_via reads a via the same each time
+            self._vias.add((key, via))
+            read_via(rep, via)
+        return rep
 
     def _line(self, line: str, log: _Log, notable: bool) -> None:
         """One line in any other form: placed on its process, or kept when it mentions NCCL."""
