@@ -18,6 +18,7 @@
 #      pod     n200, ours as a pod runs it (issue 40): from the engine zipapp (.pod/nccl_k8s.pyz,
 #              carried, or built here), a PATH with no C compiler on it ($NOCC: /usr/bin and /bin
 #              less every compiler, as the stock images have none), an empty cache per process
+#   WARM=0 skips the warm-up round (the pod variant starts every process with an empty cache).
 #   nvidia-smi logs the clocks meanwhile (read only). No round starts past DEADLINE_S. Both sides
 #   load the same libnccl, the wheel's (LIBNCCL; empty: the engine's own choice, which without
 #   torch is whatever `libnccl.so.2` the loader finds first, the image's 2.28.3 on this machine).
@@ -120,7 +121,7 @@ if [[ $PARTS == *ab* ]]; then
     --format=csv,noheader -lms 250 > "$R/ab/clocks.csv" 2>&1 &
   CLOCKS=$!
   variant n200  # warm-up, not counted: builds our loop and kernels into the cache, loads both
-  for op in $OPS; do ref "$op" "$R/ab/warm_${op}_ref.txt"; ours "$op" "$R/ab/warm_${op}_ours.txt"; done
+  [[ ${WARM:-1} == 1 ]] && for op in $OPS; do ref "$op" "$R/ab/warm_${op}_ref.txt"; ours "$op" "$R/ab/warm_${op}_ours.txt"; done
   last=0
   for r in $(seq 1 "$ROUNDS"); do
     if (( SECONDS + last > DEADLINE_S )); then echo "round $r not started: ${SECONDS}s used, a round takes ${last}s"; break; fi
