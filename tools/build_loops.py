@@ -75,9 +75,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="nccl-k8s-loops-") as tmp:
         built = build(Path(tmp))
     if args.check:
-        bad = [m for m, data in built.items()
-               if not (LOOPS / native.shipped_name(m)).is_file()
-               or (LOOPS / native.shipped_name(m)).read_bytes() != data]  # fmt: skip
+        libs = {LOOPS / native.shipped_name(m): data for m, data in built.items()}
+        bad = [str(lib.relative_to(ROOT)) for lib, data in libs.items()
+               if not lib.is_file() or lib.read_bytes() != data]  # fmt: skip
         if MODULE.read_text(encoding="utf-8") != module_text(built):
             bad.append(str(MODULE.relative_to(ROOT)))
         for what in bad:
