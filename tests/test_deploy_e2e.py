@@ -120,8 +120,10 @@ def test_two_runs_at_once_then_results_status_logs_cleanup(
         # Not a terminal: no live line drawn (issue 13), but one plain line per change (issue 24)
         assert "\x1b[" not in stderr
         assert re.search(rf"^run {rid}: .*\b2 running of 2 pods \(\d+s\)", stderr, re.M), stderr
-        assert re.search(rf"^run {rid}: 2 succeeded of 2 pods \(\d+s\)", stderr, re.M), stderr
-        assert f"run {rid} succeeded" in stderr
+        # The end is the Job's Complete condition, which may arrive before the pods' watch
+        # shows the last pod Succeeded (a clean run at stop 44: "1 running, 1 succeeded of 2
+        # pods", then "run ... succeeded"): the last line says it, whatever line came before.
+        assert stderr.rstrip().splitlines()[-1].startswith(f"run {rid} succeeded after "), stderr
 
     # results: both pods' logs collected concurrently, merged into one results file.
     res = cli(cluster, "results", "-n", ns, "--run", a)
