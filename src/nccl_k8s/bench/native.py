@@ -218,11 +218,16 @@ def unsafe(path: str) -> str:
 _REFUSED: set[str] = set()
 
 
+def _say(line: str) -> None:
+    """One line on stderr, as the engine's own."""
+    sys.stderr.write(f"nccl-k8s: {line}\n")
+
+
 def _refuse(path: str, why: str) -> None:
     """Say once per path, on stderr, that a cache directory is not used and why."""
     if path not in _REFUSED:
         _REFUSED.add(path)
-        sys.stderr.write(f"nccl-k8s: not using the cache directory {path}: {why}\n")
+        _say(f"not using the cache directory {path}: {why}")
 
 
 def cache_dir() -> str | None:
@@ -315,10 +320,6 @@ def source_sha256() -> str:
 def shipped_name(machine: str) -> str:
     """The shipped library's file name in bench/loops/ for a platform.machine()."""
     return f"loop-{machine}.so"
-
-
-def _say(line: str) -> None:
-    sys.stderr.write(f"nccl-k8s: {line}\n")
 
 
 def shipped_bytes() -> bytes | None:
