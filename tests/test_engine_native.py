@@ -75,7 +75,7 @@ def fake(
     if request.param == "shipped" and not native.shipped_bytes():
         pytest.skip("no loop ships for this machine")
     if request.param == "built":
-        monkeypatch.setattr(native, "shipped_bytes", lambda: None)
+        monkeypatch.setattr(native, "_shipped", lambda: (None, None))
     (tmp_path / "fake.c").write_text(FAKE)
     subprocess.run(["cc", "-O1", "-shared", "-fPIC", "-o", str(tmp_path / "fake.so"), str(tmp_path / "fake.c")], check=True)  # fmt: skip
     monkeypatch.delenv("NCCL_K8S_NATIVE_LOOP", raising=False)  # on by default

@@ -51,10 +51,11 @@ def test_every_shipped_loop_is_this_text_built_for_its_machine() -> None:
 
 
 def _pod(
-    tmp_path: pathlib.Path, zipapp: bytes, *, compiler: bool
+    tmp_path: pathlib.Path, zipapp: bytes, *, compiler: bool, cc_var: str | None = None
 ) -> subprocess.CompletedProcess[str]:
     """The loader run as a pod runs it: from the zipapp, an empty cache, and a PATH with a C
-    compiler on it or with nothing but an empty folder (the stock images have none)."""
+    compiler on it or with nothing but an empty folder (the stock images have none); `cc`, the
+    CC variable."""
     pyz = tmp_path / "nccl_k8s.pyz"
     pyz.write_bytes(zipapp)
     cache = tmp_path / "cache"
@@ -66,6 +67,7 @@ def _pod(
         "HOME": str(tmp_path / "home"),
         "NCCL_K8S_CACHE_DIR": str(cache),
         "PYTHONPATH": str(pyz),
+        **({"CC": cc_var} if cc_var else {}),
     }
     proc = subprocess.run(
         [sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, timeout=120
@@ -122,6 +124,21 @@ def test_one_changed_byte_makes_the_engine_refuse_the_shipped_loop_and_say_so(
         assert proc.stdout.split()[:2] == ["loop", "built"]
         assert "refusing the shipped timing loop" in proc.stderr
         assert proc.stderr.rstrip().endswith("; the loop is built here with cc")
+    # A compiler named by CC that fails (gcc whose assembler is not on the bare PATH, as on
+    # the GPU machine): the line says what ran, the Python loop, and why the build did not.
+    broken = tmp_path / "cc-broken"
+    broken.write_text(
+        "#!/bin/sh\necho \"cc-broken: fatal error: cannot execute 'as'\" >&2\nexit 1\n"
+    )
+    broken.chmod(0o755)
+    proc = _pod(tmp_path, bad, compiler=False, cc_var=str(broken))
+    assert proc.stdout.split()[:2] == ["loop", "none"]
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith("nccl-k8s: refusing the shipped timing loop ")
+    assert line.endswith(
+        f"; the Python loop times the ops (building the loop here with {broken} failed: "
+        "cc-broken: fatal error: cannot execute 'as')"
+    )
 
 
 @pytest.mark.skipif(not SHIPS_HERE, reason="no loop ships for this machine")

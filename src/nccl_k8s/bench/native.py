@@ -286,30 +286,40 @@ def _compiler() -> str | None:
 def build_shared(source: str, stem: str) -> str | None:
     """`source` compiled once per machine and version into a cached shared library; None
     without a compiler (or when it fails)."""
+    return _build(source, stem)[0]
+
+
+def _build(source: str, stem: str) -> tuple[str | None, str | None, str | None]:
+    """build_shared's library, the compiler it used (None: none found) and, when that compiler
+    failed, the last line it printed."""
     from nccl_k8s import __version__
 
     cc = _compiler()
     digest = hashlib.sha256(source.encode()).hexdigest()[:16]
     if cc is None:
-        return None
+        return None, None, None
     name = f"{stem}-{__version__}-{platform.machine()}-{os.path.basename(cc)}-{digest}.so"
     out = cache_path(name) or os.path.join(tempfile.mkdtemp(prefix="nccl-k8s-"), name)
     if cached(out):
-        return out
+        return out, cc, None
     with tempfile.TemporaryDirectory(prefix="nccl-k8s-cc-") as tmp:
         src = os.path.join(tmp, f"{stem}.c")
         with open(src, "w", encoding="utf-8") as f:
             f.write(source)
         built = os.path.join(tmp, f"{stem}.so")
-        proc = subprocess.run(
-            [cc, "-O2", "-shared", "-fPIC", "-x", "c", "-o", built, src],
-            capture_output=True, check=False,
-        )  # fmt: skip
+        try:
+            proc = subprocess.run(
+                [cc, "-O2", "-shared", "-fPIC", "-x", "c", "-o", built, src],
+                capture_output=True, check=False,
+            )  # fmt: skip
+        except OSError as e:
+            return None, cc, str(e)
         if proc.returncode != 0:
-            return None
+            said = proc.stderr.decode(errors="replace").strip().splitlines()
+            return None, cc, (said[-1][:200] if said else f"exit status {proc.returncode}")
         with open(built, "rb") as f:
             write_atomic(out, f.read())
-    return out if os.path.exists(out) else None
+    return (out, cc, None) if os.path.exists(out) else (None, cc, f"{out} is missing")
 
 
 def source_sha256() -> str:
@@ -324,38 +334,38 @@ def shipped_name(machine: str) -> str:
 
 def shipped_bytes() -> bytes | None:
     """This machine's shipped library once its digest is checked; None where none ships for
-    it, or (said on stderr, with what runs instead) when its bytes or the text it was built
-    from are not the ones bench._loops records."""
+    it, or where it is refused (`native_loop` says why)."""
+    return _shipped()[0]
+
+
+def _shipped() -> tuple[bytes | None, str | None]:
+    """shipped_bytes's library, else None and why it is refused (None where none ships for this
+    machine: nothing to refuse): its bytes or the text it was built from are not the ones
+    bench._loops records, or it is missing."""
     from nccl_k8s.bench import _loops
 
     machine = platform.machine()
     name, want = shipped_name(machine), _loops.SHA256.get(machine)
     if want is None:
-        return None
-    instead = (
-        "the loop is built here with " + cc
-        if (cc := _compiler())
-        else "the Python loop times the ops"
-    )
+        return None, None
     if source_sha256() != _loops.SOURCE_SHA256:
-        _say(
-            f"not loading the shipped timing loop loops/{name}: it was built from another text of the loop; {instead}"
+        return None, (
+            f"not loading the shipped timing loop loops/{name}: "
+            "it was built from another text of the loop"
         )
-        return None
     try:
         data = pkgutil.get_data(__package__ or "nccl_k8s.bench", f"loops/{name}")
     except OSError:
         data = None
     if data is None:
-        _say(f"the shipped timing loop loops/{name} is missing; {instead}")
-        return None
+        return None, f"the shipped timing loop loops/{name} is missing"
     got = hashlib.sha256(data).hexdigest()
     if got != want:
-        _say(
-            f"refusing the shipped timing loop loops/{name}: its sha256 is {got}, not {want}; {instead}"
+        return (
+            None,
+            f"refusing the shipped timing loop loops/{name}: its sha256 is {got}, not {want}",
         )
-        return None
-    return data
+    return data, None
 
 
 def _load_checked(data: bytes) -> NativeLoop:
@@ -386,15 +396,27 @@ def native_loop() -> NativeLoop | None:
     digest holds, else one the machine's compiler builds; None where neither (the Python loop)."""
     if os.environ.get("NCCL_K8S_NATIVE_LOOP", "1") == "0":
         return None
-    data = shipped_bytes()
+    data, refused = _shipped()
     if data is not None:
         with contextlib.suppress(OSError):
             return _load_checked(data)
     try:
-        path = build_shared(_SOURCE, "loop")
-        return NativeLoop(path, origin="built") if path else None
-    except OSError:
-        return None
+        path, cc, failed = _build(_SOURCE, "loop")
+    except OSError as e:  # no folder to build in
+        path, cc, failed = None, _compiler(), str(e)
+    if refused:
+        # What runs instead, said once it is known: a compiler found may still fail (one
+        # named by CC whose assembler is not on PATH, as on a machine with a bare PATH).
+        if path:
+            instead = f"the loop is built here with {cc}"
+        elif cc:
+            instead = (
+                f"the Python loop times the ops (building the loop here with {cc} failed: {failed})"
+            )
+        else:
+            instead = "the Python loop times the ops"
+        _say(f"{refused}; {instead}")
+    return NativeLoop(path, origin="built") if path else None
 
 
 __all__ = [
