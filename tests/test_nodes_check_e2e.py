@@ -56,8 +56,12 @@ from nccl_k8s.results.schema import load
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("runs_dir")]
 
-ENGINE = ["--", "--backend", "gloo", "--ops", "all_reduce", "-b", "4M", "-e", "8M", "-f", "2"]
-ENGINE += ["-n", "3", "-w", "1", "-c", "0"]
+#: One 4M all_reduce timed twice after a warm-up, out of place and in place: 0.1 s an iteration
+#: on a healthy link (FABRIC), 0.5 s on a slowed one, as tests/test_nodes_schedule_e2e.py's 1M
+#: at a quarter of the rate. (4M-8M timed three times sent four times as much and measured the
+#: same verdicts, at 2.4 s a healthy test and 12 s a slow one: most of this module's time.)
+ENGINE = ["--", "--backend", "gloo", "--ops", "all_reduce", "-b", "4M", "-e", "4M"]
+ENGINE += ["-n", "2", "-w", "1", "-c", "0"]
 #: A bound on one check, for the test's timeout (a hang guard, not a speed claim): the healthy
 #: check took about 50 s, the faulty ones 110-370 s with the CPU-slowed node they used before.
 CHECK_S = 300
@@ -65,14 +69,15 @@ NODES = [f"node-{i}" for i in range(6)]
 #: Every node's link, in bytes a second (tests/cluster/slowlink.py: its pods' sends held to
 #: that rate in wall time): a healthy pair measures about 0.036 GB/s, however loaded the
 #: machine, as long as gloo between two of its processes moves more (0.1 GB/s at the least
-#: seen, in a CI run). A healthy test sends 4 x 12 MB: about 1.2 s (sizes of 16M-32M, four
-#: times as much, made the module about 3 times as long and measured the same).
+#: seen, in a CI run). A healthy test sends 3 x 4 MB twice (out of place, in place): about
+#: 0.6 s (sizes of 16M-32M, and later 4M-8M, sent more, made the module longer and measured the
+#: same).
 FABRIC = 40e6
 #: node-2's degraded link: a fifth of FABRIC (a NIC that trained at a fifth of its speed); a
 #: pair with it measures at most 0.2 of a healthy pair, loaded or not. (The node-slow fault, a
 #: share of the CPU, was used here before: beside the suite's other worker an 8x slowed node-2
 #: measured 0.108 GB/s with a healthy node, against 0.137 for a healthy pair, and was called
-#: good.) A slow test sends for about 6 s.
+#: good.) A slow test sends for about 3 s.
 LINK = FABRIC / 5
 
 
