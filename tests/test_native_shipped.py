@@ -54,8 +54,8 @@ def _pod(
     tmp_path: pathlib.Path, zipapp: bytes, *, compiler: bool, cc_var: str | None = None
 ) -> subprocess.CompletedProcess[str]:
     """The loader run as a pod runs it: from the zipapp, an empty cache, and a PATH with a C
-    compiler on it or with nothing but an empty folder (the stock images have none); `cc`, the
-    CC variable."""
+    compiler on it or with nothing but an empty folder (the stock images have none); `cc_var`,
+    the CC variable."""
     pyz = tmp_path / "nccl_k8s.pyz"
     pyz.write_bytes(zipapp)
     cache = tmp_path / "cache"
