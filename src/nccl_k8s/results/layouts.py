@@ -169,11 +169,13 @@ _CELL = re.compile(r"[-+0-9.e]+\*?|N/A")
 
 
 # A cell a user emphasised in a pasted table, in markdown (`**514.40**`, `*514.40*`, `__514.40__`,
-# `~~514.40~~`, `` `514.40` ``, nested: `` **`514.40`** ``) or HTML (`<b>514.40</b>`): the value
-# inside. A single trailing `*` alone is nccl-tests' own mark of an error past its threshold.
+# `~~514.40~~`, `` `514.40` ``, nested: `` **`514.40`** ``), HTML (`<b>514.40</b>`) or a
+# reStructuredText role (`` :mark:`315.84` ``, pandoc's highlight): the value inside. A single
+# trailing `*` alone is nccl-tests' own mark of an error past its threshold.
 _DECORATED = re.compile(
     r"^(?:(?P<mark>\*{1,3}|_{1,3}|~~|`)(?P<cell>.+?)(?P=mark)"
-    r"|<(?P<tag>b|strong|em|i|u|mark|code)>(?P<html>.+?)</(?P=tag)>)$"
+    r"|<(?P<tag>b|strong|em|i|u|mark|code)>(?P<html>.+?)</(?P=tag)>"
+    r"|:[A-Za-z][\w+.-]*:`(?P<role>[^`]+)`)$"
 )
 
 
@@ -183,7 +185,7 @@ def undecorated(tok: str) -> str:
         m = _DECORATED.match(tok)
         if m is None:
             break
-        tok = m.group("cell") or m.group("html")
+        tok = m.group("cell") or m.group("html") or m.group("role")
     return tok
 
 

@@ -66,6 +66,7 @@ from nccl_k8s.results.pastes import (
     failure_in,
     labelled_footer,
     pipe_row,
+    role_paragraphs,
     strip_prefixes,
     with_hash,
 )
@@ -171,6 +172,8 @@ class _TextParser:
 
     def feed(self, text: str) -> Run:
         lines = text.splitlines()
+        if ":`" in text:  # a reStructuredText paste, its lines in roles (pastes.role_paragraphs)
+            lines = role_paragraphs(lines)
         last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
         for i, raw in enumerate(lines):
             where = f"{self.origin}:{i + 1}"

@@ -149,6 +149,38 @@ def labelled_footer(s: str) -> str | None:
     return None
 
 
+# A reStructuredText interpreted-text role, `:mark:`...`` (what pandoc makes of text highlighted in a
+# Word document, where a vendor's guide pastes an output line by line), its text running on over
+# the lines a converter wrapped it at.
+_ROLE = re.compile(r":[A-Za-z][\w+.-]*:`(?P<text>(?:[^`\\]|\\.)+)`")
+_ROLE_START = re.compile(r"^\s*:[A-Za-z][\w+.-]*:`")
+_ROLES_ONLY = re.compile(rf"\s*(?:{_ROLE.pattern}\s*)+")
+
+
+def role_paragraphs(lines: list[str]) -> list[str]:
+    """The lines, with each reStructuredText paragraph made of role spans alone read as the one
+    line it re-types: a row in a span (`:mark:` then the row in backquotes), wrapped onto a second
+    line, or with a cell in a span of its own, becomes the spans' texts, wrapping and escapes
+    undone. That line stands on the paragraph's first line and its other lines are left empty, so
+    that a line number still names the line of the file. Any other paragraph unchanged."""
+    out = list(lines)
+    i = 0
+    while i < len(out):
+        if not out[i].strip():
+            i += 1
+            continue
+        end = i
+        while end + 1 < len(out) and out[end + 1].strip():
+            end += 1
+        if _ROLE_START.match(out[i]):
+            para = "\n".join(out[i : end + 1])
+            if _ROLES_ONLY.fullmatch(para):
+                texts = (re.sub(r"\\(.)", r"\1", m.group("text")) for m in _ROLE.finditer(para))
+                out[i : end + 1] = [" ".join(" ".join(texts).split()), *[""] * (end - i)]
+        i = end + 1
+    return out
+
+
 def pipe_row(s: str) -> str:
     """A row of a markdown pipe table (`1024 | 512 | half | sum | ...`) as nccl-tests printed it;
     any other line unchanged."""
@@ -166,6 +198,7 @@ __all__ = [
     "labelled_footer",
     "listed_rank",
     "pipe_row",
+    "role_paragraphs",
     "strip_prefixes",
     "with_hash",
 ]
