@@ -24,7 +24,9 @@ OUTPUTS = sorted(
     for p in DATA.rglob("*")
     if p.is_file() and not p.name.startswith("README") and p.suffix != ".json"
 )
-_ROW = re.compile(r"^\s*\|?\s*(\d+)\s*\|?\s+\d+\s")
+# A row's size and count; in a reStructuredText role (`:mark:`), also its type (the guide that
+# pastes so has other outputs in roles: `0 125 W 37 °C ...`).
+_ROW = re.compile(r"^\s*(?::mark:`(?=\d+ \d+ [a-z]))?\|?\s*(\d+)\s*\|?\s+\d+\s")
 _TABLE_END = re.compile(r"#\s*(Out of bounds|Avg bus bandwidth|Collective test concluded)|size")
 
 
@@ -36,6 +38,10 @@ def _rows(lines: list[str]) -> list[tuple[int, int, bool]]:
     for i, line in enumerate(lines):
         s = strip_prefixes(line)
         if m := _ROW.match(s):
+            # A row in a reStructuredText role wrapped onto the next line: it ends there.
+            while s.startswith(":mark:`") and not s.rstrip().endswith("`") and i + 1 < len(lines):
+                i += 1
+                s = lines[i]
             found.append((i, int(m.group(1))))
         elif _TABLE_END.search(s):
             ends.append(i)

@@ -23,6 +23,9 @@ OUTPUTS = sorted(
 #: tail), read as a table whose size is in bytes, which they are not; such a tail is refused
 #: ("no nccl-tests table found").
 LABELLED = {"datacrunch-blogs_gb300x72_labelled_pipe_table.md"}
+#: Outputs pasted in the middle of a long document: its last 20 lines are the document's, not
+#: the output's (AMD's MI300X guide goes on with rocBLAS and BabelStream for 800 lines).
+INSIDE = {"rocm-sad-pr3_mi300x8_rccl_rst_mark_roles.rst"}
 #: RunMeta field -> the words the warning uses for it.
 FIELDS = {
     "world_size": "world size",
@@ -86,6 +89,8 @@ def test_every_corpus_tail_names_each_field_it_lost(tmp_path: Path, path: Path) 
         pytest.skip("the whole file does not import (a failed run, or two runs in one file)")
     if path.name in LABELLED:
         pytest.skip("a pipe table whose labelled header alone says its size unit (GB): no tail")
+    if path.name in INSIDE:
+        pytest.skip("the output is inside a document: its tail is the document's")
     tail = _tail(path, tmp_path)
     code, warnings = _import(tail, tmp_path)
     assert code == 0

@@ -157,11 +157,17 @@ CLASSES: dict[str, list[Example]] = {
             PUBLIC / "oci-hpc-oke_mi300x16_rccl_four_nameless_ranks.txt", _world_and_nodes(16, 2)
         ),
     ],
-    # Its decorated values are the footer's (`**`836.792 GB/s`**`), not a row's: see the README.
+    # The GB300 report's decorated values are the footer's (`**`836.792 GB/s`**`), not a row's;
+    # AMD's MI300X guide puts every line in a reStructuredText `:mark:` role and the last row's
+    # in-place busbw in one of its own (`` :mark:`315.84` ``): see the README.
     "a pasted table with a decorated cell": [
         Example(
             PUBLIC / "datacrunch-blogs_gb300x72_labelled_pipe_table.md",
             _decorated_read(10, 836.792),
+        ),
+        Example(
+            PUBLIC / "rocm-sad-pr3_mi300x8_rccl_rst_mark_roles.rst",
+            _decorated_read(62, 102.138),
         ),
     ],
     # Documented example output of NVIDIA's and AMD's docs: no captured run is public yet.
@@ -206,7 +212,7 @@ CLASSES: dict[str, list[Example]] = {
     ],
 }
 #: Classes with fewer than two real public examples after searching (see the closing note).
-GAPS = {"a pasted table with a decorated cell"}
+GAPS: set[str] = set()
 EXAMPLES = [(cls, e) for cls, es in CLASSES.items() for e in es]
 
 

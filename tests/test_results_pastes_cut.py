@@ -26,6 +26,9 @@ OUTPUTS = sorted(
 #: tail), read as a table whose size is in bytes, which they are not; such a tail is refused
 #: ("no nccl-tests table found").
 LABELLED = {"datacrunch-blogs_gb300x72_labelled_pipe_table.md"}
+#: Outputs pasted in the middle of a long document: its last 20 lines are the document's, not
+#: the output's (AMD's MI300X guide goes on with rocBLAS and BabelStream for 800 lines).
+INSIDE = {"rocm-sad-pr3_mi300x8_rccl_rst_mark_roles.rst"}
 EVERY_FILE = sorted(p for p in DATA.rglob("*") if p.is_file())
 
 
@@ -43,6 +46,8 @@ def test_the_tail_imports_with_the_rows_of_the_whole(tmp_path: Path, path: Path)
         pytest.skip("the whole file does not import")
     if path.name in LABELLED:
         pytest.skip("a pipe table whose labelled header alone says its size unit (GB): no tail")
+    if path.name in INSIDE:
+        pytest.skip("the output is inside a document: its tail is the document's")
     lines = path.read_text(errors="replace").splitlines(keepends=True)
     tail = tmp_path / path.name
     tail.write_text("".join(lines[-20:]))

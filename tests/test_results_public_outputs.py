@@ -21,7 +21,7 @@ from nccl_k8s.errors import ResultsError
 from nccl_k8s.results import Run, dump, import_file, load
 from nccl_k8s.results.layouts import layout_from_labels
 from nccl_k8s.results.nccltests import parse_text
-from nccl_k8s.results.pastes import labelled_footer
+from nccl_k8s.results.pastes import labelled_footer, role_paragraphs
 
 PUBLIC = Path(__file__).parent / "data" / "nccl-tests" / "public"
 
@@ -206,6 +206,7 @@ MORE = [
     "hisohara-ai-scripts_mi355x16_rccl_no_gpu_name.txt",
     "oci-hpc-oke_mi300x16_rccl_four_nameless_ranks.txt",
     "datacrunch-blogs_gb300x72_labelled_pipe_table.md",
+    "rocm-sad-pr3_mi300x8_rccl_rst_mark_roles.rst",
 ]
 
 
@@ -759,9 +760,9 @@ def test_thinned_device_lines_give_nodes_only_where_the_device_index_pins_them(
 
 def test_a_decorated_cell_is_read(tmp_path: Path) -> None:
     """Issue 35: one emphasised cell (`**468.57**`, `` `8002.1` ``) in a pasted table refused the
-    whole file ("busbw '**468.57**' is not a number"). No public paste with such a cell was found
-    (tests/data/nccl-tests/public/README.md): the test decorates cells of a real output and
-    expects the rows of the undecorated file."""
+    whole file ("busbw '**468.57**' is not a number"). No public markdown paste with such a cell
+    was found (tests/data/nccl-tests/public/README.md; the public one is reStructuredText, below):
+    the test decorates cells of a real output and expects the rows of the undecorated file."""
     src = PUBLIC / "nccl-tests-290_h100x8_single_node.txt"
     text = src.read_text()
     row = "  2147483648     536870912     float     sum      -1   8020.3  267.76  468.57      0"
@@ -782,19 +783,104 @@ def test_a_decorated_cell_is_read(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "decorated",
-    ["*468.57*", "_468.57_", "***468.57***", "**`468.57`**", "~~468.57~~", "<b>468.57</b>"],
+    [
+        "*468.57*",
+        "_468.57_",
+        "***468.57***",
+        "**`468.57`**",
+        "~~468.57~~",
+        "<b>468.57</b>",
+        ":mark:`468.57`",
+        ":strong:`468.57`",
+    ],
 )
 def test_a_cell_decorated_in_any_markdown_or_html_emphasis_is_read(
     tmp_path: Path, decorated: str
 ) -> None:
-    """Issue 35: italics, bold italics, nested marks, strikethrough and HTML emphasis refused the
-    whole file ("busbw '*468.57*' is not a number"); the value inside is the cell."""
+    """Issue 35: italics, bold italics, nested marks, strikethrough, HTML emphasis and
+    reStructuredText roles refused the whole file ("busbw '*468.57*' is not a number"); the value
+    inside is the cell."""
     src = PUBLIC / "nccl-tests-290_h100x8_single_node.txt"
     text = src.read_text()
     assert text.count(" 468.57 ") == 1
     path = tmp_path / "decorated.md"
     path.write_text(text.replace(" 468.57 ", f" {decorated} "))
     assert import_file(path).rows == import_file(src).rows
+
+
+def test_an_rst_paste_with_its_lines_in_mark_roles_and_a_cell_in_its_own_is_read() -> None:
+    """Issue 35: AMD's MI300X Customer Acceptance Test Guide, converted by pandoc from Word to
+    reStructuredText (ROCm/system-acceptance-docs PR #3), pastes an rccl-tests all_reduce line by
+    line, each line a paragraph in a `:mark:` role, the longer rows wrapped onto a second line,
+    and the last row's in-place busbw (the value the guide's criterion reads, "exceed an in-place
+    busbw metric of 304 GB/s at a message size of 8589934592B") in a span of its own:
+    `` 180.48` :mark:`315.84` :mark:`0` `` on the row's second line. It was refused ("no
+    nccl-tests table found"). Read from the file by eye: 8 ranks on SMC-SC-DC19-06 (AMD Instinct MI300X), sizes
+    8 B to 8 GiB (31 sizes, 62 rows); the first row out-of-place 34.13 us, 0.00 GB/s; the 512 KiB
+    row wrapped before its in-place #wrong 0 (in-place 51.85 us, 10.11/17.70 GB/s); the last row
+    in-place 47594 us, algbw 180.48, busbw 315.84, #wrong 0; footer 0 OK, 102.138. The guide's
+    other pasted outputs (TransferBench, rocBLAS, BabelStream, RVS) are no tables of it."""
+    run = import_file(PUBLIC / "rocm-sad-pr3_mi300x8_rccl_rst_mark_roles.rst")
+    meta = run.meta
+    assert (meta.world_size, meta.nodes, meta.gpus_per_node, meta.gpu_model) == (
+        8,
+        1,
+        8,
+        "AMD Instinct MI300X",
+    )
+    assert {d.host for d in meta.devices} == {"SMC-SC-DC19-06"}
+    assert run.ops() == ["all_reduce"] and len(run.rows) == 62
+    assert meta.op_identified[0].by == "command"
+    assert [r.size_bytes for r in run.rows[::2]] == [8 << k for k in range(31)]
+    first = run.rows[0]
+    assert (first.placement, first.count, first.dtype, first.redop, first.root) == (
+        "out",
+        2,
+        "float",
+        "sum",
+        -1,
+    )
+    assert (first.time_us, first.algbw, first.busbw, first.wrong) == (34.13, 0.0, 0.0, 0)
+    wrapped = [r for r in run.rows if r.size_bytes == 524288]
+    assert [(r.placement, r.time_us, r.algbw, r.busbw, r.wrong) for r in wrapped] == [
+        ("out", 57.96, 9.05, 15.83, 0),
+        ("in", 51.85, 10.11, 17.70, 0),
+    ]
+    last = run.rows[-1]
+    assert (last.size_bytes, last.count, last.placement) == (8589934592, 2147483648, "in")
+    assert (last.time_us, last.algbw, last.busbw, last.wrong) == (47594, 180.48, 315.84, 0)
+    assert run.rows[-2].busbw == 316.55
+    assert [(s.op, s.out_of_bounds, s.ok, s.avg_busbw) for s in run.summaries] == [
+        ("all_reduce", 0, True, 102.138)
+    ]
+
+
+def test_role_paragraphs_read_a_paragraph_of_roles_as_one_line_and_keep_the_line_count() -> None:
+    lines = [
+        ":mark:`# size count type redop root time algbw busbw #wrong time algbw",
+        "busbw #wrong`",
+        "",
+        "  :mark:`8 2 float sum -1 47488 180.88` :mark:`316.55` :mark:`0 \\| x`",
+        "",
+        # Text beside the spans, or no span at its start: the paragraph is prose, kept.
+        ":mark:`315.84` is the value",
+        "The value :mark:`315.84`",
+        "",
+        ":mark:`unclosed",
+        "",
+    ]
+    assert role_paragraphs(lines) == [
+        "# size count type redop root time algbw busbw #wrong time algbw busbw #wrong",
+        "",
+        "",
+        "8 2 float sum -1 47488 180.88 316.55 0 | x",
+        "",
+        ":mark:`315.84` is the value",
+        "The value :mark:`315.84`",
+        "",
+        ":mark:`unclosed",
+        "",
+    ]
 
 
 @pytest.mark.parametrize(
