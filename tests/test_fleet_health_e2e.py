@@ -101,6 +101,29 @@ def test_doctor_names_the_bad_node_and_deploy_healthy_only_keeps_off_it(
     assert cli(cluster, "cleanup", "-n", namespace, "--run", rid).exit_code == 0
 
 
+def test_deploy_lists_the_nodes_once_and_a_pinned_run_only_its_own(
+    cluster: Cluster, namespace: str
+) -> None:
+    """`--platform auto`, the rank plan (`--topology`) and `--healthy-only` each read the nodes:
+    one list between them (three before; at thousands of nodes a list is megabytes), and a run
+    pinned to its nodes (`--node`, every pair test of `nodes check`) lists those alone by name.
+    Both deploys are refused by --healthy-only, which reads the nodes last."""
+    reads = ["--platform", "auto", "--topology", "example.com/block", "--healthy-only"]
+
+    def node_lists(*args: str) -> list[str]:
+        with cluster.record_requests() as seen:
+            got = cli(cluster, "deploy", "-n", namespace, *SIZE, *reads, "--no-wait", *args,
+                      *ENGINE)  # fmt: skip
+        assert got.exit_code == 2, got.output
+        assert "deploy refused, nothing was created: --healthy-only:" in got.output
+        return [a.name for a in seen if a.resource == "nodes" and a.verb in ("list", "get")]
+
+    assert node_lists("--nodes", "4") == [""]  # one list of every node
+    pinned = node_lists("--nodes", "2", "--node", BAD, "--node", STALE)
+    assert sorted(pinned) == [BAD, STALE]
+    assert labelled(cluster, namespace) == []
+
+
 def test_a_check_pushes_the_verdicts_of_the_nodes_it_tested(
     cluster: Cluster, namespace: str
 ) -> None:

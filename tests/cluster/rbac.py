@@ -74,6 +74,16 @@ _VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch"}
 _NAMESPACE_SUBRESOURCES = ("status", "finalize")
 
 
+def _exact_name(selector: str) -> str:
+    """The name a field selector requires exactly (`metadata.name=X` or `==X`, among others
+    ANDed), as RequestInfoFactory reads it (fields.Selector.RequiresExactMatch); else ""."""
+    for term in selector.split(","):
+        key, sep, value = term.partition("==") if "==" in term else term.partition("=")
+        if sep and key.strip() == "metadata.name":
+            return value.strip()
+    return ""
+
+
 def request_attributes(user: User, method: str, path: str, query: Mapping[str, str]) -> Attributes:
     """Upstream's RequestInfoFactory over /api/v1/... and /apis/GROUP/VERSION/...; any other
     path is a non-resource request (verb: the method in lower case)."""
@@ -98,6 +108,8 @@ def request_attributes(user: User, method: str, path: str, query: Mapping[str, s
         verb = "get" if name else "list"
         if query.get("watch", "").lower() in ("1", "true"):
             verb = "watch"
+        if not name:  # upstream: a list or watch of one name by field selector is of that name
+            name = _exact_name(query.get("fieldSelector") or "")
     elif method == "DELETE":
         verb = "delete" if name else "deletecollection"
     else:

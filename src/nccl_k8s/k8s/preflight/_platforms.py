@@ -42,8 +42,32 @@ class Resolved:
     """One line: `platform eks-efa: node ip-10-1-2-3 has vpc.amazonaws.com/efa: 32, instance
     type p5.48xlarge`, or why generic; empty when nothing had to be resolved."""
     choice: Choice | None = None
-    nodes_forbidden: bool = False
-    """The nodes could not be listed (RBAC): who reads them next for this run need not ask."""
+
+
+class NodeList:
+    """The cluster's nodes as one command reads them, listed once however many of its steps
+    ask (deploy: `--platform auto`, the rank plan, `--healthy-only`): at thousands of nodes a
+    list is megabytes, and `nodes check` deploys a run per pair test. A run pinned to its nodes
+    (--node) lists those alone, by name: every reader keeps only them anyway (`may_use`, node
+    fit). `read` raises Forbidden, each time, where RBAC refuses the list: it is asked once."""
+
+    def __init__(self, kc: KubeClient, spec: RunSpec) -> None:
+        self._kc = kc
+        self._names = spec.node_names
+        self._listed: asyncio.Future[list[Obj]] | None = None
+
+    async def read(self) -> list[Obj]:
+        if self._listed is None:
+            self._listed = asyncio.ensure_future(self._list())
+        return await self._listed
+
+    async def _list(self) -> list[Obj]:
+        if not self._names:
+            return (await self._kc.list("Node"))[0]
+        got = await asyncio.gather(
+            *(self._kc.list("Node", field_selector=f"metadata.name={n}") for n in self._names)
+        )
+        return [node for items, _ in got for node in items]
 
 
 def may_use(spec: RunSpec, nodes: Iterable[Obj]) -> list[Obj]:
@@ -154,14 +178,20 @@ def resolve(spec: RunSpec, nodes: Sequence[Obj], slices: Sequence[Obj]) -> Resol
 
 
 async def resolve_async(
-    kc: KubeClient, spec: RunSpec, nodes: Sequence[Obj] | None = None
+    kc: KubeClient,
+    spec: RunSpec,
+    nodes: Sequence[Obj] | None = None,
+    *,
+    reader: NodeList | None = None,
 ) -> Resolved:
-    """`resolve` over what the cluster shows (the nodes read here unless given)."""
+    """`resolve` over what the cluster shows: the nodes given, else read here (by `reader`,
+    which the command's other steps then share)."""
     if spec.platform != AUTO and missing_devices(spec) is None:
         return Resolved(spec, "")
     if nodes is None:
+        reader = reader or NodeList(kc, spec)
         try:
-            listed, slices = await asyncio.gather(kc.list("Node"), read_slices(kc))
+            listed, slices = await asyncio.gather(reader.read(), read_slices(kc))
         except Forbidden:
             name = "generic" if spec.platform == AUTO else spec.platform
             note = (
@@ -169,12 +199,13 @@ async def resolve_async(
                 "cannot read them; name the platform (and --instance-type) to choose it"
             )
             spec = with_platform(spec, name) if spec.platform == AUTO else spec
-            return Resolved(spec, note, nodes_forbidden=True)
-        return resolve(spec, listed[0], slices)
+            return Resolved(spec, note)
+        return resolve(spec, listed, slices)
     return resolve(spec, nodes, await read_slices(kc))
 
 
 __all__ = [
+    "NodeList",
     "Resolved",
     "may_use",
     "node_facts",

@@ -36,7 +36,7 @@ from nccl_k8s.k8s.api._sync import run_sync
 from nccl_k8s.k8s.api._types import Obj
 from nccl_k8s.k8s.preflight._doctor import refusal
 from nccl_k8s.k8s.preflight._fleet import healthy_shortfall
-from nccl_k8s.k8s.preflight._platforms import may_use, resolve_async
+from nccl_k8s.k8s.preflight._platforms import NodeList, may_use, resolve_async
 from nccl_k8s.k8s.rendering._manifests import render
 from nccl_k8s.k8s.rendering._names import APP_NAME
 from nccl_k8s.k8s.rendering._topology import plan_order, rank_order_levels, with_rank_plan
@@ -118,7 +118,8 @@ async def deploy_async(
     left as it is). With `pin`, the pods' tag-only images are pinned to their registries'
     digests first (run._images; one note line each)."""
     ns = spec.namespace or kc.namespace
-    resolved = await resolve_async(kc, spec)  # --platform auto: read the nodes, choose
+    nodes = NodeList(kc, spec)  # listed once, for whichever step below reads them first
+    resolved = await resolve_async(kc, spec, reader=nodes)  # --platform auto: choose
     spec, floor_note = with_floor(resolved.spec)  # --min-busbw auto: the platform's floor
     note = "\n".join(n for n in (resolved.note, floor_note) if n)
     with span("deploy", run_id=spec.run_id, namespace=ns, **_span_attributes(spec)):
@@ -128,7 +129,7 @@ async def deploy_async(
                 spec,
                 create_namespace=create_namespace,
                 platform_note=note,
-                nodes_forbidden=resolved.nodes_forbidden,
+                nodes=nodes,
                 pin=pin,
             )
         if on_deployed is not None:
@@ -270,15 +271,16 @@ async def _deploy(
     *,
     create_namespace: bool,
     platform_note: str = "",
-    nodes_forbidden: bool = False,
+    nodes: NodeList | None = None,
     pin: bool = False,
 ) -> Deployed:
     namespace = spec.namespace or kc.namespace
     spec = dataclasses.replace(spec, namespace=namespace)
     objs = render(spec)  # pure; same objects `render` prints
     # ... plus, where the nodes can be read, the order of the ranks by topology
-    objs, order_note = await _rank_plan(kc, spec, objs, nodes_forbidden=nodes_forbidden)
-    health_note = await _healthy_enough(kc, spec, nodes_forbidden=nodes_forbidden)
+    nodes = nodes or NodeList(kc, spec)
+    objs, order_note = await _rank_plan(spec, objs, nodes)
+    health_note = await _healthy_enough(spec, nodes)
     pin_note = ""
     if pin:  # the images as their registries name them now (before anything is created)
         objs, pin_note = await pin_images(objs)
@@ -339,24 +341,17 @@ async def _deploy(
     )
 
 
-async def _rank_plan(
-    kc: KubeClient, spec: RunSpec, objs: list[Obj], *, nodes_forbidden: bool = False
-) -> tuple[list[Obj], str]:
+async def _rank_plan(spec: RunSpec, objs: list[Obj], nodes: NodeList) -> tuple[list[Obj], str]:
     """The run's objects with the rank plan (rendering._topology: the nodes the run may use in
     topology order, which the pods' launcher numbers them by), and one line on the rank order
-    when the nodes carry topology labels but the plan cannot be followed (empty otherwise).
-    Nodes that `--platform auto` was already refused are not asked for again."""
+    when the nodes carry topology labels but the plan cannot be followed (empty otherwise)."""
     levels, why = rank_order_levels(spec)
     if not levels:
         return objs, ""
-    forbidden = "rank order: completion index (may not list nodes, RBAC)"
-    if nodes_forbidden:
-        return objs, forbidden
     try:
-        nodes, _ = await kc.list("Node")
+        usable = may_use(spec, await nodes.read())
     except Forbidden:
-        return objs, forbidden
-    usable = may_use(spec, nodes)
+        return objs, "rank order: completion index (may not list nodes, RBAC)"
     carried = {k for n in usable for k in n["metadata"].get("labels") or {}}
     levels = tuple(k for k in levels if k in carried)  # a level no node has orders nothing
     if not levels or why:  # no topology to follow, or one the pods cannot follow
@@ -364,20 +359,16 @@ async def _rank_plan(
     return with_rank_plan(spec, objs, levels, plan_order(usable, levels)), ""
 
 
-async def _healthy_enough(kc: KubeClient, spec: RunSpec, *, nodes_forbidden: bool) -> str:
+async def _healthy_enough(spec: RunSpec, nodes: NodeList) -> str:
     """--healthy-only: enough nodes qualify (their last check good within the window), or
     UsageError in one line before anything is created; a note when the nodes cannot be read
     (the pods' affinity still keeps them off the others)."""
     if spec.healthy_since is None:
         return ""
-    unread = "--healthy-only: may not list nodes (RBAC): the nodes that qualify were not counted"
-    if nodes_forbidden:
-        return unread
     try:
-        nodes, _ = await kc.list("Node")
+        short = healthy_shortfall(spec, await nodes.read())
     except Forbidden:
-        return unread
-    short = healthy_shortfall(spec, nodes)
+        return "--healthy-only: may not list nodes (RBAC): the nodes that qualify were not counted"
     if short is not None:
         raise UsageError(f"deploy refused, nothing was created: {short}", key="--healthy-only")
     return ""
