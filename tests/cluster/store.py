@@ -96,6 +96,9 @@ RESOURCES: dict[str, ResourceInfo] = {
         ResourceInfo("limitranges", "LimitRange", "", "v1", True, ("limits",)),
         ResourceInfo("leases", "Lease", "coordination.k8s.io", "v1", True),
         ResourceInfo("jobs", "Job", "batch", "v1", True, (), ("status",)),
+        # Stored and served, no controller: `nodes schedule`'s CronJob, which `cleanup
+        # --schedule` deletes (tests make the Jobs a CronJob controller would, owned by it).
+        ResourceInfo("cronjobs", "CronJob", "batch", "v1", True, ("cj",), ("status",)),
         # Dynamic Resource Allocation as Kubernetes 1.34 serves it (tests/cluster/dra.py).
         ResourceInfo(
             "resourceclaims", "ResourceClaim", "resource.k8s.io", "v1", True, (), ("status",)

@@ -8,9 +8,13 @@ from typing import Any
 from lightkube.core import resource as lk_resource
 from lightkube.core.resource_registry import resource_registry
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
+from lightkube.resources.admissionregistration_v1 import (
+    ValidatingAdmissionPolicy,
+    ValidatingAdmissionPolicyBinding,
+)
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.apps_v1 import DaemonSet, StatefulSet
-from lightkube.resources.batch_v1 import Job
+from lightkube.resources.batch_v1 import CronJob, Job
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import (
     ConfigMap,
@@ -23,7 +27,12 @@ from lightkube.resources.core_v1 import (
     Service,
     ServiceAccount,
 )
-from lightkube.resources.rbac_authorization_v1 import Role, RoleBinding
+from lightkube.resources.rbac_authorization_v1 import (
+    ClusterRole,
+    ClusterRoleBinding,
+    Role,
+    RoleBinding,
+)
 
 from nccl_k8s.errors import ClusterError
 from nccl_k8s.spec import CUSTOM_KINDS, CustomKind
@@ -47,6 +56,13 @@ RESOURCES: dict[str, Any] = {
     "ServiceAccount": ServiceAccount,
     "Role": Role,
     "RoleBinding": RoleBinding,
+    # What `nodes schedule` prints beyond those, which `cleanup --schedule` deletes
+    # (k8s.nodes._unschedule).
+    "CronJob": CronJob,
+    "ClusterRole": ClusterRole,
+    "ClusterRoleBinding": ClusterRoleBinding,
+    "ValidatingAdmissionPolicy": ValidatingAdmissionPolicy,
+    "ValidatingAdmissionPolicyBinding": ValidatingAdmissionPolicyBinding,
 }
 
 
@@ -65,7 +81,8 @@ def _custom(k: CustomKind) -> Any:
 CUSTOM: dict[tuple[str, str], Any] = {(k.api_version, k.kind): _custom(k) for k in CUSTOM_KINDS}
 #: Kinds without a namespace (the client sends no namespace for them).
 CLUSTER_SCOPED = frozenset(
-    {"Namespace", "Node", "CustomResourceDefinition"}
+    {"Namespace", "Node", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"}
+    | {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
     | {k.kind for k in CUSTOM_KINDS if k.scope == "Cluster"}
 )
 #: The apiVersion a custom kind is read with when the caller names none: the table's, where it

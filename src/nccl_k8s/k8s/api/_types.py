@@ -42,6 +42,11 @@ Kind = Literal[
     "ServiceAccount",
     "Role",
     "RoleBinding",
+    "CronJob",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
 ]
 
 #: A pod's phase as Kubernetes reports it.
