@@ -60,12 +60,14 @@ def rbac_docs_of(res: Any) -> list[dict[str, Any]]:
 @pytest.mark.parametrize("version", K8S_VERSIONS)
 def test_every_object_passes_the_strict_upstream_schema(version: str) -> None:
     docs = rbac_docs("-n", "team-a", "--service-account", "ci/bench", "--cluster-reads",
-                     "--create-namespace", "--label-nodes", "--render-apply")  # fmt: skip
+                     "--create-namespace", "--label-nodes", "--render-apply",
+                     "--remove-schedule")  # fmt: skip
     assert [(d["kind"], d["metadata"]["name"]) for d in docs[::2]] == [
         ("Role", "nccl-k8s"),
         ("ClusterRole", "nccl-k8s:cluster-reads"),
         ("ClusterRole", "nccl-k8s:create-namespace"),
         ("ClusterRole", "nccl-k8s:label-nodes"),
+        ("ClusterRole", "nccl-k8s:remove-schedule"),
         ("ValidatingAdmissionPolicy", policy_name(Subject("ServiceAccount", "bench", "ci"))),
     ]
     assert docs[3]["metadata"]["name"] == "nccl-k8s:cluster-reads:serviceaccount:ci:bench"
@@ -233,13 +235,19 @@ def test_create_namespace_grants_only_namespaces_create_cluster_wide() -> None:
     assert "apply this Role and its RoleBinding once it exists" in text
     # Whatever else is asked, nothing namespaced is ever granted cluster-wide.
     every = rbac_docs("-n", "made", "--user", "u", "--create-namespace", "--cluster-reads",
-                      "--label-nodes", "--render-apply")  # fmt: skip
+                      "--label-nodes", "--render-apply", "--remove-schedule")  # fmt: skip
     writes = {"create", "patch", "delete", "update", "*"}
+    rbac, admission = "rbac.authorization.k8s.io", "admissionregistration.k8s.io"
     for d in every:
         if d["kind"] == "ClusterRole":
             assert not {(g, r, v) for g, r, v in rules_of(d) if v in writes} - {
                 ("", "namespaces", "create"),
                 ("", "nodes", "patch"),
+                # cleanup --schedule: a schedule's own cluster-scoped objects
+                (rbac, "clusterroles", "delete"),
+                (rbac, "clusterrolebindings", "delete"),
+                (admission, "validatingadmissionpolicies", "delete"),
+                (admission, "validatingadmissionpolicybindings", "delete"),
             }, d
 
 
@@ -394,7 +402,7 @@ def test_the_commands_send_exactly_the_requests_of_the_table(
     with fresh_namespace(cluster) as ns:
         made = f"{ns}-made"
         kc = grant(cluster, ns, user, "--cluster-reads", "--create-namespace", "--label-nodes",
-                   "--render-apply")  # fmt: skip
+                   "--render-apply", "--remove-schedule")  # fmt: skip
         # --create-namespace grants only namespaces create cluster-wide: the new namespace has
         # no RoleBinding until the admin applies rbac's Role there. With every part granted,
         # the user may still write nothing namespaced outside its namespace (kube-system).
@@ -521,6 +529,11 @@ def test_the_commands_send_exactly_the_requests_of_the_table(
             assert "label node node-3 nccl-k8s/node-check=bad" in res.output, res.output
             # The check went into the namespace's history, which nodes history reads (get).
             assert "node-3: " in ok("nodes", "history", "-n", ns, "--node", "node-3")
+            # A schedule of nodes check --label, applied by the admin, removed by the user.
+            printed = nccl("nodes", "schedule", "-n", ns, "--name", "fleet", "--image", "x",
+                           "--", "--label")  # fmt: skip
+            kubectl_apply(cluster, printed.output)
+            assert "deleted schedule fleet" in ok("cleanup", "-n", ns, "--schedule", "fleet")
             # kubectl apply of render's output, as the user (over https: kubectl sends a token
             # nowhere else), with every optional object, then again with the adoption objects
             # changed (a GitOps sync: patch); cleanup then deletes them.

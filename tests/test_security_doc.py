@@ -74,7 +74,7 @@ def rbac_table() -> str:
             "|---|---|---|---|---|"]  # fmt: skip
     flags = {"run": "(always)", "render-apply": "`--render-apply`",
              "cluster-reads": "`--cluster-reads`", "create-namespace": "`--create-namespace`",
-             "label-nodes": "`--label-nodes`"}  # fmt: skip
+             "label-nodes": "`--label-nodes`", "remove-schedule": "`--remove-schedule`"}  # fmt: skip
     for feature in FEATURES:
         for a in ACCESS:
             if a.feature == feature:

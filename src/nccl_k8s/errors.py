@@ -10,7 +10,8 @@
      ├─ Interrupted              SIGINT/SIGTERM/SIGHUP stopped the command: exit 128 + signal
      └─ ClusterError             the API server refused a request or cannot be reached: exit 1
          ├─ NotFound             404: the object (run, pod, namespace) does not exist
-         │   └─ NoSuchRun        the run id names no run: exit 2 (bad input, as ResultsError)
+         │   ├─ NoSuchRun        the run id names no run: exit 2 (bad input, as ResultsError)
+         │   └─ NoSuchSchedule   cleanup --schedule's name names no schedule: exit 2 (the same)
          ├─ Conflict             409: the run's objects already exist, or another manager owns them
          ├─ Forbidden            403: RBAC denies a verb on a resource (both named)
          ├─ Expired              410: a watch's resourceVersion is too old; relist (internal)
@@ -261,6 +262,13 @@ class NoSuchRun(NotFound):
     exit_code = 2
 
 
+class NoSuchSchedule(NotFound):
+    """`cleanup --schedule NAME`: no object in the namespace carries the schedule's label: bad
+    input, exit 2, as NoSuchRun answers `cleanup --run` of a run that is not there."""
+
+    exit_code = 2
+
+
 class Conflict(ClusterError):
     """409: the object already exists, or server-side apply found fields another manager owns."""
 
@@ -305,6 +313,7 @@ __all__ = [
     "Interrupted",
     "NcclK8sError",
     "NoSuchRun",
+    "NoSuchSchedule",
     "NotFound",
     "ResultsError",
     "RunFailed",

@@ -3,7 +3,7 @@
 No logic here: one function of nccl_k8s.k8s does the work; this module prints what it returns.
 Every command takes kubectl's -n/--namespace, --context, --kubeconfig and acts on `--run ID` or,
 without it, the latest run in the namespace (cleanup excepted: it needs --run or --all, or asks
-on a terminal).
+on a terminal; or --schedule NAME, a fleet-health schedule).
 """
 
 from __future__ import annotations
@@ -344,6 +344,49 @@ CleanupRun = Annotated[
     ),
 ]
 
+CleanupSchedule = Annotated[
+    str | None,
+    typer.Option(
+        "--schedule",
+        metavar="NAME",
+        help="The fleet-health schedule to delete (`nodes schedule --name`'s, applied with "
+        "kubectl): its CronJob (its Jobs and pods go with it), ServiceAccount, Role, "
+        "ClusterRole, their bindings and admission policy; not the node labels, the node "
+        "history or the pair-test runs.",
+        show_default=False,
+    ),
+]
+
+
+def _cleanup_schedule(name: str, wait_s: float, namespace: str | None, settings: Any) -> None:
+    from nccl_k8s import k8s
+
+    done = k8s.cleanup_schedule(name, client=settings, namespace=namespace, timeout_s=wait_s)
+    for what in done.skipped:
+        err.print(f"skipped {what}", markup=False, highlight=False)
+    failure = done.failure()
+    if failure is not None:
+        raise RunFailed(failure, reason=FailureReason.NOTHING_OURS)
+    took = (
+        "" if done.jobs is None else f"; its CronJob's {done.jobs} Job(s) and their pods are gone"
+    )
+    err.print(
+        f"deleted schedule {done.name} in {done.namespace} ({len(done.deleted)} objects, "
+        f"{done.elapsed_s:.1f}s): {', '.join(done.deleted)}{took}",
+        markup=False,
+        highlight=False,
+    )
+    err.print(f"kept {done.kept}", markup=False, highlight=False)
+    if done.runs:
+        shown = ", ".join(done.runs[:4]) + (", ..." if len(done.runs) > 4 else "")
+        err.print(
+            f"{len(done.runs)} pair-test run(s) of a nodes check are still in {done.namespace} "
+            f"({shown}): runs, not the schedule's; `nccl-k8s cleanup -n {done.namespace} --run "
+            "ID` (or --all) removes them",
+            markup=False,
+            highlight=False,
+        )
+
 
 @handle_errors
 def cleanup_command(
@@ -351,6 +394,7 @@ def cleanup_command(
     all_runs: Annotated[
         bool, typer.Option("--all", help="Every nccl-k8s run in the namespace.")
     ] = False,
+    schedule: CleanupSchedule = None,
     timeout: Annotated[
         str,
         typer.Option(
@@ -362,14 +406,18 @@ def cleanup_command(
     kubeconfig: Kubeconfig = None,
 ) -> None:
     """Delete what nccl-k8s created for a run (`--run ID`) or every run (`--all`), and wait until
-    its pods are gone. Objects that only carry the run's labels are skipped and listed."""
+    its pods are gone; or a fleet-health schedule (`--schedule NAME`). Objects that only carry
+    the labels are skipped and listed."""
     from nccl_k8s import k8s
 
     run = run_arg(run)
-    if all_runs and run is not None:
-        raise UsageError("--run and --all: give one of them", key="--all")
+    given = [f for f, v in (("--run", run), ("--all", all_runs), ("--schedule", schedule)) if v]
+    if len(given) > 1:
+        raise UsageError(f"{' and '.join(given)}: give one of them", key=given[-1])
     wait_s = seconds("--timeout", timeout) or 120.0
     settings = client_settings(kubeconfig, context)
+    if schedule is not None:
+        return _cleanup_schedule(schedule, wait_s, namespace, settings)
     if run is None and not all_runs:
         if not _interactive():
             raise UsageError(

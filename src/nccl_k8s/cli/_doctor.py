@@ -403,7 +403,7 @@ def nodes_schedule_command(
     """Print a CronJob that runs `nodes check` in the cluster on a schedule, with its
     ServiceAccount and exactly the Role and ClusterRole one check uses (and, with --label or
     --taint, the admission policy that limits its node updates to our keys). Nothing is
-    applied: `kubectl apply -f -`. See docs/fleet.md."""
+    applied: `kubectl apply -f -`; `cleanup --schedule NAME` removes it. See docs/fleet.md."""
     from nccl_k8s import k8s
     from nccl_k8s.spec import OPTION_BY_NAME
 

@@ -52,6 +52,7 @@ EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
     "cleanup": (
         ("one run", "nccl-k8s cleanup -n bench --run ID"),
         ("every run in the namespace", "nccl-k8s cleanup -n bench --all"),
+        ("a fleet-health schedule (nodes schedule's)", "nccl-k8s cleanup -n bench --schedule nccl-k8s-node-check"),
     ),
     "list": (("the runs in a namespace", "nccl-k8s list -n bench"),),
     "import": (

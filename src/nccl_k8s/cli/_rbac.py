@@ -44,6 +44,15 @@ LabelNodesFlag = Annotated[
         "(Kubernetes 1.30+) that limits the user's node patches to its label and taint.",
     ),
 ]
+RemoveScheduleFlag = Annotated[
+    bool,
+    typer.Option(
+        "--remove-schedule",
+        help="Also what cleanup --schedule NAME sends: CronJobs list and delete in the Role, "
+        "and a ClusterRole to list and delete a schedule's ClusterRole, ClusterRoleBinding and "
+        "node admission policy (cluster-scoped objects).",
+    ),
+]
 UserFlag = Annotated[
     str | None,
     typer.Option(
@@ -86,6 +95,7 @@ def rbac_command(
     cluster_reads: ClusterReadsFlag = False,
     create_namespace: CreateNamespaceFlag = False,
     label_nodes: LabelNodesFlag = False,
+    remove_schedule: RemoveScheduleFlag = False,
     output: Annotated[
         str, typer.Option("--output", "-o", metavar="yaml|json", help="Output format.")
     ] = "yaml",
@@ -111,6 +121,7 @@ def rbac_command(
         (cluster_reads, "cluster-reads"),
         (create_namespace, "create-namespace"),
         (label_nodes, "label-nodes"),
+        (remove_schedule, "remove-schedule"),
     ):
         if asked:
             features.append(feature)

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from nccl_k8s.k8s.nodes._metrics import push_url, push_verdicts
     from nccl_k8s.k8s.nodes._nodecheck import NodesChecked, nodes_check
     from nccl_k8s.k8s.nodes._timeline import NodeHistory, node_history
+    from nccl_k8s.k8s.nodes._unschedule import Unscheduled, cleanup_schedule
     from nccl_k8s.k8s.preflight._doctor import Doctored, doctor
     from nccl_k8s.k8s.rendering._dump import dump
     from nccl_k8s.k8s.rendering._manifests import render
@@ -78,6 +79,8 @@ _WHERE = {
     "push_url": "nodes._metrics",
     "push_verdicts": "nodes._metrics",
     "cleanup": "run._cleanup",
+    "Unscheduled": "nodes._unschedule",
+    "cleanup_schedule": "nodes._unschedule",
     "ClientSettings": "api._config",
     "collect": "run._collect",
     "deploy": "run._deploy",
@@ -133,11 +136,13 @@ __all__ = [
     "RunSummary",
     "Schedule",
     "Subject",
+    "Unscheduled",
     "WaitOutcome",
     "WaitSettings",
     "bundle",
     "bundle_path",
     "cleanup",
+    "cleanup_schedule",
     "collect",
     "cron_arg",
     "deploy",

@@ -5,8 +5,10 @@ doctor (a SelfSubjectAccessReview per entry, preflight._access).
 Each entry says where it applies (`scope`: the run's namespace, or the cluster) and which part of
 the tool needs it (`feature`): "run" is every command about a run (deploy, wait, status, list,
 logs, results, cleanup, bundle, doctor and doctor --run); the others are granted only when asked
-(`nccl-k8s rbac --render-apply`, `--cluster-reads`, `--create-namespace`, `--label-nodes`):
-"render-apply" is the namespace's, the others the cluster's. `tests/test_rbac.py`
+(`nccl-k8s rbac --render-apply`, `--cluster-reads`, `--create-namespace`, `--label-nodes`,
+`--remove-schedule`): "render-apply" is the namespace's, "remove-schedule" both (the CronJob in
+the namespace, the schedule's ClusterRole, binding and admission policy at the cluster scope),
+the others the cluster's. `tests/test_rbac.py`
 runs the commands on the test cluster as a user bound to exactly what `rbac` prints, records
 every request, and fails when a request is missing here or an entry is never used: add the
 entry with the request, in the same commit. The optional kinds' entries (PodGroups, PodMonitor,
@@ -26,13 +28,16 @@ from nccl_k8s.spec.platforms import PLATFORMS
 
 Scope = Literal["namespace", "cluster"]
 #: Which part of the tool needs an entry; "run" ones make the namespace's Role.
-Feature = Literal["run", "render-apply", "cluster-reads", "create-namespace", "label-nodes"]
+Feature = Literal[
+    "run", "render-apply", "cluster-reads", "create-namespace", "label-nodes", "remove-schedule"
+]
 FEATURES: tuple[Feature, ...] = (
     "run",
     "render-apply",
     "cluster-reads",
     "create-namespace",
     "label-nodes",
+    "remove-schedule",
 )
 
 
@@ -88,6 +93,13 @@ _APPLY_WHY = "kubectl apply of render's output (get, then create or patch)"
 _ADOPTION_WHY = (
     "a rendered run's adoption objects: kubectl apply of render's output creates them (get, "
     "create, patch); cleanup deletes them"
+)
+
+#: The ServiceAccount, Role and RoleBinding a schedule has are listed and deleted with the
+#: "run" entries (a rendered run's adoption objects are the same kinds).
+_UNSCHEDULE_WHY = (
+    "cleanup --schedule NAME lists by the schedule's label and deletes what `nodes schedule` "
+    "printed"
 )
 
 ACCESS: tuple[Access, ...] = (
@@ -162,7 +174,12 @@ ACCESS: tuple[Access, ...] = (
         if k.created
     ),
     *(
-        Access(group, resource, ("delete", "list"), f"{_ADOPTION_WHY} (list, delete)")
+        Access(
+            group,
+            resource,
+            ("delete", "list"),
+            f"{_ADOPTION_WHY} (list, delete); cleanup --schedule NAME deletes a schedule's",
+        )
         for group, resource in (
             ("", "serviceaccounts"),
             ("rbac.authorization.k8s.io", "roles"),
@@ -304,6 +321,37 @@ ACCESS: tuple[Access, ...] = (
         "nodes check --label/--taint writes the verdict on the nodes",
         scope="cluster",
         feature="label-nodes",
+    ),
+    Access(
+        "batch",
+        "cronjobs",
+        ("delete", "list"),
+        f"{_UNSCHEDULE_WHY}: its CronJob (its Jobs and their pods go with it)",
+        feature="remove-schedule",
+    ),
+    *(
+        Access(
+            group,
+            resource,
+            ("delete", "list"),
+            f"{_UNSCHEDULE_WHY}: {what}",
+            scope="cluster",
+            feature="remove-schedule",
+        )
+        for group, resource, what in (
+            ("rbac.authorization.k8s.io", "clusterroles", "its ClusterRole"),
+            ("rbac.authorization.k8s.io", "clusterrolebindings", "its ClusterRoleBinding"),
+            (
+                "admissionregistration.k8s.io",
+                "validatingadmissionpolicies",
+                "its node admission policy (a schedule of nodes check --label/--taint)",
+            ),
+            (
+                "admissionregistration.k8s.io",
+                "validatingadmissionpolicybindings",
+                "that policy's binding",
+            ),
+        )
     ),
 )
 

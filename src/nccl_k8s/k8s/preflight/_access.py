@@ -28,7 +28,7 @@ _FLAG = {"cluster-reads": " --cluster-reads", "create-namespace": " --create-nam
 
 def _uses(a: Access, spec: RunSpec, create_namespace: bool) -> bool:
     """Does this run (as doctor checks it) send the entry's requests?"""
-    if a.feature in ("label-nodes", "render-apply"):  # nodes check's; kubectl's
+    if a.feature in ("label-nodes", "render-apply", "remove-schedule"):  # not a run's
         return False
     if a.feature == "create-namespace" and not create_namespace:
         return False

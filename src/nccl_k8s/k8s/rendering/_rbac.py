@@ -2,10 +2,11 @@
 group or ServiceAccount, built from the permissions table (api._access), never written by hand.
 
     Role nccl-k8s                      in the namespace: every "run" entry (deploy ... cleanup),
-                                       and the "render-apply" ones with --render-apply
+                                       the "render-apply" ones with --render-apply, the
+                                       "remove-schedule" ones with --remove-schedule
     RoleBinding nccl-k8s:<subject>     binds it to the subject, in that namespace
     ClusterRole nccl-k8s:<feature>     one per cluster feature asked for (--cluster-reads,
-    ClusterRoleBinding ...:<subject>   --create-namespace, --label-nodes)
+    ClusterRoleBinding ...:<subject>   --create-namespace, --label-nodes, --remove-schedule)
     ValidatingAdmissionPolicy(+Binding) --label-nodes: the subject's node patches may touch only
                                        our label and taint (rendering._nodepolicy)
 
@@ -109,7 +110,7 @@ def rbac_objects(
     namespace: str, subject: Subject, *, features: tuple[Feature, ...] = ("run",)
 ) -> list[Obj]:
     """The Role and RoleBinding in `namespace` (the namespace-scoped entries of `features`: "run"
-    always, "render-apply" when asked), then a ClusterRole and ClusterRoleBinding per feature
+    always, "render-apply" and "remove-schedule" when asked), then a ClusterRole and ClusterRoleBinding per feature
     in `features` with cluster-scoped entries, in the table's order."""
     if not _LABEL.match(namespace) or len(namespace) > 63:
         raise UsageError(
@@ -155,6 +156,7 @@ _FEATURE_TEXT = {
     "cluster-reads": "doctor's node and scheduler checks, nodes check, doctor --run, bundle",
     "create-namespace": "deploy --create-namespace",
     "label-nodes": "nodes check --label/--taint",
+    "remove-schedule": "cleanup --schedule NAME (what `nodes schedule` printed)",
 }
 
 

@@ -20,8 +20,10 @@ engine): its image is one with nccl-k8s installed (the repository's Dockerfile),
 engine in a ConfigMap unless those say otherwise).
 
 The objects carry app.kubernetes.io/name and managed-by, and `nccl-k8s/schedule: <name>`, but
-no app.kubernetes.io/instance: `cleanup` (which selects runs by that label) never takes a
-schedule's objects for a run's. Remove them with `kubectl delete -f` of the same output.
+no app.kubernetes.io/instance: `cleanup --run/--all` (which select runs by that label) never take
+a schedule's objects for a run's. `cleanup --schedule NAME` removes them (k8s.nodes._unschedule:
+the objects `schedule_members` reads off this renderer), as does `kubectl delete -f` of the
+same output.
 
 Pure: no client.
 """
@@ -153,18 +155,25 @@ class Schedule:
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
-def check_schedule(s: Schedule) -> None:
-    """Refuse what a scheduled check cannot carry (one line, UsageError)."""
-    if not _NAME.match(s.name) or len(s.name) > 52:  # a CronJob's name: 52 at most
+def check_name(name: str, namespace: str, *, flag: str = "--name") -> None:
+    """A schedule's name (it names the CronJob: 52 characters at most, a DNS-1123 label) and its
+    namespace, or one line naming the value and the form (UsageError)."""
+    if not _NAME.match(name) or len(name) > 52:  # a CronJob's name: 52 at most
         raise UsageError(
-            f'--name "{s.name}": expected at most 52 lower case letters, digits and "-"',
-            key="--name",
+            f'{flag} "{name}": expected at most 52 lower case letters, digits and "-" (a '
+            "schedule's name, as `nodes schedule --name` takes it)",
+            key=flag,
         )
-    if not _NAME.match(s.namespace) or len(s.namespace) > 63:
+    if not _NAME.match(namespace) or len(namespace) > 63:
         raise UsageError(
-            f'-n "{s.namespace}": expected a namespace name (lower case letters, digits, "-")',
+            f'-n "{namespace}": expected a namespace name (lower case letters, digits, "-")',
             key="--namespace",
         )
+
+
+def check_schedule(s: Schedule) -> None:
+    """Refuse what a scheduled check cannot carry (one line, UsageError)."""
+    check_name(s.name, s.namespace)
     for a in s.check_options:
         flag = a.split("=", 1)[0]
         if flag in _REFUSED:
@@ -282,12 +291,44 @@ def schedule_objects(s: Schedule) -> list[Obj]:
     return [*objs, _cronjob(s)]
 
 
+@dataclasses.dataclass(frozen=True)
+class Member:
+    """One object a schedule may have, as `schedule_members` reads it off the renderer."""
+
+    kind: str
+    api_version: str
+    name: str
+    namespaced: bool
+    mark: str
+    """Its render mark (`nccl-k8s/rendered-for`), which says the renderer made it."""
+
+
+def schedule_members(name: str, namespace: str) -> list[Member]:
+    """Every object `nodes schedule --name NAME -n NAMESPACE` prints with any options, in apply
+    order (`cleanup --schedule` deletes in reverse). Read off the renderer itself, with the
+    options that print the most (`--label`: the admission policy and its binding; the other
+    options change only rules and arguments), so the two cannot drift:
+    tests/test_nodes_unschedule.py renders every combination against it."""
+    widest = Schedule(name=name, namespace=namespace, cron="@daily", image="-", args=("--label",))
+    return [
+        Member(
+            o["kind"],
+            o["apiVersion"],
+            o["metadata"]["name"],
+            "namespace" in o["metadata"],
+            o["metadata"]["annotations"][RENDERED_ANNOTATION],
+        )
+        for o in schedule_objects(widest)
+    ]
+
+
 def schedule_text(s: Schedule, objs: list[Obj]) -> str:
     """The objects as YAML, after a comment saying what they are and how to remove them."""
     head = (
         f'# nccl-k8s nodes schedule: `nodes check` in namespace {s.namespace} at "{s.cron}",\n'
         f"# as ServiceAccount {s.name} with exactly the requests one check sends.\n"
-        "# Apply: kubectl apply -f FILE; remove: kubectl delete -f FILE (cleanup leaves them).\n"
+        f"# Apply: kubectl apply -f FILE; remove: nccl-k8s cleanup --schedule {s.name} -n "
+        f"{s.namespace}\n# (or kubectl delete -f FILE).\n"
     )
     body = "---\n".join(
         yaml.safe_dump(o, sort_keys=False, default_flow_style=False, width=100) for o in objs
@@ -298,9 +339,12 @@ def schedule_text(s: Schedule, objs: list[Obj]) -> str:
 __all__ = [
     "DEFAULT_NAME",
     "SCHEDULE_LABEL",
+    "Member",
     "Schedule",
+    "check_name",
     "cron_arg",
     "schedule_access",
+    "schedule_members",
     "schedule_objects",
     "schedule_text",
 ]
