@@ -11,6 +11,8 @@ logs are the load generator's), and in each round, interleaved:
 - `status` floor: the requests `status` sends (recorded from it once, then made again with
   their continue tokens) by a Python process that imports only the standard library and
   decodes each answer: what answering costs before the command's start-up and its own work;
+- the same replay with each table asked for its cells alone (`includeObject=None`): how much of
+  the server's answer is the rows' metadata;
 - `--version`: the CLI's start-up alone.
 
 Each with its wall time, its own CPU and the test cluster's CPU meanwhile (the API server runs
@@ -186,6 +188,15 @@ def main() -> None:
         ]
         replay = [sys.executable, "-S", "-c", _REPLAY, host, port]
         stdin = "".join(json.dumps(r) + "\n" for r in requests)
+        # The same, each table without its rows' metadata (includeObject=None: the cells alone,
+        # which lack the labels and timestamps status reads rank and age from): how much of the
+        # server's answer is the metadata.
+        cells = "".join(
+            json.dumps({**r, "query": [*r["query"], ("includeObject", "None")]}) + "\n"
+            if "as=Table" in r["accept"]
+            else json.dumps(r) + "\n"
+            for r in requests
+        )
         samples: dict[str, list[tuple[float, float, float]]] = {}
 
         def measure(name: str, thunk: Any) -> Any:
@@ -201,6 +212,8 @@ def main() -> None:
             assert got == n, f"curl wrote {got} logs of {n}"
             measure("status", lambda: _cli(status_argv, env))
             rows = measure("status_floor_replay", lambda: _timed(replay, stdin))
+            assert int(rows) >= n, rows
+            rows = measure("status_floor_cells_only", lambda: _timed(replay, cells))
             assert int(rows) >= n, rows
             measure("cli_version", lambda: _cli(["--version"], env))
         figures["load_after"] = os.getloadavg()[0]
