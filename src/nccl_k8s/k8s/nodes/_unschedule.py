@@ -30,7 +30,6 @@ runs still in the namespace (labelled `nccl-k8s/nodes-check`): they are runs, wh
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import time
 from typing import cast
@@ -48,8 +47,8 @@ from nccl_k8s.k8s.rendering._schedule import (
     check_name,
     schedule_members,
 )
-from nccl_k8s.k8s.run._plumbing import ListWatch, namespace_of, owned_by, runs_in
-from nccl_k8s.k8s.run._watch import WatchSettings, informer, within
+from nccl_k8s.k8s.run._plumbing import namespace_of, owned_by, runs_in, until_pods_gone
+from nccl_k8s.k8s.run._watch import WatchSettings
 from nccl_k8s.spec import LABEL_MANAGED_BY, LABEL_NAME
 
 #: Kept, and said so: the fleet's record, not the schedule's.
@@ -240,22 +239,14 @@ async def _wait_pods_gone(
     """Watch until no pod of those Jobs is left; the names still there after `timeout_s`."""
     if not jobs:
         return []
-    left: list[Obj] = []
-
-    async def until_gone() -> None:
-        nonlocal left
-        source = ListWatch(kc, "Pod", ns, {SCHEDULE_LABEL: name})
-        async with contextlib.aclosing(informer(source, watch)) as updates:
-            async for update in updates:
-                left = [p for p in update.objects.values() if owned_by(p, jobs)]
-                if not left:
-                    return
-
-    try:
-        await within(until_gone(), timeout_s)
-    except asyncio.TimeoutError:
-        return sorted(str(p["metadata"]["name"]) for p in left)
-    return []
+    return await until_pods_gone(
+        kc,
+        ns,
+        {SCHEDULE_LABEL: name},
+        lambda pod: owned_by(pod, jobs),
+        timeout_s=timeout_s,
+        watch=watch,
+    )
 
 
 __all__ = ["KEPT", "Unscheduled", "cleanup_schedule", "cleanup_schedule_async"]

@@ -195,11 +195,26 @@ async def wait_pods_gone(
     if not run_ids:
         return []
     labels = run_labels(next(iter(run_ids))) if len(run_ids) == 1 else run_labels()
-    left: list[Obj] = []
 
     def mine(pod: Obj) -> bool:
         rid = (pod["metadata"].get("labels") or {}).get(LABEL_INSTANCE)
         return rid in run_ids and (which is None or which(pod))
+
+    return await until_pods_gone(kc, namespace, labels, mine, timeout_s=timeout_s, watch=watch)
+
+
+async def until_pods_gone(
+    kc: KubeClient,
+    namespace: str,
+    labels: dict[str, str],
+    mine: Callable[[Obj], bool],
+    *,
+    timeout_s: float,
+    watch: WatchSettings | None = None,
+) -> list[str]:
+    """Watch the pods with `labels` until none that `mine` accepts is left; the names still
+    there after `timeout_s` (empty: all gone)."""
+    left: list[Obj] = []
 
     async def until_gone() -> None:
         nonlocal left
