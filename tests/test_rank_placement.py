@@ -25,7 +25,7 @@ from nccl_k8s.k8s.rendering._manifests import render
 from nccl_k8s.k8s.rendering._topology import with_rank_plan
 from nccl_k8s.k8s.rendering._zipapp import ZIPAPP_NAME, build_zipapp
 from nccl_k8s.k8s.run._culprit import gpus_per_pod, parse_rendezvous
-from nccl_k8s.spec import build_run_spec
+from nccl_k8s.spec import MASTER_PORT_MIN, MASTER_PORT_SPAN, build_run_spec
 
 BLOCK = "fabric.topograph.run/tier-1"
 #: torchrun's flags as rendered behind the step (no --node-rank or --master-addr: it adds them).
@@ -157,7 +157,7 @@ def test_a_planned_torchrun_job_starts_torchrun_behind_the_placement_step(metric
     plain = _bench(objs)
     assert plain["args"][0] == "torchrun"  # render reads no nodes: no plan, torchrun's command
     planned = _bench(with_rank_plan(spec, objs, (BLOCK,), PLANNED))
-    port, master = spec.master_port, spec.master_port + 10000
+    port, master = spec.master_port, spec.master_port + 5000
     assert planned["args"][: planned["args"].index("--max-restarts=0")] == [
         "python3", "-m", "nccl_k8s.launch._place", "--nnodes=2",
         "--node-rank=$(JOB_COMPLETION_INDEX)", "--master-addr=plan-0.plan", f"--port={master}",
@@ -178,12 +178,29 @@ def test_under_host_networking_the_steps_port_is_declared_as_a_host_port() -> No
     spec = build_run_spec(run_id="plan", world_size=16, gpus_per_node=8, security="host")
     objs = with_rank_plan(spec, render(spec), (BLOCK,), PLANNED)
     planned = _bench(objs)
-    port = spec.master_port + 10000
+    port = spec.master_port + 5000
     assert {"name": "placement", "containerPort": port, "hostPort": port, "protocol": "TCP"} in (
         planned["ports"]
     )
     job = next(o for o in objs if o["kind"] == "Job")
     kubernetes_validate.validate(job, "1.35", strict=True)  # the upstream schema takes it
+
+
+def test_no_port_a_host_network_pod_binds_is_in_the_ephemeral_or_nodeport_range() -> None:
+    # Under host networking (and on the test cluster, whose pods share the machine's stack) the
+    # pods bind on the node's own stack: a port in Linux's ephemeral range (32768-60999) may be
+    # held by any outgoing connection there, and the bind then fails "Address already in use"
+    # (the placement port was the master port + 10000, 30000-39999, and CI saw exactly that);
+    # 30000-32767 is the NodePort range. The run ids span the whole master range (their hash).
+    ports: set[int] = set()
+    for i in range(40):
+        spec = build_run_spec(run_id=f"p{i}", world_size=16, gpus_per_node=8, security="host")
+        bench = _bench(with_rank_plan(spec, render(spec), (BLOCK,), PLANNED))
+        host_ports = {p["hostPort"] for p in bench["ports"] if "hostPort" in p}
+        assert {spec.master_port, spec.master_port + 5000} <= host_ports
+        ports |= host_ports
+    assert all(1024 <= port < 30000 for port in ports), sorted(ports)
+    assert MASTER_PORT_MIN + 2 * MASTER_PORT_SPAN <= 30000  # every run id's, by the hash
 
 
 def test_a_platform_that_sources_a_script_keeps_it_before_the_step() -> None:

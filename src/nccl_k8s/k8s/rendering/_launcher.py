@@ -32,8 +32,9 @@ JOB_INDEX_REF = "$(JOB_COMPLETION_INDEX)"
 
 def placement_port(spec: RunSpec) -> int:
     """The port of the placement step's store (launch._place), on the pod of index 0 before
-    torchrun starts: MASTER_PORT_SPAN above the master port, a range no run's master port is
-    drawn from, so it is never another run's rendezvous port on a shared node."""
+    torchrun starts: MASTER_PORT_SPAN above the master port (25000-29999), a range no run's
+    master port is drawn from, so it is never another run's rendezvous port on a shared node, and
+    below the NodePort and ephemeral ranges (spec's MASTER_PORT_MIN)."""
     return spec.master_port + MASTER_PORT_SPAN
 
 
