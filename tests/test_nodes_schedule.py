@@ -117,6 +117,28 @@ def test_the_rbac_is_the_table_cut_to_what_the_check_sends(
 
 
 @pytest.mark.parametrize(
+    "opts",
+    [[], ["--security", "host"], ["--host-network"], ["--platform", "oke-roce"],
+     ["--platform", "gke-tcpxo"], ["--network-policy", "off"],
+     ["--platform", "eks-efa", "--instance-type", "p5.48xlarge"]],
+)  # fmt: skip
+def test_the_pair_tests_networkpolicy_is_granted_exactly_where_they_would_make_one(
+    opts: list[str],
+) -> None:
+    # What a pair test makes is what `render` prints for it (two nodes, a Job, the check's
+    # deploy options): the Role may write a NetworkPolicy only where that has one. On the node's
+    # network a policy selects nothing, so none is made, and the grant went unused.
+    rendered = CliRunner().invoke(app, ["render", "--nodes", "2", "--workload", "job", *opts])
+    assert rendered.exit_code == 0, rendered.output
+    makes = any(d and d["kind"] == "NetworkPolicy" for d in yaml.safe_load_all(rendered.output))
+    role = rules_of(by_kind(schedule("--", *opts))["Role"])
+    writes = {v for g, r, v in role if r == "networkpolicies"} - {"list"}
+    assert writes == ({"create", "delete", "patch"} if makes else set()), (opts, makes)
+    if opts in (["--security", "host"], ["--platform", "oke-roce"], ["--network-policy", "off"]):
+        assert not makes  # the cases the test is about are among the ones that make none
+
+
+@pytest.mark.parametrize(
     ("args", "message"),
     [
         (["--cron", "0 */6 * *"], '--cron "0 */6 * *": expected five cron fields'),
@@ -129,6 +151,7 @@ def test_the_rbac_is_the_table_cut_to_what_the_check_sends(
         (["--", "--kubeconfig", "x"], "--kubeconfig cannot be given to a scheduled check"),
         (["--", "--gang", "volcano"], "--gang cannot be given"),
         (["--", "--no-such-flag"], "No such option: --no-such-flag"),
+        (["--", "--gpus-per-node", "abc"], '--gpus-per-node "abc": expected a whole number'),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str) -> None:

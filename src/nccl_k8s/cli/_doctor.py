@@ -33,10 +33,14 @@ from nccl_k8s.cli._options import (
     output_format,
     run_arg,
     seconds,
+    spec_of_params,
     with_spec_options,
 )
 from nccl_k8s.errors import UsageError
 from nccl_k8s.spec import label_selector
+
+#: The deploy options `nodes check` decides itself: every test is a 2-node Job.
+NODES_CHECK_FIXED = {"nodes": "2", "workload": "job"}
 
 DoctorRun = Annotated[
     str | None,
@@ -347,7 +351,7 @@ def register(app: typer.Typer) -> None:
                         help="The cluster's nodes: find the bad ones, check them on a schedule, read their history.")  # fmt: skip
     check = with_spec_options(
         nodes_check_command,
-        fixed={"nodes": "2", "workload": "job"},
+        fixed=NODES_CHECK_FIXED,
         exclude=("label", "world_size", "interval", "healthy_only", "healthy_within"),
         engine_default=NODES_CHECK_ENGINE_ARGS,
     )
@@ -420,8 +424,11 @@ def nodes_schedule_command(
     image = OPTION_BY_NAME["image"].parse("--image", image)  # type: ignore[misc]
     cron = k8s.cron_arg(cron)
     args = tuple(check_args or ())
-    _parse_as_check(ctx, args, namespace)
-    s = k8s.Schedule(name, namespace, cron, image, args)
+    check = _parse_as_check(ctx, args, namespace)
+    # The Role grants the pair tests' NetworkPolicy only where they make one (the renderer's
+    # rule on the check's spec: not on the node's network, nor with --network-policy off).
+    policy = check is None or k8s.renders_network_policy(check)
+    s = k8s.Schedule(name, namespace, cron, image, args, network_policy=policy)
     objs = k8s.schedule_objects(s)
     if output == "json":
         out.file.write(json.dumps({"apiVersion": "v1", "kind": "List", "items": objs}, indent=2))
@@ -430,23 +437,27 @@ def nodes_schedule_command(
         out.file.write(k8s.schedule_text(s, objs))
 
 
-def _parse_as_check(ctx: typer.Context, args: tuple[str, ...], namespace: str) -> None:
-    """The scheduled check's own options parsed as `nodes check` would: an unknown one (or a
-    --push-to that is no URL) is exit 2 now, not a failed Job at 3 a.m."""
+def _parse_as_check(ctx: typer.Context, args: tuple[str, ...], namespace: str) -> Any:
+    """The scheduled check's own options parsed as `nodes check` would, and the RunSpec its
+    pair tests start from: an unknown option or a bad value (a --push-to that is no URL, a
+    deploy option build_run_spec refuses) is exit 2 now, not a failed Job at 3 a.m."""
     from nccl_k8s import k8s
 
     group = ctx.parent.command if ctx.parent is not None else None
     check = group.get_command(ctx, "check") if group is not None else None  # type: ignore[attr-defined]
-    if check is not None:
-        cut = args.index("--") if "--" in args else len(args)
-        # ctx's help names: click keeps the first help option it makes on the command.
-        parsed = check.make_context(
-            "nccl-k8s nodes check",
-            [*args[:cut], "-n", namespace],
-            help_option_names=ctx.help_option_names,
-        )
-        if parsed.params.get("push_to") is not None:  # a value checked before the command runs
-            k8s.push_url("--push-to", parsed.params["push_to"])
+    if check is None:
+        return None
+    cut = args.index("--") if "--" in args else len(args)
+    # ctx's help names: click keeps the first help option it makes on the command.
+    parsed = check.make_context(
+        "nccl-k8s nodes check",
+        [*args[:cut], "-n", namespace],
+        help_option_names=ctx.help_option_names,
+    )
+    if parsed.params.get("push_to") is not None:  # a value checked before the command runs
+        k8s.push_url("--push-to", parsed.params["push_to"])
+    engine = args[cut + 1 :] or k8s.NODES_CHECK_ENGINE_ARGS
+    return spec_of_params(parsed.params, engine, fixed=NODES_CHECK_FIXED)
 
 
 # nodes check's own options

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any, TypeVar
 
 import typer
@@ -74,6 +74,15 @@ class LazySpec:
     def given(self, name: str) -> Any:
         """An option's value as typed (None when absent)."""
         return self.values.get(name)
+
+
+def spec_of_params(
+    params: dict[str, Any], engine_args: Sequence[str], *, fixed: dict[str, str] | None = None
+) -> Any:
+    """The RunSpec a command of with_spec_options builds, from its parsed parameters (a click
+    context's `params`, as `nodes schedule` parses the check it schedules)."""
+    values = {p.name: params.get(p.name) for p in _SPEC_PARAMS if p.name in params}
+    return LazySpec({**values, **(fixed or {})}, tuple(engine_args))()
 
 
 def with_spec_options(

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from nccl_k8s.k8s.preflight._doctor import Doctored, doctor
     from nccl_k8s.k8s.rendering._dump import dump
     from nccl_k8s.k8s.rendering._manifests import render
+    from nccl_k8s.k8s.rendering._netpolicy import renders_network_policy
     from nccl_k8s.k8s.rendering._rbac import Subject, rbac_objects, rbac_text, subject_of
     from nccl_k8s.k8s.rendering._schedule import (
         Schedule,
@@ -88,6 +89,7 @@ _WHERE = {
     "logs": "run._logs",
     "dump": "rendering._dump",
     "render": "rendering._manifests",
+    "renders_network_policy": "rendering._netpolicy",
     "Schedule": "rendering._schedule",
     "cron_arg": "rendering._schedule",
     "schedule_objects": "rendering._schedule",
@@ -159,6 +161,7 @@ __all__ = [
     "rbac_objects",
     "rbac_text",
     "render",
+    "renders_network_policy",
     "schedule_objects",
     "schedule_text",
     "status",

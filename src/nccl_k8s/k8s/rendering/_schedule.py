@@ -31,7 +31,6 @@ Pure: no client.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import re
 
 import yaml
@@ -125,6 +124,12 @@ class Schedule:
     (a controller down for hours does not start a burst of checks)."""
     history: int = 3
     """Finished Jobs kept, successful and failed each: their pods' logs hold the tables."""
+    network_policy: bool = True
+    """Whether the check's pair tests make a NetworkPolicy, which the Role then grants: the
+    renderer's own decision (renders_network_policy) on the check's spec, which `nodes schedule`
+    builds from `args`. Not with --network-policy off, nor on the node's network (--security
+    host, --host-network, a platform named by --platform whose pods use it); --platform auto
+    is read from the nodes when the check runs, so the grant stays."""
 
     @property
     def check_options(self) -> tuple[str, ...]:
@@ -138,14 +143,6 @@ class Schedule:
     @property
     def idle_only(self) -> bool:
         return "--idle-only" in self.check_options
-
-    @property
-    def network_policy(self) -> bool:
-        """Whether the pair tests make a NetworkPolicy: unless `--network-policy off`."""
-        opts = self.check_options
-        values = [b for a, b in itertools.pairwise(opts) if a == "--network-policy"]
-        values += [a.split("=", 1)[1] for a in opts if a.startswith("--network-policy=")]
-        return "off" not in values
 
     @property
     def subject(self) -> Subject:
