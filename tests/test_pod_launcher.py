@@ -11,6 +11,7 @@ image. Rendering: the pods' command, and the culprit still reads G from it.
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -126,6 +127,27 @@ def test_a_pod_whose_node_0_never_comes_fails_in_one_line() -> None:
     assert run.returncode == 1
     assert run.stderr.startswith("nccl-k8s launcher: rendezvous: cannot reach node 0's store at ")
     assert len(run.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("backend", ["nccl", "gloo"])  # the engine's store; torch's TCPStore
+def test_a_rendezvous_port_already_taken_is_one_line_naming_it(backend: str) -> None:
+    # Under host networking pod 0 listens on the node's own stack, where a daemon or an outgoing
+    # connection may hold the port: one line that says so and what to do, not a bind traceback.
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        run = subprocess.run(
+            [*LAUNCHER, *node_argv(0, 2, port, rdzv=5), "--", "--backend", backend],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    assert run.returncode == 1, run.stderr
+    assert run.stderr.strip() == (
+        f"nccl-k8s launcher: rendezvous: port {port}, this run's rendezvous port, is already in "
+        "use where this pod listens: on the node under host networking (a node daemon, another "
+        "process or an outgoing connection), else by another container of the pod; the port is "
+        "derived from the run id, so a deploy with another --run-id draws another"
+    )
 
 
 @pytest.mark.slow

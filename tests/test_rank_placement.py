@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from typing import Any
@@ -91,6 +92,24 @@ def test_a_pod_off_the_plan_puts_the_run_in_completion_index_order(
     ]
     why = "rank order: completion index (node x9 is not in the deployer's topology plan)"
     assert all(p.stderr.strip().endswith(why) for p in done)
+
+
+def test_a_placement_port_already_taken_is_one_line_naming_it(pod_env: dict[str, str]) -> None:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        run = subprocess.run(
+            [sys.executable, "-S", "-m", "nccl_k8s.launch._place", "--nnodes=2", "--node-rank=0",
+             "--master-addr=127.0.0.1", f"--port={port}", "--rdzv-timeout=5", "--", *TORCHRUN],
+            capture_output=True, text=True, timeout=60, env=pod_env,
+        )  # fmt: skip
+    assert run.returncode == 1 and run.stdout == ""  # torchrun never ran
+    assert run.stderr.strip().startswith(
+        f"nccl-k8s launcher: rendezvous: port {port}, this run's placement port, is already in "
+        "use where this pod listens"
+    )
+    assert len(run.stderr.strip().splitlines()) == 1, run.stderr
 
 
 def test_a_pod_that_never_joins_is_named_in_the_direct_launchers_words(

@@ -39,6 +39,7 @@ import argparse
 import contextlib
 import dataclasses
 import datetime
+import errno
 import json
 import os
 import sys
@@ -233,13 +234,37 @@ class Launchers:
 
 
 def _host(torch_store: bool, port: int, timeout_s: float) -> Any:
-    """Node 0's store, on every address of the pod."""
-    if not torch_store:
-        return StoreServer("0.0.0.0", port)
-    from torch.distributed import TCPStore  # type: ignore[attr-defined]
+    """Node 0's store, on every address of the pod; RendezvousFailed when the port is taken."""
+    try:
+        if not torch_store:
+            return StoreServer("0.0.0.0", port)
+        from torch.distributed import TCPStore  # type: ignore[attr-defined]
 
-    delta = datetime.timedelta(seconds=timeout_s)
-    return TCPStore("0.0.0.0", port, is_master=True, wait_for_workers=False, timeout=delta)
+        delta = datetime.timedelta(seconds=timeout_s)
+        return TCPStore("0.0.0.0", port, is_master=True, wait_for_workers=False, timeout=delta)
+    except (OSError, RuntimeError) as exc:  # torch's DistNetworkError is a RuntimeError
+        if port_in_use(exc):
+            raise RendezvousFailed(port_taken(port, "rendezvous port")) from None
+        raise
+
+
+def port_in_use(exc: BaseException) -> bool:
+    """Whether a bind failed because something else holds the port (errno EADDRINUSE, or
+    torch's TCPStore's words for it)."""
+    if isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE:
+        return True
+    return "address already in use" in str(exc).lower()
+
+
+def port_taken(port: int, what: str) -> str:
+    """The one line a pod says when its store cannot listen: what holds the port and what to
+    do, instead of a bind traceback."""
+    return (
+        f"port {port}, this run's {what}, is already in use where this pod listens: on the "
+        "node under host networking (a node daemon, another process or an outgoing "
+        "connection), else by another container of the pod; the port is derived from the "
+        "run id, so a deploy with another --run-id draws another"
+    )
 
 
 def launch(args: PodArgs) -> int:
@@ -250,7 +275,11 @@ def launch(args: PodArgs) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     index = args.node_rank  # the pod's completion index: index 0 hosts the store
-    server = _host(torch_store, args.master_port, args.rdzv_timeout_s) if index == 0 else None
+    try:
+        server = _host(torch_store, args.master_port, args.rdzv_timeout_s) if index == 0 else None
+    except RendezvousFailed as exc:
+        print(f"{PREFIX} rendezvous: {exc}", file=sys.stderr, flush=True)
+        return 1
     try:
         return _run(args, index, torch_store, engine_argv)
     finally:
