@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from nccl_k8s.k8s.nodes._pairspec import pair_test_spec
+from nccl_k8s.k8s.nodes._pairspec import pair_test_port, pair_test_spec
 from nccl_k8s.k8s.rendering._manifests import render
-from nccl_k8s.spec import build_run_spec
+from nccl_k8s.spec import MASTER_PORT_MIN, MASTER_PORT_SPAN, build_run_spec
 
 
 def pod_env(spec: Any) -> list[dict[str, str]]:
@@ -66,3 +66,12 @@ def test_a_pair_test_gets_no_topology_placement_the_check_chose_its_nodes() -> N
     for obj in render(tested):
         if obj["kind"] in ("Job", "StatefulSet"):
             assert "podAffinity" not in (obj["spec"]["template"]["spec"].get("affinity") or {})
+
+
+def test_no_two_tests_of_one_check_share_a_master_port() -> None:
+    # A check runs up to thousands of pair tests, many at once; a node's next test may start
+    # while its last test's pods still terminate. Their ports: all distinct, all in the range.
+    for base in ("nccl-check-a", "nccl-check-b", "x"):
+        ports = [pair_test_port(base, n) for n in range(1, MASTER_PORT_SPAN + 1)]
+        assert len(set(ports)) == MASTER_PORT_SPAN
+        assert all(MASTER_PORT_MIN <= p < MASTER_PORT_MIN + MASTER_PORT_SPAN for p in ports)

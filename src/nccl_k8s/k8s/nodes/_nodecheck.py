@@ -85,7 +85,7 @@ from nccl_k8s.k8s.nodes._floor import cluster_floor, pair_floor
 from nccl_k8s.k8s.nodes._history import record_check
 from nccl_k8s.k8s.nodes._labels import CHECKED_AT_KEY, LABEL_KEY, TAINT, TAINT_KEY
 from nccl_k8s.k8s.nodes._level import failed_test
-from nccl_k8s.k8s.nodes._pairspec import pair_test_spec
+from nccl_k8s.k8s.nodes._pairspec import pair_test_port, pair_test_spec
 from nccl_k8s.k8s.preflight._nodefit import place
 from nccl_k8s.k8s.preflight._platforms import resolve_async
 from nccl_k8s.k8s.rendering._topology import topology_levels
@@ -96,7 +96,7 @@ from nccl_k8s.k8s.run._plumbing import bounded
 from nccl_k8s.k8s.run._settings import WaitSettings
 from nccl_k8s.k8s.run._status import require_namespace_async
 from nccl_k8s.results.floors import with_floor
-from nccl_k8s.spec import RUN_ID_MAX_LEN, RunSpec, master_port_for
+from nccl_k8s.spec import RUN_ID_MAX_LEN, RunSpec
 
 #: The label every pair test's objects carry: which nodes check they belong to.
 CHECK_LABEL = "nccl-k8s/nodes-check"
@@ -153,7 +153,7 @@ class _Runner:
         return dataclasses.replace(
             self.spec,
             run_id=rid,
-            master_port=master_port_for(rid),
+            master_port=pair_test_port(self.base, self.count),
             node_names=(a, b),
             labels=labels,
         )

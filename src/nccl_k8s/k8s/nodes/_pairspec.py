@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from nccl_k8s.spec import RunSpec
+from nccl_k8s.spec import MASTER_PORT_MIN, MASTER_PORT_SPAN, RunSpec, master_port_for
 
 #: What a pair test fixes unless the user set it (--env): on two nodes NCCL may pick Tree, or
 #: NVLS/CollNet where the fabric has them, whose bus bandwidth can exceed what the NIC carries
@@ -28,3 +28,12 @@ def pair_test_spec(spec: RunSpec) -> tuple[RunSpec, dict[str, str]]:
     theirs = {k for k, _ in spec.env}
     fixed = {k: v for k, v in PAIR_ENV.items() if k not in theirs}
     return dataclasses.replace(spec, env=(*spec.env, *fixed.items())), fixed
+
+
+def pair_test_port(base: str, count: int) -> int:
+    """The master port of a check's `count`-th test: the next port after the check's own
+    (master_port_for its base run id) for each test, so that no two tests of one check share
+    one (on one node, a test's port is never the one its previous test's terminating pods may
+    still hold; where pods share a stack, as on the test cluster, concurrent tests never
+    collide), wrapping inside the master range."""
+    return MASTER_PORT_MIN + (master_port_for(base) - MASTER_PORT_MIN + count) % MASTER_PORT_SPAN
