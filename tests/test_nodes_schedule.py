@@ -152,6 +152,10 @@ def test_the_pair_tests_networkpolicy_is_granted_exactly_where_they_would_make_o
         (["--", "--gang", "volcano"], "--gang cannot be given"),
         (["--", "--no-such-flag"], "No such option: --no-such-flag"),
         (["--", "--gpus-per-node", "abc"], '--gpus-per-node "abc": expected a whole number'),
+        (
+            ["--", "--security", "host", "--network-policy", "on"],
+            "--network-policy on with host networking",
+        ),  # render refuses it: every pair test
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str) -> None:

@@ -439,8 +439,8 @@ def nodes_schedule_command(
 
 def _parse_as_check(ctx: typer.Context, args: tuple[str, ...], namespace: str) -> Any:
     """The scheduled check's own options parsed as `nodes check` would, and the RunSpec its
-    pair tests start from: an unknown option or a bad value (a --push-to that is no URL, a
-    deploy option build_run_spec refuses) is exit 2 now, not a failed Job at 3 a.m."""
+    pair tests render: an unknown option or a bad value (a --push-to that is no URL, deploy
+    options build_run_spec or render refuses) is exit 2 now, not a failed Job at 3 a.m."""
     from nccl_k8s import k8s
 
     group = ctx.parent.command if ctx.parent is not None else None
@@ -457,7 +457,9 @@ def _parse_as_check(ctx: typer.Context, args: tuple[str, ...], namespace: str) -
     if parsed.params.get("push_to") is not None:  # a value checked before the command runs
         k8s.push_url("--push-to", parsed.params["push_to"])
     engine = args[cut + 1 :] or k8s.NODES_CHECK_ENGINE_ARGS
-    return spec_of_params(parsed.params, engine, fixed=NODES_CHECK_FIXED)
+    spec, _ = k8s.pair_test_spec(spec_of_params(parsed.params, engine, fixed=NODES_CHECK_FIXED))
+    k8s.render(spec)  # what every pair test renders: what render refuses is refused now
+    return spec
 
 
 # nodes check's own options

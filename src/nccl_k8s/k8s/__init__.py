@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from nccl_k8s.k8s.nodes._domains import PAIRINGS
     from nccl_k8s.k8s.nodes._metrics import push_url, push_verdicts
     from nccl_k8s.k8s.nodes._nodecheck import NodesChecked, nodes_check
+    from nccl_k8s.k8s.nodes._pairspec import pair_test_spec
     from nccl_k8s.k8s.nodes._timeline import NodeHistory, node_history
     from nccl_k8s.k8s.nodes._unschedule import Unscheduled, cleanup_schedule
     from nccl_k8s.k8s.preflight._doctor import Doctored, doctor
@@ -74,6 +75,7 @@ _WHERE = {
     "table_text": "run._explain",
     "NodesChecked": "nodes._nodecheck",
     "PAIRINGS": "nodes._domains",
+    "pair_test_spec": "nodes._pairspec",
     "nodes_check": "nodes._nodecheck",
     "NodeHistory": "nodes._timeline",
     "node_history": "nodes._timeline",
@@ -155,6 +157,7 @@ __all__ = [
     "logs",
     "node_history",
     "nodes_check",
+    "pair_test_spec",
     "progress_line",
     "push_url",
     "push_verdicts",
