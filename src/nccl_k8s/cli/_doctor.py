@@ -33,14 +33,10 @@ from nccl_k8s.cli._options import (
     output_format,
     run_arg,
     seconds,
-    spec_of_params,
     with_spec_options,
 )
 from nccl_k8s.errors import UsageError
 from nccl_k8s.spec import label_selector
-
-#: The deploy options `nodes check` decides itself: every test is a 2-node Job.
-NODES_CHECK_FIXED = {"nodes": "2", "workload": "job"}
 
 DoctorRun = Annotated[
     str | None,
@@ -342,7 +338,7 @@ def bundle_command(
 
 
 def register(app: typer.Typer) -> None:
-    from nccl_k8s.cli._nodes import nodes_history_command
+    from nccl_k8s.cli._nodes import NODES_CHECK_FIXED, nodes_history_command, nodes_schedule_command
     from nccl_k8s.k8s import NODES_CHECK_ENGINE_ARGS
 
     app.command("doctor", cls=Command)(handle_errors(with_spec_options(doctor_command, lazy=True)))
@@ -359,107 +355,6 @@ def register(app: typer.Typer) -> None:
     nodes.command("schedule", cls=Command)(nodes_schedule_command)
     nodes.command("history", cls=Command)(nodes_history_command)
     app.add_typer(nodes)
-
-
-@handle_errors
-def nodes_schedule_command(
-    ctx: typer.Context,
-    check_args: Annotated[
-        list[str] | None,
-        typer.Argument(
-            metavar="-- [NODES CHECK OPTIONS] [-- ENGINE FLAGS]",
-            help="What the scheduled `nodes check` runs with (after `--`).",
-            show_default=False,
-        ),
-    ] = None,
-    namespace: Annotated[
-        str | None,
-        typer.Option(
-            "--namespace",
-            "-n",
-            metavar="NAME",
-            help="The namespace of the CronJob, its ServiceAccount and the check's test runs.",
-            show_default=False,
-        ),
-    ] = None,
-    cron: Annotated[
-        str,
-        typer.Option("--cron", metavar="SCHEDULE", help="When: five cron fields, or @daily."),
-    ] = "0 */6 * * *",
-    image: Annotated[
-        str | None,
-        typer.Option(
-            "--image",
-            metavar="IMAGE",
-            help="The checker pod's image: one with nccl-k8s installed (the repository's "
-            "Dockerfile builds it). The pair tests use the check's own --image.",
-            show_default=False,
-        ),
-    ] = None,
-    name: Annotated[
-        str,
-        typer.Option("--name", metavar="NAME", help="The CronJob's (and ServiceAccount's) name."),
-    ] = "nccl-k8s-node-check",
-    output: Annotated[
-        str, typer.Option("--output", "-o", metavar="yaml|json", help="Output format.")
-    ] = "yaml",
-) -> None:
-    """Print a CronJob that runs `nodes check` in the cluster on a schedule, with its
-    ServiceAccount and exactly the Role and ClusterRole one check uses (and, with --label or
-    --taint, the admission policy that limits its node updates to our keys). Nothing is
-    applied: `kubectl apply -f -`; `cleanup --schedule NAME` removes it. See docs/fleet.md."""
-    from nccl_k8s import k8s
-    from nccl_k8s.spec import OPTION_BY_NAME
-
-    if output not in ("yaml", "json"):
-        raise UsageError(f'--output "{output}": expected yaml or json', key="--output")
-    if namespace is None:
-        raise UsageError("nodes schedule: -n NAMESPACE is required", key="--namespace")
-    if image is None:
-        raise UsageError(
-            "nodes schedule: --image IMAGE is required: an image with nccl-k8s installed "
-            "(docker build -t REGISTRY/nccl-k8s:TAG . from the repository)",
-            key="--image",
-        )
-    image = OPTION_BY_NAME["image"].parse("--image", image)  # type: ignore[misc]
-    cron = k8s.cron_arg(cron)
-    args = tuple(check_args or ())
-    check = _parse_as_check(ctx, args, namespace)
-    # The Role grants the pair tests' NetworkPolicy only where they make one (the renderer's
-    # rule on the check's spec: not on the node's network, nor with --network-policy off).
-    policy = check is None or k8s.renders_network_policy(check)
-    s = k8s.Schedule(name, namespace, cron, image, args, network_policy=policy)
-    objs = k8s.schedule_objects(s)
-    if output == "json":
-        out.file.write(json.dumps({"apiVersion": "v1", "kind": "List", "items": objs}, indent=2))
-        out.file.write("\n")
-    else:
-        out.file.write(k8s.schedule_text(s, objs))
-
-
-def _parse_as_check(ctx: typer.Context, args: tuple[str, ...], namespace: str) -> Any:
-    """The scheduled check's own options parsed as `nodes check` would, and the RunSpec its
-    pair tests render: an unknown option or a bad value (a --push-to that is no URL, deploy
-    options build_run_spec or render refuses) is exit 2 now, not a failed Job at 3 a.m."""
-    from nccl_k8s import k8s
-
-    group = ctx.parent.command if ctx.parent is not None else None
-    check = group.get_command(ctx, "check") if group is not None else None  # type: ignore[attr-defined]
-    if check is None:
-        return None
-    cut = args.index("--") if "--" in args else len(args)
-    # ctx's help names: click keeps the first help option it makes on the command.
-    parsed = check.make_context(
-        "nccl-k8s nodes check",
-        [*args[:cut], "-n", namespace],
-        help_option_names=ctx.help_option_names,
-    )
-    if parsed.params.get("push_to") is not None:  # a value checked before the command runs
-        k8s.push_url("--push-to", parsed.params["push_to"])
-    engine = args[cut + 1 :] or k8s.NODES_CHECK_ENGINE_ARGS
-    spec, _ = k8s.pair_test_spec(spec_of_params(parsed.params, engine, fixed=NODES_CHECK_FIXED))
-    k8s.render(spec)  # what every pair test renders: what render refuses is refused now
-    return spec
 
 
 # nodes check's own options

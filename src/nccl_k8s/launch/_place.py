@@ -101,7 +101,7 @@ def place(args: PlaceArgs, environ: Mapping[str, str]) -> Placed:
     try:
         server = StoreServer("0.0.0.0", args.port) if args.index == 0 else None
     except OSError as exc:
-        if port_in_use(exc):
+        if port_in_use(exc, args.port):
             raise RendezvousFailed(port_taken(args.port, "placement port")) from None
         raise
     # Index 0 speaks to its own store over loopback (its service name may not resolve to

@@ -42,6 +42,7 @@ import datetime
 import errno
 import json
 import os
+import socket
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -243,17 +244,24 @@ def _host(torch_store: bool, port: int, timeout_s: float) -> Any:
         delta = datetime.timedelta(seconds=timeout_s)
         return TCPStore("0.0.0.0", port, is_master=True, wait_for_workers=False, timeout=delta)
     except (OSError, RuntimeError) as exc:  # torch's DistNetworkError is a RuntimeError
-        if port_in_use(exc):
+        if port_in_use(exc, port):
             raise RendezvousFailed(port_taken(port, "rendezvous port")) from None
         raise
 
 
-def port_in_use(exc: BaseException) -> bool:
-    """Whether a bind failed because something else holds the port (errno EADDRINUSE, or
-    torch's TCPStore's words for it)."""
-    if isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE:
-        return True
-    return "address already in use" in str(exc).lower()
+def port_in_use(exc: BaseException, port: int) -> bool:
+    """Whether a store failed to listen because something else holds the port: its errno
+    EADDRINUSE, or (torch's TCPStore says it in words only) a bind of the port tried again
+    here that fails so."""
+    if isinstance(exc, OSError):
+        return exc.errno == errno.EADDRINUSE
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the stores bind
+        try:
+            probe.bind(("0.0.0.0", port))
+        except OSError as bind:
+            return bind.errno == errno.EADDRINUSE
+    return False
 
 
 def port_taken(port: int, what: str) -> str:
