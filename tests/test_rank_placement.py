@@ -10,6 +10,7 @@ the step hands torchrun.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
@@ -22,6 +23,7 @@ import pytest
 from tests._helpers import free_port
 
 from nccl_k8s.bench.config import NODE_NAME_ENV, POD_IP_ENV, RANK_PLAN_ENV
+from nccl_k8s.k8s.rendering._launcher import placement_port
 from nccl_k8s.k8s.rendering._manifests import render
 from nccl_k8s.k8s.rendering._topology import with_rank_plan
 from nccl_k8s.k8s.rendering._zipapp import ZIPAPP_NAME, build_zipapp
@@ -176,7 +178,7 @@ def test_a_planned_torchrun_job_starts_torchrun_behind_the_placement_step(metric
     plain = _bench(objs)
     assert plain["args"][0] == "torchrun"  # render reads no nodes: no plan, torchrun's command
     planned = _bench(with_rank_plan(spec, objs, (BLOCK,), PLANNED))
-    port, master = spec.master_port, spec.master_port + 5000
+    port, master = spec.master_port, placement_port(spec)
     assert planned["args"][: planned["args"].index("--max-restarts=0")] == [
         "python3", "-m", "nccl_k8s.launch._place", "--nnodes=2",
         "--node-rank=$(JOB_COMPLETION_INDEX)", "--master-addr=plan-0.plan", f"--port={master}",
@@ -197,7 +199,7 @@ def test_under_host_networking_the_steps_port_is_declared_as_a_host_port() -> No
     spec = build_run_spec(run_id="plan", world_size=16, gpus_per_node=8, security="host")
     objs = with_rank_plan(spec, render(spec), (BLOCK,), PLANNED)
     planned = _bench(objs)
-    port = spec.master_port + 5000
+    port = placement_port(spec)
     assert {"name": "placement", "containerPort": port, "hostPort": port, "protocol": "TCP"} in (
         planned["ports"]
     )
@@ -216,10 +218,14 @@ def test_no_port_a_host_network_pod_binds_is_in_the_ephemeral_or_nodeport_range(
         spec = build_run_spec(run_id=f"p{i}", world_size=16, gpus_per_node=8, security="host")
         bench = _bench(with_rank_plan(spec, render(spec), (BLOCK,), PLANNED))
         host_ports = {p["hostPort"] for p in bench["ports"] if "hostPort" in p}
-        assert {spec.master_port, spec.master_port + 5000} <= host_ports
+        assert {spec.master_port, placement_port(spec)} <= host_ports  # and the metrics port
         ports |= host_ports
     assert all(1024 <= port < 30000 for port in ports), sorted(ports)
-    assert MASTER_PORT_MIN + 2 * MASTER_PORT_SPAN <= 30000  # every run id's, by the hash
+    # every run id's: the master range, and the step's port (half the range away, wrapping)
+    assert MASTER_PORT_MIN + MASTER_PORT_SPAN <= 30000
+    for master in (MASTER_PORT_MIN, MASTER_PORT_MIN + MASTER_PORT_SPAN - 1):
+        step = placement_port(dataclasses.replace(spec, master_port=master))
+        assert MASTER_PORT_MIN <= step < MASTER_PORT_MIN + MASTER_PORT_SPAN and step != master
 
 
 def test_a_platform_that_sources_a_script_keeps_it_before_the_step() -> None:

@@ -94,13 +94,13 @@ NETWORKS_ANNOTATION = "k8s.v1.cni.cncf.io/networks"
 RESERVED_LABELS = frozenset({LABEL_NAME, LABEL_INSTANCE, LABEL_MANAGED_BY, LABEL_COMPONENT})
 
 
-#: Per-run master ports are drawn from [MIN, MIN + SPAN), and the placement step's port is the
-#: master port + SPAN (k8s.rendering's placement_port), so both ranges, 20000-24999 and
-#: 25000-29999, are unprivileged, below Linux's default ephemeral range (32768-60999: no outgoing
-#: connection on a host-network node already holds the port, whose bind would fail with "Address
-#: already in use") and below the NodePort range (30000-32767) for the same reason.
+#: Per-run master ports are drawn from [MIN, MIN + SPAN), as is the placement step's port (half
+#: the span away: k8s.rendering's placement_port): unprivileged, below Linux's default ephemeral
+#: range (32768-60999: no outgoing connection on a host-network node already holds the port,
+#: whose bind would fail with "Address already in use") and below the NodePort range
+#: (30000-32767) for the same reason.
 MASTER_PORT_MIN = 20000
-MASTER_PORT_SPAN = 5000
+MASTER_PORT_SPAN = 10000
 
 #: A run id names the Service, the workload and (with a suffix) the ConfigMap; pods are named
 #: `<run-id>-<index>` and StatefulSet revisions `<run-id>-<10-char hash>`, all of which must stay

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from nccl_k8s.bench.config import POD_IP_ENV
 from nccl_k8s.k8s.api._types import Obj
-from nccl_k8s.spec import MASTER_PORT_SPAN, RunSpec
+from nccl_k8s.spec import MASTER_PORT_MIN, MASTER_PORT_SPAN, RunSpec
 
 #: The engine's own launcher (nccl_k8s.launch._pod), as a module any image with nccl-k8s (or
 #: the engine zipapp on PYTHONPATH) runs.
@@ -32,10 +32,13 @@ JOB_INDEX_REF = "$(JOB_COMPLETION_INDEX)"
 
 def placement_port(spec: RunSpec) -> int:
     """The port of the placement step's store (launch._place), on the pod of index 0 before
-    torchrun starts: MASTER_PORT_SPAN above the master port (25000-29999), a range no run's
-    master port is drawn from, so it is never another run's rendezvous port on a shared node, and
-    below the NodePort and ephemeral ranges (spec's MASTER_PORT_MIN)."""
-    return spec.master_port + MASTER_PORT_SPAN
+    torchrun starts: half the master range away from the run's master port, wrapping inside it
+    (20000-29999: below the NodePort and ephemeral ranges, spec's MASTER_PORT_MIN). Another
+    run's rendezvous port may be the same number: on the pod network each pod has its own ports,
+    and under host networking both are declared hostPorts, so the scheduler keeps two pods that
+    would bind one port off one node."""
+    half = MASTER_PORT_SPAN // 2
+    return MASTER_PORT_MIN + (spec.master_port - MASTER_PORT_MIN + half) % MASTER_PORT_SPAN
 
 
 def launcher_args(spec: RunSpec, node_rank: str, *, planned: bool = False) -> list[str]:
