@@ -1,13 +1,15 @@
-"""What the in-process engine tests share: a free local port, the environment of a one-rank
-world, and a clock that only the test moves.
+"""What the in-process engine tests share: a free local port, a port something listens on, the
+environment of a one-rank world, and a clock that only the test moves.
 
 The `world_of_one` fixture (tests/conftest.py) builds on these: one gloo rank in this process.
 """
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import time
+from collections.abc import Iterator
 
 
 def free_port() -> int:
@@ -15,6 +17,16 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def held_port() -> Iterator[int]:
+    """A TCP port of 127.0.0.1 that a socket of this test listens on until the block ends: a
+    server's bind of it fails "Address already in use"."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        yield int(s.getsockname()[1])
 
 
 def one_rank_env(port: int) -> dict[str, str]:

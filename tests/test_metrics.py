@@ -11,7 +11,6 @@ import json
 import math
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -21,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from tests._helpers import free_port
+from tests._helpers import free_port, held_port
 
 pytestmark = pytest.mark.slow
 
@@ -274,10 +273,7 @@ def test_without_prometheus_client_a_port_is_refused_and_a_run_still_measures(
 
 
 def test_a_port_in_use_is_one_line_and_exit_2(tmp_path: Path) -> None:
-    with socket.socket() as held:
-        held.bind(("127.0.0.1", 0))
-        held.listen()
-        port = held.getsockname()[1]
+    with held_port() as port:
         run = subprocess.run(
             [sys.executable, "-m", "nccl_k8s.cli.main", "run", "--no-save", "--metrics-port",
              str(port), "--metrics-addr", "127.0.0.1"],

@@ -11,14 +11,13 @@ image. Rendering: the pods' command, and the culprit still reads G from it.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
-from tests._helpers import free_port
+from tests._helpers import free_port, held_port
 
 from nccl_k8s.k8s import render
 from nccl_k8s.k8s.rendering._wrapper import POD_WRAPPER
@@ -133,10 +132,7 @@ def test_a_pod_whose_node_0_never_comes_fails_in_one_line() -> None:
 def test_a_rendezvous_port_already_taken_is_one_line_naming_it(backend: str) -> None:
     # Under host networking pod 0 listens on the node's own stack, where a daemon or an outgoing
     # connection may hold the port: one line that says so and what to do, not a bind traceback.
-    with socket.socket() as holder:
-        holder.bind(("127.0.0.1", 0))
-        holder.listen()
-        port = holder.getsockname()[1]
+    with held_port() as port:
         run = subprocess.run(
             [*LAUNCHER, *node_argv(0, 2, port, rdzv=5), "--", "--backend", backend],
             capture_output=True, text=True, timeout=120,

@@ -13,14 +13,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import socket
 import subprocess
 import sys
 from typing import Any
 
 import kubernetes_validate
 import pytest
-from tests._helpers import free_port
+from tests._helpers import free_port, held_port
 
 from nccl_k8s.bench.config import NODE_NAME_ENV, POD_IP_ENV, RANK_PLAN_ENV
 from nccl_k8s.k8s.rendering._launcher import placement_port
@@ -97,10 +96,7 @@ def test_a_pod_off_the_plan_puts_the_run_in_completion_index_order(
 
 
 def test_a_placement_port_already_taken_is_one_line_naming_it(pod_env: dict[str, str]) -> None:
-    with socket.socket() as holder:
-        holder.bind(("127.0.0.1", 0))
-        holder.listen()
-        port = holder.getsockname()[1]
+    with held_port() as port:
         run = subprocess.run(
             [sys.executable, "-S", "-m", "nccl_k8s.launch._place", "--nnodes=2", "--node-rank=0",
              "--master-addr=127.0.0.1", f"--port={port}", "--rdzv-timeout=5", "--", *TORCHRUN],
