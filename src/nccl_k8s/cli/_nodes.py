@@ -130,11 +130,9 @@ def nodes_schedule_command(
     image = OPTION_BY_NAME["image"].parse("--image", image)  # type: ignore[misc]
     cron = k8s.cron_arg(cron)
     args = tuple(check_args or ())
-    check = _parse_as_check(ctx, args, namespace)
-    # The Role grants the pair tests' NetworkPolicy only where they make one (the renderer's
-    # rule on the check's spec: not on the node's network, nor with --network-policy off).
-    policy = check is None or k8s.renders_network_policy(check)
-    s = k8s.Schedule(name, namespace, cron, image, args, network_policy=policy)
+    s = k8s.scheduled_check(
+        name, namespace, cron, image, args, _parse_as_check(ctx, args, namespace)
+    )
     objs = k8s.schedule_objects(s)
     if output == "json":
         out.file.write(json.dumps({"apiVersion": "v1", "kind": "List", "items": objs}, indent=2))
@@ -144,9 +142,9 @@ def nodes_schedule_command(
 
 
 def _parse_as_check(ctx: typer.Context, args: tuple[str, ...], namespace: str) -> Any:
-    """The scheduled check's own options parsed as `nodes check` would, and the RunSpec its
-    pair tests render: an unknown option or a bad value (a --push-to that is no URL, deploy
-    options build_run_spec or render refuses) is exit 2 now, not a failed Job at 3 a.m."""
+    """The scheduled check's own options parsed as `nodes check` would, and its RunSpec: an
+    unknown option or a bad value (a --push-to that is no URL, deploy options build_run_spec
+    refuses) is exit 2 now, not a failed Job at 3 a.m."""
     from nccl_k8s import k8s
 
     group = ctx.parent.command if ctx.parent is not None else None
@@ -163,6 +161,4 @@ def _parse_as_check(ctx: typer.Context, args: tuple[str, ...], namespace: str) -
     if parsed.params.get("push_to") is not None:  # a value checked before the command runs
         k8s.push_url("--push-to", parsed.params["push_to"])
     engine = args[cut + 1 :] or k8s.NODES_CHECK_ENGINE_ARGS
-    spec, _ = k8s.pair_test_spec(spec_of_params(parsed.params, engine, fixed=NODES_CHECK_FIXED))
-    k8s.render(spec)  # what every pair test renders: what render refuses is refused now
-    return spec
+    return spec_of_params(parsed.params, engine, fixed=NODES_CHECK_FIXED)

@@ -28,13 +28,12 @@ if TYPE_CHECKING:
     from nccl_k8s.k8s.nodes._domains import PAIRINGS
     from nccl_k8s.k8s.nodes._metrics import push_url, push_verdicts
     from nccl_k8s.k8s.nodes._nodecheck import NodesChecked, nodes_check
-    from nccl_k8s.k8s.nodes._pairspec import pair_test_spec
+    from nccl_k8s.k8s.nodes._pairspec import scheduled_check
     from nccl_k8s.k8s.nodes._timeline import NodeHistory, node_history
     from nccl_k8s.k8s.nodes._unschedule import Unscheduled, cleanup_schedule
     from nccl_k8s.k8s.preflight._doctor import Doctored, doctor
     from nccl_k8s.k8s.rendering._dump import dump
     from nccl_k8s.k8s.rendering._manifests import render
-    from nccl_k8s.k8s.rendering._netpolicy import renders_network_policy
     from nccl_k8s.k8s.rendering._rbac import Subject, rbac_objects, rbac_text, subject_of
     from nccl_k8s.k8s.rendering._schedule import (
         Schedule,
@@ -75,7 +74,7 @@ _WHERE = {
     "table_text": "run._explain",
     "NodesChecked": "nodes._nodecheck",
     "PAIRINGS": "nodes._domains",
-    "pair_test_spec": "nodes._pairspec",
+    "scheduled_check": "nodes._pairspec",
     "nodes_check": "nodes._nodecheck",
     "NodeHistory": "nodes._timeline",
     "node_history": "nodes._timeline",
@@ -91,7 +90,6 @@ _WHERE = {
     "logs": "run._logs",
     "dump": "rendering._dump",
     "render": "rendering._manifests",
-    "renders_network_policy": "rendering._netpolicy",
     "Schedule": "rendering._schedule",
     "cron_arg": "rendering._schedule",
     "schedule_objects": "rendering._schedule",
@@ -157,16 +155,15 @@ __all__ = [
     "logs",
     "node_history",
     "nodes_check",
-    "pair_test_spec",
     "progress_line",
     "push_url",
     "push_verdicts",
     "rbac_objects",
     "rbac_text",
     "render",
-    "renders_network_policy",
     "schedule_objects",
     "schedule_text",
+    "scheduled_check",
     "status",
     "subject_of",
     "table_text",

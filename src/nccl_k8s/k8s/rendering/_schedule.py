@@ -126,8 +126,8 @@ class Schedule:
     """Finished Jobs kept, successful and failed each: their pods' logs hold the tables."""
     network_policy: bool = True
     """Whether the check's pair tests make a NetworkPolicy, which the Role then grants: the
-    renderer's own decision (renders_network_policy) on the check's spec, which `nodes schedule`
-    builds from `args`. Not with --network-policy off, nor on the node's network (--security
+    renderer's own decision (renders_network_policy) on the pair tests' spec, which
+    nodes._pairspec.scheduled_check sets from the check's. Not with --network-policy off, nor on the node's network (--security
     host, --host-network, a platform named by --platform whose pods use it); --platform auto
     is read from the nodes when the check runs, so the grant stays."""
 
