@@ -43,9 +43,8 @@ from nccl_k8s.launch._pod import (
     Launchers,
     Placed,
     RendezvousFailed,
+    listen,
     plan_from_env,
-    port_in_use,
-    port_taken,
     say,
 )
 
@@ -98,12 +97,9 @@ def own_address(environ: Mapping[str, str]) -> str:
 def place(args: PlaceArgs, environ: Mapping[str, str]) -> Placed:
     """This pod's node rank and torchrun's master address; RendezvousFailed when not every pod
     joined in time (index 0) or index 0 never answered (the others)."""
-    try:
-        server = StoreServer("0.0.0.0", args.port) if args.index == 0 else None
-    except OSError as exc:
-        if port_in_use(exc, args.port):
-            raise RendezvousFailed(port_taken(args.port, "placement port")) from None
-        raise
+    server = None
+    if args.index == 0:
+        server = listen(lambda: StoreServer("0.0.0.0", args.port), args.port, "placement port")
     # Index 0 speaks to its own store over loopback (its service name may not resolve to
     # itself under host networking), as launch._pod's node 0 does.
     host = "127.0.0.1" if args.index == 0 else args.master_addr

@@ -45,8 +45,8 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from nccl_k8s.bench.config import NODE_NAME_ENV, RANK_PLAN_ENV, ConfigError, parse_args
 from nccl_k8s.bench.store import StoreClient, StoreServer, StoreTimeout
@@ -59,6 +59,7 @@ EXIT_BARRIER_S = 300
 #: The launchers' keys on the run's store.
 _JOIN, _GO, _DONE = "nccl_k8s/launch/join", "nccl_k8s/launch/go", "nccl_k8s/launch/done"
 PREFIX = "nccl-k8s launcher:"
+_S = TypeVar("_S")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -236,20 +237,29 @@ class Launchers:
 
 def _host(torch_store: bool, port: int, timeout_s: float) -> Any:
     """Node 0's store, on every address of the pod; RendezvousFailed when the port is taken."""
-    try:
-        if not torch_store:
-            return StoreServer("0.0.0.0", port)
-        from torch.distributed import TCPStore  # type: ignore[attr-defined]
+    if not torch_store:
+        return listen(lambda: StoreServer("0.0.0.0", port), port, "rendezvous port")
+    from torch.distributed import TCPStore  # type: ignore[attr-defined]
 
-        delta = datetime.timedelta(seconds=timeout_s)
-        return TCPStore("0.0.0.0", port, is_master=True, wait_for_workers=False, timeout=delta)
+    delta = datetime.timedelta(seconds=timeout_s)
+    return listen(
+        lambda: TCPStore("0.0.0.0", port, is_master=True, wait_for_workers=False, timeout=delta),
+        port, "rendezvous port",
+    )  # fmt: skip
+
+
+def listen(make: Callable[[], _S], port: int, what: str) -> _S:
+    """`make()`, a store that listens on `port` (this run's `what`); RendezvousFailed in one
+    line (_port_taken) when something else holds the port, instead of a bind traceback."""
+    try:
+        return make()
     except (OSError, RuntimeError) as exc:  # torch's DistNetworkError is a RuntimeError
-        if port_in_use(exc, port):
-            raise RendezvousFailed(port_taken(port, "rendezvous port")) from None
+        if _port_in_use(exc, port):
+            raise RendezvousFailed(_port_taken(port, what)) from None
         raise
 
 
-def port_in_use(exc: BaseException, port: int) -> bool:
+def _port_in_use(exc: BaseException, port: int) -> bool:
     """Whether a store failed to listen because something else holds the port: its errno
     EADDRINUSE, or (torch's TCPStore says it in words only) a bind of the port tried again
     here that fails so."""
@@ -264,7 +274,7 @@ def port_in_use(exc: BaseException, port: int) -> bool:
     return False
 
 
-def port_taken(port: int, what: str) -> str:
+def _port_taken(port: int, what: str) -> str:
     """The one line a pod says when its store cannot listen: what holds the port and what to
     do, instead of a bind traceback."""
     return (
